@@ -1,0 +1,40 @@
+"""slurmkit_kernels: a Triton flash-attention kernel packaged for Slurm training jobs.
+
+Public API
+----------
+flash_attention(q, k, v, *, causal=False, scale=None, precision="ieee", config=None)
+    The kernel, differentiable, (batch, heads, seq, head_dim) like SDPA.
+FlashAttention
+    ``nn.Module`` wrapper holding ``causal``/``scale``/``precision``.
+scaled_dot_product_attention
+    Drop-in with SDPA's signature, for code that calls
+    ``torch.nn.functional.scaled_dot_product_attention``.
+swap_sdpa
+    Context manager that routes ``F.scaled_dot_product_attention`` to the kernel.
+attention_flops
+    The FLOP-counting rule used by the benchmark and the autotune tool.
+
+To run on a CPU (tests), set ``TRITON_INTERPRET=1`` before triton is first imported.
+"""
+
+from .attention import SUPPORTED_DTYPES, SUPPORTED_HEAD_DIMS, flash_attention, interpreter_active
+from .config import KernelConfig, LaunchConfig, builtin_config, config_for_device, load_config
+from .flops import attention_flops
+from .nn import FlashAttention, scaled_dot_product_attention, swap_sdpa
+
+__all__ = [
+    "SUPPORTED_DTYPES",
+    "SUPPORTED_HEAD_DIMS",
+    "FlashAttention",
+    "KernelConfig",
+    "LaunchConfig",
+    "attention_flops",
+    "builtin_config",
+    "config_for_device",
+    "flash_attention",
+    "interpreter_active",
+    "load_config",
+    "scaled_dot_product_attention",
+    "swap_sdpa",
+]
+__version__ = "0.1.0"

@@ -1,0 +1,377 @@
+"""Triton kernels for FlashAttention-2 style attention: forward, backward preprocess, dK/dV, dQ.
+
+Algorithm: Dao, "FlashAttention-2" (2023), following the structure of Triton's
+``python/tutorials/06-fused-attention.py`` (OpenAI kernel team), rewritten for slurmkit:
+pointer arithmetic instead of ``tl.make_block_ptr`` (removed in Triton 3.9), any
+sequence length, unequal query/key lengths, GQA, and a non-causal backward.
+
+Notation follows the paper: ``m_i`` running row maximum, ``l_i`` running row sum,
+``acc`` unnormalised output. Scores live in the log2 domain: ``qk_scale = scale *
+log2(e)`` is folded into QK^T so every exponential is an ``exp2``, and the saved
+logsumexp ``lse`` is ``m_i + log2(l_i)`` in the same domain.
+
+Causal masking is aligned bottom-right (as FlashAttention-2): query ``i`` sees key ``j``
+iff ``j <= i + (N_K - N_Q)``. Rows that see no key output 0; their ``lse`` is stored as
+``+inf`` so the backward's ``exp2(s - lse)`` is exactly 0 for them without a special
+case.
+
+Every loop over key (or query) blocks is split in two stages: blocks known to be fully
+visible and in bounds run without any mask; only the blocks straddling the causal
+diagonal or the ragged end run with ``MASK=True``. Fully masked blocks are never visited.
+
+The backward is deterministic and uses no atomics: one program per K/V block computes
+dK and dV (summing over the query heads of its GQA group in a fixed order), and a
+separate kernel, one program per Q block, computes dQ.
+
+Interpreter workarounds (``TRITON_INTERPRET=1``, verified with Triton 3.7.1):
+
+* ``tl.dot`` on bf16 operands returns garbage (errors ~1e10): the interpreter keeps bf16
+  as raw uint16 and multiplies the bit patterns. ``UPCAST=True`` converts operands to
+  fp32 before every dot; it is only set when interpreting, so the GPU path keeps bf16
+  tensor-core dots.
+* fp32->bf16 casts truncate instead of rounding to nearest even, so bf16 results under
+  the interpreter carry about twice the GPU's rounding error. Nothing to do in-kernel;
+  the tests' error budget accounts for it.
+"""
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _dot(a, b, UPCAST: tl.constexpr, INPUT_PRECISION: tl.constexpr):
+    """``a @ b`` with an fp32 result; see the module docstring for ``UPCAST``."""
+    if UPCAST:
+        a = a.to(tl.float32)
+        b = b.to(tl.float32)
+    return tl.dot(a, b, input_precision=INPUT_PRECISION)
+
+
+@triton.jit
+def _fwd_inner(
+    acc, l_i, m_i, q,
+    k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd,
+    lo, hi, offs_m, offs_d, N_K, causal_offset, qk_scale,
+    MASK: tl.constexpr, CAUSAL: tl.constexpr, BLOCK_N: tl.constexpr,
+    UPCAST: tl.constexpr, INPUT_PRECISION: tl.constexpr,
+):
+    """Online-softmax accumulation over key blocks ``[lo, hi)``."""
+    offs_n0 = tl.arange(0, BLOCK_N)
+    for start_n in range(lo, hi, BLOCK_N):
+        offs_n = start_n + offs_n0
+        k_ptrs = k_base + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd
+        v_ptrs = v_base + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd
+        if MASK:
+            k = tl.load(k_ptrs, mask=offs_n[:, None] < N_K, other=0.0)
+        else:
+            k = tl.load(k_ptrs)
+        s = _dot(q, tl.trans(k), UPCAST, INPUT_PRECISION) * qk_scale
+        if MASK:
+            visible = offs_n[None, :] < N_K
+            if CAUSAL:
+                visible = visible & (offs_n[None, :] <= offs_m[:, None] + causal_offset)
+            s = tl.where(visible, s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        if MASK:
+            # A row with nothing visible yet has m_new = -inf; exp2(-inf - -inf) would be
+            # NaN, so shift by 0 instead (p and alpha then come out as exactly 0).
+            m_shift = tl.where(m_new == float("-inf"), 0.0, m_new)
+        else:
+            m_shift = m_new
+        p = tl.math.exp2(s - m_shift[:, None])
+        alpha = tl.math.exp2(m_i - m_shift)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        if MASK:
+            v = tl.load(v_ptrs, mask=offs_n[:, None] < N_K, other=0.0)
+        else:
+            v = tl.load(v_ptrs)
+        acc = acc * alpha[:, None] + _dot(p.to(v.dtype), v, UPCAST, INPUT_PRECISION)
+        m_i = m_new
+    return acc, l_i, m_i
+
+
+@triton.jit
+def _attn_fwd(
+    Q, K, V, O, LSE,
+    stride_qb, stride_qh, stride_qm, stride_qd,
+    stride_kb, stride_kh, stride_kn, stride_kd,
+    stride_vb, stride_vh, stride_vn, stride_vd,
+    stride_ob, stride_oh, stride_om, stride_od,
+    N_Q, N_K, H_Q, GROUP, qk_scale,
+    CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    HEAD_DIM: tl.constexpr, UPCAST: tl.constexpr, INPUT_PRECISION: tl.constexpr,
+):
+    """One program per (query block, batch*head): writes O and the log2-domain lse."""
+    start_m = tl.program_id(0) * BLOCK_M
+    pid_bh = tl.program_id(1)
+    off_b = pid_bh // H_Q
+    off_h = pid_bh % H_Q
+    off_hkv = off_h // GROUP
+    # 64-bit base offsets: batch*head strides overflow int32 at long sequences.
+    q_base = Q + off_b.to(tl.int64) * stride_qb + off_h.to(tl.int64) * stride_qh
+    k_base = K + off_b.to(tl.int64) * stride_kb + off_hkv.to(tl.int64) * stride_kh
+    v_base = V + off_b.to(tl.int64) * stride_vb + off_hkv.to(tl.int64) * stride_vh
+    o_base = O + off_b.to(tl.int64) * stride_ob + off_h.to(tl.int64) * stride_oh
+
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, HEAD_DIM)
+    row_ok = offs_m < N_Q
+    q = tl.load(q_base + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd,
+                mask=row_ok[:, None], other=0.0)
+
+    causal_offset = N_K - N_Q
+    if CAUSAL:
+        # Keys [0, mid) are visible to every row of this block (mid <= N_K because
+        # start_m < N_Q); keys [mid, hi) straddle the diagonal; keys >= hi are hidden
+        # from every row and skipped. Clamp before dividing: the offset can be negative.
+        hi = tl.minimum(tl.maximum(start_m + BLOCK_M + causal_offset, 0), N_K)
+        mid = tl.maximum(start_m + causal_offset + 1, 0) // BLOCK_N * BLOCK_N
+    else:
+        hi = N_K
+        mid = N_K // BLOCK_N * BLOCK_N
+
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    acc, l_i, m_i = _fwd_inner(
+        acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd,
+        0, mid, offs_m, offs_d, N_K, causal_offset, qk_scale,
+        False, CAUSAL, BLOCK_N, UPCAST, INPUT_PRECISION,
+    )
+    acc, l_i, m_i = _fwd_inner(
+        acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd,
+        mid, hi, offs_m, offs_d, N_K, causal_offset, qk_scale,
+        True, CAUSAL, BLOCK_N, UPCAST, INPUT_PRECISION,
+    )
+    empty = l_i == 0.0
+    l_safe = tl.where(empty, 1.0, l_i)
+    out = acc / l_safe[:, None]
+    lse = tl.where(empty, float("inf"), m_i + tl.math.log2(l_safe))
+    tl.store(o_base + offs_m[:, None] * stride_om + offs_d[None, :] * stride_od,
+             out.to(O.dtype.element_ty), mask=row_ok[:, None])
+    tl.store(LSE + pid_bh.to(tl.int64) * N_Q + offs_m, lse, mask=row_ok)
+
+
+@triton.jit
+def _attn_bwd_preprocess(
+    O, DO, DELTA,
+    stride_ob, stride_oh, stride_om, stride_od,
+    stride_dob, stride_doh, stride_dom, stride_dod,
+    N_Q, H_Q, BLOCK_M: tl.constexpr, HEAD_DIM: tl.constexpr,
+):
+    """``delta = rowsum(dO * O)``, the softmax-backward correction term, in fp32."""
+    start_m = tl.program_id(0) * BLOCK_M
+    pid_bh = tl.program_id(1)
+    off_b = pid_bh // H_Q
+    off_h = pid_bh % H_Q
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, HEAD_DIM)
+    row_ok = offs_m < N_Q
+    o = tl.load(O + off_b.to(tl.int64) * stride_ob + off_h.to(tl.int64) * stride_oh
+                + offs_m[:, None] * stride_om + offs_d[None, :] * stride_od,
+                mask=row_ok[:, None], other=0.0)
+    do = tl.load(DO + off_b.to(tl.int64) * stride_dob + off_h.to(tl.int64) * stride_doh
+                 + offs_m[:, None] * stride_dom + offs_d[None, :] * stride_dod,
+                 mask=row_ok[:, None], other=0.0)
+    delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), 1)
+    tl.store(DELTA + pid_bh.to(tl.int64) * N_Q + offs_m, delta, mask=row_ok)
+
+
+@triton.jit
+def _bwd_dkdv_inner(
+    dk, dv, k, v,
+    q_base, do_base, lse_base, delta_base,
+    stride_qm, stride_qd, stride_dom, stride_dod,
+    lo, hi, offs_n, offs_d, N_Q, causal_offset, qk_scale,
+    MASK: tl.constexpr, BLOCK_M: tl.constexpr,
+    UPCAST: tl.constexpr, INPUT_PRECISION: tl.constexpr,
+):
+    """Accumulate dK, dV of one key block over query blocks ``[lo, hi)`` of one head.
+
+    Works on transposed tiles (keys as rows) so dK/dV accumulate without transposes.
+    Rows past N_Q load lse = +inf, which makes their P exactly 0, so only the causal
+    diagonal needs an explicit mask.
+    """
+    offs_m0 = tl.arange(0, BLOCK_M)
+    for start_m in range(lo, hi, BLOCK_M):
+        offs_m = start_m + offs_m0
+        row_ok = offs_m < N_Q
+        q = tl.load(q_base + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd,
+                    mask=row_ok[:, None], other=0.0)
+        do = tl.load(do_base + offs_m[:, None] * stride_dom + offs_d[None, :] * stride_dod,
+                     mask=row_ok[:, None], other=0.0)
+        lse = tl.load(lse_base + offs_m, mask=row_ok, other=float("inf"))
+        delta = tl.load(delta_base + offs_m, mask=row_ok, other=0.0)
+        s_t = _dot(k, tl.trans(q), UPCAST, INPUT_PRECISION) * qk_scale
+        p_t = tl.math.exp2(s_t - lse[None, :])
+        if MASK:
+            p_t = tl.where(offs_n[:, None] <= offs_m[None, :] + causal_offset, p_t, 0.0)
+        dv += _dot(p_t.to(do.dtype), do, UPCAST, INPUT_PRECISION)
+        dp_t = _dot(v, tl.trans(do), UPCAST, INPUT_PRECISION)
+        ds_t = p_t * (dp_t - delta[None, :])
+        dk += _dot(ds_t.to(q.dtype), q, UPCAST, INPUT_PRECISION)
+    return dk, dv
+
+
+@triton.jit
+def _attn_bwd_dkdv(
+    Q, K, V, DO, LSE, DELTA, DK, DV,
+    stride_qb, stride_qh, stride_qm, stride_qd,
+    stride_kb, stride_kh, stride_kn, stride_kd,
+    stride_vb, stride_vh, stride_vn, stride_vd,
+    stride_dob, stride_doh, stride_dom, stride_dod,
+    stride_dkb, stride_dkh, stride_dkn, stride_dkd,
+    stride_dvb, stride_dvh, stride_dvn, stride_dvd,
+    N_Q, N_K, H_Q, H_KV, GROUP, sm_scale, qk_scale,
+    CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    HEAD_DIM: tl.constexpr, UPCAST: tl.constexpr, INPUT_PRECISION: tl.constexpr,
+):
+    """One program per (key block, batch*kv_head): dK and dV, summed over the GQA group.
+
+    The program owns its dK/dV rows exclusively and visits the group's query heads in
+    a fixed order, so the sum is race-free and bitwise reproducible.
+    """
+    start_n = tl.program_id(0) * BLOCK_N
+    pid_bh = tl.program_id(1)
+    off_b = pid_bh // H_KV
+    off_hkv = pid_bh % H_KV
+    offs_n = start_n + tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, HEAD_DIM)
+    col_ok = offs_n < N_K
+    k = tl.load(K + off_b.to(tl.int64) * stride_kb + off_hkv.to(tl.int64) * stride_kh
+                + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd,
+                mask=col_ok[:, None], other=0.0)
+    v = tl.load(V + off_b.to(tl.int64) * stride_vb + off_hkv.to(tl.int64) * stride_vh
+                + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd,
+                mask=col_ok[:, None], other=0.0)
+
+    causal_offset = N_K - N_Q
+    if CAUSAL:
+        # Query rows below start_n - offset see none of these keys (skipped); rows from
+        # start_n + BLOCK_N - 1 - offset on see all of them (no mask needed).
+        lo = tl.maximum(start_n - causal_offset, 0) // BLOCK_M * BLOCK_M
+        first_full = tl.maximum(start_n + BLOCK_N - 1 - causal_offset, 0)
+        mid = tl.minimum(lo + tl.cdiv(first_full - lo, BLOCK_M) * BLOCK_M, N_Q)
+    else:
+        lo = 0
+        mid = 0
+
+    dk = tl.zeros([BLOCK_N, HEAD_DIM], dtype=tl.float32)
+    dv = tl.zeros([BLOCK_N, HEAD_DIM], dtype=tl.float32)
+    for g in range(GROUP):
+        off_h = off_hkv * GROUP + g
+        bh = off_b * H_Q + off_h
+        q_base = Q + off_b.to(tl.int64) * stride_qb + off_h.to(tl.int64) * stride_qh
+        do_base = DO + off_b.to(tl.int64) * stride_dob + off_h.to(tl.int64) * stride_doh
+        lse_base = LSE + bh.to(tl.int64) * N_Q
+        delta_base = DELTA + bh.to(tl.int64) * N_Q
+        dk, dv = _bwd_dkdv_inner(
+            dk, dv, k, v, q_base, do_base, lse_base, delta_base,
+            stride_qm, stride_qd, stride_dom, stride_dod,
+            lo, mid, offs_n, offs_d, N_Q, causal_offset, qk_scale,
+            True, BLOCK_M, UPCAST, INPUT_PRECISION,
+        )
+        dk, dv = _bwd_dkdv_inner(
+            dk, dv, k, v, q_base, do_base, lse_base, delta_base,
+            stride_qm, stride_qd, stride_dom, stride_dod,
+            mid, N_Q, offs_n, offs_d, N_Q, causal_offset, qk_scale,
+            False, BLOCK_M, UPCAST, INPUT_PRECISION,
+        )
+    dk = dk * sm_scale
+    tl.store(DK + off_b.to(tl.int64) * stride_dkb + off_hkv.to(tl.int64) * stride_dkh
+             + offs_n[:, None] * stride_dkn + offs_d[None, :] * stride_dkd,
+             dk.to(DK.dtype.element_ty), mask=col_ok[:, None])
+    tl.store(DV + off_b.to(tl.int64) * stride_dvb + off_hkv.to(tl.int64) * stride_dvh
+             + offs_n[:, None] * stride_dvn + offs_d[None, :] * stride_dvd,
+             dv.to(DV.dtype.element_ty), mask=col_ok[:, None])
+
+
+@triton.jit
+def _bwd_dq_inner(
+    dq, q, do, lse, delta,
+    k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd,
+    lo, hi, offs_m, offs_d, N_K, causal_offset, qk_scale,
+    MASK: tl.constexpr, CAUSAL: tl.constexpr, BLOCK_N: tl.constexpr,
+    UPCAST: tl.constexpr, INPUT_PRECISION: tl.constexpr,
+):
+    """Accumulate dQ of one query block over key blocks ``[lo, hi)``."""
+    offs_n0 = tl.arange(0, BLOCK_N)
+    for start_n in range(lo, hi, BLOCK_N):
+        offs_n = start_n + offs_n0
+        k_ptrs = k_base + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd
+        v_ptrs = v_base + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd
+        if MASK:
+            k = tl.load(k_ptrs, mask=offs_n[:, None] < N_K, other=0.0)
+            v = tl.load(v_ptrs, mask=offs_n[:, None] < N_K, other=0.0)
+        else:
+            k = tl.load(k_ptrs)
+            v = tl.load(v_ptrs)
+        s = _dot(q, tl.trans(k), UPCAST, INPUT_PRECISION) * qk_scale
+        p = tl.math.exp2(s - lse[:, None])
+        if MASK:
+            visible = offs_n[None, :] < N_K
+            if CAUSAL:
+                visible = visible & (offs_n[None, :] <= offs_m[:, None] + causal_offset)
+            p = tl.where(visible, p, 0.0)
+        dp = _dot(do, tl.trans(v), UPCAST, INPUT_PRECISION)
+        ds = p * (dp - delta[:, None])
+        dq += _dot(ds.to(k.dtype), k, UPCAST, INPUT_PRECISION)
+    return dq
+
+
+@triton.jit
+def _attn_bwd_dq(
+    Q, K, V, DO, LSE, DELTA, DQ,
+    stride_qb, stride_qh, stride_qm, stride_qd,
+    stride_kb, stride_kh, stride_kn, stride_kd,
+    stride_vb, stride_vh, stride_vn, stride_vd,
+    stride_dob, stride_doh, stride_dom, stride_dod,
+    stride_dqb, stride_dqh, stride_dqm, stride_dqd,
+    N_Q, N_K, H_Q, GROUP, sm_scale, qk_scale,
+    CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    HEAD_DIM: tl.constexpr, UPCAST: tl.constexpr, INPUT_PRECISION: tl.constexpr,
+):
+    """One program per (query block, batch*head): dQ, with the forward's key ranges."""
+    start_m = tl.program_id(0) * BLOCK_M
+    pid_bh = tl.program_id(1)
+    off_b = pid_bh // H_Q
+    off_h = pid_bh % H_Q
+    off_hkv = off_h // GROUP
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, HEAD_DIM)
+    row_ok = offs_m < N_Q
+    q = tl.load(Q + off_b.to(tl.int64) * stride_qb + off_h.to(tl.int64) * stride_qh
+                + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd,
+                mask=row_ok[:, None], other=0.0)
+    do = tl.load(DO + off_b.to(tl.int64) * stride_dob + off_h.to(tl.int64) * stride_doh
+                 + offs_m[:, None] * stride_dom + offs_d[None, :] * stride_dod,
+                 mask=row_ok[:, None], other=0.0)
+    # Rows past N_Q (and rows that see no key) get lse = +inf, hence P = 0.
+    lse = tl.load(LSE + pid_bh.to(tl.int64) * N_Q + offs_m, mask=row_ok, other=float("inf"))
+    delta = tl.load(DELTA + pid_bh.to(tl.int64) * N_Q + offs_m, mask=row_ok, other=0.0)
+    k_base = K + off_b.to(tl.int64) * stride_kb + off_hkv.to(tl.int64) * stride_kh
+    v_base = V + off_b.to(tl.int64) * stride_vb + off_hkv.to(tl.int64) * stride_vh
+
+    causal_offset = N_K - N_Q
+    if CAUSAL:
+        hi = tl.minimum(tl.maximum(start_m + BLOCK_M + causal_offset, 0), N_K)
+        mid = tl.maximum(start_m + causal_offset + 1, 0) // BLOCK_N * BLOCK_N
+    else:
+        hi = N_K
+        mid = N_K // BLOCK_N * BLOCK_N
+
+    dq = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+    dq = _bwd_dq_inner(
+        dq, q, do, lse, delta, k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd,
+        0, mid, offs_m, offs_d, N_K, causal_offset, qk_scale,
+        False, CAUSAL, BLOCK_N, UPCAST, INPUT_PRECISION,
+    )
+    dq = _bwd_dq_inner(
+        dq, q, do, lse, delta, k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd,
+        mid, hi, offs_m, offs_d, N_K, causal_offset, qk_scale,
+        True, CAUSAL, BLOCK_N, UPCAST, INPUT_PRECISION,
+    )
+    dq = dq * sm_scale
+    tl.store(DQ + off_b.to(tl.int64) * stride_dqb + off_h.to(tl.int64) * stride_dqh
+             + offs_m[:, None] * stride_dqm + offs_d[None, :] * stride_dqd,
+             dq.to(DQ.dtype.element_ty), mask=row_ok[:, None])

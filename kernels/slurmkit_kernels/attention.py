@@ -1,0 +1,240 @@
+"""Public attention API: input validation, launch logic and the autograd wrapper.
+
+See :func:`flash_attention`. The Triton kernels themselves live in ``_kernels.py``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from triton.runtime.interpreter import InterpretedFunction
+
+from . import _kernels
+from .config import KernelConfig, LaunchConfig, config_for_device
+
+SUPPORTED_HEAD_DIMS = (16, 32, 64, 128)
+SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+PRECISIONS = ("ieee", "tf32")
+_LOG2E = 1.4426950408889634
+
+
+def interpreter_active() -> bool:
+    """True when Triton was imported with ``TRITON_INTERPRET=1`` (kernels run on the CPU).
+
+    Decided by what ``@triton.jit`` actually produced, not by the current environment:
+    setting the variable after Triton was imported has no effect.
+    """
+    return isinstance(_kernels._attn_fwd, InterpretedFunction)
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def _validate(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None, precision: str
+) -> float:
+    """Raise ValueError for anything the kernels do not support; return the softmax scale."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dim() != 4:
+            raise ValueError(
+                f"{name} must have 4 dimensions (batch, heads, seq, head_dim), "
+                f"got shape {tuple(t.shape)}"
+            )
+        if t.dtype not in SUPPORTED_DTYPES:
+            raise ValueError(
+                f"{name} has dtype {t.dtype}; supported dtypes are float16, bfloat16, float32"
+            )
+        if t.numel() == 0:
+            raise ValueError(f"{name} is empty (shape {tuple(t.shape)}); all sizes must be >= 1")
+    if not (q.dtype == k.dtype == v.dtype):
+        raise ValueError(f"q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    if not (q.device == k.device == v.device):
+        raise ValueError(f"q, k, v must be on one device, got {q.device}, {k.device}, {v.device}")
+    if not interpreter_active() and q.device.type != "cuda":
+        raise ValueError(
+            f"tensors are on {q.device}; the Triton kernels need a CUDA device. To run on the "
+            "CPU, set TRITON_INTERPRET=1 before triton is first imported (slow; for tests)."
+        )
+    batch, h_q, _, d = q.shape
+    if k.shape != v.shape:
+        raise ValueError(f"k and v must have the same shape, got {tuple(k.shape)} and {tuple(v.shape)}")
+    if k.shape[0] != batch:
+        raise ValueError(f"batch sizes differ: q has {batch}, k/v have {k.shape[0]}")
+    if k.shape[3] != d:
+        raise ValueError(f"head dims differ: q has {d}, k/v have {k.shape[3]}")
+    if d not in SUPPORTED_HEAD_DIMS:
+        raise ValueError(f"head_dim {d} is not supported; supported head dims are {SUPPORTED_HEAD_DIMS}")
+    h_kv = k.shape[1]
+    if h_q % h_kv:
+        raise ValueError(
+            f"q has {h_q} heads and k/v have {h_kv}: the number of query heads must be a "
+            "multiple of the number of key/value heads (GQA/MQA)"
+        )
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+    if scale is None:
+        return 1.0 / math.sqrt(d)
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale):
+        raise ValueError(f"scale must be a finite float or None, got {scale!r}")
+    return float(scale)
+
+
+def _select_config(q: torch.Tensor, config: KernelConfig | None) -> KernelConfig:
+    if config is not None:
+        return config
+    name = torch.cuda.get_device_name(q.device) if q.device.type == "cuda" else None
+    return config_for_device(name)
+
+
+def _kernel_flags(dtype: torch.dtype, precision: str) -> tuple[bool, str]:
+    """(UPCAST, INPUT_PRECISION) constexprs; see the interpreter notes in ``_kernels``."""
+    upcast = dtype == torch.bfloat16 and interpreter_active()
+    # input_precision only changes fp32 dots; 16-bit dots always use tensor cores.
+    input_precision = precision if dtype == torch.float32 else "tf32"
+    return upcast, input_precision
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _launch(cfg: LaunchConfig) -> dict[str, int]:
+    return {"BLOCK_M": cfg.BLOCK_M, "BLOCK_N": cfg.BLOCK_N,
+            "num_warps": cfg.num_warps, "num_stages": cfg.num_stages}
+
+
+def _forward(q, k, v, causal, scale, precision, config):
+    batch, h_q, n_q, d = q.shape
+    h_kv, n_k = k.shape[1], k.shape[2]
+    o = torch.empty((batch, h_q, n_q, d), dtype=q.dtype, device=q.device)
+    lse = torch.empty((batch, h_q, n_q), dtype=torch.float32, device=q.device)
+    upcast, input_precision = _kernel_flags(q.dtype, precision)
+    cfg = config.lookup("fwd", d, _dtype_name(q.dtype))
+    grid = (_cdiv(n_q, cfg.BLOCK_M), batch * h_q)
+    _kernels._attn_fwd[grid](
+        q, k, v, o, lse, *q.stride(), *k.stride(), *v.stride(), *o.stride(),
+        n_q, n_k, h_q, h_q // h_kv, scale * _LOG2E,
+        CAUSAL=causal, HEAD_DIM=d, UPCAST=upcast, INPUT_PRECISION=input_precision,
+        **_launch(cfg),
+    )
+    return o, lse
+
+
+def _backward(do, q, k, v, o, lse, causal, scale, precision, config):
+    batch, h_q, n_q, d = q.shape
+    h_kv, n_k = k.shape[1], k.shape[2]
+    group = h_q // h_kv
+    dtype_name = _dtype_name(q.dtype)
+    upcast, input_precision = _kernel_flags(q.dtype, precision)
+    qk_scale = scale * _LOG2E
+
+    delta = torch.empty_like(lse)
+    pre_block = 64
+    _kernels._attn_bwd_preprocess[(_cdiv(n_q, pre_block), batch * h_q)](
+        o, do, delta, *o.stride(), *do.stride(), n_q, h_q, BLOCK_M=pre_block, HEAD_DIM=d,
+    )
+
+    dk = torch.empty_like(k, memory_format=torch.contiguous_format)
+    dv = torch.empty_like(v, memory_format=torch.contiguous_format)
+    cfg = config.lookup("bwd_dkdv", d, dtype_name)
+    _kernels._attn_bwd_dkdv[(_cdiv(n_k, cfg.BLOCK_N), batch * h_kv)](
+        q, k, v, do, lse, delta, dk, dv,
+        *q.stride(), *k.stride(), *v.stride(), *do.stride(), *dk.stride(), *dv.stride(),
+        n_q, n_k, h_q, h_kv, group, scale, qk_scale,
+        CAUSAL=causal, HEAD_DIM=d, UPCAST=upcast, INPUT_PRECISION=input_precision,
+        **_launch(cfg),
+    )
+
+    dq = torch.empty_like(q, memory_format=torch.contiguous_format)
+    cfg = config.lookup("bwd_dq", d, dtype_name)
+    _kernels._attn_bwd_dq[(_cdiv(n_q, cfg.BLOCK_M), batch * h_q)](
+        q, k, v, do, lse, delta, dq,
+        *q.stride(), *k.stride(), *v.stride(), *do.stride(), *dq.stride(),
+        n_q, n_k, h_q, group, scale, qk_scale,
+        CAUSAL=causal, HEAD_DIM=d, UPCAST=upcast, INPUT_PRECISION=input_precision,
+        **_launch(cfg),
+    )
+    return dq, dk, dv
+
+
+class _FlashAttentionFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, causal, scale, precision, config):
+        o, lse = _forward(q, k, v, causal, scale, precision, config)
+        ctx.save_for_backward(q, k, v, o, lse)
+        ctx.causal, ctx.scale, ctx.precision, ctx.config = causal, scale, precision, config
+        return o
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, do):
+        q, k, v, o, lse = ctx.saved_tensors
+        if do.dtype != q.dtype or do.device != q.device:
+            raise ValueError(
+                f"grad_output has dtype {do.dtype} on {do.device}; expected {q.dtype} on {q.device}"
+            )
+        dq, dk, dv = _backward(do, q, k, v, o, lse, ctx.causal, ctx.scale, ctx.precision, ctx.config)
+        return dq, dk, dv, None, None, None, None
+
+
+def flash_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    causal: bool = False,
+    scale: float | None = None,
+    precision: str = "ieee",
+    config: KernelConfig | None = None,
+) -> torch.Tensor:
+    """Exact softmax attention ``softmax(scale * q @ k^T) @ v``, FlashAttention-2 style.
+
+    Memory is O(seq) instead of O(seq^2): the score matrix is never materialised, the
+    forward saves only the per-row logsumexp, and the backward recomputes scores.
+
+    Parameters
+    ----------
+    q : Tensor (batch, heads_q, seq_q, head_dim)
+    k, v : Tensor (batch, heads_kv, seq_k, head_dim)
+        Same layout as ``torch.nn.functional.scaled_dot_product_attention``. ``heads_kv``
+        may be smaller than ``heads_q`` if it divides it (GQA; 1 is MQA): query head ``h``
+        uses key/value head ``h // (heads_q // heads_kv)``. Any strides are accepted
+        (no copies are made). ``seq_q`` and ``seq_k`` may differ.
+    causal : bool
+        Bottom-right aligned causal mask, as in FlashAttention-2: query ``i`` attends to
+        key ``j`` iff ``j <= i + (seq_k - seq_q)``. With ``seq_q == seq_k`` this is the
+        usual lower-triangular mask. With ``seq_q > seq_k`` the first ``seq_q - seq_k``
+        query rows see no key at all; their output (and gradient) is 0, not NaN.
+        Note that SDPA's ``is_causal`` is aligned top-left instead.
+    scale : float, optional
+        Softmax scale; default ``1 / sqrt(head_dim)``.
+    precision : {"ieee", "tf32"}
+        Only for float32 inputs: ``"ieee"`` (default, like PyTorch's default matmul) or
+        the faster, less accurate TF32 tensor-core path. fp16/bf16 always multiply on
+        tensor cores with fp32 accumulation.
+    config : KernelConfig, optional
+        Launch configuration; default: the shipped file for this GPU model (see
+        :mod:`slurmkit_kernels.config`).
+
+    Returns
+    -------
+    Tensor of ``q``'s shape and dtype, contiguous. Differentiable w.r.t. q, k and v
+    (once; double backward is not supported). The backward is deterministic.
+
+    Raises
+    ------
+    ValueError
+        Wrong rank, empty tensors, unsupported dtype (only fp16, bf16, fp32) or head dim
+        (only 16, 32, 64, 128), mismatched dtypes/devices/batch/head dims, heads_q not a
+        multiple of heads_kv, non-CUDA tensors outside the Triton interpreter, bad scale
+        or precision.
+    """
+    if not isinstance(causal, bool):
+        raise ValueError(f"causal must be a bool, got {causal!r}")
+    scale = _validate(q, k, v, scale, precision)
+    config = _select_config(q, config)
+    return _FlashAttentionFunction.apply(q, k, v, causal, scale, precision, config)

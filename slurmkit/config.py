@@ -1,0 +1,122 @@
+"""Site configuration (``slurmkit.yaml``): location, sections, validation at load.
+
+The file is looked up in this order: an explicit path (``--config``), then
+``$SLURMKIT_CONFIG``, then ``/etc/slurmkit/slurmkit.yaml``; with none present the
+built-in defaults apply. ``etc/slurmkit.yaml`` in the repository is the annotated
+example.
+
+Each top-level section's schema lives next to the code that uses it (for example
+``slurmkit.health.config``); this module only knows where to find them, so the
+prolog pays only for the schemas it loads. Unknown sections and keys are rejected
+with the list of valid ones, and every error names the file, the line and the key
+path.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from typing import Any, Dict, Optional
+
+from slurmkit.core.schema import Field, Section, validate
+from slurmkit.core.yamlload import LineDict, load_yaml_file
+from slurmkit.errors import ConfigError
+
+DEFAULT_PATH = "/etc/slurmkit/slurmkit.yaml"
+ENV_VAR = "SLURMKIT_CONFIG"
+
+SLURM_SCHEMA = Section({
+    "timeout": Field("float", 30.0, "Seconds before any single Slurm command is killed.", min=1, nullable=False),
+    "bin_dir": Field("str", None, "Directory holding sbatch, scontrol, ...; default: search PATH, then /usr/bin."),
+}, "How slurmkit calls the Slurm CLI.")
+
+PATHS_SCHEMA = Section({
+    "state_dir": Field("str", "/var/lib/slurmkit", "Node-local state: verdict cursors, health log.",
+                       nullable=False),
+    "shared_dir": Field("str", "/var/lib/slurmkit/shared",
+                        "Shared storage for sweep results read by every node's prolog.", nullable=False),
+    "metrics_dir": Field("str", "/var/lib/prometheus/node-exporter",
+                         "node_exporter textfile-collector directory for *.prom files.", nullable=False),
+    "log_dir": Field("str", "/var/log/slurmkit", "JSON-lines logs (health verdicts, kill audit).",
+                     nullable=False),
+}, "Where slurmkit keeps its files.")
+
+#: section name -> "module:attribute" of its schema (a Section Field).
+SECTION_SCHEMAS: Dict[str, str] = {
+    "submit": "slurmkit.submit.config:SITE_SCHEMA",
+    "health": "slurmkit.health.config:SITE_SCHEMA",
+    "sweep": "slurmkit.sweep.config:SITE_SCHEMA",
+    "report": "slurmkit.report.config:SITE_SCHEMA",
+}
+BUILTIN_SECTIONS: Dict[str, Field] = {"slurm": SLURM_SCHEMA, "paths": PATHS_SCHEMA}
+VALID_SECTIONS = sorted(set(SECTION_SCHEMAS) | set(BUILTIN_SECTIONS))
+
+
+def section_schema(name: str) -> Field:
+    if name in BUILTIN_SECTIONS:
+        return BUILTIN_SECTIONS[name]
+    module, _, attr = SECTION_SCHEMAS[name].partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def config_path(explicit: Optional[str] = None) -> Optional[str]:
+    """The config file to read, or ``None`` when only defaults apply."""
+    if explicit:
+        return explicit
+    env = os.environ.get(ENV_VAR)
+    if env:
+        return env
+    return DEFAULT_PATH if os.path.exists(DEFAULT_PATH) else None
+
+
+class SiteConfig:
+    """Validated site configuration. Sections are validated lazily on first access,
+    but unknown section names are rejected at load."""
+
+    def __init__(self, raw: LineDict, path: Optional[str]):
+        self.raw = raw
+        self.path = path
+        self._cache: Dict[str, Any] = {}
+
+    def section(self, name: str) -> Dict[str, Any]:
+        if name not in self._cache:
+            if name not in VALID_SECTIONS:
+                raise KeyError(name)
+            value = self.raw.get(name)
+            data = value if value is not None else LineDict()
+            if isinstance(data, LineDict) and data.line is None and name in self.raw.lines:
+                data.line = self.raw.lines[name]
+            self._cache[name] = validate(data, section_schema(name), self.path, name)
+        return self._cache[name]
+
+    def validate_all(self) -> "SiteConfig":
+        for name in VALID_SECTIONS:
+            self.section(name)
+        return self
+
+    def __getitem__(self, name: str) -> Dict[str, Any]:
+        return self.section(name)
+
+
+def load_site_config(path: Optional[str] = None, *, full: bool = False) -> SiteConfig:
+    """Load and validate the site config.
+
+    With ``full`` every section is validated now; otherwise only the section names
+    are checked here and each section when first used (the prolog touches two).
+    """
+    p = config_path(path)
+    raw: Any = LineDict()
+    if p is not None:
+        if not os.path.exists(p):
+            raise ConfigError("config file not found", path=p)
+        raw = load_yaml_file(p)
+        if raw is None:
+            raw = LineDict()
+        if not isinstance(raw, dict):
+            raise ConfigError("the top level must be a mapping of sections", path=p, line=1)
+        for key in raw:
+            if key not in VALID_SECTIONS:
+                raise ConfigError(f"unknown section {key!r}; valid sections: {', '.join(VALID_SECTIONS)}",
+                                  path=p, line=raw.lines.get(key))
+    cfg = SiteConfig(raw, p)
+    return cfg.validate_all() if full else cfg

@@ -1,0 +1,1 @@
+"""Backend-agnostic core: YAML loading with line numbers and schema validation."""

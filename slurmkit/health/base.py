@@ -1,0 +1,83 @@
+"""The types every health check, the prolog, the sweeps and the verdict store share.
+
+A check returns a :class:`CheckResult`: a :class:`Status` (ok, warn, fail, unknown),
+a stable machine-readable ``code`` (``GPU_ECC_DBE``, ``XID_79`` ...), a one-line
+``reason``, an :class:`Action` (what an admin or automation should do) and an
+optional numeric ``value`` (a probe measurement, used for fleet-relative outliers).
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Dict, Optional
+
+
+class Status(str, enum.Enum):
+    OK = "ok"
+    WARN = "warn"
+    FAIL = "fail"
+    UNKNOWN = "unknown"
+
+    @property
+    def exit_code(self) -> int:
+        """Nagios convention: 0 ok, 1 warn, 2 fail (critical), 3 unknown."""
+        return {"ok": 0, "warn": 1, "fail": 2, "unknown": 3}[self.value]
+
+    @property
+    def severity(self) -> int:
+        return {"ok": 0, "unknown": 1, "warn": 2, "fail": 3}[self.value]
+
+
+class Action(str, enum.Enum):
+    NONE = "none"
+    MONITOR = "monitor"
+    RESET = "reset"
+    REBOOT = "reboot"
+    ISOLATE = "isolate"
+
+    @property
+    def severity(self) -> int:
+        return ["none", "monitor", "reset", "reboot", "isolate"].index(self.value)
+
+
+class Tier(str, enum.Enum):
+    FAST = "fast"    # prolog/epilog: well under a second for the whole tier
+    HEAVY = "heavy"  # sweeps: minutes, needs the [train] extra (torch)
+
+
+@dataclass
+class CheckResult:
+    check: str
+    status: Status
+    code: str = "OK"
+    reason: str = ""
+    action: Action = Action.NONE
+    value: Optional[float] = None
+    unit: str = ""
+    details: Dict[str, Any] = field(default_factory=dict)
+    seconds: float = 0.0
+    timestamp: float = field(default_factory=time.time)
+
+    def to_dict(self) -> Dict[str, Any]:
+        d = asdict(self)
+        d["status"] = self.status.value
+        d["action"] = self.action.value
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Dict[str, Any]) -> "CheckResult":
+        kw = dict(d)
+        kw["status"] = Status(kw.get("status", "unknown"))
+        kw["action"] = Action(kw.get("action", "none"))
+        known = set(cls.__dataclass_fields__)
+        return cls(**{k: v for k, v in kw.items() if k in known})
+
+    def drain_reason(self) -> str:
+        """The machine-readable Slurm drain reason: ``slurmkit:<CODE> <check>: <detail>``."""
+        detail = " ".join(self.reason.split())[:180]
+        return f"slurmkit:{self.code} {self.check}: {detail}"
+
+
+DRAIN_REASON_PREFIX = "slurmkit:"

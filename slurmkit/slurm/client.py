@@ -1,0 +1,222 @@
+"""The narrow, typed Slurm API the rest of slurmkit uses.
+
+Everything goes through :func:`slurmkit.slurm.runner.run` (timeouts, errors that
+name the command). Callers never build Slurm command lines themselves, so a pyslurm
+backend could implement these functions later without touching them.
+
+Binaries are looked up in ``slurm.bin_dir`` of the site config, then ``$PATH``, then
+``/usr/bin``: Slurm's prolog and epilog run with no ``PATH`` at all.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from typing import Dict, Iterable, List, Mapping, Optional, Sequence
+
+from slurmkit.errors import SlurmCommandError
+from slurmkit.slurm import runner
+from slurmkit.slurm.parse import expand_hostlist, parse_parsable2
+
+_bin_dir: Optional[str] = None
+_timeout: float = runner.DEFAULT_TIMEOUT
+
+
+def configure(bin_dir: Optional[str] = None, timeout: Optional[float] = None) -> None:
+    """Apply the site config's ``slurm`` section."""
+    global _bin_dir, _timeout
+    _bin_dir = bin_dir
+    if timeout:
+        _timeout = float(timeout)
+
+
+def binary(name: str) -> str:
+    """Absolute path of a Slurm binary, or the bare name when it cannot be found
+    (the runner then reports 'command not found' naming it)."""
+    if _bin_dir:
+        return os.path.join(_bin_dir, name)
+    found = shutil.which(name)
+    if found:
+        return found
+    for d in ("/usr/bin", "/usr/local/bin", "/opt/slurm/bin"):
+        if os.access(os.path.join(d, name), os.X_OK):
+            return os.path.join(d, name)
+    return name
+
+
+def call(name: str, args: Sequence[str], *, timeout: Optional[float] = None, input: Optional[str] = None,
+         env: Optional[Mapping[str, str]] = None, check: bool = True) -> runner.Result:
+    """Run one Slurm command through the shared runner."""
+    return runner.run([binary(name), *args], timeout=timeout or _timeout, input=input, env=env, check=check)
+
+
+# --------------------------------------------------------------------------- sbatch
+
+def submit(script: str, args: Sequence[str] = (), *, env: Optional[Mapping[str, str]] = None,
+           test_only: bool = False) -> str:
+    """Submit ``script`` (text, sent on stdin) with ``sbatch --parsable``; return the job id.
+
+    With ``test_only`` runs ``sbatch --test-only`` and returns its message instead.
+    """
+    if test_only:
+        res = call("sbatch", ["--test-only", *args], input=script, env=env)
+        return (res.stderr or res.stdout).strip()
+    res = call("sbatch", ["--parsable", *args], input=script, env=env)
+    out = res.stdout.strip().splitlines()
+    job = out[-1].split(";")[0].strip() if out else ""
+    if not re.fullmatch(r"\d+", job):
+        raise SlurmCommandError(res.argv, f"could not make sense of sbatch output {res.stdout.strip()!r}",
+                                returncode=res.returncode, stderr=res.stderr)
+    return job
+
+
+# --------------------------------------------------------------------------- scontrol
+
+_KV_SPLIT = re.compile(r"\s+(?=[A-Za-z][A-Za-z0-9_/:.]*=)")
+
+
+def parse_scontrol_record(line: str) -> Dict[str, str]:
+    """Parse one ``scontrol -o show ...`` record (``Key=Value Key=Value ...``).
+
+    Values may contain spaces (``Reason=slurmkit:ECC gpu_ecc: ...``); a token only
+    starts a new key when it looks like ``Word=``.
+    """
+    out: Dict[str, str] = {}
+    for token in _KV_SPLIT.split(line.strip()):
+        key, sep, value = token.partition("=")
+        if sep:
+            out[key] = value
+    return out
+
+
+def show_job(job_id: str) -> Optional[Dict[str, str]]:
+    """``scontrol -o show job``; ``None`` when Slurm no longer knows the job."""
+    res = call("scontrol", ["-o", "show", "job", str(job_id)], check=False)
+    if res.returncode != 0:
+        if "Invalid job id" in res.stderr:
+            return None
+        raise SlurmCommandError(res.argv, f"`scontrol show job {job_id}` exited {res.returncode}: "
+                                f"{res.stderr.strip()[-300:]}", returncode=res.returncode, stderr=res.stderr)
+    line = next((ln for ln in res.stdout.splitlines() if ln.strip()), "")
+    return parse_scontrol_record(line) if line else None
+
+
+def show_node(node: str) -> Optional[Dict[str, str]]:
+    res = call("scontrol", ["-o", "show", "node", node], check=False)
+    if res.returncode != 0:
+        return None
+    line = next((ln for ln in res.stdout.splitlines() if ln.strip()), "")
+    return parse_scontrol_record(line) if line else None
+
+
+def update_node(node: str, **fields: str) -> None:
+    args = ["update", f"NodeName={node}"] + [f"{k}={v}" for k, v in fields.items()]
+    call("scontrol", args)
+
+
+def drain_node(node: str, reason: str) -> None:
+    """Drain ``node`` with ``reason`` (Slurm stores it verbatim; it is one argv item)."""
+    call("scontrol", ["update", f"NodeName={node}", "State=DRAIN", f"Reason={reason}"])
+
+
+def resume_node(node: str) -> None:
+    call("scontrol", ["update", f"NodeName={node}", "State=RESUME"])
+
+
+def requeue_job(job_id: str, hold: bool = False) -> None:
+    call("scontrol", ["requeuehold" if hold else "requeue", str(job_id)])
+
+
+def update_job(job_id: str, **fields: str) -> None:
+    call("scontrol", ["update", f"JobId={job_id}"] + [f"{k}={v}" for k, v in fields.items()])
+
+
+def release_job(job_id: str) -> None:
+    call("scontrol", ["release", str(job_id)])
+
+
+def ping() -> bool:
+    return call("scontrol", ["ping"], check=False, timeout=10).returncode == 0
+
+
+# --------------------------------------------------------------------------- scancel
+
+def cancel(job_id: str, signal: Optional[str] = None, batch_only: bool = False) -> None:
+    args = []
+    if signal:
+        args.append(f"--signal={signal}")
+    if batch_only:
+        args.append("--batch")
+    call("scancel", [*args, str(job_id)])
+
+
+# --------------------------------------------------------------------------- sinfo / squeue
+
+NODE_FIELDS = ("name", "state", "gres", "partition", "cpus", "memory", "reason")
+
+
+def nodes(partition: Optional[str] = None) -> List[Dict[str, str]]:
+    """One dict per node and partition from ``sinfo -N`` (a node in two partitions
+    appears twice; use :func:`node_states` for one row per node)."""
+    args = ["-h", "-N", "-o", "%N|%T|%G|%P|%c|%m|%E"]
+    if partition:
+        args += ["-p", partition]
+    res = call("sinfo", args)
+    return parse_parsable2(res.stdout, NODE_FIELDS, free_field="reason")
+
+
+def node_states(partition: Optional[str] = None) -> Dict[str, str]:
+    """``{node: state}`` with one entry per node (``idle``, ``mixed``, ``drained`` ...)."""
+    return {row["name"]: row["state"] for row in nodes(partition)}
+
+
+JOB_FIELDS = ("job_id", "state", "user", "partition", "nodelist", "reason", "name")
+
+
+def jobs(*, user: Optional[str] = None, job_ids: Iterable[str] = (), states: Iterable[str] = (),
+         node: Optional[str] = None) -> List[Dict[str, str]]:
+    """Queued and running jobs from ``squeue`` (``%i`` gives array tasks as ``123_4``)."""
+    args = ["-h", "-o", "%i|%T|%u|%P|%N|%r|%j"]
+    if user:
+        args += ["-u", user]
+    ids = list(job_ids)
+    if ids:
+        args += ["-j", ",".join(ids)]
+    st = list(states)
+    if st:
+        args += ["-t", ",".join(st)]
+    if node:
+        args += ["-w", node]
+    res = call("squeue", args, check=False)
+    if res.returncode != 0:
+        if ids and "Invalid job id" in res.stderr:
+            return []
+        raise SlurmCommandError(res.argv, f"`squeue` exited {res.returncode}: {res.stderr.strip()[-300:]}",
+                                returncode=res.returncode, stderr=res.stderr)
+    return parse_parsable2(res.stdout, JOB_FIELDS, free_field="name")
+
+
+def job_nodes(nodelist: str) -> List[str]:
+    return expand_hostlist(nodelist)
+
+
+# --------------------------------------------------------------------------- sacct
+
+SACCT_DELIMITER = "\x1f"  # unit separator: cannot appear in job names typed by users
+
+
+def sacct(fields: Sequence[str], args: Sequence[str] = (), *, timeout: Optional[float] = None,
+          free_field: Optional[str] = None) -> List[Dict[str, str]]:
+    """Rows of ``sacct --parsable2 --noheader --format=...`` as dicts.
+
+    A unit-separator delimiter is used, so a ``|`` in a job name cannot shift fields.
+    """
+    argv = ["--parsable2", "--noheader", f"--delimiter={SACCT_DELIMITER}",
+            "--format=" + ",".join(fields), *args]
+    res = call("sacct", argv, timeout=timeout)
+    return parse_parsable2(res.stdout, list(fields), free_field=free_field, sep=SACCT_DELIMITER)
+
+
+def sacctmgr(args: Sequence[str], *, check: bool = True) -> runner.Result:
+    return call("sacctmgr", ["-i", "-P", *args], check=check)
