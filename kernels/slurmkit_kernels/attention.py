@@ -98,6 +98,12 @@ def _kernel_flags(dtype: torch.dtype, precision: str) -> tuple[bool, str]:
     return upcast, input_precision
 
 
+def _empty(shape, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """Allocate a kernel output. The tests replace this to fill outputs with NaN, which
+    proves that the kernels write every element instead of leaving stale memory."""
+    return torch.empty(shape, dtype=dtype, device=device)
+
+
 def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
@@ -110,8 +116,8 @@ def _launch(cfg: LaunchConfig) -> dict[str, int]:
 def _forward(q, k, v, causal, scale, precision, config):
     batch, h_q, n_q, d = q.shape
     h_kv, n_k = k.shape[1], k.shape[2]
-    o = torch.empty((batch, h_q, n_q, d), dtype=q.dtype, device=q.device)
-    lse = torch.empty((batch, h_q, n_q), dtype=torch.float32, device=q.device)
+    o = _empty((batch, h_q, n_q, d), q.dtype, q.device)
+    lse = _empty((batch, h_q, n_q), torch.float32, q.device)
     upcast, input_precision = _kernel_flags(q.dtype, precision)
     cfg = config.lookup("fwd", d, _dtype_name(q.dtype))
     grid = (_cdiv(n_q, cfg.BLOCK_M), batch * h_q)
@@ -132,14 +138,14 @@ def _backward(do, q, k, v, o, lse, causal, scale, precision, config):
     upcast, input_precision = _kernel_flags(q.dtype, precision)
     qk_scale = scale * _LOG2E
 
-    delta = torch.empty_like(lse)
+    delta = _empty(lse.shape, torch.float32, q.device)
     pre_block = 64
     _kernels._attn_bwd_preprocess[(_cdiv(n_q, pre_block), batch * h_q)](
         o, do, delta, *o.stride(), *do.stride(), n_q, h_q, BLOCK_M=pre_block, HEAD_DIM=d,
     )
 
-    dk = torch.empty_like(k, memory_format=torch.contiguous_format)
-    dv = torch.empty_like(v, memory_format=torch.contiguous_format)
+    dk = _empty(k.shape, k.dtype, k.device)
+    dv = _empty(v.shape, v.dtype, v.device)
     cfg = config.lookup("bwd_dkdv", d, dtype_name)
     _kernels._attn_bwd_dkdv[(_cdiv(n_k, cfg.BLOCK_N), batch * h_kv)](
         q, k, v, do, lse, delta, dk, dv,
@@ -149,7 +155,7 @@ def _backward(do, q, k, v, o, lse, causal, scale, precision, config):
         **_launch(cfg),
     )
 
-    dq = torch.empty_like(q, memory_format=torch.contiguous_format)
+    dq = _empty(q.shape, q.dtype, q.device)
     cfg = config.lookup("bwd_dq", d, dtype_name)
     _kernels._attn_bwd_dq[(_cdiv(n_q, cfg.BLOCK_M), batch * h_q)](
         q, k, v, do, lse, delta, dq,

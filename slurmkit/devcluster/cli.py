@@ -1,0 +1,104 @@
+"""``slurmkit devcluster up|down|status|env``."""
+
+from __future__ import annotations
+
+import shlex
+import time
+
+import click
+
+from slurmkit.cli.common import common_options, format_options, print_json, resolve_format
+
+
+def _cluster(state_dir):
+    from slurmkit.devcluster.cluster import DevCluster
+
+    return DevCluster(state_dir)
+
+
+state_dir_option = click.option("--state-dir", default=None, metavar="DIR",
+                                help="Where every file of the cluster lives "
+                                     "(default: $SLURMKIT_DEVCLUSTER_DIR or /var/lib/slurmkit-devcluster).")
+
+
+@click.group()
+def devcluster() -> None:
+    """A real local Slurm cluster: munge, MariaDB, slurmdbd, slurmctld and N slurmd.
+
+    All config, spool, logs and pid files live under one state directory; clients
+    find the cluster through SLURM_CONF (see `slurmkit devcluster env`). Nothing under
+    /etc/slurm is read or written.
+    """
+
+
+@devcluster.command()
+@state_dir_option
+@click.option("--nodes", type=click.IntRange(1, 64), default=2, show_default=True, help="Compute nodes.")
+@click.option("--mode", type=click.Choice(["netns", "ports"]), default="netns", show_default=True,
+              help="netns: one network+UTS namespace per node (own hostname and IP); "
+                   "ports: several slurmd on this host.")
+@click.option("--gpus", "gpus_per_node", type=click.IntRange(1, 64), default=8, show_default=True,
+              help="Fake GPUs per node.")
+@click.option("--gpu-type", default="h100", show_default=True, help="GPU gres type ('' for untyped).")
+@click.option("--hooks", is_flag=True, help="Wire in slurmkit's prolog and epilog (prolog/, epilog/).")
+@click.option("--healthcheck", is_flag=True, help="Wire in slurmkit's HealthCheckProgram.")
+@click.option("--prolog", type=click.Path(exists=True, dir_okay=False), help="Use this Prolog program.")
+@click.option("--epilog", type=click.Path(exists=True, dir_okay=False), help="Use this Epilog program.")
+@click.option("--no-install", is_flag=True, help="Fail instead of apt-get installing missing packages.")
+@common_options
+def up(state_dir, nodes, mode, gpus_per_node, gpu_type, hooks, healthcheck, prolog, epilog, no_install,
+       config_path, verbose, quiet) -> None:
+    """Start the cluster (idempotent: running it twice is safe)."""
+    from slurmkit.devcluster.cluster import ClusterSpec
+
+    cluster = _cluster(state_dir)
+    spec = ClusterSpec(mode=mode, nodes=nodes, gpus_per_node=gpus_per_node, gpu_type=gpu_type, hooks=hooks,
+                       healthcheck=healthcheck, prolog=prolog, epilog=epilog)
+    t0 = time.monotonic()
+    cluster.up(spec, install=not no_install)
+    if not quiet:
+        click.echo(f"devcluster up in {time.monotonic() - t0:.1f}s: {nodes} nodes ({mode}), "
+                   f"state in {cluster.root}", err=True)
+        click.echo(f"use it with: eval \"$(slurmkit devcluster env --state-dir {shlex.quote(str(cluster.root))})\"",
+                   err=True)
+
+
+@devcluster.command()
+@state_dir_option
+@click.option("--keep-state", is_flag=True, help="Stop the daemons but keep the state directory.")
+@common_options
+def down(state_dir, keep_state, config_path, verbose, quiet) -> None:
+    """Stop every daemon through its pid file and remove what `up` created."""
+    t0 = time.monotonic()
+    _cluster(state_dir).down(keep_state=keep_state)
+    if not quiet:
+        click.echo(f"devcluster down in {time.monotonic() - t0:.1f}s", err=True)
+
+
+@devcluster.command()
+@state_dir_option
+@common_options
+@format_options(("table", "json"))
+def status(state_dir, config_path, verbose, quiet, fmt, as_json) -> None:
+    """Show the daemons (running, STALE pid file, stopped) and sinfo. Exit 1 if not up."""
+    st = _cluster(state_dir).status()
+    if resolve_format(fmt, as_json) == "json":
+        print_json(st)
+    else:
+        click.echo(f"state dir: {st['state_dir']}")
+        for name, d in st["daemons"].items():
+            click.echo(f"  {name:<16} {d['state']:<8} {d['pid'] or ''}")
+        if not st["daemons"]:
+            click.echo("  no cluster here")
+        if st["sinfo"]:
+            click.echo(st["sinfo"].rstrip())
+    raise SystemExit(0 if st["up"] else 1)
+
+
+@devcluster.command()
+@state_dir_option
+def env(state_dir) -> None:
+    """Print the exports that point Slurm clients and slurmkit at this cluster."""
+    c = _cluster(state_dir)
+    click.echo(f"export SLURM_CONF={shlex.quote(str(c.slurm_conf))}")
+    click.echo(f"export SLURMKIT_CONFIG={shlex.quote(str(c.slurmkit_config))}")

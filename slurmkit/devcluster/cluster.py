@@ -1,0 +1,740 @@
+"""Bring a local Slurm cluster up and down, idempotently, under one state directory.
+
+Order matters and follows what was verified on Debian 12 / Slurm 22.05
+(``docs/devcluster.md``): munge -> bridge and namespaces (netns mode) -> MariaDB ->
+slurmdbd -> cluster registration -> slurmctld -> slurmd(s) -> accounts -> wait idle.
+
+Two multi-node modes:
+
+* ``netns`` (default): one network + UTS namespace per node on a bridge, so each node
+  has its own hostname (``node1``) and address (``10.77.0.11``). Needed for real
+  multi-node torchrun, where the rendezvous must not be localhost.
+* ``ports``: several slurmd on this host, one port each; no network privileges, but
+  every node shares the host's name and address.
+
+Pitfalls handled here (all observed): count-only GPU gres is dropped in 22.05, so fake
+GPUs are ``mknod c 1 3`` device files; ``ip netns exec`` hides the cgroup mounts, so
+slurmd starts through ``nsenter --net``; ``AuthInfo=cred_expire=10`` makes a requeued
+job restartable after 11 s instead of 121 s; slurmdbd.conf must be mode 600 and owned
+by the slurm user; a fatal start leaves a stale pid file, so liveness is ``kill -0``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable, Dict, List, Optional
+
+from slurmkit.errors import DevclusterError
+
+DEFAULT_STATE_DIR = "/var/lib/slurmkit-devcluster"
+STATE_ENV = "SLURMKIT_DEVCLUSTER_DIR"
+HOSTS_TAG = "# slurmkit-devcluster"
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+PACKAGES = ["slurm-wlm", "slurmctld", "slurmd", "slurm-client", "slurmdbd", "munge", "mariadb-server",
+            "iproute2", "util-linux", "procps"]
+REQUIRED_BINARIES = {"/usr/sbin/slurmctld": "slurmctld", "/usr/sbin/slurmd": "slurmd",
+                     "/usr/sbin/slurmdbd": "slurmdbd", "/usr/bin/sacctmgr": "slurm-client",
+                     "/usr/bin/sbatch": "slurm-client", "/usr/sbin/munged": "munge",
+                     "/usr/sbin/mariadbd": "mariadb-server", "/usr/bin/mariadb-install-db": "mariadb-server"}
+
+# Non-default ports, so a real Slurm or MariaDB on this machine is left alone.
+PORTS = {"slurmctld": 16817, "slurmd": 16818, "slurmdbd": 16819, "mariadb": 16306}
+PORTS_MODE_BASE = 17001
+BRIDGE = "skbr0"
+SUBNET = "10.77.0"
+BRIDGE_IP = f"{SUBNET}.1"
+
+
+@dataclass
+class ClusterSpec:
+    """What ``up`` builds. Stored as ``cluster.json`` so ``down``/``status`` know it."""
+
+    state_dir: str = DEFAULT_STATE_DIR
+    mode: str = "netns"
+    nodes: int = 2
+    gpus_per_node: int = 8
+    gpu_type: str = "h100"
+    cpus_per_node: int = 16
+    mem_per_node_mb: int = 64000
+    hooks: bool = False
+    healthcheck: bool = False
+    prolog: Optional[str] = None
+    epilog: Optional[str] = None
+    healthcheck_program: Optional[str] = None
+    healthcheck_interval: int = 30
+    python: str = sys.executable
+    users: Dict[str, List[str]] = field(default_factory=lambda: {"alice": ["research"],
+                                                                  "bob": ["ops", "research"]})
+    created_users: List[str] = field(default_factory=list)
+
+    @property
+    def node_names(self) -> List[str]:
+        return [f"node{i}" for i in range(1, self.nodes + 1)]
+
+    def node_ip(self, i: int) -> str:
+        return f"{SUBNET}.{10 + i}"
+
+    def comparable(self) -> dict:
+        d = asdict(self)
+        d.pop("created_users", None)
+        return d
+
+
+def _log(msg: str) -> None:
+    print(f"devcluster: {msg}", file=sys.stderr, flush=True)
+
+
+def _run(argv: List[str], *, timeout: float = 60, check: bool = True, env: Optional[dict] = None,
+         input: Optional[str] = None, what: Optional[str] = None, log: Optional[str] = None
+         ) -> subprocess.CompletedProcess:
+    """Run a setup command with a timeout; failures name the command and the log to read."""
+    try:
+        res = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env, input=input)
+    except FileNotFoundError:
+        raise DevclusterError(f"{argv[0]}: not found") from None
+    except subprocess.TimeoutExpired:
+        raise DevclusterError(f"{what or shlex.join(argv)} timed out after {timeout:g}s"
+                              + (f"; read {log}" if log else "")) from None
+    if check and res.returncode != 0:
+        tail = " | ".join((res.stderr or res.stdout).strip().splitlines()[-3:])
+        raise DevclusterError(f"{what or shlex.join(argv)} failed (exit {res.returncode}): {tail}"
+                              + (f"; read {log}" if log else ""))
+    return res
+
+
+def _pid_alive(pidfile: Path) -> Optional[int]:
+    try:
+        pid = int(pidfile.read_text().strip())
+    except (OSError, ValueError):
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None
+    except PermissionError:
+        return pid
+    # A zombie or a recycled pid is not our daemon.
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        if stat.rsplit(")", 1)[1].split()[0] == "Z":
+            return None
+    except OSError:
+        return None
+    return pid
+
+
+def _wait(cond: Callable[[], bool], timeout: float, what: str, log: Optional[str] = None,
+          interval: float = 0.1) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return
+        time.sleep(interval)
+        interval = min(interval * 1.5, 1.0)
+    raise DevclusterError(f"timed out after {timeout:g}s waiting for {what}" + (f"; read {log}" if log else ""))
+
+
+def _port_open(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+class DevCluster:
+    """One local cluster, identified by its state directory."""
+
+    def __init__(self, state_dir: Optional[str] = None):
+        self.root = Path(state_dir or os.environ.get(STATE_ENV) or DEFAULT_STATE_DIR).resolve()
+
+    # ------------------------------------------------------------------ paths
+    @property
+    def spec_file(self) -> Path:
+        return self.root / "cluster.json"
+
+    @property
+    def slurm_conf(self) -> Path:
+        return self.root / "etc" / "slurm.conf"
+
+    @property
+    def slurmkit_config(self) -> Path:
+        return self.root / "slurmkit.yaml"
+
+    @property
+    def munge_socket(self) -> Path:
+        return self.root / "munge" / "munge.socket.2"
+
+    @property
+    def mysql_socket(self) -> Path:
+        return self.root / "mysql" / "mysqld.sock"
+
+    def log(self, name: str) -> str:
+        return str(self.root / "log" / name)
+
+    def load_spec(self) -> Optional[ClusterSpec]:
+        try:
+            data = json.loads(self.spec_file.read_text())
+        except (OSError, ValueError):
+            return None
+        known = set(ClusterSpec.__dataclass_fields__)
+        return ClusterSpec(**{k: v for k, v in data.items() if k in known})
+
+    def save_spec(self, spec: ClusterSpec) -> None:
+        tmp = self.spec_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(asdict(spec), indent=2, sort_keys=True))
+        os.replace(tmp, self.spec_file)
+
+    def env(self) -> Dict[str, str]:
+        """Environment for Slurm clients talking to this cluster."""
+        env = dict(os.environ)
+        env["SLURM_CONF"] = str(self.slurm_conf)
+        env["SLURMKIT_CONFIG"] = str(self.slurmkit_config)
+        env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), "/usr/local/sbin", "/usr/local/bin",
+                                       "/usr/sbin", "/usr/bin", "/sbin", "/bin"])
+        return env
+
+    def daemons(self, spec: ClusterSpec) -> Dict[str, Path]:
+        """Daemon name -> pid file."""
+        d = {"munged": self.root / "munge" / "munged.pid",
+             "mariadbd": self.root / "mysql" / "mysqld.pid",
+             "slurmdbd": self.root / "run" / "slurmdbd.pid",
+             "slurmctld": self.root / "run" / "slurmctld.pid"}
+        for n in spec.node_names:
+            d[f"slurmd:{n}"] = self.root / "run" / f"slurmd-{n}.pid"
+        return d
+
+    # ------------------------------------------------------------------ checks
+    @staticmethod
+    def missing_packages() -> List[str]:
+        return sorted({pkg for path, pkg in REQUIRED_BINARIES.items() if not os.path.exists(path)})
+
+    def ensure_packages(self, install: bool = True) -> None:
+        missing = self.missing_packages()
+        if not missing:
+            return
+        cmd = "apt-get install -y --no-install-recommends " + " ".join(PACKAGES)
+        if not install or os.geteuid() != 0:
+            raise DevclusterError(f"missing packages {', '.join(missing)}; as root run: apt-get update && {cmd}")
+        _log(f"installing {' '.join(PACKAGES)} (apt-get)")
+        policy = Path("/usr/sbin/policy-rc.d")
+        made_policy = not policy.exists()
+        if made_policy:  # keep the packages' maintainer scripts from starting system daemons
+            policy.write_text("#!/bin/sh\nexit 101\n")
+            policy.chmod(0o755)
+        env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+        try:
+            _run(["apt-get", "update", "-q"], timeout=300, env=env, what="apt-get update")
+            _run(["apt-get", "install", "-y", "-q", "--no-install-recommends", *PACKAGES], timeout=900,
+                 env=env, what="apt-get install")
+        finally:
+            if made_policy:
+                policy.unlink(missing_ok=True)
+        still = self.missing_packages()
+        if still:
+            raise DevclusterError(f"packages still missing after install: {', '.join(still)}")
+
+    def _check_system(self, spec: ClusterSpec) -> None:
+        if os.geteuid() != 0:
+            raise DevclusterError("devcluster needs root (it starts munged, MariaDB and Slurm daemons); "
+                                  "run it with sudo")
+        if spec.mode not in ("netns", "ports"):
+            raise DevclusterError(f"unknown mode {spec.mode!r}; valid modes: netns, ports")
+        if spec.nodes < 1 or spec.nodes > 64:
+            raise DevclusterError(f"--nodes must be between 1 and 64, got {spec.nodes}")
+        for tool in ("nsenter", "unshare", "ip", "runuser") if spec.mode == "netns" else ("runuser",):
+            if not shutil.which(tool):
+                raise DevclusterError(f"{tool}: not found; install util-linux and iproute2")
+        host = "127.0.0.1"
+        for name, port in PORTS.items():
+            if _port_open(host, port):
+                raise DevclusterError(f"port {port} (for {name}) is already in use on {host}; "
+                                      f"stop what holds it (ss -ltnp 'sport = :{port}')")
+
+    # ------------------------------------------------------------------ config files
+    def _write(self, rel: str, text: str, mode: int = 0o644, owner: Optional[str] = None) -> Path:
+        path = self.root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        path.chmod(mode)
+        if owner:
+            pw = pwd.getpwnam(owner)
+            os.chown(path, pw.pw_uid, pw.pw_gid)
+        return path
+
+    def render_slurm_conf(self, spec: ClusterSpec) -> str:
+        host = socket.gethostname().split(".")[0]
+        r = self.root
+        ctld_addr = BRIDGE_IP if spec.mode == "netns" else "127.0.0.1"
+        n = spec.nodes
+        gres = f"gpu:{spec.gpu_type}:{spec.gpus_per_node}" if spec.gpu_type else f"gpu:{spec.gpus_per_node}"
+        node_common = (f"CPUs={spec.cpus_per_node} Boards=1 SocketsPerBoard=2 "
+                       f"CoresPerSocket={max(1, spec.cpus_per_node // 2)} ThreadsPerCore=1 "
+                       f"RealMemory={spec.mem_per_node_mb} Gres={gres} State=UNKNOWN")
+        names = f"node[1-{n}]" if n > 1 else "node1"
+        if spec.mode == "netns":
+            addrs = ",".join(spec.node_ip(i) for i in range(1, n + 1))
+            node_line = f"NodeName={names} NodeAddr={addrs} Port={PORTS['slurmd']} {node_common}"
+        else:
+            ports = f"[{PORTS_MODE_BASE}-{PORTS_MODE_BASE + n - 1}]" if n > 1 else str(PORTS_MODE_BASE)
+            node_line = f"NodeName={names} NodeHostname={host} NodeAddr=127.0.0.1 Port={ports} {node_common}"
+        tres = "gres/gpu" + (f",gres/gpu:{spec.gpu_type}" if spec.gpu_type else "")
+        lines = [
+            "# Generated by slurmkit devcluster. Do not edit: `slurmkit devcluster down` removes it.",
+            "ClusterName=dev",
+            f"SlurmctldHost={host}({ctld_addr})",
+            "SlurmUser=slurm",
+            "AuthType=auth/munge",
+            "CredType=cred/munge",
+            f"AuthInfo=cred_expire=10,socket={self.munge_socket}",
+            "MpiDefault=none",
+            "MailProg=/bin/true",
+            f"SlurmctldPort={PORTS['slurmctld']}",
+            f"SlurmdPort={PORTS['slurmd']}",
+            f"StateSaveLocation={r}/spool/ctld",
+            f"SlurmdSpoolDir={r}/spool/slurmd/%n",
+            f"SlurmctldPidFile={r}/run/slurmctld.pid",
+            f"SlurmdPidFile={r}/run/slurmd-%n.pid",
+            f"SlurmctldLogFile={r}/log/slurmctld.log",
+            f"SlurmdLogFile={r}/log/slurmd-%n.log",
+            "SlurmctldDebug=info",
+            "SlurmdDebug=info",
+            "ReturnToService=2",
+            "ProctrackType=proctrack/linuxproc",
+            "TaskPlugin=task/none",
+            "JobAcctGatherType=jobacct_gather/linux",
+            "JobAcctGatherFrequency=10",
+            "SchedulerType=sched/backfill",
+            "SchedulerParameters=bf_interval=5",
+            "SelectType=select/cons_tres",
+            "SelectTypeParameters=CR_Core_Memory",
+            "DefMemPerCPU=1000",
+            "SlurmdParameters=config_overrides",
+            "GresTypes=gpu",
+            "SlurmdTimeout=60",
+            "InactiveLimit=0",
+            "MinJobAge=300",
+            "KillWait=5",
+            "Waittime=0",
+            "PreemptType=preempt/partition_prio",
+            "PreemptMode=REQUEUE",
+            "AccountingStorageType=accounting_storage/slurmdbd",
+            "AccountingStorageHost=127.0.0.1" if spec.mode == "ports" else f"AccountingStorageHost={BRIDGE_IP}",
+            f"AccountingStoragePort={PORTS['slurmdbd']}",
+            # Where a dbd client finds munge: our own munged, not /run/munge.
+            f"AccountingStoragePass={self.munge_socket}",
+            f"AccountingStorageTRES={tres}",
+            "AccountingStorageEnforce=associations",
+            "JobCompType=jobcomp/none",
+            f"PluginDir=/usr/lib/x86_64-linux-gnu/slurm-wlm" if os.path.isdir(
+                "/usr/lib/x86_64-linux-gnu/slurm-wlm") else "",
+        ]
+        if spec.hooks or spec.prolog:
+            lines.append(f"Prolog={r}/hooks/prolog")
+            lines.append("PrologFlags=Alloc")
+        if spec.hooks or spec.epilog:
+            lines.append(f"Epilog={r}/hooks/epilog")
+        if spec.healthcheck or spec.healthcheck_program:
+            lines += [f"HealthCheckProgram={r}/hooks/healthcheck",
+                      f"HealthCheckInterval={spec.healthcheck_interval}", "HealthCheckNodeState=ANY"]
+        lines += [
+            node_line,
+            f"PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP PriorityTier=10",
+            f"PartitionName=sweep Nodes=ALL Default=NO MaxTime=INFINITE State=UP PriorityTier=1 "
+            f"PreemptMode=REQUEUE",
+        ]
+        return "\n".join(x for x in lines if x) + "\n"
+
+    def render_gres_conf(self, spec: ClusterSpec) -> str:
+        names = f"node[1-{spec.nodes}]" if spec.nodes > 1 else "node1"
+        files = f"{self.root}/fakegpu/nvidia[0-{spec.gpus_per_node - 1}]" if spec.gpus_per_node > 1 \
+            else f"{self.root}/fakegpu/nvidia0"
+        typ = f" Type={spec.gpu_type}" if spec.gpu_type else ""
+        return f"NodeName={names} Name=gpu{typ} File={files}\n"
+
+    def render_slurmdbd_conf(self, spec: ClusterSpec, password: str) -> str:
+        r = self.root
+        return "\n".join([
+            "AuthType=auth/munge",
+            f"AuthInfo=socket={self.munge_socket}",
+            "DbdHost=localhost",
+            f"DbdPort={PORTS['slurmdbd']}",
+            "SlurmUser=slurm",
+            "DebugLevel=info",
+            f"LogFile={r}/log/slurmdbd.log",
+            f"PidFile={r}/run/slurmdbd.pid",
+            "StorageType=accounting_storage/mysql",
+            "StorageHost=127.0.0.1",
+            f"StoragePort={PORTS['mariadb']}",
+            "StorageUser=slurm",
+            f"StoragePass={password}",
+            "StorageLoc=slurm_acct_db",
+        ]) + "\n"
+
+    def render_slurmkit_config(self, spec: ClusterSpec) -> str:
+        r = self.root
+        return "\n".join([
+            "# slurmkit site config for the devcluster (generated by `slurmkit devcluster up`).",
+            "paths:",
+            f"  state_dir: {r}/slurmkit/state",
+            f"  shared_dir: {r}/shared/slurmkit",
+            f"  metrics_dir: {r}/slurmkit/metrics",
+            f"  log_dir: {r}/slurmkit/log",
+            "health:",
+            "  backend: simulated",
+            f"  simulated_fixture: {r}/gpu/{{node}}.yaml",
+        ]) + "\n"
+
+    def _hook_wrapper(self, spec: ClusterSpec, target: str) -> str:
+        path = ":".join([os.path.dirname(spec.python), "/usr/local/sbin", "/usr/local/bin", "/usr/sbin",
+                         "/usr/bin", "/sbin", "/bin"])
+        return ("#!/bin/sh\n"
+                "# slurmkit devcluster hook wrapper: Slurm runs hooks with no PATH; set it and the\n"
+                "# slurmkit config, then hand over to slurmkit's own entry point.\n"
+                f"PATH={shlex.quote(path)}; export PATH\n"
+                f"SLURMKIT_CONFIG={shlex.quote(str(self.slurmkit_config))}; export SLURMKIT_CONFIG\n"
+                f"SLURM_CONF={shlex.quote(str(self.slurm_conf))}; export SLURM_CONF\n"
+                f"exec {shlex.quote(spec.python)} {shlex.quote(target)} \"$@\"\n")
+
+    # ------------------------------------------------------------------ bring-up steps
+    def _prepare_dirs(self, spec: ClusterSpec) -> None:
+        slurm = pwd.getpwnam("slurm")
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.root.chmod(0o755)
+        for sub in ("etc", "run", "log", "spool/ctld", "hooks", "gpu", "fakegpu", "slurmkit/state",
+                    "slurmkit/metrics", "slurmkit/log"):
+            (self.root / sub).mkdir(parents=True, exist_ok=True)
+        for n in spec.node_names:
+            (self.root / "spool" / "slurmd" / n).mkdir(parents=True, exist_ok=True)
+        for sub in ("run", "log", "spool/ctld"):
+            os.chown(self.root / sub, slurm.pw_uid, slurm.pw_gid)
+        shared = self.root / "shared"
+        shared.mkdir(exist_ok=True)
+        shared.chmod(0o1777)
+        (shared / "slurmkit").mkdir(exist_ok=True)
+        for i in range(spec.gpus_per_node):
+            dev = self.root / "fakegpu" / f"nvidia{i}"
+            if not dev.exists():
+                # /dev/null's numbers: nothing can reach real hardware through these.
+                os.mknod(dev, 0o666 | 0o020000, os.makedev(1, 3))
+                dev.chmod(0o666)
+
+    def _write_configs(self, spec: ClusterSpec) -> None:
+        self._write("etc/slurm.conf", self.render_slurm_conf(spec))
+        self._write("etc/gres.conf", self.render_gres_conf(spec))
+        pw_file = self.root / "etc" / ".dbpass"
+        if not pw_file.exists():
+            self._write("etc/.dbpass", os.urandom(12).hex(), mode=0o600)
+        password = pw_file.read_text().strip()
+        self._write("etc/slurmdbd.conf", self.render_slurmdbd_conf(spec, password), mode=0o600, owner="slurm")
+        self._write("slurmkit.yaml", self.render_slurmkit_config(spec))
+        fixture = REPO_ROOT / "etc" / "gpu-fixtures" / f"healthy-{spec.gpu_type}x{spec.gpus_per_node}.yaml"
+        for n in spec.node_names:
+            target = self.root / "gpu" / f"{n}.yaml"
+            if fixture.exists() and not target.exists():
+                shutil.copyfile(fixture, target)
+        hooks = {"prolog": spec.prolog or (str(REPO_ROOT / "prolog" / "slurmkit-prolog") if spec.hooks else None),
+                 "epilog": spec.epilog or (str(REPO_ROOT / "epilog" / "slurmkit-epilog") if spec.hooks else None),
+                 "healthcheck": spec.healthcheck_program or (
+                     str(REPO_ROOT / "prolog" / "slurmkit-healthcheck") if spec.healthcheck else None)}
+        for name, target in hooks.items():
+            if target:
+                if not os.path.exists(target):
+                    raise DevclusterError(f"hook program for {name} not found: {target}")
+                self._write(f"hooks/{name}", self._hook_wrapper(spec, target), mode=0o755)
+
+    def _start_munge(self) -> None:
+        mdir = self.root / "munge"
+        pidfile = mdir / "munged.pid"
+        if _pid_alive(pidfile):
+            return
+        munge = pwd.getpwnam("munge")
+        mdir.mkdir(exist_ok=True)
+        os.chown(mdir, munge.pw_uid, munge.pw_gid)
+        mdir.chmod(0o755)
+        key = mdir / "munge.key"
+        if not key.exists():
+            old = os.umask(0o077)
+            try:
+                key.write_bytes(os.urandom(1024))
+            finally:
+                os.umask(old)
+        os.chown(key, munge.pw_uid, munge.pw_gid)
+        key.chmod(0o400)
+        log = mdir / "munged.log"
+        _run(["runuser", "-u", "munge", "--", "/usr/sbin/munged", f"--socket={self.munge_socket}",
+              f"--key-file={key}", f"--pid-file={pidfile}", f"--log-file={log}",
+              f"--seed-file={mdir / 'munged.seed'}"], timeout=20, what="munged", log=str(log))
+
+        def ready() -> bool:
+            enc = subprocess.run(["munge", "-n", "-S", str(self.munge_socket)], capture_output=True, timeout=5)
+            if enc.returncode != 0:
+                return False
+            dec = subprocess.run(["unmunge", "-S", str(self.munge_socket)], input=enc.stdout,
+                                 capture_output=True, timeout=5)
+            return dec.returncode == 0
+        _wait(ready, 15, "munged", str(log))
+
+    def _setup_network(self, spec: ClusterSpec) -> None:
+        if spec.mode != "netns":
+            return
+        links = subprocess.run(["ip", "-o", "link", "show", BRIDGE], capture_output=True, text=True)
+        if links.returncode != 0:
+            _run(["ip", "link", "add", BRIDGE, "type", "bridge"], what="creating the bridge")
+            _run(["ip", "addr", "add", f"{BRIDGE_IP}/24", "dev", BRIDGE], what="addressing the bridge")
+        _run(["ip", "link", "set", BRIDGE, "up"])
+        existing = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+        for i, n in enumerate(spec.node_names, start=1):
+            ns = f"sk-{n}"
+            if ns not in existing.split():
+                _run(["ip", "netns", "add", ns], what=f"creating namespace {ns}")
+                _run(["ip", "link", "add", f"skv{i}", "type", "veth", "peer", "name", "eth0", "netns", ns],
+                     what=f"creating the veth pair for {n}")
+                _run(["ip", "link", "set", f"skv{i}", "master", BRIDGE, "up"])
+                _run(["ip", "-n", ns, "addr", "add", f"{spec.node_ip(i)}/24", "dev", "eth0"])
+                _run(["ip", "-n", ns, "link", "set", "eth0", "up"])
+                _run(["ip", "-n", ns, "link", "set", "lo", "up"])
+        self._write_hosts(spec)
+
+    def _write_hosts(self, spec: ClusterSpec) -> None:
+        hosts = Path("/etc/hosts")
+        lines = [ln for ln in hosts.read_text().splitlines() if HOSTS_TAG not in ln]
+        lines += [f"{spec.node_ip(i)} {n} {HOSTS_TAG}" for i, n in enumerate(spec.node_names, start=1)]
+        # /etc/hosts may be a bind mount: rewrite in place rather than rename over it.
+        hosts.write_text("\n".join(lines) + "\n")
+
+    def _start_mariadb(self) -> None:
+        mdir = self.root / "mysql"
+        data = mdir / "data"
+        pidfile = mdir / "mysqld.pid"
+        log = mdir / "mysqld.log"
+        mysql = pwd.getpwnam("mysql")
+        mdir.mkdir(exist_ok=True)
+        os.chown(mdir, mysql.pw_uid, mysql.pw_gid)
+        if _pid_alive(pidfile) and self.mysql_socket.exists():
+            return
+        if not (data / "mysql").exists():
+            _run(["mariadb-install-db", "--no-defaults", "--user=mysql", f"--datadir={data}",
+                  "--auth-root-authentication-method=socket", "--skip-test-db"], timeout=180,
+                 what="mariadb-install-db", log=str(log))
+        args = ["/usr/sbin/mariadbd", "--no-defaults", "--user=mysql", f"--datadir={data}",
+                f"--socket={self.mysql_socket}", f"--pid-file={pidfile}", f"--port={PORTS['mariadb']}",
+                "--bind-address=127.0.0.1", f"--log-error={log}", "--innodb-buffer-pool-size=256M",
+                "--innodb-log-file-size=64M", "--innodb-lock-wait-timeout=900", "--max-allowed-packet=16M",
+                "--skip-name-resolve"]
+        with open(os.devnull, "rb") as devnull, open(mdir / "mysqld.out", "ab") as out:
+            # mariadbd does not daemonise: detach it into its own session.
+            subprocess.Popen(args, stdin=devnull, stdout=out, stderr=out, start_new_session=True)
+
+        def ready() -> bool:
+            return subprocess.run(["mariadb-admin", f"--socket={self.mysql_socket}", "-u", "root", "ping"],
+                                  capture_output=True, timeout=5).returncode == 0
+        _wait(ready, 60, "MariaDB", str(log))
+        password = (self.root / "etc" / ".dbpass").read_text().strip()
+        sql = ("CREATE DATABASE IF NOT EXISTS slurm_acct_db;"
+               f"CREATE USER IF NOT EXISTS 'slurm'@'127.0.0.1' IDENTIFIED BY '{password}';"
+               f"CREATE USER IF NOT EXISTS 'slurm'@'localhost' IDENTIFIED BY '{password}';"
+               "GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1';"
+               "GRANT ALL ON slurm_acct_db.* TO 'slurm'@'localhost'; FLUSH PRIVILEGES;")
+        _run(["mariadb", f"--socket={self.mysql_socket}", "-u", "root", "-e", sql], timeout=30,
+             what="creating the accounting database", log=str(log))
+
+    def _start_slurmdbd(self, env: Dict[str, str]) -> None:
+        pidfile = self.root / "run" / "slurmdbd.pid"
+        log = self.log("slurmdbd.log")
+        if not _pid_alive(pidfile):
+            denv = dict(env, SLURM_CONF=str(self.slurm_conf))
+            _run(["/usr/sbin/slurmdbd"], env=denv, timeout=30, what="slurmdbd", log=log)
+        _wait(lambda: _port_open("127.0.0.1", PORTS["slurmdbd"]), 30, "slurmdbd to listen", log)
+        # Registering the cluster needs a live slurmdbd; sacctmgr answers rc 1 when it exists.
+        res = _run(["sacctmgr", "-i", "-n", "-P", "show", "cluster", "format=cluster"], env=env, timeout=30,
+                   check=False)
+        if "dev" not in res.stdout.split():
+            _run(["sacctmgr", "-i", "add", "cluster", "dev"], env=env, timeout=30,
+                 what="sacctmgr add cluster", log=log)
+
+    def _start_slurmctld(self, env: Dict[str, str]) -> None:
+        pidfile = self.root / "run" / "slurmctld.pid"
+        log = self.log("slurmctld.log")
+        if not _pid_alive(pidfile):
+            _run(["/usr/sbin/slurmctld"], env=env, timeout=30, what="slurmctld", log=log)
+
+        def ready() -> bool:
+            return subprocess.run(["scontrol", "ping"], env=env, capture_output=True, text=True,
+                                  timeout=10).returncode == 0
+        _wait(ready, 30, "slurmctld (scontrol ping)", log)
+
+    def _start_slurmds(self, spec: ClusterSpec, env: Dict[str, str]) -> None:
+        for i, n in enumerate(spec.node_names, start=1):
+            pidfile = self.root / "run" / f"slurmd-{n}.pid"
+            if _pid_alive(pidfile):
+                continue
+            log = self.log(f"slurmd-{n}.log")
+            if spec.mode == "netns":
+                argv = ["nsenter", f"--net=/run/netns/sk-{n}", "unshare", "--uts", "--",
+                        "sh", "-c", f"hostname {n} && exec /usr/sbin/slurmd -N {n}"]
+            else:
+                argv = ["/usr/sbin/slurmd", "-N", n]
+            _run(argv, env=env, timeout=30, what=f"slurmd for {n}", log=log)
+        for n in spec.node_names:
+            _wait(lambda n=n: _pid_alive(self.root / "run" / f"slurmd-{n}.pid") is not None, 20,
+                  f"slurmd {n} to write its pid file", self.log(f"slurmd-{n}.log"))
+
+    def _accounts(self, spec: ClusterSpec, env: Dict[str, str]) -> List[str]:
+        created = []
+        for user in spec.users:
+            try:
+                pwd.getpwnam(user)
+            except KeyError:
+                _run(["useradd", "-m", "-s", "/bin/bash", user], what=f"useradd {user}")
+                created.append(user)
+        accounts = sorted({a for accts in spec.users.values() for a in accts})
+        have = _run(["sacctmgr", "-n", "-P", "show", "account", "format=account"], env=env).stdout.split()
+        for a in accounts:
+            if a not in have:
+                _run(["sacctmgr", "-i", "add", "account", a, f"Description={a}", "Organization=dev"], env=env)
+        assoc = _run(["sacctmgr", "-n", "-P", "show", "assoc", "format=user,account"], env=env).stdout.split()
+        for user, accts in spec.users.items():
+            for a in accts:
+                if f"{user}|{a}" not in assoc:
+                    _run(["sacctmgr", "-i", "add", "user", user, f"Account={a}"], env=env)
+        return created
+
+    def wait_nodes_idle(self, spec: ClusterSpec, env: Dict[str, str], timeout: float = 60) -> None:
+        def all_idle() -> bool:
+            res = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %T"], env=env, capture_output=True,
+                                 text=True, timeout=10)
+            states = dict(line.split()[:2] for line in res.stdout.splitlines() if line.strip())
+            bad = [n for n in spec.node_names if states.get(n, "").rstrip("*~#") not in
+                   ("idle", "mixed", "allocated")]
+            if bad:
+                # A node drained by an earlier run of a test stays drained; resume what is ours.
+                for n in bad:
+                    if states.get(n, "").startswith(("drain", "inval")):
+                        subprocess.run(["scontrol", "update", f"NodeName={n}", "State=RESUME"], env=env,
+                                       capture_output=True, timeout=10)
+            return not bad
+        _wait(all_idle, timeout, "all nodes to become idle", self.log("slurmctld.log"), interval=0.3)
+
+    # ------------------------------------------------------------------ public API
+    def up(self, spec: ClusterSpec, install: bool = True) -> ClusterSpec:
+        """Bring the cluster up; a no-op when the same cluster is already running."""
+        spec.state_dir = str(self.root)
+        current = self.load_spec()
+        if current is not None and self.running(current):
+            if current.comparable() != spec.comparable():
+                raise DevclusterError(f"a different devcluster is running from {self.root}; "
+                                      f"run `slurmkit devcluster down` first")
+            self.wait_nodes_idle(current, self.env())
+            return current
+        self.ensure_packages(install)
+        if current is not None:
+            self.stop_daemons(current)
+        self._check_system(spec)
+        self._prepare_dirs(spec)
+        self._write_configs(spec)
+        spec.created_users = current.created_users if current else []
+        self.save_spec(spec)
+        env = self.env()
+        self._start_munge()
+        self._setup_network(spec)
+        self._start_mariadb()
+        self._start_slurmdbd(env)
+        self._start_slurmctld(env)
+        self._start_slurmds(spec, env)
+        created = self._accounts(spec, env)
+        spec.created_users = sorted(set(spec.created_users) | set(created))
+        self.save_spec(spec)
+        self.wait_nodes_idle(spec, env)
+        return spec
+
+    def running(self, spec: ClusterSpec) -> bool:
+        return all(_pid_alive(p) for p in self.daemons(spec).values())
+
+    def status(self) -> Dict[str, object]:
+        spec = self.load_spec()
+        if spec is None:
+            return {"state_dir": str(self.root), "up": False, "daemons": {}, "sinfo": ""}
+        daemons = {}
+        for name, pidfile in self.daemons(spec).items():
+            pid = _pid_alive(pidfile)
+            daemons[name] = {"pid": pid, "state": "running" if pid else ("STALE" if pidfile.exists()
+                                                                           else "stopped")}
+        sinfo = ""
+        if daemons.get("slurmctld", {}).get("pid"):
+            res = subprocess.run(["sinfo", "-N", "-o", "%N %P %T %G %E"], env=self.env(), capture_output=True,
+                                 text=True, timeout=10)
+            sinfo = res.stdout if res.returncode == 0 else res.stderr
+        return {"state_dir": str(self.root), "mode": spec.mode, "nodes": spec.node_names,
+                "up": all(d["pid"] for d in daemons.values()), "daemons": daemons, "sinfo": sinfo}
+
+    def stop_daemons(self, spec: ClusterSpec, timeout: float = 30) -> None:
+        """TERM every daemon through its pid file (slurmds in parallel), then KILL stragglers."""
+        order = [["slurmctld"], [k for k in self.daemons(spec) if k.startswith("slurmd:")], ["slurmdbd"],
+                 ["mariadbd"], ["munged"]]
+        pidfiles = self.daemons(spec)
+        for group in order:
+            pids = {}
+            for name in group:
+                pid = _pid_alive(pidfiles[name])
+                if pid:
+                    try:
+                        os.kill(pid, signal.SIGTERM)
+                        pids[name] = pid
+                    except ProcessLookupError:
+                        pass
+            deadline = time.monotonic() + timeout
+            while pids and time.monotonic() < deadline:
+                pids = {n: p for n, p in pids.items() if _pid_alive(pidfiles[n])}
+                time.sleep(0.1)
+            for name, pid in pids.items():
+                _log(f"{name} (pid {pid}) ignored SIGTERM for {timeout:g}s; killing it")
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            for name in group:
+                pidfiles[name].unlink(missing_ok=True)
+        # slurmstepd processes of jobs that were still running belong to the cluster too.
+        for proc in Path("/proc").iterdir():
+            if not proc.name.isdigit():
+                continue
+            try:
+                cmd = (proc / "cmdline").read_bytes().split(b"\0")
+                if cmd and cmd[0].endswith(b"slurmstepd") and str(self.root).encode() in \
+                        (proc / "environ").read_bytes():
+                    os.kill(int(proc.name), signal.SIGKILL)
+            except (OSError, ValueError):
+                continue
+
+    def down(self, keep_state: bool = False) -> None:
+        spec = self.load_spec()
+        if spec is None:
+            if self.root.exists() and any(self.root.iterdir()):
+                raise DevclusterError(f"{self.root} holds no cluster.json: not a devcluster state directory; "
+                                      f"refusing to remove it")
+            return
+        self.stop_daemons(spec)
+        if spec.mode == "netns":
+            for n in spec.node_names:
+                subprocess.run(["ip", "netns", "del", f"sk-{n}"], capture_output=True, timeout=20)
+            subprocess.run(["ip", "link", "del", BRIDGE], capture_output=True, timeout=20)
+            hosts = Path("/etc/hosts")
+            lines = [ln for ln in hosts.read_text().splitlines() if HOSTS_TAG not in ln]
+            hosts.write_text("\n".join(lines) + "\n")
+        for user in spec.created_users:
+            subprocess.run(["userdel", "-r", user], capture_output=True, timeout=30)
+        if not keep_state:
+            shutil.rmtree(self.root, ignore_errors=True)

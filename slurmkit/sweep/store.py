@@ -1,0 +1,258 @@
+"""The verdict store: per-node health results on shared storage.
+
+Why a store: a prolog has seconds, a sweep has minutes. The sweep writes what it
+measured (value, verdict, when, valid until when) so that
+
+* the prolog can report a heavy verdict that is still valid instead of re-running it,
+* ``ssubmit``'s requeue-with-exclude can avoid nodes with a failing valid verdict,
+* the usage report can join node health to job failures,
+* the sweep planner can rotate by "time since the last complete pass",
+* the outlier rule can compare a node with its peers without a baseline file.
+
+Layout: one JSON file per node, ``<root>/<node>.json``, so writers on different
+nodes never contend, and a reader sees either the old or the new file (each write is
+a temporary file in the same directory, fsync'd, then ``rename``d over the old one).
+A read-modify-write of one node's file holds an exclusive ``fcntl`` lock on
+``<root>/.<node>.lock``; fcntl (POSIX) locks work on local filesystems and on NFS
+with a lock manager (NFSv4, or NFSv3 with lockd), unlike ``flock`` on some NFS
+clients. Readers take no lock.
+
+Node file format (``version`` 1)::
+
+    {"version": 1, "node": "node1",
+     "checks": {"<check>": {"status", "code", "value", "unit", "reason", "action",
+                            "timestamp", "valid_until", "tier", "run_id"}},
+     "last_pass": 1764400000.0,           # time of the last complete (heavy) pass
+     "last_pass_status": "ok",            # worst status of that pass
+     "passes": [{"run_id", "timestamp", "status", "tier", "checks"}],   # newest last
+     "history": {"<check>": [[timestamp, value, run_id], ...]},         # newest last
+     "meta": {"gpu_model": "h100"}}
+
+The store never raises on a corrupt or foreign file when reading: a node whose file
+cannot be parsed reads as "never checked" (and is logged), so one bad file cannot stop
+every prolog on the cluster.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import logging
+import os
+import re
+import tempfile
+import time
+from typing import Any, Dict, Iterable, Iterator, List, Optional
+
+from slurmkit.errors import ConfigError, UsageError
+from slurmkit.health.base import CheckResult, Status, Tier
+
+log = logging.getLogger("slurmkit.sweep.store")
+
+FORMAT_VERSION = 1
+#: Passes and per-check values kept per node: enough for a robust "recent" median,
+#: small enough that 10,000 node files load in well under a second.
+HISTORY_LEN = 10
+COMPLETE_PASS_TIERS = frozenset({Tier.HEAVY.value})
+
+_NODE_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$")
+_ENTRY_KEYS = ("status", "code", "value", "unit", "reason", "action", "timestamp", "valid_until", "tier")
+
+
+def check_node_name(name: str) -> str:
+    """Reject names that could escape the store directory or collide with its own files.
+
+    Slurm node names are host names: letters, digits, ``-``, ``_`` and ``.``.
+    """
+    if not isinstance(name, str) or not _NODE_NAME_RE.match(name) or name in (".", ".."):
+        raise UsageError(f"invalid node name {name!r}: expected letters, digits, '.', '-' or '_'")
+    return name
+
+
+def _worst(statuses: Iterable[str]) -> str:
+    worst = Status.OK
+    for s in statuses:
+        try:
+            st = Status(s)
+        except ValueError:
+            st = Status.UNKNOWN
+        if st.severity > worst.severity:
+            worst = st
+    return worst.value
+
+
+def empty_doc(name: str) -> Dict[str, Any]:
+    return {"version": FORMAT_VERSION, "node": name, "checks": {}, "last_pass": None,
+            "last_pass_status": None, "passes": [], "history": {}, "meta": {}}
+
+
+class VerdictStore:
+    """A directory of per-node JSON verdict files (see the module docstring)."""
+
+    def __init__(self, root: str):
+        self.root = os.path.abspath(os.fspath(root))
+
+    # ----------------------------------------------------------------- paths, io
+
+    def path(self, name: str) -> str:
+        return os.path.join(self.root, check_node_name(name) + ".json")
+
+    def _lock_path(self, name: str) -> str:
+        return os.path.join(self.root, "." + check_node_name(name) + ".lock")
+
+    def _ensure_root(self) -> None:
+        try:
+            os.makedirs(self.root, exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(f"cannot create the verdict store directory: {exc.strerror}",
+                              path=self.root) from None
+
+    @contextlib.contextmanager
+    def locked(self, name: str) -> Iterator[None]:
+        """Hold the exclusive lock for one node's read-modify-write."""
+        self._ensure_root()
+        fd = os.open(self._lock_path(name), os.O_RDWR | os.O_CREAT, 0o664)
+        try:
+            fcntl.lockf(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            try:
+                fcntl.lockf(fd, fcntl.LOCK_UN)
+            finally:
+                os.close(fd)
+
+    def read(self, name: str) -> Dict[str, Any]:
+        """The whole node document; an empty one for a node never checked."""
+        path = self.path(name)
+        try:
+            with open(path, "r", encoding="utf-8") as fh:
+                doc = json.load(fh)
+        except FileNotFoundError:
+            return empty_doc(name)
+        except (OSError, ValueError) as exc:
+            log.warning("verdict store: ignoring unreadable %s: %s", path, exc)
+            return empty_doc(name)
+        if not isinstance(doc, dict) or not isinstance(doc.get("checks"), dict):
+            log.warning("verdict store: ignoring %s: not a slurmkit node document", path)
+            return empty_doc(name)
+        base = empty_doc(name)
+        base.update(doc)
+        return base
+
+    def _write(self, name: str, doc: Dict[str, Any]) -> None:
+        self._ensure_root()
+        fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=self.root)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                json.dump(doc, fh, sort_keys=True, separators=(",", ":"))
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.chmod(tmp, 0o644)
+            os.replace(tmp, self.path(name))
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+
+    def update(self, name: str, fn) -> Dict[str, Any]:
+        """Apply ``fn(doc) -> None`` to a node document under its lock; return the new doc."""
+        with self.locked(name):
+            doc = self.read(name)
+            fn(doc)
+            self._write(name, doc)
+            return doc
+
+    # ----------------------------------------------------------------- shared API
+
+    def record(self, node: str, results: Iterable[CheckResult], valid_for_s: float, *,
+               tier: str = "heavy", run_id: Optional[str] = None) -> None:
+        """Merge ``results`` into ``node``'s verdicts, each valid for ``valid_for_s``
+        seconds after it was measured.
+
+        A record of the heavy tier is a complete pass: it sets ``last_pass`` (which the
+        planner rotates by) and appends to the pass history. Numeric values also go to
+        the per-check history used by the fleet outlier rule.
+        """
+        tier = tier.value if isinstance(tier, Tier) else str(tier)
+        results = list(results)
+        now = time.time()
+        if valid_for_s < 0:
+            raise ValueError("valid_for_s must be >= 0")
+
+        def apply(doc: Dict[str, Any]) -> None:
+            checks = doc.setdefault("checks", {})
+            history = doc.setdefault("history", {})
+            for r in results:
+                ts = float(r.timestamp or now)
+                checks[r.check] = {
+                    "status": r.status.value, "code": r.code, "value": r.value, "unit": r.unit,
+                    "reason": r.reason, "action": r.action.value, "timestamp": ts,
+                    "valid_until": ts + float(valid_for_s), "tier": tier, "run_id": run_id,
+                }
+                if r.value is not None and not isinstance(r.value, bool):
+                    try:
+                        value = float(r.value)
+                    except (TypeError, ValueError):
+                        continue
+                    h = history.setdefault(r.check, [])
+                    h.append([ts, value, run_id])
+                    del h[:-HISTORY_LEN]
+            if tier in COMPLETE_PASS_TIERS:
+                status = _worst(r.status.value for r in results)
+                doc["last_pass"] = now
+                doc["last_pass_status"] = status
+                passes = doc.setdefault("passes", [])
+                passes.append({"run_id": run_id, "timestamp": now, "status": status, "tier": tier,
+                               "checks": sorted(r.check for r in results)})
+                del passes[:-HISTORY_LEN]
+
+        self.update(node, apply)
+
+    def node(self, name: str) -> Dict[str, Dict[str, Any]]:
+        """``{check: {status, code, value, unit, reason, action, timestamp, valid_until, tier}}``."""
+        checks = self.read(name).get("checks") or {}
+        return {c: {k: e.get(k) for k in (*_ENTRY_KEYS, "run_id")} for c, e in checks.items()
+                if isinstance(e, dict)}
+
+    def nodes(self) -> List[str]:
+        """Names of the nodes that have a file in the store."""
+        try:
+            entries = os.scandir(self.root)
+        except FileNotFoundError:
+            return []
+        with entries:
+            names = [e.name[:-5] for e in entries
+                     if e.name.endswith(".json") and not e.name.startswith((".", "_"))]
+        return sorted(n for n in names if _NODE_NAME_RE.match(n))
+
+    def all(self) -> Dict[str, Dict[str, Dict[str, Any]]]:
+        return {n: self.node(n) for n in self.nodes()}
+
+    def documents(self) -> Dict[str, Dict[str, Any]]:
+        """Every node's full document (planner, outliers, status)."""
+        return {n: self.read(n) for n in self.nodes()}
+
+    def last_pass(self, name: str) -> Optional[float]:
+        lp = self.read(name).get("last_pass")
+        return float(lp) if isinstance(lp, (int, float)) else None
+
+    def last_passes(self) -> Dict[str, Optional[float]]:
+        return {n: (float(d["last_pass"]) if isinstance(d.get("last_pass"), (int, float)) else None)
+                for n, d in self.documents().items()}
+
+    def valid(self, name: str, now: Optional[float] = None) -> Dict[str, Dict[str, Any]]:
+        """Only the entries whose ``valid_until`` is after ``now``."""
+        now = time.time() if now is None else now
+        return {c: e for c, e in self.node(name).items()
+                if isinstance(e.get("valid_until"), (int, float)) and e["valid_until"] > now}
+
+    # ----------------------------------------------------------------- extras
+
+    def failing_valid(self, name: str, now: Optional[float] = None) -> Dict[str, Dict[str, Any]]:
+        """Still-valid entries whose status is ``fail`` (for requeue-with-exclude)."""
+        return {c: e for c, e in self.valid(name, now).items() if e.get("status") == Status.FAIL.value}
+
+    def set_meta(self, name: str, **fields: Any) -> None:
+        """Remember facts about a node (its GPU model) next to its verdicts."""
+        self.update(name, lambda doc: doc.setdefault("meta", {}).update(fields))
