@@ -49,7 +49,8 @@ SECTION_SCHEMAS: Dict[str, str] = {
     "report": "slurmkit.report.config:SITE_SCHEMA",
 }
 BUILTIN_SECTIONS: Dict[str, Field] = {"slurm": SLURM_SCHEMA, "paths": PATHS_SCHEMA}
-VALID_SECTIONS = sorted(set(SECTION_SCHEMAS) | set(BUILTIN_SECTIONS))
+#: builtin sections first, so errors in the basics are reported before the others
+VALID_SECTIONS = sorted(BUILTIN_SECTIONS) + sorted(SECTION_SCHEMAS)
 
 
 def section_schema(name: str) -> Field:

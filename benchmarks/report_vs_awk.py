@@ -1,0 +1,164 @@
+#!/usr/bin/env python3
+"""Benchmark: ``slurmkit report`` against a one-pass awk on a 1,000,000-row sacct dump.
+
+Usage::
+
+    .venv/bin/python benchmarks/report_vs_awk.py [--rows 1000000] [--keep FILE] [--repeat 3]
+
+What it does:
+
+1. generates a synthetic ``SLURM_TIME_FORMAT=%s sacct -a -D -T --parsable2`` file in
+   the column order slurmkit requests (header line included): job rows mixed with
+   ``.batch``/``.extern``/``.0`` step rows, typed and untyped GPUs, multi-node jobs,
+   array tasks, requeued attempts (``-D`` duplicates), CPU-only jobs and job names
+   containing ``|``;
+2. times ``awk`` (and ``mawk`` when installed) summing GPUs x (End - Start) over job
+   rows in one pass, the minimum arithmetic any report needs;
+3. times the full ``slurmkit report --sacct-file FILE --by account,user --format json``
+   command (process start-up, parsing, grouping, lost hours, rendering);
+4. checks that both found the same total GPU-hours, prints the times and the ratio.
+
+All jobs lie inside the window and have finished, so awk's plain End - Start agrees
+with slurmkit's clipped arithmetic; the goal is a ratio of at most 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, ROOT)
+
+from slurmkit.report.sacct import FIELDS  # noqa: E402
+
+WINDOW_START = 1790812800  # 2026-10-01T00:00:00Z
+WINDOW_DAYS = 30
+
+AWK_PROGRAM = r"""
+NR > 1 && $1 !~ /\./ {
+    g = 0
+    if (match($4, /gres\/gpu=[0-9]+/)) g = substr($4, RSTART + 9, RLENGTH - 9) + 0
+    s += g * ($7 - $6)
+}
+END { printf "%.6f\n", s / 3600 }
+"""
+
+
+def generate(path: str, rows: int, seed: int = 7) -> float:
+    """Write ``rows`` sacct rows to ``path``; return the expected GPU-hours."""
+    rng = random.Random(seed)
+    users = [f"user{i:03d}" for i in range(200)]
+    accounts = [f"acct{i:02d}" for i in range(20)]
+    partitions = ["gpu", "debug", "sweep", "long"]
+    gtypes = ["h100", "h200", "a100"]
+    states = ["COMPLETED"] * 12 + ["FAILED", "CANCELLED by 1234", "TIMEOUT", "NODE_FAIL", "PREEMPTED",
+                                   "OUT_OF_MEMORY"]
+    gpu_seconds = 0
+    written = 0
+    job = 1_000_000
+    with open(path, "w", buffering=1 << 20) as fh:
+        fh.write("|".join(FIELDS) + "\n")
+        while written < rows:
+            job += 1
+            user = rng.choice(users)
+            account = accounts[hash(user) % len(accounts)] if rng.random() < 0.9 else rng.choice(accounts)
+            part = rng.choice(partitions)
+            nodes = 1 if rng.random() < 0.85 else rng.choice((2, 4, 8))
+            per_node = rng.choice((0, 1, 2, 4, 8, 8))
+            gpus = per_node * nodes
+            gt = rng.choice(gtypes)
+            first_node = rng.randrange(1, 500)
+            nodelist = f"gpu{first_node:03d}" if nodes == 1 else f"gpu[{first_node:03d}-{first_node + nodes - 1:03d}]"
+            cpus = max(1, gpus) * 8 * nodes
+            tres = f"billing={cpus},cpu={cpus}," + (f"gres/gpu:{gt}={gpus},gres/gpu={gpus}," if gpus else "") \
+                + f"mem={cpus * 4}G,node={nodes}"
+            array = rng.random() < 0.1
+            attempts = 2 if rng.random() < 0.03 else 1  # requeued: two job rows with the same JobIDRaw
+            submit = WINDOW_START + rng.randrange(0, WINDOW_DAYS * 86400 - 7200)
+            name = rng.choice(("train", "eval|sweep", "prep", "llama-70b", "a|b|c"))
+            for attempt in range(attempts):
+                start = submit + rng.randrange(0, 600)
+                end = start + rng.randrange(1, 3600)
+                state = "REQUEUED" if attempt < attempts - 1 else rng.choice(states)
+                jid = f"{job}_{rng.randrange(100)}" if array else str(job)
+                fh.write(f"{jid}|{job}|{state}|{tres}|{submit}|{start}|{end}|{end - start}|{user}|{account}|"
+                         f"{part}|{nodelist}|None|{name}\n")
+                gpu_seconds += gpus * (end - start)
+                written += 1
+                step_tres = f"cpu={cpus},gres/gpu:{gt}={gpus},gres/gpu={gpus},mem={cpus * 4}G,node={nodes}"
+                for step in ("batch", "extern") + (("0",) if rng.random() < 0.5 else ()):
+                    fh.write(f"{jid}.{step}|{job}.{step}|{state}|{step_tres}|{submit}|{start}|{end}|"
+                             f"{end - start}||{account}||{nodelist}||{step}\n")
+                    written += 1
+                submit = end
+    return gpu_seconds / 3600
+
+
+def timed(argv, repeat: int):
+    best, out = None, ""
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        dt = time.perf_counter() - t0
+        if proc.returncode != 0:
+            raise SystemExit(f"{argv[0]} failed ({proc.returncode}): {proc.stderr[-500:]}")
+        out = proc.stdout
+        best = dt if best is None else min(best, dt)
+    return best, out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", type=int, default=1_000_000)
+    ap.add_argument("--keep", help="write the generated file here and keep it")
+    ap.add_argument("--repeat", type=int, default=3, help="best of N runs for each side")
+    args = ap.parse_args()
+
+    tmpdir = tempfile.mkdtemp(prefix="slurmkit-bench-")
+    path = args.keep or os.path.join(tmpdir, "sacct-1m.txt")
+    t0 = time.perf_counter()
+    expected = generate(path, args.rows)
+    gen_s = time.perf_counter() - t0
+    size_mb = os.path.getsize(path) / 1e6
+    print(f"file: {path} ({args.rows:,} rows, {size_mb:.0f} MB, generated in {gen_s:.1f}s); "
+          f"expected {expected:,.3f} GPU-hours")
+
+    env_python = sys.executable
+    report_argv = [env_python, "-m", "slurmkit.cli.main", "report", "--sacct-file", path,
+                   "--by", "account,user", "--format", "json"]
+    results = {}
+    for awk in ("awk", "mawk"):
+        if shutil.which(awk):
+            dt, out = timed([awk, "-F", "|", AWK_PROGRAM, path], args.repeat)
+            results[awk] = (dt, float(out.strip()))
+    dt, out = timed(report_argv, args.repeat)
+    data = json.loads(out)
+    report_hours = data["totals"]["gpu_hours"]
+    results["slurmkit"] = (dt, report_hours)
+
+    awk_name = os.path.basename(os.path.realpath(shutil.which("awk") or "awk"))
+    print(f"awk ({awk_name}): {results['awk'][0]:.2f}s  -> {results['awk'][1]:,.3f} GPU-hours")
+    if "mawk" in results:
+        print(f"mawk:      {results['mawk'][0]:.2f}s  -> {results['mawk'][1]:,.3f} GPU-hours")
+    print(f"slurmkit report --by account,user --format json: {dt:.2f}s  -> {report_hours:,.3f} GPU-hours")
+    for awk in ("awk", "mawk"):
+        if awk in results:
+            print(f"ratio slurmkit/{awk}: {dt / results[awk][0]:.2f}x (goal <= 2x)")
+    ok = all(abs(v[1] - expected) < 0.01 for v in results.values())
+    print("totals agree" if ok else "TOTALS DIFFER")
+    if not args.keep:
+        shutil.rmtree(tmpdir, ignore_errors=True)
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,483 @@
+"""The sacct command line and the streaming row parser behind ``slurmkit report``.
+
+What the command asks for, and why (slurm-and-fleet-facts.md §8):
+
+* ``-a`` every user; ``-D`` every attempt of a requeued job (without it sacct shows
+  only the last one, but the earlier attempts held GPUs too); ``-T`` clip each row's
+  Start/End to ``-S``/``-E`` (without it a job spanning the boundary is counted in
+  full); always an explicit ``-S`` and ``-E`` (sacct's default window starts at
+  midnight today).
+* ``SLURM_TIME_FORMAT=%s``: Submit/Start/End come back as epoch seconds, so no
+  timezone guessing on the way back. Saved files with ISO local times are accepted
+  too (see :mod:`.window` for the timezone rule).
+* Duration is computed here as ``End - Start`` of the truncated times, clipped to the
+  window again: with ``-T`` Slurm 22.05 truncates Start/End but not
+  ``Elapsed``/``ElapsedRaw``, and a running job has ``End=Unknown`` and counts up to
+  ``min(now, until)``.
+* Only **job rows** carry the allocation (``AllocTRES`` with ``gres/gpu``); step rows
+  (``123.batch``, ``123.0``, ``123.extern``) repeat part of it and are skipped before
+  the line is even split. Array tasks (``123_4``) and heterogeneous components
+  (``123+0``) are job rows and count individually.
+* ``JobName`` is free text and is requested last, so a ``|`` inside it cannot shift
+  the other fields (``str.split`` with a maximum folds the surplus into it).
+
+A malformed row (wrong field count, bad time, ``Unknown``/``None`` end on a finished
+job, garbage TRES) is counted and skipped with its line number; one bad row never
+aborts a month's report.
+"""
+
+from __future__ import annotations
+
+import io
+import operator
+import os
+import shlex
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Dict, FrozenSet, Iterable, Iterator, List, NamedTuple, Optional, Sequence, Tuple
+
+from slurmkit.errors import ExternalCommandError, SlurmCommandError, UsageError
+from slurmkit.report.window import Window, iso_local
+from slurmkit.slurm.parse import ParseError, gpus_from_tres, parse_tres, split_parsable2
+
+#: The columns slurmkit asks sacct for, in this order (free-text JobName last).
+FIELDS: Tuple[str, ...] = ("JobID", "JobIDRaw", "State", "AllocTRES", "Submit", "Start", "End",
+                           "ElapsedRaw", "User", "Account", "Partition", "NodeList", "Reason", "JobName")
+#: Without these a saved file cannot be reported at all.
+REQUIRED_COLUMNS: Tuple[str, ...] = ("JobID", "State", "AllocTRES", "Start", "End")
+#: Columns a grouping or feature needs (checked against a saved file's header).
+COLUMN_FOR = {"user": "User", "account": "Account", "partition": "Partition", "node": "NodeList"}
+
+#: States whose attempt may still be running: End=Unknown means "up to now".
+RUNNING_STATES: FrozenSet[str] = frozenset({"RUNNING", "SUSPENDED", "COMPLETING", "CONFIGURING",
+                                            "RESIZING", "STAGE_OUT", "SIGNALING", "STOPPED"})
+_UNKNOWN_TIMES = frozenset({"Unknown", "None", "", "N/A"})
+
+MAX_LISTED_LINES = 20
+
+
+class Attempt(NamedTuple):
+    """One run of one job (or array task, or het component) inside the window.
+
+    ``start``/``end`` are clipped to the window (and to now); ``raw_start`` is the
+    start as sacct reported it, used to tell whether the queue wait is observable.
+    ``gpu_types`` is the typed split, e.g. ``(("h100", 8),)``; empty when untyped.
+    The text fields come first so the parser can take them from a row in one
+    ``itemgetter`` call; ``name`` may keep the row's newline (use :attr:`job_name`).
+    """
+
+    job_id: str
+    job_id_raw: str
+    user: str
+    account: str
+    partition: str
+    nodelist: str
+    reason: str
+    name: str
+    state: str
+    gpus: int
+    gpu_types: Tuple[Tuple[str, int], ...]
+    submit: Optional[int]
+    start: int
+    end: int
+    raw_start: int
+    line: int
+    running: bool
+
+    @property
+    def seconds(self) -> int:
+        return self.end - self.start
+
+    @property
+    def gpu_seconds(self) -> int:
+        return self.gpus * (self.end - self.start)
+
+    @property
+    def job_name(self) -> str:
+        return self.name.rstrip("\r\n")
+
+
+_new_attempt = tuple.__new__  # C-level constructor: NamedTuple's own __new__ is a Python function
+
+
+@dataclass
+class Filters:
+    """Row filters (exact names). ``None`` means no filter."""
+
+    users: Optional[FrozenSet[str]] = None
+    accounts: Optional[FrozenSet[str]] = None
+    partitions: Optional[FrozenSet[str]] = None
+    states: Optional[FrozenSet[str]] = None
+
+    @property
+    def active(self) -> bool:
+        return any(x is not None for x in (self.users, self.accounts, self.partitions, self.states))
+
+
+@dataclass
+class ParseStats:
+    """What the parser saw; the malformed list is capped, the count is not."""
+
+    rows: int = 0
+    job_rows: int = 0
+    step_rows: int = 0
+    not_started: int = 0
+    outside_window: int = 0
+    filtered_out: int = 0
+    malformed: int = 0
+    malformed_lines: List[int] = field(default_factory=list)
+    malformed_reasons: Counter = field(default_factory=Counter)
+
+    def bad(self, line_no: int, reason: str) -> None:
+        self.malformed += 1
+        self.malformed_reasons[reason] += 1
+        if len(self.malformed_lines) < MAX_LISTED_LINES:
+            self.malformed_lines.append(line_no)
+
+    def warning(self, source: str) -> Optional[str]:
+        """The one-line warning about skipped rows, or ``None`` when there were none."""
+        if not self.malformed:
+            return None
+        lines = ", ".join(map(str, self.malformed_lines))
+        more = f" and {self.malformed - len(self.malformed_lines)} more" if self.malformed > len(
+            self.malformed_lines) else ""
+        why = "; ".join(f"{r} ({n})" for r, n in self.malformed_reasons.most_common())
+        return f"{source}: skipped {self.malformed} malformed row(s) at line(s) {lines}{more}: {why}"
+
+    def to_dict(self) -> dict:
+        return {"rows": self.rows, "job_rows": self.job_rows, "step_rows": self.step_rows,
+                "not_started": self.not_started, "outside_window": self.outside_window,
+                "filtered_out": self.filtered_out, "malformed": self.malformed,
+                "malformed_lines": list(self.malformed_lines),
+                "malformed_reasons": dict(self.malformed_reasons)}
+
+
+# --------------------------------------------------------------------------- time parsing
+
+_hour_cache: Dict[str, int] = {}
+
+
+def parse_time(text: str) -> Optional[int]:
+    """Epoch seconds from an sacct time: epoch digits (``SLURM_TIME_FORMAT=%s``) or
+    ISO local time ``YYYY-MM-DDTHH:MM:SS``; ``None`` for ``Unknown``/``None``/empty.
+
+    ISO times are converted through a cache keyed by the hour (``YYYY-MM-DDTHH``):
+    one ``mktime`` per distinct hour instead of a datetime per row. DST shifts happen
+    on hour boundaries, so adding minutes and seconds to the hour's epoch is exact.
+    Raises :class:`ValueError` for anything else.
+    """
+    if text.isdigit():
+        return int(text)
+    if text in _UNKNOWN_TIMES:
+        return None
+    if len(text) != 19 or text[4] != "-" or text[7] != "-" or text[10] not in "T " or text[13] != ":" \
+            or text[16] != ":":
+        raise ValueError(text)
+    key = text[:13]
+    base = _hour_cache.get(key)
+    if base is None:
+        y, mo, d, h = int(key[0:4]), int(key[5:7]), int(key[8:10]), int(key[11:13])
+        if not (1 <= mo <= 12 and 1 <= d <= 31 and h < 24):
+            raise ValueError(text)
+        base = int(time.mktime((y, mo, d, h, 0, 0, 0, 0, -1)))
+        _hour_cache[key] = base
+    mi, s = text[14:16], text[17:19]
+    if not (mi.isdigit() and s.isdigit()) or int(mi) > 59 or int(s) > 60:
+        raise ValueError(text)
+    return base + int(mi) * 60 + int(s)
+
+
+def parse_gpu_tres(text: str) -> Tuple[int, Tuple[Tuple[str, int], ...]]:
+    """``(total GPUs, typed split)`` from an AllocTRES string; raises ParseError."""
+    total, typed = gpus_from_tres(parse_tres(text))
+    return total, tuple(sorted(typed.items()))
+
+
+# --------------------------------------------------------------------------- the parser
+
+def _column_index(columns: Sequence[str]) -> Dict[str, int]:
+    return {c.strip().lower(): i for i, c in enumerate(columns)}
+
+
+def missing_columns(columns: Sequence[str], needed: Iterable[str]) -> List[str]:
+    have = _column_index(columns)
+    return [c for c in needed if c.lower() not in have]
+
+
+def parse_rows(lines: Iterable[str], columns: Sequence[str], *, sep: str, window: Window,
+               now: Optional[float] = None, filters: Optional[Filters] = None, first_line: int = 1,
+               stats: Optional[ParseStats] = None) -> Tuple[List[Attempt], ParseStats]:
+    """Parse ``--parsable2`` data rows (no header) into attempts inside ``window``.
+
+    ``columns`` names the fields of each row (sacct's header names, any order, any
+    case); ``first_line`` is the file line number of the first row, for warnings.
+    This is the hot loop of the report: no per-row datetime, no regular expression,
+    step rows rejected before splitting, AllocTRES parses cached per distinct string.
+    """
+    stats = stats or ParseStats()
+    filters = filters or Filters()
+    now_i = int(now if now is not None else time.time())
+    idx = _column_index(columns)
+    lacking = [c for c in REQUIRED_COLUMNS if c.lower() not in idx]
+    if lacking:
+        raise UsageError(f"sacct data lacks column(s) {', '.join(lacking)}; {recommended_hint()}")
+    nf = len(columns)
+    i_jobid = idx["jobid"]
+    i_raw = idx.get("jobidraw", i_jobid)
+    i_state, i_tres = idx["state"], idx["alloctres"]
+    i_submit = idx.get("submit")
+    i_start, i_end = idx["start"], idx["end"]
+    blank_i = nf  # index of an always-empty slot appended for absent optional columns
+    i_user = idx.get("user", blank_i)
+    i_account = idx.get("account", blank_i)
+    i_part = idx.get("partition", blank_i)
+    i_nodes = idx.get("nodelist", blank_i)
+    i_reason = idx.get("reason", blank_i)
+    i_name = idx.get("jobname", blank_i)
+    free_last = i_name == nf - 1
+    last = nf - 1
+    has_submit = i_submit is not None
+    if not has_submit:
+        i_submit = blank_i
+    free_idx = i_name if i_name < nf else None
+    jobid_first = i_jobid == 0
+    need_pad = blank_i in (i_user, i_account, i_part, i_nodes, i_reason, i_name, i_submit)
+
+    lo = window.start
+    hi = min(window.end, now_i)
+    users, accounts, parts_f, states_f = filters.users, filters.accounts, filters.partitions, filters.states
+    any_filter = filters.active
+
+    tres_cache: Dict[str, object] = {}
+    running_states = RUNNING_STATES
+    unknown = _UNKNOWN_TIMES
+    slow_time = parse_time
+    new_attempt = _new_attempt
+    out: List[Attempt] = []
+    append = out.append
+    bad = stats.bad
+    rows = job_rows = step_rows = not_started = outside = filtered = 0
+
+    text_fields = operator.itemgetter(i_jobid, i_raw, i_user, i_account, i_part, i_nodes, i_reason, i_name)
+    line_no = first_line - 1
+    for line in lines:
+        line_no += 1
+        if len(line) < 3 and not line.strip():
+            continue
+        rows += 1
+        # Step rows: reject on the first field before paying for a split.
+        if jobid_first and line.find(".", 0, line.find(sep)) >= 0:
+            step_rows += 1
+            continue
+        if free_last:
+            f = line.split(sep, last)
+            if len(f) != nf:
+                bad(line_no, f"expected {nf} fields, got {len(f)}")
+                continue
+        else:
+            f = line.rstrip("\r\n").split(sep)
+            if len(f) != nf:
+                if len(f) < nf or free_idx is None:
+                    bad(line_no, f"expected {nf} fields, got {len(f)}")
+                    continue
+                f = split_parsable2(line.rstrip("\r\n"), nf, free_idx, sep)
+            if not jobid_first and "." in f[i_jobid]:
+                step_rows += 1
+                continue
+        job_rows += 1
+        if need_pad:
+            f.append("")
+        state = f[i_state]
+        if " " in state:  # "CANCELLED by 0"
+            state = state.partition(" ")[0]
+        if any_filter:
+            if (users is not None and f[i_user] not in users) \
+                    or (accounts is not None and f[i_account] not in accounts) \
+                    or (parts_f is not None and f[i_part] not in parts_f) \
+                    or (states_f is not None and state not in states_f):
+                filtered += 1
+                continue
+        # --- times: the fast path is three epoch integers; anything else goes slow.
+        running = False
+        try:
+            start = int(f[i_start])
+            end = int(f[i_end])
+            submit = int(f[i_submit]) if has_submit else None
+        except ValueError:
+            try:
+                start = slow_time(f[i_start])
+                if start is None:
+                    not_started += 1  # pending, or cancelled before it started: no GPU time
+                    continue
+                e_txt = f[i_end].rstrip("\r\n")
+                end = slow_time(e_txt)
+                if end is None:
+                    if state in running_states:
+                        end = hi
+                        running = True
+                    else:
+                        bad(line_no, f"{e_txt.strip() or 'empty'} end time for a {state} job")
+                        continue
+                submit = slow_time(f[i_submit]) if has_submit else None
+            except ValueError:
+                bad(line_no, "bad time")
+                continue
+        if end < start and not running:
+            bad(line_no, "end before start")
+            continue
+        # --- clip to the window (again: -T is not trusted, and files may lack it)
+        s = start if start > lo else lo
+        e = end if end < hi else hi
+        if e <= s:
+            if not (start == end and lo <= start < hi):
+                outside += 1
+                continue
+            e = s
+        # --- GPUs
+        tres = f[i_tres]
+        g = tres_cache.get(tres)
+        if g is None:
+            try:
+                g = parse_gpu_tres(tres.strip())
+            except ParseError:
+                g = False
+            tres_cache[tres] = g
+        if g is False:
+            bad(line_no, "garbage AllocTRES")
+            continue
+        append(new_attempt(Attempt, text_fields(f) + (state, g[0], g[1], submit, s, e, start, line_no,
+                                                       running)))
+
+    stats.rows += rows
+    stats.job_rows += job_rows
+    stats.step_rows += step_rows
+    stats.not_started += not_started
+    stats.outside_window += outside
+    stats.filtered_out += filtered
+    return out, stats
+
+
+# --------------------------------------------------------------------------- saved files
+
+def recommended_command(window: Optional[Window] = None) -> str:
+    """The sacct command whose output ``--sacct-file`` expects."""
+    s = iso_local(window.start) if window and window.bounded else "2026-11-01"
+    e = iso_local(window.end) if window and window.bounded else "2026-12-01"
+    return (f"SLURM_TIME_FORMAT=%s sacct -a -D -T -S {s} -E {e} --parsable2 "
+            f"--format={','.join(FIELDS)} > usage.txt")
+
+
+def recommended_hint() -> str:
+    return f"save it with: {recommended_command()}"
+
+
+def read_header(first_line: str) -> Tuple[List[str], str, bool]:
+    """``(columns, separator, trailing)`` from a saved file's header line.
+
+    Both ``|`` and the unit separator (``--delimiter=$'\\x1f'``) are accepted;
+    ``trailing`` is true for ``--parsable`` output (a ``|`` after the last field).
+    """
+    line = first_line.rstrip("\r\n")
+    sep = "\x1f" if "\x1f" in line else "|"
+    cols = line.split(sep)
+    trailing = len(cols) > 1 and cols[-1] == ""
+    if trailing:
+        cols = cols[:-1]
+    if "jobid" not in {c.strip().lower() for c in cols}:
+        raise UsageError(f"the first line is not an sacct --parsable2 header (no JobID column); "
+                         f"{recommended_hint()}")
+    return [c.strip() for c in cols], sep, trailing
+
+
+def _strip_trailing(lines: Iterable[str], sep: str) -> Iterator[str]:
+    for line in lines:
+        line = line.rstrip("\r\n")
+        yield line[:-1] if line.endswith(sep) else line
+
+
+def read_sacct_file(path: str, *, window: Window, now: Optional[float] = None,
+                    filters: Optional[Filters] = None,
+                    need_columns: Iterable[str] = ()) -> Tuple[List[Attempt], ParseStats, List[str]]:
+    """Parse a saved ``sacct --parsable2`` file (with its header line), streaming."""
+    try:
+        fh = open(path, "r", encoding="utf-8", errors="replace", newline=None)
+    except OSError as exc:
+        raise UsageError(f"--sacct-file {path}: {exc.strerror}") from None
+    with fh:
+        header = ""
+        first_line = 1
+        for header in fh:
+            if header.strip():
+                break
+            first_line += 1
+        if not header.strip():
+            return [], ParseStats(), list(FIELDS)
+        columns, sep, trailing = read_header(header)
+        lacking = missing_columns(columns, list(REQUIRED_COLUMNS) + list(need_columns))
+        if lacking:
+            raise UsageError(f"--sacct-file {path}: missing column(s) {', '.join(lacking)}; "
+                             f"{recommended_hint()}")
+        lines: Iterable[str] = _strip_trailing(fh, sep) if trailing else fh
+        attempts, stats = parse_rows(lines, columns, sep=sep, window=window, now=now, filters=filters,
+                                     first_line=first_line + 1)
+    return attempts, stats, columns
+
+
+# --------------------------------------------------------------------------- live sacct
+
+@dataclass
+class SacctQuery:
+    """One sacct invocation: its argv (without the binary) and environment additions."""
+
+    args: List[str]
+    env: Dict[str, str]
+
+    def display(self, binary: str = "sacct") -> str:
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(self.env.items()))
+        return f"{env} {shlex.join([binary, *self.args])}".strip()
+
+
+def build_query(window: Window, filters: Optional[Filters] = None) -> SacctQuery:
+    """The sacct command for ``window``. User/account/partition filters are passed
+    to sacct (less data) and applied again by the parser; the state filter is only
+    applied by the parser, because ``sacct -s`` changes the meaning of ``-S/-E``
+    ("jobs in this state during the window")."""
+    filters = filters or Filters()
+    args = ["-a", "-D", "-T", "-S", iso_local(window.start), "-E", iso_local(window.end),
+            "--parsable2", "--noheader", "--delimiter=\x1f", "--format=" + ",".join(FIELDS)]
+    if filters.users is not None:
+        args += ["-u", ",".join(sorted(filters.users))]
+    if filters.accounts is not None:
+        args += ["-A", ",".join(sorted(filters.accounts))]
+    if filters.partitions is not None:
+        args += ["-r", ",".join(sorted(filters.partitions))]
+    return SacctQuery(args, {"SLURM_TIME_FORMAT": "%s"})
+
+
+def run_query(query: SacctQuery, *, window: Window, now: Optional[float] = None,
+              filters: Optional[Filters] = None, timeout: Optional[float] = None
+              ) -> Tuple[List[Attempt], ParseStats]:
+    """Run sacct through the shared runner and parse its output.
+
+    A missing sacct or an unreachable slurmdbd raises an exit-3 error that says so.
+    """
+    from slurmkit.slurm import client
+
+    env = dict(os.environ)
+    env.update(query.env)
+    try:
+        res = client.call("sacct", query.args, env=env, timeout=timeout)
+    except ExternalCommandError as exc:
+        hint = ""
+        low = (exc.stderr or str(exc)).lower()
+        if "database" in low or "slurmdbd" in low or "connection refused" in low:
+            hint = " (is slurmdbd running and reachable?)"
+        raise type(exc)(exc.argv, f"{exc.message}{hint}", returncode=exc.returncode,
+                        stderr=exc.stderr) from None
+    err = res.stderr.lower()
+    if "problem talking to the database" in err or "slurmdbd" in err and "error" in err:
+        raise SlurmCommandError(res.argv, f"sacct could not reach the accounting database: "
+                                f"{res.stderr.strip()[-300:]} (is slurmdbd running?)",
+                                returncode=res.returncode, stderr=res.stderr)
+    return parse_rows(io.StringIO(res.stdout), FIELDS, sep="\x1f", window=window, now=now, filters=filters)

@@ -1,0 +1,130 @@
+"""Shared fixtures. The ``devcluster`` fixture brings the real local Slurm up once per
+test session (netns mode, 2 nodes, 8 fake H100 per node, slurmkit's prolog and epilog
+wired in) and tears it down at the end, even when tests fail.
+
+Set ``SLURMKIT_TEST_KEEP_CLUSTER=1`` to leave it running after the session (handy while
+developing); a cluster that was already running when the session started is reused and
+left running. Tests that need it are marked ``devcluster``; without root or without the
+Slurm packages they are skipped with the reason, unless ``SLURMKIT_REQUIRE_DEVCLUSTER=1``
+(CI) turns that into a failure.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+from typing import Dict, Iterable, List, Optional, Sequence
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+TERMINAL_STATES = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY",
+                   "BOOT_FAIL", "DEADLINE")
+
+
+class ClusterHandle:
+    """What tests get: paths, an environment for Slurm clients, and small helpers
+    that always carry a timeout."""
+
+    def __init__(self, cluster, spec):
+        self.cluster = cluster
+        self.spec = spec
+        self.state_dir: Path = cluster.root
+        self.nodes: List[str] = spec.node_names
+        self.env: Dict[str, str] = cluster.env()
+        self.config_path: Path = cluster.slurmkit_config
+        self.shared_dir: Path = cluster.root / "shared"
+
+    def gpu_fixture(self, node: str) -> Path:
+        return self.state_dir / "gpu" / f"{node}.yaml"
+
+    def run(self, argv: Sequence[str], user: Optional[str] = None, timeout: float = 60,
+            input: Optional[str] = None, env: Optional[Dict[str, str]] = None) -> subprocess.CompletedProcess:
+        full_env = dict(self.env, **(env or {}))
+        cmd = list(argv)
+        if user:
+            keep = ",".join(sorted(k for k in full_env if k.startswith(("SLURM", "PATH"))))
+            cmd = ["runuser", "-u", user, f"--whitelist-environment={keep}", "--", *cmd]
+        return subprocess.run(cmd, env=full_env, capture_output=True, text=True, timeout=timeout, input=input,
+                              cwd=str(self.shared_dir))
+
+    def submit(self, script: str, args: Iterable[str] = (), user: Optional[str] = None) -> str:
+        res = self.run(["sbatch", "--parsable", *args], user=user, input=script)
+        if res.returncode != 0:
+            raise AssertionError(f"sbatch failed ({res.returncode}): {res.stderr.strip()}")
+        return res.stdout.strip().split(";")[0]
+
+    def sacct_state(self, job_id: str) -> Optional[str]:
+        res = self.run(["sacct", "-X", "-n", "-P", "-j", str(job_id), "--format=State"])
+        states = [s.split()[0] for s in res.stdout.split() if s.strip()]
+        return states[-1] if states else None
+
+    def wait_job(self, job_id: str, timeout: float = 180) -> str:
+        """Wait until the job has left the queue and sacct shows a terminal state."""
+        deadline = time.monotonic() + timeout
+        state = None
+        while time.monotonic() < deadline:
+            q = self.run(["squeue", "-h", "-j", str(job_id), "-o", "%T"])
+            if q.returncode == 0 and not q.stdout.strip() or "Invalid job id" in q.stderr:
+                state = self.sacct_state(job_id)
+                if state and state.startswith(TERMINAL_STATES):
+                    return state
+            time.sleep(0.5)
+        raise AssertionError(f"job {job_id} did not finish within {timeout:g}s (last sacct state {state})")
+
+    def node_state(self, node: str) -> str:
+        res = self.run(["sinfo", "-h", "-n", node, "-o", "%T"])
+        return (res.stdout.split() or ["unknown"])[0]
+
+    def node_reason(self, node: str) -> str:
+        res = self.run(["sinfo", "-h", "-n", node, "-o", "%E"])
+        return res.stdout.strip().splitlines()[0] if res.stdout.strip() else ""
+
+    def wait_nodes_idle(self, timeout: float = 60) -> None:
+        self.cluster.wait_nodes_idle(self.spec, self.env, timeout=timeout)
+
+    def resume_all(self) -> None:
+        for n in self.nodes:
+            self.run(["scontrol", "update", f"NodeName={n}", "State=RESUME"])
+
+
+def _devcluster_unavailable() -> Optional[str]:
+    if os.geteuid() != 0:
+        return "needs root"
+    from slurmkit.devcluster.cluster import DevCluster
+
+    missing = DevCluster.missing_packages()
+    if missing and not shutil.which("apt-get"):
+        return f"Slurm packages missing ({', '.join(missing)}) and no apt-get"
+    return None
+
+
+@pytest.fixture(scope="session")
+def devcluster():
+    reason = _devcluster_unavailable()
+    if reason:
+        if os.environ.get("SLURMKIT_REQUIRE_DEVCLUSTER"):
+            pytest.fail(f"devcluster required but unavailable: {reason}")
+        pytest.skip(f"devcluster unavailable: {reason}")
+    from slurmkit.devcluster.cluster import ClusterSpec, DevCluster
+
+    cluster = DevCluster(os.environ.get("SLURMKIT_TEST_STATE_DIR"))
+    hooks = (REPO / "prolog" / "slurmkit-prolog").exists() and (REPO / "epilog" / "slurmkit-epilog").exists()
+    spec = ClusterSpec(mode="netns", nodes=2, hooks=hooks)
+    spec.state_dir = str(cluster.root)
+    current = cluster.load_spec()
+    reused = current is not None and cluster.running(current) and current.comparable() == spec.comparable()
+    if current is not None and not reused:
+        cluster.down()
+    t0 = time.monotonic()
+    spec = cluster.up(spec)
+    if not reused:
+        print(f"\ndevcluster up in {time.monotonic() - t0:.1f}s")
+    try:
+        yield ClusterHandle(cluster, spec)
+    finally:
+        if not reused and not os.environ.get("SLURMKIT_TEST_KEEP_CLUSTER"):
+            cluster.down()
