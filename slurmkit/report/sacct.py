@@ -28,6 +28,7 @@ aborts a month's report.
 
 from __future__ import annotations
 
+import gc
 import io
 import operator
 import os
@@ -212,7 +213,24 @@ def parse_rows(lines: Iterable[str], columns: Sequence[str], *, sep: str, window
 
     ``columns`` names the fields of each row (sacct's header names, any order, any
     case); ``first_line`` is the file line number of the first row, for warnings.
-    This is the hot loop of the report: no per-row datetime, no regular expression,
+    The cyclic garbage collector is paused meanwhile: the parser only creates
+    acyclic tuples, and generational passes over hundreds of thousands of live
+    tuples cost a quarter of the run time.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _parse_rows(lines, columns, sep=sep, window=window, now=now, filters=filters,
+                           first_line=first_line, stats=stats)
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def _parse_rows(lines: Iterable[str], columns: Sequence[str], *, sep: str, window: Window,
+                now: Optional[float], filters: Optional[Filters], first_line: int,
+                stats: Optional[ParseStats]) -> Tuple[List[Attempt], ParseStats]:
+    """The hot loop of the report: no per-row datetime, no regular expression,
     step rows rejected before splitting, AllocTRES parses cached per distinct string.
     """
     stats = stats or ParseStats()

@@ -28,7 +28,7 @@ def _time_limit(value: Any) -> Optional[str]:
 STORAGE_SCHEMA = Section({
     "enabled": Field("bool", True, "Run the checkpoint-storage probe in each sweep job."),
     "path": Field("str", None, "Directory to write the probe file in: the checkpoint filesystem. "
-                  "Unset: the probe is skipped (reported unknown)."),
+                  "Unset: the probe is skipped."),
     "size_mb": Field("int", 1024, "Bytes written then read back, in MiB. Use more than the "
                      "filesystem's client cache to measure the filesystem, not the page cache.", min=1),
     "block_mb": Field("int", 16, "Write/read block size in MiB.", min=1, max=1024),

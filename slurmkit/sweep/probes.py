@@ -122,11 +122,8 @@ def measure_storage(directory: str, size_mb: int = 1024, block_mb: int = 16, *,
 def storage_checks(cfg: Mapping[str, Any], *, deadline_s: Optional[float] = None) -> List[CheckResult]:
     """``storage_write`` and ``storage_read`` results from the ``sweep.storage`` config."""
     path = cfg.get("path")
-    if not cfg.get("enabled", True):
-        return []
-    if not path:
-        return [CheckResult("storage_write", Status.UNKNOWN, "STORAGE_NOT_CONFIGURED",
-                            "sweep.storage.path is not set; checkpoint storage was not probed")]
+    if not cfg.get("enabled", True) or not path:
+        return []  # nothing configured to probe: no verdict rather than a permanent "unknown"
     min_write = cfg.get("min_write_gbps")
     if min_write is None and cfg.get("model_size_gb"):
         min_write = needed_gbps(cfg["model_size_gb"], cfg.get("checkpoint_window_s") or 300.0)

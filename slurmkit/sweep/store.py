@@ -56,7 +56,7 @@ FORMAT_VERSION = 1
 HISTORY_LEN = 10
 COMPLETE_PASS_TIERS = frozenset({Tier.HEAVY.value})
 
-_NODE_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$")
+_NODE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _ENTRY_KEYS = ("status", "code", "value", "unit", "reason", "action", "timestamp", "valid_until", "tier")
 
 

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Set-up shared by the README's two commands (tests/run.sh and
+# job_templates/examples/run-main-job.sh): Debian packages, then a virtual
+# environment in .venv with slurmkit, slurmkit-kernels and the test tools.
+# Idempotent: a second run only checks. Needs root (apt-get, and the devcluster
+# starts daemons). Source it; it sets REPO and PY.
+set -euo pipefail
+
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+VENV="${SLURMKIT_VENV:-$REPO/.venv}"
+
+if [ "$(id -u)" -ne 0 ]; then
+  echo "slurmkit: this set-up needs root (apt-get and the local Slurm daemons); run it with sudo" >&2
+  exit 2
+fi
+
+APT_PACKAGES=(python3 python3-venv python3-dev gcc iproute2 util-linux procps
+              slurm-wlm slurmctld slurmd slurm-client slurmdbd munge mariadb-server)
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "slurmkit: installing Debian packages: ${missing[*]}" >&2
+  made_policy=0
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    # Keep the packages' maintainer scripts from starting system daemons: the
+    # devcluster runs its own, under its own state directory.
+    printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod 755 /usr/sbin/policy-rc.d && made_policy=1
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  timeout 600 apt-get update -q >/dev/null
+  timeout 1200 apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
+  [ "$made_policy" = 1 ] && rm -f /usr/sbin/policy-rc.d
+fi
+
+# Prefer the interpreter on PATH (pyenv on CI images); Debian's python3 otherwise.
+PYTHON="${PYTHON:-$(command -v python3)}"
+if [ ! -x "$VENV/bin/python" ]; then
+  echo "slurmkit: creating $VENV" >&2
+  "$PYTHON" -m venv "$VENV"
+fi
+PY="$VENV/bin/python"
+stamp="$VENV/.slurmkit-installed"
+want="$(cat "$REPO/pyproject.toml" "$REPO/kernels/pyproject.toml" 2>/dev/null | sha256sum | cut -c1-16)"
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+  echo "slurmkit: installing slurmkit and slurmkit-kernels into $VENV (torch 2.13.0, triton 3.7.1)" >&2
+  timeout 1800 "$PY" -m pip install -q --disable-pip-version-check -e "$REPO[train,gpu,plot,metrics,test]" \
+    -e "$REPO/kernels"
+  echo "$want" > "$stamp"
+fi
+export PATH="$VENV/bin:$PATH"

@@ -1,0 +1,177 @@
+"""Lost GPU-hours: attempts whose GPU time produced nothing the user could keep.
+
+An attempt is **lost** when its final state says the time was wasted by the system or
+cut short before the job could finish:
+
+=============================  ==============================================================
+cause                          rule
+=============================  ==============================================================
+``NODE_FAIL``                  the attempt ended NODE_FAIL (a node died under it)
+``PREEMPTED``                  the attempt ended PREEMPTED (a higher-priority job took it)
+``REQUEUED``                   the attempt ended REQUEUED (``scontrol requeue``, a prolog
+                               failure, a preemption with PreemptMode=REQUEUE); with
+                               ``sacct -D`` every such earlier attempt has its own row
+``TIMEOUT``                    the attempt hit its time limit
+``FAILED_AFTER_PROLOG_REQUEUE`` the attempt ended FAILED and the previous attempt of the
+                               same JobIDRaw was a prolog-failure requeue (below)
+=============================  ==============================================================
+
+A prolog-failure requeue is recognised from the data sacct keeps: an attempt that
+ended ``REQUEUED`` whose ``Reason`` mentions ``launch_failed`` or ``Prolog``
+(Slurm holds such jobs with ``launch_failed_requeued_held``), or that ran for at most
+``prolog_requeue_seconds`` (a prolog failure kills the attempt before the user's
+program does any work). The previous attempt must be in the same sacct output;
+one that lies before the report window is not seen.
+
+Health-log join ("suspect" GPU-hours): where slurmkit's health log is available
+(JSON lines with at least ``node``, ``timestamp`` in epoch seconds, ``status``,
+``code``, ``check``), every record that drained a node (``status == "fail"``, or
+``drained: true``, or ``event == "drain"``) marks the GPU-hours of every attempt
+that ran on that node within ``N`` hours before the drain as *suspect*: the node was
+probably already sick. A whole attempt counts (a multi-node job with one bad node is
+usually lost entirely), once, however many drains touch it. Suspect hours are a
+separate column and may overlap the lost ones.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import logging
+import os
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence, Set, Tuple
+
+from slurmkit.report.sacct import Attempt
+from slurmkit.slurm.parse import ParseError, expand_hostlist
+
+log = logging.getLogger("slurmkit.report")
+
+LOST_STATES = ("NODE_FAIL", "PREEMPTED", "REQUEUED", "TIMEOUT")
+PROLOG_CAUSE = "FAILED_AFTER_PROLOG_REQUEUE"
+LOST_CAUSES = LOST_STATES + (PROLOG_CAUSE,)
+DEFAULT_PROLOG_REQUEUE_SECONDS = 120
+
+
+def is_prolog_requeue(attempt: Attempt, max_seconds: float = DEFAULT_PROLOG_REQUEUE_SECONDS) -> bool:
+    """Whether a REQUEUED attempt looks like a prolog (launch) failure."""
+    if attempt.state != "REQUEUED":
+        return False
+    reason = attempt.reason.lower()
+    if "launch_failed" in reason or "prolog" in reason:
+        return True
+    return (attempt.end - attempt.raw_start) <= max_seconds
+
+
+def find_lost(attempts: Sequence[Attempt],
+              prolog_requeue_seconds: float = DEFAULT_PROLOG_REQUEUE_SECONDS) -> Dict[int, str]:
+    """``{attempt index: cause}`` for every lost attempt."""
+    lost: Dict[int, str] = {}
+    lost_states = frozenset(LOST_STATES)
+    requeued_jobs: Set[str] = set()
+    for i, a in enumerate(attempts):
+        st = a.state
+        if st in lost_states:
+            lost[i] = st
+            if st == "REQUEUED":
+                requeued_jobs.add(a.job_id_raw)
+    if not requeued_jobs:
+        return lost
+    by_job: Dict[str, List[int]] = {}
+    for i, a in enumerate(attempts):
+        if a.job_id_raw in requeued_jobs:
+            by_job.setdefault(a.job_id_raw, []).append(i)
+    for indices in by_job.values():
+        indices.sort(key=lambda j: (attempts[j].raw_start, attempts[j].line))
+        for prev, cur in zip(indices, indices[1:]):
+            if attempts[cur].state == "FAILED" and is_prolog_requeue(attempts[prev], prolog_requeue_seconds):
+                lost[cur] = PROLOG_CAUSE
+    return lost
+
+
+# --------------------------------------------------------------------------- health log
+
+@dataclass
+class DrainEvent:
+    node: str
+    timestamp: float
+    code: str = ""
+    check: str = ""
+
+
+@dataclass
+class HealthLog:
+    path: str
+    events: List[DrainEvent] = field(default_factory=list)
+    records: int = 0
+    bad_lines: int = 0
+
+
+def _is_drain(rec: dict) -> bool:
+    return rec.get("status") == "fail" or rec.get("drained") is True or rec.get("event") == "drain"
+
+
+def read_health_log(pattern: str) -> Optional[HealthLog]:
+    """Read the drain events of slurmkit's health log (a path or a glob, so rotated
+    files ``health.jsonl.1`` can be included). ``None`` when no file matches.
+    Unreadable lines are counted and skipped: the log is an extra, not a requirement.
+    """
+    paths = sorted(glob.glob(pattern)) if any(c in pattern for c in "*?[") else \
+        ([pattern] if os.path.exists(pattern) else [])
+    if not paths:
+        return None
+    hl = HealthLog(path=pattern)
+    for path in paths:
+        try:
+            fh = open(path, encoding="utf-8", errors="replace")
+        except OSError as exc:
+            log.warning("health log %s: %s", path, exc.strerror)
+            continue
+        with fh:
+            for line in fh:
+                if not line.strip():
+                    continue
+                hl.records += 1
+                try:
+                    rec = json.loads(line)
+                    if not isinstance(rec, dict):
+                        raise ValueError
+                    if not _is_drain(rec):
+                        continue
+                    hl.events.append(DrainEvent(str(rec["node"]), float(rec["timestamp"]),
+                                                str(rec.get("code", "")), str(rec.get("check", ""))))
+                except (ValueError, KeyError, TypeError):
+                    hl.bad_lines += 1
+    if hl.bad_lines:
+        log.warning("health log %s: skipped %d unreadable line(s)", pattern, hl.bad_lines)
+    return hl
+
+
+def find_suspect(attempts: Sequence[Attempt], events: Sequence[DrainEvent], hours: float) -> Set[int]:
+    """Indices of attempts that ran on a node within ``hours`` before it was drained."""
+    if not events:
+        return set()
+    span = hours * 3600.0
+    by_node: Dict[str, List[Tuple[float, float]]] = {}
+    for ev in events:
+        by_node.setdefault(ev.node, []).append((ev.timestamp - span, ev.timestamp))
+    first = min(a for lst in by_node.values() for a, _ in lst)
+    last = max(b for lst in by_node.values() for _, b in lst)
+    expanded: Dict[str, Tuple[str, ...]] = {}
+    out: Set[int] = set()
+    for i, a in enumerate(attempts):
+        if a.end < first or a.raw_start > last:
+            continue
+        nodes = expanded.get(a.nodelist)
+        if nodes is None:
+            try:
+                nodes = tuple(expand_hostlist(a.nodelist))
+            except ParseError:
+                nodes = ()
+            expanded[a.nodelist] = nodes
+        for node in nodes:
+            windows = by_node.get(node)
+            if windows and any(a.raw_start <= b and a.end >= lo for lo, b in windows):
+                out.add(i)
+                break
+    return out

@@ -1,0 +1,276 @@
+"""``slurmkit sweep``: plan and submit preemptible deep checks on idle nodes.
+
+Exit codes: 0 ok (including "nothing to do"); 2 usage or config error; 3 a Slurm
+command failed (sinfo, squeue, or every sbatch of the run). ``sweep run-node`` uses
+Nagios codes for its pass: 0 ok, 1 warn, 2 fail, 3 unknown.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import logging
+import os
+import time
+from typing import Any, Dict, List, Optional
+
+import click
+
+from slurmkit.cli.common import (common_options, dry_run_option, format_options, load_config,
+                                 print_json, print_table, resolve_format, setup_logging)
+from slurmkit.errors import SlurmCommandError, UsageError
+
+log = logging.getLogger("slurmkit.sweep")
+
+
+def _iso(ts: Optional[float]) -> str:
+    if not isinstance(ts, (int, float)):
+        return "never"
+    return _dt.datetime.fromtimestamp(ts, _dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _age(seconds: Optional[float]) -> str:
+    if seconds is None:
+        return "never"
+    s = int(seconds)
+    if s < 3600:
+        return f"{s // 60}m"
+    if s < 86400:
+        return f"{s // 3600}h{(s % 3600) // 60:02d}m"
+    return f"{s // 86400}d{(s % 86400) // 3600:02d}h"
+
+
+def new_run_id(now: float) -> str:
+    return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now)) + f"-{os.getpid()}"
+
+
+def _sweep_cfg(site_cfg, max_nodes: Optional[int]) -> Dict[str, Any]:
+    cfg = dict(site_cfg.section("sweep"))
+    if max_nodes is not None:
+        if max_nodes < 0:
+            raise UsageError(f"--max-nodes must be >= 0, got {max_nodes}")
+        cfg["max_nodes"] = max_nodes
+    return cfg
+
+
+def plan_and_submit(site_cfg, *, config_path: Optional[str], dry_run: bool, max_nodes: Optional[int],
+                    now: Optional[float] = None) -> Dict[str, Any]:
+    """One cron run: read Slurm and the store, plan, submit. Returns the report."""
+    from slurmkit.slurm import client
+    from slurmkit.sweep import jobscript, planner
+    from slurmkit.sweep.runnode import open_store
+    from slurmkit.sweep.store import check_node_name
+
+    cfg = _sweep_cfg(site_cfg, max_nodes)
+    paths = site_cfg.section("paths")
+    now = time.time() if now is None else now
+    run_id = new_run_id(now)
+    store = open_store(site_cfg)
+
+    rows = client.nodes(partition=cfg.get("partition"))
+    bad = [r["name"] for r in rows if not _valid_name(r["name"])]
+    rows = [r for r in rows if _valid_name(r["name"])]
+    for name in bad:
+        log.warning("skipping node with an unusable name %r", name)
+    sweep_jobs = planner.sweep_job_nodes(client.jobs(), cfg["job_name"])
+    documents = store.documents()
+    last = {n: (d.get("last_pass") if isinstance(d.get("last_pass"), (int, float)) else None)
+            for n, d in documents.items()}
+    p = planner.plan(rows, last, sweep_jobs.keys(), now, max_nodes=cfg["max_nodes"],
+                     max_concurrent=cfg["max_concurrent"], period_s=cfg["period_s"],
+                     min_interval_s=cfg["min_interval_s"], cron_interval_s=cfg["cron_interval_s"])
+    output = cfg.get("output") or os.path.join(paths["log_dir"], "sweep-%j.out")
+    jobs: List[Dict[str, Any]] = []
+    errors: List[str] = []
+    if not dry_run and p.selected:
+        try:
+            os.makedirs(os.path.dirname(output) or ".", exist_ok=True)
+        except OSError as exc:
+            log.warning("cannot create %s: %s", os.path.dirname(output), exc.strerror)
+    for cand in p.selected:
+        node = check_node_name(cand.node)
+        model = planner.gpu_model_from_gres(cand.gres)
+        args = jobscript.sbatch_args(node, cfg, run_id, output)
+        argv = jobscript.run_node_argv(node, run_id, python=cfg.get("python"),
+                                       config_path=site_cfg.path or config_path, gpu_model=model)
+        script = jobscript.render_script(node, run_id, argv)
+        entry: Dict[str, Any] = {"node": node, "gpu_model": model, "last_pass": cand.last_pass,
+                                 "overdue": cand.overdue, "sbatch": args}
+        if dry_run:
+            entry["script"] = script
+        else:
+            try:
+                entry["job_id"] = client.submit(script, args)
+            except SlurmCommandError as exc:
+                entry["error"] = str(exc)
+                errors.append(f"{node}: {exc}")
+                log.error("sbatch for %s failed: %s", node, exc)
+        jobs.append(entry)
+    submitted = sum(1 for j in jobs if j.get("job_id"))
+    if not dry_run and cfg["write_metrics"]:
+        try:
+            from slurmkit.sweep.metrics import write_controller_metrics
+
+            write_controller_metrics(paths["metrics_dir"], documents=documents,
+                                     fleet_nodes=[r["name"] for r in rows], run_at=now, submitted=submitted,
+                                     running=p.running + submitted, overdue=len(p.overdue),
+                                     period_s=cfg["period_s"])
+        except Exception as exc:  # metrics never fail a sweep
+            log.error("metrics failed: %s: %s", type(exc).__name__, exc)
+    if not p.meets_period:
+        log.warning("max_nodes=%d cannot cover %d nodes within period_s=%gs at one run every %gs; "
+                    "need %d per run", cfg["max_nodes"], p.total_nodes, cfg["period_s"], cfg["cron_interval_s"],
+                    p.required_per_run)
+    report = {"run_id": run_id, "dry_run": dry_run, "plan": p.to_dict(), "jobs": jobs, "errors": errors,
+              "running_sweep_jobs": sweep_jobs}
+    if errors and not submitted:
+        raise SlurmCommandError(["sbatch"], f"every sweep submission failed; first: {errors[0]}")
+    return report
+
+
+def _valid_name(name: str) -> bool:
+    from slurmkit.sweep.store import _NODE_NAME_RE
+
+    return bool(_NODE_NAME_RE.match(name or ""))
+
+
+@click.group("sweep", invoke_without_command=True)
+@common_options
+@dry_run_option
+@click.option("--max-nodes", type=int, default=None, help="Nodes to check this run (default: sweep.max_nodes).")
+@format_options(("table", "json"))
+@click.pass_context
+def sweep(ctx, config_path, verbose, quiet, dry_run, max_nodes, fmt, as_json) -> None:
+    """Plan and submit preemptible deep checks on idle nodes (run it from cron).
+
+    Picks up to K idle nodes, never-checked and oldest pass first, within the
+    concurrency cap, and submits one exclusive, preemptible sweep job per node.
+    Subcommands: status, run-node (inside a sweep job).
+    """
+    if ctx.invoked_subcommand is not None:
+        ctx.obj = {"config_path": config_path, "verbose": verbose, "quiet": quiet}
+        return
+    setup_logging(verbose, quiet)
+    site_cfg = load_config(config_path)
+    report = plan_and_submit(site_cfg, config_path=config_path, dry_run=dry_run, max_nodes=max_nodes)
+    if resolve_format(fmt, as_json) == "json":
+        print_json(report)
+        return
+    p = report["plan"]
+    if not quiet:
+        verb = "would submit" if dry_run else "submitted"
+        click.echo(f"sweep {report['run_id']}: {p['idle_nodes']} idle of {p['total_nodes']} nodes; "
+                   f"{p['running']} sweep job(s) already queued/running; {len(report['jobs'])} slot(s) used "
+                   f"of {p['slots']}; {len(p['overdue'])} overdue", err=True)
+    rows = [{"node": j["node"], "last_pass": _iso(j["last_pass"]), "overdue": "yes" if j["overdue"] else "",
+             "job": j.get("job_id") or ("(dry run)" if dry_run else "ERROR: " + j.get("error", "")),
+             "gpu_model": j.get("gpu_model") or ""} for j in report["jobs"]]
+    if rows:
+        print_table(rows, ["node", "gpu_model", "last_pass", "overdue", "job"])
+        if dry_run and verbose:
+            for j in report["jobs"]:
+                click.echo(f"\n# sbatch {' '.join(j['sbatch'])}\n{j['script']}", nl=False)
+    elif not quiet:
+        click.echo(f"nothing to {'plan' if dry_run else 'submit'}", err=True)
+
+
+def _ctx_opts(ctx, config_path, verbose, quiet):
+    parent = ctx.obj or {}
+    return (config_path or parent.get("config_path"), max(verbose, parent.get("verbose") or 0),
+            quiet or bool(parent.get("quiet")))
+
+
+def status_rows(site_cfg, now: float, node_states: Optional[Dict[str, str]] = None) -> List[Dict[str, Any]]:
+    from slurmkit.sweep.runnode import open_store
+
+    store = open_store(site_cfg)
+    cfg = site_cfg.section("sweep")
+    documents = store.documents()
+    names = sorted(set(documents) | set(node_states or {}))
+    rows = []
+    for name in names:
+        doc = documents.get(name) or {}
+        checks = doc.get("checks") or {}
+        heavy = {c: e for c, e in checks.items() if e.get("tier") == "heavy"}
+        valid_until = min((e.get("valid_until") for e in heavy.values()
+                           if isinstance(e.get("valid_until"), (int, float))), default=None)
+        bad = sorted(f"{c}:{e.get('code')}" for c, e in heavy.items() if e.get("status") not in ("ok", None))
+        lp = doc.get("last_pass")
+        age = now - lp if isinstance(lp, (int, float)) else None
+        rows.append({
+            "node": name,
+            "state": (node_states or {}).get(name, ""),
+            "gpu_model": (doc.get("meta") or {}).get("gpu_model"),
+            "last_pass": lp, "last_pass_iso": _iso(lp), "age": _age(age),
+            "verdict": doc.get("last_pass_status") or "never",
+            "valid_until": valid_until, "valid_until_iso": _iso(valid_until) if valid_until else "",
+            "valid": bool(valid_until and valid_until > now),
+            "overdue": age is None or age > cfg["period_s"],
+            "problems": bad,
+        })
+    return rows
+
+
+@sweep.command("status")
+@common_options
+@format_options(("table", "json"))
+@click.option("--node", "nodes", multiple=True, help="Only these nodes (repeatable).")
+@click.option("--no-slurm", is_flag=True, help="Do not ask sinfo for node states (store only).")
+@click.pass_context
+def status_cmd(ctx, config_path, verbose, quiet, fmt, as_json, nodes, no_slurm) -> None:
+    """Per node: last complete pass, its verdict, valid-until, and what failed."""
+    config_path, verbose, quiet = _ctx_opts(ctx, config_path, verbose, quiet)
+    setup_logging(verbose, quiet)
+    site_cfg = load_config(config_path)
+    states: Optional[Dict[str, str]] = None
+    if not no_slurm:
+        from slurmkit.slurm import client
+
+        try:
+            states = client.node_states(site_cfg.section("sweep").get("partition"))
+        except SlurmCommandError as exc:
+            log.warning("node states unavailable (%s); showing the store only", exc)
+    rows = status_rows(site_cfg, time.time(), states)
+    if nodes:
+        rows = [r for r in rows if r["node"] in set(nodes)]
+    if resolve_format(fmt, as_json) == "json":
+        print_json(rows)
+        return
+    table = [{"node": r["node"], "state": r["state"], "gpu": r["gpu_model"] or "", "last_pass": r["last_pass_iso"],
+              "age": r["age"], "verdict": r["verdict"], "valid_until": r["valid_until_iso"],
+              "overdue": "yes" if r["overdue"] else "", "problems": ",".join(r["problems"])} for r in rows]
+    if table:
+        print_table(table)
+    elif not quiet:
+        click.echo("no nodes in the verdict store yet", err=True)
+
+
+@sweep.command("run-node")
+@common_options
+@format_options(("table", "json"))
+@click.option("--node", default=None, help="This node's name (default: $SLURMD_NODENAME, then the host name).")
+@click.option("--run-id", default=None, help="The sweep run that submitted this job.")
+@click.option("--gpu-model", default=None, help="GPU model from the node's gres (e.g. h100), for peer grouping.")
+@click.pass_context
+def run_node_cmd(ctx, config_path, verbose, quiet, fmt, as_json, node, run_id, gpu_model) -> None:
+    """Run one node's pass (inside a sweep job): heavy tier + storage probe,
+    outliers, store, drain/resume, notify, metrics. Exit: 0 ok, 1 warn, 2 fail, 3 unknown."""
+    from slurmkit.sweep.runnode import run_node
+
+    config_path, verbose, quiet = _ctx_opts(ctx, config_path, verbose, quiet)
+    setup_logging(verbose, quiet)
+    site_cfg = load_config(config_path)
+    node = node or os.environ.get("SLURMD_NODENAME") or os.uname().nodename.split(".")[0]
+    run_id = run_id or new_run_id(time.time())
+    result = run_node(site_cfg, node, run_id, gpu_model)
+    if resolve_format(fmt, as_json) == "json":
+        print_json(result.to_dict())
+    else:
+        print_table([{"check": r.check, "status": r.status.value, "code": r.code,
+                      "value": "" if r.value is None else f"{r.value:g} {r.unit}".strip(), "reason": r.reason}
+                     for r in result.results])
+        if not quiet:
+            extra = f"; drained: {result.drained}" if result.drained else ""
+            if result.resumed is not None:
+                extra += f"; resume: {'yes' if result.resumed else 'no'} {result.resume_message}"
+            click.echo(f"{node}: {result.status.value} in {result.seconds:.1f}s{extra}", err=True)
+    ctx.exit(result.status.exit_code)

@@ -1,0 +1,214 @@
+"""What one sweep job does on its node: ``slurmkit sweep run-node``.
+
+1. Run the heavy tier of the health catalog (``slurmkit.health``) and the sweep's
+   own checkpoint-storage probe.
+2. Judge each numeric probe against the node's peers (same GPU model) from the
+   store: the fleet-relative outlier rule (:mod:`slurmkit.sweep.outliers`).
+3. Record everything in the verdict store in one locked write: a complete pass.
+4. Act: drain on a fail verdict with the ``slurmkit:<CODE> <check>: <detail>`` reason;
+   resume a slurmkit-drained node whose pass is clean, through the health gate's
+   guarded resume (which never touches an admin's drain).
+5. Notify (de-duplicated) and write the node's textfile metrics.
+
+A preempted job never reaches step 3, so it leaves no trace in the store: the pass
+counts as not done, exactly as the planner assumes.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Mapping, Optional
+
+from slurmkit.health.base import DRAIN_REASON_PREFIX, CheckResult, Status
+from slurmkit.sweep import outliers as outlier_rule
+from slurmkit.sweep.probes import storage_checks
+from slurmkit.sweep.store import HISTORY_LEN, VerdictStore
+
+log = logging.getLogger("slurmkit.sweep.run")
+
+
+def store_root(site_cfg) -> str:
+    sweep = site_cfg.section("sweep")
+    return sweep.get("store_dir") or os.path.join(site_cfg.section("paths")["shared_dir"], "verdicts")
+
+
+def open_store(site_cfg) -> VerdictStore:
+    return VerdictStore(store_root(site_cfg))
+
+
+@dataclass
+class NodeRun:
+    node: str
+    run_id: str
+    gpu_model: Optional[str]
+    results: List[CheckResult] = field(default_factory=list)
+    status: Status = Status.OK
+    drained: Optional[str] = None
+    resumed: Optional[bool] = None
+    resume_message: str = ""
+    notified: Optional[str] = None
+    metrics_file: Optional[str] = None
+    seconds: float = 0.0
+    outliers_skipped: List[str] = field(default_factory=list)
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"node": self.node, "run_id": self.run_id, "gpu_model": self.gpu_model,
+                "status": self.status.value, "drained": self.drained, "resumed": self.resumed,
+                "resume_message": self.resume_message, "notified": self.notified,
+                "metrics_file": self.metrics_file, "seconds": round(self.seconds, 3),
+                "outliers_skipped": self.outliers_skipped,
+                "results": [r.to_dict() for r in self.results]}
+
+
+def worst_status(results: List[CheckResult]) -> Status:
+    worst = Status.OK
+    for r in results:
+        if r.status.severity > worst.severity:
+            worst = r.status
+    return worst
+
+
+def heavy_tier(site_cfg, node: str, checks: Optional[List[str]]) -> List[CheckResult]:
+    """The health catalog's heavy tier on this node (the health gate's own runner)."""
+    from slurmkit.health import runner as health_runner  # the health issue's catalog runner
+
+    return list(health_runner.run_tier(site_cfg, "heavy", node=node, only=checks))
+
+
+def with_new_values(doc: Mapping[str, Any], results: List[CheckResult], run_id: str) -> Dict[str, Any]:
+    """A copy of a store document with this pass's values appended to its history,
+    so the outlier rule sees the pass before it is written (one write per pass)."""
+    out = copy.deepcopy(dict(doc))
+    hist = out.setdefault("history", {})
+    for r in results:
+        if isinstance(r.value, (int, float)) and not isinstance(r.value, bool):
+            h = hist.setdefault(r.check, [])
+            h.append([r.timestamp, float(r.value), run_id])
+            del h[:-HISTORY_LEN]
+    return out
+
+
+def judge_outliers(store: VerdictStore, node: str, results: List[CheckResult], run_id: str,
+                   gpu_model: Optional[str], cfg: Mapping[str, Any], now: float) -> List[CheckResult]:
+    documents = store.documents()
+    mine = documents.get(node) or {"history": {}, "meta": {}}
+    mine = with_new_values(mine, results, run_id)
+    if gpu_model:
+        mine.setdefault("meta", {})["gpu_model"] = gpu_model
+    documents[node] = mine
+    measured = [r.check for r in results
+                if isinstance(r.value, (int, float)) and not isinstance(r.value, bool)
+                and r.status is not Status.UNKNOWN]
+    wanted = cfg.get("checks")
+    names = [c for c in measured if wanted is None or c in wanted]
+    return outlier_rule.judge(node, documents, now=now, k=cfg["k"], window_s=cfg["window_s"],
+                              min_peers=cfg["min_peers"], mad_floor_fraction=cfg["mad_floor_fraction"],
+                              action=cfg["action"], checks=names, lower_is_better=cfg.get("lower_is_better") or [],
+                              gpu_model=gpu_model)
+
+
+def pick_drain_result(results: List[CheckResult]) -> Optional[CheckResult]:
+    """The failing result whose reason the drain carries: the most severe action first."""
+    failing = [r for r in results if r.status is Status.FAIL]
+    if not failing:
+        return None
+    return max(failing, key=lambda r: (r.action.severity, -results.index(r)))
+
+
+def default_resume(site_cfg, node: str) -> tuple:
+    """Resume through the health gate's guarded resume: ``(resumed, message)``."""
+    from slurmkit.health import resume as health_resume
+
+    outcome = health_resume.resume_node(site_cfg, node)
+    return bool(getattr(outcome, "resumed", outcome)), str(getattr(outcome, "message", ""))
+
+
+def run_node(site_cfg, node: str, run_id: str, gpu_model: Optional[str] = None, *,
+             heavy: Optional[Callable[[Any, str, Optional[List[str]]], List[CheckResult]]] = None,
+             resume: Optional[Callable[[Any, str], tuple]] = None,
+             now: Optional[float] = None) -> NodeRun:
+    """Run one node's pass; see the module docstring. ``heavy`` and ``resume`` are the
+    health gate's functions, injectable so the unit tests can drive this function with
+    fixture results."""
+    from slurmkit.slurm import client
+
+    started = time.monotonic()
+    sweep = site_cfg.section("sweep")
+    store = open_store(site_cfg)
+    if not gpu_model:
+        gpu_model = (store.read(node).get("meta") or {}).get("gpu_model")
+    gpu_model = gpu_model.lower() if gpu_model else None
+    run = NodeRun(node, run_id, gpu_model)
+
+    results: List[CheckResult] = []
+    try:
+        results.extend((heavy or heavy_tier)(site_cfg, node, sweep.get("checks")))
+    except Exception as exc:  # the heavy tier could not run at all: unknown, never a drain
+        log.error("heavy tier could not run on %s: %s: %s", node, type(exc).__name__, exc)
+        results.append(CheckResult("heavy_tier", Status.UNKNOWN, "HEAVY_TIER_ERROR",
+                                   f"{type(exc).__name__}: {exc}"[:300]))
+    results.extend(storage_checks(sweep["storage"], deadline_s=float(site_cfg.section("health")
+                                                                       .get("heavy_check_timeout", 300.0))))
+    now = time.time() if now is None else now
+    out_cfg = sweep["outliers"]
+    if out_cfg["enabled"]:
+        judged = judge_outliers(store, node, results, run_id, gpu_model, out_cfg, now)
+        for r in judged:
+            if r.code == "OUTLIER_FEW_PEERS":
+                run.outliers_skipped.append(f"{r.check}: {r.reason}")
+            else:
+                results.append(r)
+    if gpu_model:
+        store.set_meta(node, gpu_model=gpu_model)
+    store.record(node, results, sweep["valid_for_s"], tier="heavy", run_id=run_id)
+    run.results = results
+    run.status = worst_status(results)
+
+    # actions
+    culprit = pick_drain_result(results)
+    if culprit is not None and sweep["drain_on_fail"]:
+        reason = culprit.drain_reason()
+        try:
+            client.drain_node(node, reason)
+            run.drained = reason
+        except Exception as exc:
+            log.error("could not drain %s: %s", node, exc)
+    elif culprit is None and sweep["resume_on_pass"]:
+        info = None
+        try:
+            info = client.show_node(node)
+        except Exception as exc:
+            log.warning("could not read %s's state: %s", node, exc)
+        state = (info or {}).get("State", "").upper()
+        reason = (info or {}).get("Reason", "")
+        if "DRAIN" in state and reason.startswith(DRAIN_REASON_PREFIX):
+            try:
+                run.resumed, run.resume_message = (resume or default_resume)(site_cfg, node)
+            except Exception as exc:
+                run.resumed, run.resume_message = False, f"{type(exc).__name__}: {exc}"
+                log.error("guarded resume of %s failed: %s", node, run.resume_message)
+
+    # notifications and metrics never fail the pass
+    try:
+        from slurmkit.sweep.notify import Notifier
+
+        extra = f"drained: {run.drained}" if run.drained else ("resumed" if run.resumed else "")
+        note = Notifier(store, sweep["notify"]).observe(node, results, extra=extra)
+        run.notified = note.kind if note else None
+    except Exception as exc:
+        log.error("notification failed: %s: %s", type(exc).__name__, exc)
+    if sweep["write_metrics"]:
+        try:
+            from slurmkit.sweep.metrics import write_node_metrics
+
+            run.metrics_file = write_node_metrics(site_cfg.section("paths")["metrics_dir"], node, results,
+                                                  gpu_model=gpu_model, finished_at=time.time())
+        except Exception as exc:
+            log.error("metrics failed: %s: %s", type(exc).__name__, exc)
+    run.seconds = time.monotonic() - started
+    return run
+

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The whole test suite, set-up included: `bash tests/run.sh [pytest args]`.
+# Brings the devcluster up once (a pytest session fixture), runs unit, kernel
+# (Triton interpreter) and integration tests, and tears the cluster down, even on
+# failure. Extra arguments go to pytest (e.g. `bash tests/run.sh tests/unit -x`).
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/../etc/dev/bootstrap.sh"
+cd "$REPO"
+
+# Integration tests must not silently skip here: no devcluster is a failure.
+export SLURMKIT_REQUIRE_DEVCLUSTER=1
+set +e
+"$PY" -m pytest -q -p no:cacheprovider --durations=15 "$@"
+rc=$?
+set -e
+if [ "$rc" -eq 5 ]; then
+  # pytest's 5 = nothing collected. For a selection (`-k`, a path) that is not an
+  # error; for the whole suite it means the tests vanished, which is.
+  if [ "$#" -gt 0 ]; then
+    echo "slurmkit: pytest selected no tests for: $*" >&2
+    exit 0
+  fi
+  echo "slurmkit: pytest collected no tests at all" >&2
+  exit 1
+fi
+exit "$rc"
