@@ -73,10 +73,19 @@ def worst_status(results: List[CheckResult]) -> Status:
 
 
 def heavy_tier(site_cfg, node: str, checks: Optional[List[str]]) -> List[CheckResult]:
-    """The health catalog's heavy tier on this node (the health gate's own runner)."""
-    from slurmkit.health import runner as health_runner  # the health issue's catalog runner
+    """The health catalog's heavy tier on this node, through the health gate's own engine
+    (per-check deadlines, hung-probe handling, error classification)."""
+    from slurmkit.health.base import Tier
+    from slurmkit.health.catalog import select
+    from slurmkit.health.engine import Context, run_checks
 
-    return list(health_runner.run_tier(site_cfg, "heavy", node=node, only=checks))
+    health = site_cfg.section("health")
+    ctx = Context.from_env(health, site_cfg.section("paths"), hook="manual", node=node)
+    try:
+        specs = select(Tier.HEAVY, "manual", list(checks) if checks else None, health)
+        return run_checks(ctx, specs)
+    finally:
+        ctx.close()
 
 
 def with_new_values(doc: Mapping[str, Any], results: List[CheckResult], run_id: str) -> Dict[str, Any]:

@@ -90,3 +90,42 @@ def test_failing_prolog_drains_node_and_holds_job(devcluster):
         devcluster.run(["scontrol", "update", "NodeName=node2", "State=RESUME"])
     devcluster.run(["scontrol", "release", job])
     assert devcluster.wait_job(job, timeout=120) == "COMPLETED"
+
+
+def test_up_twice_is_a_fast_no_op(devcluster):
+    t0 = time.monotonic()
+    spec = devcluster.cluster.up(devcluster.spec)
+    assert time.monotonic() - t0 < 5
+    assert spec.comparable() == devcluster.spec.comparable()
+
+
+def test_a_different_cluster_is_refused_while_one_runs(devcluster):
+    import dataclasses
+
+    from slurmkit.errors import DevclusterError
+
+    other = dataclasses.replace(devcluster.spec, nodes=3)
+    with pytest.raises(DevclusterError, match="a different devcluster is running"):
+        devcluster.cluster.up(other)
+
+
+def test_taken_port_is_a_one_line_error(devcluster):
+    from slurmkit.errors import DevclusterError
+
+    # The running cluster holds the ports: the pre-start check must name one of them.
+    with pytest.raises(DevclusterError, match=r"port 16817 \(for slurmctld\) is already in use"):
+        devcluster.cluster._check_system(devcluster.spec)
+
+
+def test_status_and_env_commands(devcluster):
+    import json
+    import sys
+
+    res = devcluster.run([sys.executable, "-m", "slurmkit.cli.main", "devcluster", "status", "--json",
+                          "--state-dir", str(devcluster.state_dir)])
+    assert res.returncode == 0, res.stderr
+    st = json.loads(res.stdout)
+    assert st["up"] and st["daemons"]["slurmctld"]["state"] == "running"
+    res = devcluster.run([sys.executable, "-m", "slurmkit.cli.main", "devcluster", "env",
+                          "--state-dir", str(devcluster.state_dir)])
+    assert f"export SLURM_CONF={devcluster.state_dir}/etc/slurm.conf" in res.stdout

@@ -1,0 +1,1 @@
+"""Fast-tier check implementations: :mod:`.gpu` (through the GPU backend) and :mod:`.host`."""

@@ -1,0 +1,200 @@
+"""Fast host checks: disk, memory, mounts, InfiniBand, services, cached heavy verdicts."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, Dict, List
+
+from slurmkit.health.base import Action, CheckResult, Status
+
+
+def check_disk_space(ctx, params) -> CheckResult:
+    problems: List[tuple] = []
+    details: Dict[str, Any] = {}
+    least = None
+    for path, limits in (params.get("paths") or {}).items():
+        limits = limits or {}
+        try:
+            st = os.statvfs(path)
+        except OSError as exc:
+            problems.append((Status.FAIL, "DISK_PATH_MISSING", f"{path}: {exc.strerror}"))
+            continue
+        free_gb = st.f_bavail * st.f_frsize / 1e9
+        inodes_pct = 100.0 * st.f_favail / st.f_files if st.f_files else 100.0
+        details[path] = {"free_gb": round(free_gb, 3), "free_inodes_pct": round(inodes_pct, 2)}
+        least = free_gb if least is None else min(least, free_gb)
+        if free_gb < float(limits.get("min_free_gb", 0)):
+            problems.append((Status.FAIL, "DISK_FREE_LOW",
+                             f"{path}: {free_gb:.2f} GB free < {float(limits['min_free_gb']):g} GB"))
+        if inodes_pct < float(limits.get("min_free_inodes_pct", 0)):
+            problems.append((Status.FAIL, "DISK_INODES_LOW",
+                             f"{path}: {inodes_pct:.2f}% inodes free < {float(limits['min_free_inodes_pct']):g}%"))
+    if problems:
+        st, code, _ = problems[0]
+        return CheckResult("disk_space", st, code, "; ".join(p[2] for p in problems if p[1] == code),
+                           Action.MONITOR, value=least, unit="GB", details=details)
+    return CheckResult("disk_space", Status.OK, "OK", f"{len(details)} path(s) have room", value=least,
+                       unit="GB", details=details)
+
+
+def meminfo() -> Dict[str, int]:
+    out = {}
+    with open("/proc/meminfo", encoding="ascii") as fh:
+        for line in fh:
+            key, _, rest = line.partition(":")
+            parts = rest.split()
+            if parts:
+                out[key] = int(parts[0]) * (1024 if len(parts) > 1 and parts[1] == "kB" else 1)
+    return out
+
+
+def check_memory_available(ctx, params) -> CheckResult:
+    info = meminfo()
+    avail_gb = info.get("MemAvailable", info.get("MemFree", 0)) / 1e9
+    floor = float(params.get("min_available_gb", 0))
+    if avail_gb < floor:
+        return CheckResult("memory_available", Status.FAIL, "MEMORY_LOW",
+                           f"{avail_gb:.2f} GB available < {floor:g} GB", Action.MONITOR, value=avail_gb, unit="GB")
+    return CheckResult("memory_available", Status.OK, "OK", f"{avail_gb:.1f} GB available", value=avail_gb,
+                       unit="GB")
+
+
+def _mount_table() -> Dict[str, List[str]]:
+    table: Dict[str, List[str]] = {}
+    with open("/proc/self/mounts", encoding="utf-8", errors="replace") as fh:
+        for line in fh:
+            parts = line.split()
+            if len(parts) >= 4:
+                # octal escapes for spaces etc. (\040)
+                mp = parts[1].encode().decode("unicode_escape")
+                table[mp] = parts[3].split(",")
+    return table
+
+
+def check_mounts(ctx, params) -> CheckResult:
+    required = params.get("required") or []
+    if not required:
+        return CheckResult("mounts", Status.OK, "OK", "no required mounts configured", value=0)
+    table = _mount_table()
+    for mp in required:
+        norm = os.path.normpath(mp)
+        if norm not in table:
+            return CheckResult("mounts", Status.FAIL, "MOUNT_MISSING", f"{mp} is not mounted", Action.MONITOR)
+        if "ro" in table[norm]:
+            return CheckResult("mounts", Status.FAIL, "MOUNT_READONLY", f"{mp} is mounted read-only", Action.MONITOR)
+        if params.get("write_test", True):
+            probe = os.path.join(norm, f".slurmkit-write-test.{os.getpid()}")
+            try:
+                fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                os.close(fd)
+                os.unlink(probe)
+            except OSError as exc:
+                return CheckResult("mounts", Status.FAIL, "MOUNT_NOT_WRITABLE", f"{mp}: {exc.strerror}",
+                                   Action.MONITOR)
+    return CheckResult("mounts", Status.OK, "OK", f"{len(required)} mount(s) present and writable",
+                       value=len(required))
+
+
+def check_infiniband(ctx, params) -> CheckResult:
+    from slurmkit.health.sysfs import ib_ports
+
+    ports = ib_ports(params.get("sysfs_root") or "/sys", params.get("devices") or ())
+    expected = params.get("expected_rate_gbps")
+    need = int(params.get("min_active_ports") or 0)
+    details = {p.hca_spec: {"state": p.state, "rate_gbps": p.rate_gbps, "link_layer": p.link_layer} for p in ports}
+    if not ports and need == 0:
+        return CheckResult("infiniband", Status.OK, "OK", "no InfiniBand HCA (none required)", value=0, unit="ports")
+    down = [p for p in ports if not p.active]
+    slow = [p for p in ports if p.active and expected and (p.rate_gbps or 0) < expected]
+    active = [p for p in ports if p.active]
+    if down:
+        return CheckResult("infiniband", Status.FAIL, "IB_PORT_DOWN",
+                           ", ".join(f"{p.hca_spec} {p.state}" for p in down), Action.MONITOR,
+                           value=len(active), unit="ports", details=details)
+    if slow:
+        return CheckResult("infiniband", Status.FAIL, "IB_RATE_LOW",
+                           ", ".join(f"{p.hca_spec} at {p.rate_gbps:g} Gb/s < {expected:g}" for p in slow),
+                           Action.MONITOR, value=len(active), unit="ports", details=details)
+    if len(active) < need:
+        return CheckResult("infiniband", Status.FAIL, "IB_TOO_FEW_PORTS",
+                           f"{len(active)} ACTIVE port(s), {need} required", Action.MONITOR,
+                           value=len(active), unit="ports", details=details)
+    return CheckResult("infiniband", Status.OK, "OK", f"{len(active)} port(s) ACTIVE"
+                       + (f" at >= {expected:g} Gb/s" if expected else ""), value=len(active), unit="ports",
+                       details=details)
+
+
+def running_process_names() -> set:
+    names = set()
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/comm", encoding="utf-8", errors="replace") as fh:
+                names.add(fh.read().strip())
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                argv0 = fh.read().split(b"\0", 1)[0]
+            if argv0:
+                names.add(os.path.basename(argv0.decode("utf-8", "replace")))
+        except OSError:
+            continue
+    return names
+
+
+def check_services(ctx, params) -> CheckResult:
+    required = params.get("required") or []
+    if not required:
+        return CheckResult("services", Status.OK, "OK", "no required services configured", value=0)
+    # comm is truncated to 15 characters by the kernel: compare on that prefix too
+    names = running_process_names()
+    missing = [s for s in required if s not in names and s[:15] not in names]
+    if missing:
+        return CheckResult("services", Status.FAIL, "SERVICE_DOWN", f"not running: {', '.join(missing)}",
+                           Action.RESET, value=len(required) - len(missing))
+    return CheckResult("services", Status.OK, "OK", f"{len(required)} service(s) running", value=len(required))
+
+
+def check_heavy_cache(ctx, params) -> CheckResult:
+    """Report (never re-run) heavy verdicts from the sweep store that are still valid.
+
+    A still-valid heavy FAIL fails the prolog: the node was found broken by a sweep and
+    has not been re-checked since. Expired verdicts are ignored. The store is another
+    component's (slurmkit.sweep.store); when it is not installed or unreadable the
+    check is OK with a note, because the absence of a sweep is not a node fault.
+    """
+    if not ctx.health.get("use_verdict_store", True):
+        return CheckResult("heavy_cache", Status.OK, "OK", "verdict store disabled", value=0)
+    try:
+        from slurmkit.sweep.store import VerdictStore
+    except Exception as exc:  # not there yet, or broken: not a node fault
+        return CheckResult("heavy_cache", Status.OK, "OK", f"no verdict store ({type(exc).__name__})", value=0,
+                           details={"store": None})
+    root = ctx.paths["shared_dir"]
+    try:
+        entries = VerdictStore(root).node(ctx.node) or {}
+    except Exception as exc:
+        return CheckResult("heavy_cache", Status.UNKNOWN, "STORE_UNREADABLE", f"{root}: {exc}",
+                           details={"internal": True})
+    now = time.time()
+    valid = {name: e for name, e in entries.items()
+             if e.get("tier", "heavy") == "heavy" and float(e.get("valid_until") or 0) > now}
+    details = {name: {k: e.get(k) for k in ("status", "code", "value", "timestamp", "valid_until")}
+               for name, e in valid.items()}
+    fails = {n: e for n, e in valid.items() if e.get("status") == "fail"}
+    warns = {n: e for n, e in valid.items() if e.get("status") == "warn"}
+    if fails:
+        name, e = sorted(fails.items())[0]
+        return CheckResult("heavy_cache", Status.FAIL, str(e.get("code") or "HEAVY_FAIL"),
+                           f"{name} (sweep, valid until {time.strftime('%Y-%m-%dT%H:%M:%S', time.localtime(float(e['valid_until'])))}): "
+                           f"{e.get('reason', '')}", Action(e.get("action") or "isolate"), value=len(valid),
+                           details=details)
+    if warns:
+        name, e = sorted(warns.items())[0]
+        return CheckResult("heavy_cache", Status.WARN, str(e.get("code") or "HEAVY_WARN"),
+                           f"{name} (sweep): {e.get('reason', '')}", Action.MONITOR, value=len(valid), details=details)
+    if valid:
+        return CheckResult("heavy_cache", Status.OK, "OK", f"{len(valid)} valid heavy verdict(s) pass: "
+                           + ", ".join(sorted(valid)), value=len(valid), details=details)
+    return CheckResult("heavy_cache", Status.OK, "OK", "no valid heavy verdicts (no recent sweep)", value=0,
+                       details=details)

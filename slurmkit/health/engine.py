@@ -1,0 +1,199 @@
+"""Run a list of checks under per-check and overall deadlines; summarise the verdict.
+
+Every check runs in a worker thread with ``join(timeout)`` (:mod:`.deadline`). A check
+past its deadline is a FAIL whose reason names the check. After a GPU probe hangs,
+the remaining GPU checks are not started (each would hang on the same driver lock);
+they read UNKNOWN "not run". Checks that raise are classified:
+
+* :class:`BackendError` marked ``hardware`` (GPU_IS_LOST ...) -> FAIL;
+* :class:`BackendError` otherwise, or any other exception (a slurmkit bug, a bad
+  config) -> UNKNOWN, flagged ``internal`` so the gate can fail open and raise a metric.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+from slurmkit.health.backends import BackendError, BackendUnavailable, GpuBackend
+from slurmkit.health.base import Action, CheckResult, Status, Tier
+from slurmkit.health.catalog import CheckSpec
+from slurmkit.health.deadline import ProbeTimeout, call_with_deadline
+
+log = logging.getLogger("slurmkit.health")
+
+
+def parse_gpu_list(text: Optional[str]) -> Optional[List[int]]:
+    """``"0,1,5"`` -> ``[0, 1, 5]``; ranges ``"0-3"`` too; ``None``/empty -> ``None``.
+
+    Slurm writes ``SLURM_JOB_GPUS`` as a comma list of host indices; some versions
+    compress runs as ranges.
+    """
+    if text is None or not text.strip() or text.strip().upper() in ("NODEVS", "(NULL)"):
+        return None
+    out: List[int] = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        lo, sep, hi = part.partition("-")
+        if sep:
+            out.extend(range(int(lo), int(hi) + 1))
+        else:
+            out.append(int(part))
+    return out
+
+
+def node_name(env: Optional[Dict[str, str]] = None) -> str:
+    """This node's Slurm name: ``SLURMD_NODENAME`` (several slurmd may share a host), else the short hostname."""
+    env = os.environ if env is None else env
+    name = env.get("SLURMD_NODENAME")
+    if name:
+        return name
+    return os.uname().nodename.split(".")[0]
+
+
+@dataclass
+class Context:
+    """Everything a check may look at. Built once per run by the gate or the CLI."""
+
+    health: Dict[str, Any]                 # validated `health` section
+    paths: Dict[str, Any]                  # validated `paths` section
+    node: str
+    hook: str = "manual"                   # prolog | epilog | healthcheck | manual
+    env: Dict[str, str] = field(default_factory=lambda: dict(os.environ))
+    job_id: Optional[str] = None
+    job_uid: Optional[int] = None
+    job_user: Optional[str] = None
+    job_gpus: Optional[List[int]] = None   # host numbering; None = not a job context
+    advance_xid_cursor: bool = False       # hooks consume Xid events; manual runs only peek
+    backend_override: Optional[GpuBackend] = None
+    _backend: Any = None
+    _backend_error: Optional[BackendError] = None
+    backend_hung_in: Optional[str] = None
+    xid_events_seen: List[Dict[str, Any]] = field(default_factory=list)
+
+    @classmethod
+    def from_env(cls, health: Dict[str, Any], paths: Dict[str, Any], hook: str,
+                 env: Optional[Dict[str, str]] = None, node: Optional[str] = None) -> "Context":
+        env = dict(os.environ if env is None else env)
+        uid = env.get("SLURM_JOB_UID")
+        gpus = env.get("SLURM_JOB_GPUS")
+        if gpus is None and hook in ("prolog", "epilog") and env.get("SLURM_JOB_ID"):
+            gpus = env.get("CUDA_VISIBLE_DEVICES") or env.get("GPU_DEVICE_ORDINAL") or ""
+        return cls(health=health, paths=paths, node=node or node_name(env), hook=hook, env=env,
+                   job_id=env.get("SLURM_JOB_ID") or env.get("SLURM_JOBID"),
+                   job_uid=int(uid) if uid and uid.isdigit() else None,
+                   job_user=env.get("SLURM_JOB_USER"), job_gpus=parse_gpu_list(gpus),
+                   advance_xid_cursor=hook in ("prolog", "epilog", "healthcheck"))
+
+    # ------------------------------------------------------------------ backend
+
+    def backend(self) -> GpuBackend:
+        """The GPU backend, opened on first use (inside the first GPU check's deadline)."""
+        if self.backend_override is not None:
+            return self.backend_override
+        if self._backend_error is not None:
+            raise self._backend_error
+        if self._backend is None:
+            from slurmkit.health.backends import open_backend
+
+            try:
+                self._backend = open_backend(self.health, self.node)
+            except BackendError as exc:
+                self._backend_error = exc
+                raise
+        return self._backend
+
+    def close(self) -> None:
+        if self._backend is not None:
+            try:
+                self._backend.close()
+            except Exception:
+                pass
+
+    def params(self, check: str) -> Dict[str, Any]:
+        return self.health["checks"].get(check, {})
+
+
+def check_timeout(ctx: Context, spec: CheckSpec) -> float:
+    own = ctx.params(spec.name).get("timeout")
+    if own:
+        return float(own)
+    return float(ctx.health["heavy_check_timeout"] if spec.tier == Tier.HEAVY else ctx.health["check_timeout"])
+
+
+def run_one(ctx: Context, spec: CheckSpec, timeout: float) -> CheckResult:
+    """Run one check under ``timeout``; never raises."""
+    start = time.monotonic()
+    if spec.gpu and ctx.backend_hung_in:
+        return CheckResult(spec.name, Status.UNKNOWN, "NOT_RUN",
+                           f"not run: the GPU backend hung in {ctx.backend_hung_in}",
+                           details={"skipped": True})
+    try:
+        fn = spec.function()
+        result, _ = call_with_deadline(lambda: fn(ctx, ctx.params(spec.name)), timeout, spec.name)
+        if not isinstance(result, CheckResult):
+            raise TypeError(f"check {spec.name} returned {type(result).__name__}, not CheckResult")
+    except ProbeTimeout:
+        if spec.gpu:
+            ctx.backend_hung_in = spec.name
+        result = CheckResult(spec.name, Status.FAIL, "CHECK_TIMEOUT",
+                             f"{spec.name} did not finish within {timeout:.2f}s (hung probe)",
+                             Action.REBOOT if spec.gpu else Action.ISOLATE)
+    except BackendUnavailable as exc:
+        result = CheckResult(spec.name, Status.FAIL if exc.hardware else Status.UNKNOWN, exc.code,
+                             str(exc), Action.REBOOT if exc.hardware else Action.NONE,
+                             details={"internal": not exc.hardware})
+    except BackendError as exc:
+        result = CheckResult(spec.name, Status.FAIL if exc.hardware else Status.UNKNOWN, exc.code, str(exc),
+                             Action.RESET if exc.hardware else Action.NONE,
+                             details={"internal": not exc.hardware, "gpu": exc.gpu})
+    except Exception as exc:  # a slurmkit bug or a bad config: never a node fault
+        log.debug("check %s raised", spec.name, exc_info=True)
+        code = "CONFIG_ERROR" if exc.__class__.__name__ == "ConfigError" else "INTERNAL_ERROR"
+        result = CheckResult(spec.name, Status.UNKNOWN, code, f"{type(exc).__name__}: {exc}",
+                             details={"internal": True})
+    result.seconds = round(time.monotonic() - start, 4)
+    return result
+
+
+def run_checks(ctx: Context, specs: List[CheckSpec], deadline: Optional[float] = None) -> List[CheckResult]:
+    """Run ``specs`` in order. ``deadline`` (``time.monotonic()`` value) bounds the whole run:
+    a check never gets more than what is left, and checks not started in time read UNKNOWN."""
+    results: List[CheckResult] = []
+    for spec in specs:
+        timeout = check_timeout(ctx, spec)
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0.01:
+                results.append(CheckResult(spec.name, Status.UNKNOWN, "BUDGET_EXHAUSTED",
+                                           f"not run: the {ctx.hook} time budget was spent",
+                                           details={"skipped": True}))
+                continue
+            timeout = min(timeout, left)
+        results.append(run_one(ctx, spec, timeout))
+    return results
+
+
+def worst(results: List[CheckResult]) -> Status:
+    st = Status.OK
+    for r in results:
+        if r.status.severity > st.severity:
+            st = r.status
+    return st
+
+
+def first_failure(results: List[CheckResult]) -> Optional[CheckResult]:
+    """The failure that names the drain reason: highest action first, then catalog order."""
+    fails = [r for r in results if r.status == Status.FAIL]
+    if not fails:
+        return None
+    return max(fails, key=lambda r: (r.action.severity, -fails.index(r)))
+
+
+def internal_problems(results: List[CheckResult]) -> List[CheckResult]:
+    return [r for r in results if r.status == Status.UNKNOWN and r.details.get("internal")]
