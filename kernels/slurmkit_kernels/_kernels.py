@@ -26,12 +26,14 @@ separate kernel, one program per Q block, computes dQ.
 Interpreter workarounds (``TRITON_INTERPRET=1``, verified with Triton 3.7.1):
 
 * ``tl.dot`` on bf16 operands returns garbage (errors ~1e10): the interpreter keeps bf16
-  as raw uint16 and multiplies the bit patterns. ``UPCAST=True`` converts operands to
-  fp32 before every dot; it is only set when interpreting, so the GPU path keeps bf16
-  tensor-core dots.
-* fp32->bf16 casts truncate instead of rounding to nearest even, so bf16 results under
-  the interpreter carry about twice the GPU's rounding error. Nothing to do in-kernel;
-  the tests' error budget accounts for it.
+  as raw uint16 and multiplies the bit patterns.
+* fp32->bf16 casts truncate instead of rounding to nearest even, which doubles bf16
+  rounding error compared with a GPU.
+
+Both are handled by the constexpr ``EMULATE_BF16``, set only for bf16 inputs under the
+interpreter (so the compiled GPU path is unchanged): ``_dot`` converts operands to fp32
+(exact) before multiplying, and ``_cast`` rounds to nearest even in integer arithmetic
+before the (then exact) truncating cast, reproducing the GPU's bf16 numerics.
 """
 
 import triton
@@ -39,12 +41,23 @@ import triton.language as tl
 
 
 @triton.jit
-def _dot(a, b, UPCAST: tl.constexpr, INPUT_PRECISION: tl.constexpr):
-    """``a @ b`` with an fp32 result; see the module docstring for ``UPCAST``."""
-    if UPCAST:
+def _dot(a, b, EMULATE_BF16: tl.constexpr, INPUT_PRECISION: tl.constexpr):
+    """``a @ b`` with an fp32 result; see the module docstring for ``EMULATE_BF16``."""
+    if EMULATE_BF16:
         a = a.to(tl.float32)
         b = b.to(tl.float32)
     return tl.dot(a, b, input_precision=INPUT_PRECISION)
+
+
+@triton.jit
+def _cast(x, dtype: tl.constexpr, EMULATE_BF16: tl.constexpr):
+    """``x.to(dtype)``; see the module docstring for ``EMULATE_BF16``."""
+    if EMULATE_BF16:
+        # Round the fp32 bit pattern to nearest even at bit 16; the truncating cast is then exact.
+        bits = x.to(tl.uint32, bitcast=True)
+        bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+        x = bits.to(tl.float32, bitcast=True)
+    return x.to(dtype)
 
 
 @triton.jit
@@ -53,7 +66,7 @@ def _fwd_inner(
     k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd,
     lo, hi, offs_m, offs_d, N_K, causal_offset, qk_scale,
     MASK: tl.constexpr, CAUSAL: tl.constexpr, BLOCK_N: tl.constexpr,
-    UPCAST: tl.constexpr, INPUT_PRECISION: tl.constexpr,
+    EMULATE_BF16: tl.constexpr, INPUT_PRECISION: tl.constexpr,
 ):
     """Online-softmax accumulation over key blocks ``[lo, hi)``."""
     offs_n0 = tl.arange(0, BLOCK_N)
@@ -65,7 +78,7 @@ def _fwd_inner(
             k = tl.load(k_ptrs, mask=offs_n[:, None] < N_K, other=0.0)
         else:
             k = tl.load(k_ptrs)
-        s = _dot(q, tl.trans(k), UPCAST, INPUT_PRECISION) * qk_scale
+        s = _dot(q, tl.trans(k), EMULATE_BF16, INPUT_PRECISION) * qk_scale
         if MASK:
             visible = offs_n[None, :] < N_K
             if CAUSAL:
@@ -85,7 +98,7 @@ def _fwd_inner(
             v = tl.load(v_ptrs, mask=offs_n[:, None] < N_K, other=0.0)
         else:
             v = tl.load(v_ptrs)
-        acc = acc * alpha[:, None] + _dot(p.to(v.dtype), v, UPCAST, INPUT_PRECISION)
+        acc = acc * alpha[:, None] + _dot(_cast(p, v.dtype, EMULATE_BF16), v, EMULATE_BF16, INPUT_PRECISION)
         m_i = m_new
     return acc, l_i, m_i
 
@@ -99,7 +112,7 @@ def _attn_fwd(
     stride_ob, stride_oh, stride_om, stride_od,
     N_Q, N_K, H_Q, GROUP, qk_scale,
     CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    HEAD_DIM: tl.constexpr, UPCAST: tl.constexpr, INPUT_PRECISION: tl.constexpr,
+    HEAD_DIM: tl.constexpr, EMULATE_BF16: tl.constexpr, INPUT_PRECISION: tl.constexpr,
 ):
     """One program per (query block, batch*head): writes O and the log2-domain lse."""
     start_m = tl.program_id(0) * BLOCK_M
@@ -136,19 +149,19 @@ def _attn_fwd(
     acc, l_i, m_i = _fwd_inner(
         acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd,
         0, mid, offs_m, offs_d, N_K, causal_offset, qk_scale,
-        False, CAUSAL, BLOCK_N, UPCAST, INPUT_PRECISION,
+        False, CAUSAL, BLOCK_N, EMULATE_BF16, INPUT_PRECISION,
     )
     acc, l_i, m_i = _fwd_inner(
         acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd,
         mid, hi, offs_m, offs_d, N_K, causal_offset, qk_scale,
-        True, CAUSAL, BLOCK_N, UPCAST, INPUT_PRECISION,
+        True, CAUSAL, BLOCK_N, EMULATE_BF16, INPUT_PRECISION,
     )
     empty = l_i == 0.0
     l_safe = tl.where(empty, 1.0, l_i)
     out = acc / l_safe[:, None]
     lse = tl.where(empty, float("inf"), m_i + tl.math.log2(l_safe))
     tl.store(o_base + offs_m[:, None] * stride_om + offs_d[None, :] * stride_od,
-             out.to(O.dtype.element_ty), mask=row_ok[:, None])
+             _cast(out, O.dtype.element_ty, EMULATE_BF16), mask=row_ok[:, None])
     tl.store(LSE + pid_bh.to(tl.int64) * N_Q + offs_m, lse, mask=row_ok)
 
 
@@ -184,7 +197,7 @@ def _bwd_dkdv_inner(
     stride_qm, stride_qd, stride_dom, stride_dod,
     lo, hi, offs_n, offs_d, N_Q, causal_offset, qk_scale,
     MASK: tl.constexpr, BLOCK_M: tl.constexpr,
-    UPCAST: tl.constexpr, INPUT_PRECISION: tl.constexpr,
+    EMULATE_BF16: tl.constexpr, INPUT_PRECISION: tl.constexpr,
 ):
     """Accumulate dK, dV of one key block over query blocks ``[lo, hi)`` of one head.
 
@@ -202,14 +215,14 @@ def _bwd_dkdv_inner(
                      mask=row_ok[:, None], other=0.0)
         lse = tl.load(lse_base + offs_m, mask=row_ok, other=float("inf"))
         delta = tl.load(delta_base + offs_m, mask=row_ok, other=0.0)
-        s_t = _dot(k, tl.trans(q), UPCAST, INPUT_PRECISION) * qk_scale
+        s_t = _dot(k, tl.trans(q), EMULATE_BF16, INPUT_PRECISION) * qk_scale
         p_t = tl.math.exp2(s_t - lse[None, :])
         if MASK:
             p_t = tl.where(offs_n[:, None] <= offs_m[None, :] + causal_offset, p_t, 0.0)
-        dv += _dot(p_t.to(do.dtype), do, UPCAST, INPUT_PRECISION)
-        dp_t = _dot(v, tl.trans(do), UPCAST, INPUT_PRECISION)
+        dv += _dot(_cast(p_t, do.dtype, EMULATE_BF16), do, EMULATE_BF16, INPUT_PRECISION)
+        dp_t = _dot(v, tl.trans(do), EMULATE_BF16, INPUT_PRECISION)
         ds_t = p_t * (dp_t - delta[None, :])
-        dk += _dot(ds_t.to(q.dtype), q, UPCAST, INPUT_PRECISION)
+        dk += _dot(_cast(ds_t, q.dtype, EMULATE_BF16), q, EMULATE_BF16, INPUT_PRECISION)
     return dk, dv
 
 
@@ -224,7 +237,7 @@ def _attn_bwd_dkdv(
     stride_dvb, stride_dvh, stride_dvn, stride_dvd,
     N_Q, N_K, H_Q, H_KV, GROUP, sm_scale, qk_scale,
     CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    HEAD_DIM: tl.constexpr, UPCAST: tl.constexpr, INPUT_PRECISION: tl.constexpr,
+    HEAD_DIM: tl.constexpr, EMULATE_BF16: tl.constexpr, INPUT_PRECISION: tl.constexpr,
 ):
     """One program per (key block, batch*kv_head): dK and dV, summed over the GQA group.
 
@@ -269,21 +282,21 @@ def _attn_bwd_dkdv(
             dk, dv, k, v, q_base, do_base, lse_base, delta_base,
             stride_qm, stride_qd, stride_dom, stride_dod,
             lo, mid, offs_n, offs_d, N_Q, causal_offset, qk_scale,
-            True, BLOCK_M, UPCAST, INPUT_PRECISION,
+            True, BLOCK_M, EMULATE_BF16, INPUT_PRECISION,
         )
         dk, dv = _bwd_dkdv_inner(
             dk, dv, k, v, q_base, do_base, lse_base, delta_base,
             stride_qm, stride_qd, stride_dom, stride_dod,
             mid, N_Q, offs_n, offs_d, N_Q, causal_offset, qk_scale,
-            False, BLOCK_M, UPCAST, INPUT_PRECISION,
+            False, BLOCK_M, EMULATE_BF16, INPUT_PRECISION,
         )
     dk = dk * sm_scale
     tl.store(DK + off_b.to(tl.int64) * stride_dkb + off_hkv.to(tl.int64) * stride_dkh
              + offs_n[:, None] * stride_dkn + offs_d[None, :] * stride_dkd,
-             dk.to(DK.dtype.element_ty), mask=col_ok[:, None])
+             _cast(dk, DK.dtype.element_ty, EMULATE_BF16), mask=col_ok[:, None])
     tl.store(DV + off_b.to(tl.int64) * stride_dvb + off_hkv.to(tl.int64) * stride_dvh
              + offs_n[:, None] * stride_dvn + offs_d[None, :] * stride_dvd,
-             dv.to(DV.dtype.element_ty), mask=col_ok[:, None])
+             _cast(dv, DV.dtype.element_ty, EMULATE_BF16), mask=col_ok[:, None])
 
 
 @triton.jit
@@ -292,7 +305,7 @@ def _bwd_dq_inner(
     k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd,
     lo, hi, offs_m, offs_d, N_K, causal_offset, qk_scale,
     MASK: tl.constexpr, CAUSAL: tl.constexpr, BLOCK_N: tl.constexpr,
-    UPCAST: tl.constexpr, INPUT_PRECISION: tl.constexpr,
+    EMULATE_BF16: tl.constexpr, INPUT_PRECISION: tl.constexpr,
 ):
     """Accumulate dQ of one query block over key blocks ``[lo, hi)``."""
     offs_n0 = tl.arange(0, BLOCK_N)
@@ -306,16 +319,16 @@ def _bwd_dq_inner(
         else:
             k = tl.load(k_ptrs)
             v = tl.load(v_ptrs)
-        s = _dot(q, tl.trans(k), UPCAST, INPUT_PRECISION) * qk_scale
+        s = _dot(q, tl.trans(k), EMULATE_BF16, INPUT_PRECISION) * qk_scale
         p = tl.math.exp2(s - lse[:, None])
         if MASK:
             visible = offs_n[None, :] < N_K
             if CAUSAL:
                 visible = visible & (offs_n[None, :] <= offs_m[:, None] + causal_offset)
             p = tl.where(visible, p, 0.0)
-        dp = _dot(do, tl.trans(v), UPCAST, INPUT_PRECISION)
+        dp = _dot(do, tl.trans(v), EMULATE_BF16, INPUT_PRECISION)
         ds = p * (dp - delta[:, None])
-        dq += _dot(ds.to(k.dtype), k, UPCAST, INPUT_PRECISION)
+        dq += _dot(_cast(ds, k.dtype, EMULATE_BF16), k, EMULATE_BF16, INPUT_PRECISION)
     return dq
 
 
@@ -329,7 +342,7 @@ def _attn_bwd_dq(
     stride_dqb, stride_dqh, stride_dqm, stride_dqd,
     N_Q, N_K, H_Q, GROUP, sm_scale, qk_scale,
     CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    HEAD_DIM: tl.constexpr, UPCAST: tl.constexpr, INPUT_PRECISION: tl.constexpr,
+    HEAD_DIM: tl.constexpr, EMULATE_BF16: tl.constexpr, INPUT_PRECISION: tl.constexpr,
 ):
     """One program per (query block, batch*head): dQ, with the forward's key ranges."""
     start_m = tl.program_id(0) * BLOCK_M
@@ -364,14 +377,14 @@ def _attn_bwd_dq(
     dq = _bwd_dq_inner(
         dq, q, do, lse, delta, k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd,
         0, mid, offs_m, offs_d, N_K, causal_offset, qk_scale,
-        False, CAUSAL, BLOCK_N, UPCAST, INPUT_PRECISION,
+        False, CAUSAL, BLOCK_N, EMULATE_BF16, INPUT_PRECISION,
     )
     dq = _bwd_dq_inner(
         dq, q, do, lse, delta, k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd,
         mid, hi, offs_m, offs_d, N_K, causal_offset, qk_scale,
-        True, CAUSAL, BLOCK_N, UPCAST, INPUT_PRECISION,
+        True, CAUSAL, BLOCK_N, EMULATE_BF16, INPUT_PRECISION,
     )
     dq = dq * sm_scale
     tl.store(DQ + off_b.to(tl.int64) * stride_dqb + off_h.to(tl.int64) * stride_dqh
              + offs_m[:, None] * stride_dqm + offs_d[None, :] * stride_dqd,
-             dq.to(DQ.dtype.element_ty), mask=row_ok[:, None])
+             _cast(dq, DQ.dtype.element_ty, EMULATE_BF16), mask=row_ok[:, None])

@@ -91,11 +91,11 @@ def _select_config(q: torch.Tensor, config: KernelConfig | None) -> KernelConfig
 
 
 def _kernel_flags(dtype: torch.dtype, precision: str) -> tuple[bool, str]:
-    """(UPCAST, INPUT_PRECISION) constexprs; see the interpreter notes in ``_kernels``."""
-    upcast = dtype == torch.bfloat16 and interpreter_active()
+    """(EMULATE_BF16, INPUT_PRECISION) constexprs; see the interpreter notes in ``_kernels``."""
+    emulate_bf16 = dtype == torch.bfloat16 and interpreter_active()
     # input_precision only changes fp32 dots; 16-bit dots always use tensor cores.
     input_precision = precision if dtype == torch.float32 else "tf32"
-    return upcast, input_precision
+    return emulate_bf16, input_precision
 
 
 def _empty(shape, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
@@ -118,13 +118,13 @@ def _forward(q, k, v, causal, scale, precision, config):
     h_kv, n_k = k.shape[1], k.shape[2]
     o = _empty((batch, h_q, n_q, d), q.dtype, q.device)
     lse = _empty((batch, h_q, n_q), torch.float32, q.device)
-    upcast, input_precision = _kernel_flags(q.dtype, precision)
+    emulate_bf16, input_precision = _kernel_flags(q.dtype, precision)
     cfg = config.lookup("fwd", d, _dtype_name(q.dtype))
     grid = (_cdiv(n_q, cfg.BLOCK_M), batch * h_q)
     _kernels._attn_fwd[grid](
         q, k, v, o, lse, *q.stride(), *k.stride(), *v.stride(), *o.stride(),
         n_q, n_k, h_q, h_q // h_kv, scale * _LOG2E,
-        CAUSAL=causal, HEAD_DIM=d, UPCAST=upcast, INPUT_PRECISION=input_precision,
+        CAUSAL=causal, HEAD_DIM=d, EMULATE_BF16=emulate_bf16, INPUT_PRECISION=input_precision,
         **_launch(cfg),
     )
     return o, lse
@@ -135,7 +135,7 @@ def _backward(do, q, k, v, o, lse, causal, scale, precision, config):
     h_kv, n_k = k.shape[1], k.shape[2]
     group = h_q // h_kv
     dtype_name = _dtype_name(q.dtype)
-    upcast, input_precision = _kernel_flags(q.dtype, precision)
+    emulate_bf16, input_precision = _kernel_flags(q.dtype, precision)
     qk_scale = scale * _LOG2E
 
     delta = _empty(lse.shape, torch.float32, q.device)
@@ -151,7 +151,7 @@ def _backward(do, q, k, v, o, lse, causal, scale, precision, config):
         q, k, v, do, lse, delta, dk, dv,
         *q.stride(), *k.stride(), *v.stride(), *do.stride(), *dk.stride(), *dv.stride(),
         n_q, n_k, h_q, h_kv, group, scale, qk_scale,
-        CAUSAL=causal, HEAD_DIM=d, UPCAST=upcast, INPUT_PRECISION=input_precision,
+        CAUSAL=causal, HEAD_DIM=d, EMULATE_BF16=emulate_bf16, INPUT_PRECISION=input_precision,
         **_launch(cfg),
     )
 
@@ -161,7 +161,7 @@ def _backward(do, q, k, v, o, lse, causal, scale, precision, config):
         q, k, v, do, lse, delta, dq,
         *q.stride(), *k.stride(), *v.stride(), *do.stride(), *dq.stride(),
         n_q, n_k, h_q, group, scale, qk_scale,
-        CAUSAL=causal, HEAD_DIM=d, UPCAST=upcast, INPUT_PRECISION=input_precision,
+        CAUSAL=causal, HEAD_DIM=d, EMULATE_BF16=emulate_bf16, INPUT_PRECISION=input_precision,
         **_launch(cfg),
     )
     return dq, dk, dv

@@ -22,6 +22,8 @@ from typing import Callable, Dict, FrozenSet, List, Optional
 from slurmkit.health.base import Tier
 
 ALL_HOOKS = frozenset({"prolog", "epilog", "healthcheck", "manual"})
+#: heavy checks run only when asked for: sweeps and escalating epilogs call them as "manual"
+HEAVY_HOOKS = frozenset({"manual"})
 
 
 @dataclass(frozen=True)
@@ -88,15 +90,16 @@ CATALOG: Dict[str, CheckSpec] = {s.name: s for s in [
               gpu=False, hooks=frozenset({"prolog", "manual"}), codes="<the stored code>"),
     CheckSpec("nvlink_bandwidth", Tier.HEAVY, _HV + "check_nvlink_bandwidth",
               "GPU-to-GPU copy bandwidth for every pair (N x N); a pair below the floor or far "
-              "below its row/column median fails.", codes="NVLINK_BW_FLOOR, NVLINK_BW_OUTLIER"),
+              "below its row/column median fails.", codes="NVLINK_BW_FLOOR, NVLINK_BW_OUTLIER", hooks=HEAVY_HOOKS),
     CheckSpec("allreduce_busbw", Tier.HEAVY, _HV + "check_allreduce_busbw",
               "Single-node all_reduce busbw (nccl-tests formula) against 90 % of expected.",
-              codes="ALLREDUCE_BUSBW_LOW"),
+              codes="ALLREDUCE_BUSBW_LOW, ALLREDUCE_WRONG", hooks=HEAVY_HOOKS),
     CheckSpec("gemm_tflops", Tier.HEAVY, _HV + "check_gemm_tflops",
               "Per-GPU GEMM TFLOP/s against a floor and the node's best GPU.",
-              codes="GEMM_TFLOPS_LOW, GEMM_TFLOPS_SPREAD"),
+              codes="GEMM_TFLOPS_LOW, GEMM_TFLOPS_SPREAD", hooks=HEAVY_HOOKS),
     CheckSpec("hbm_bandwidth", Tier.HEAVY, _HV + "check_hbm_bandwidth",
-              "Per-GPU device-memory copy bandwidth against a floor.", codes="HBM_BW_LOW"),
+              "Per-GPU device-memory copy bandwidth against a floor.", codes="HBM_BW_LOW",
+              hooks=HEAVY_HOOKS),
 ]}
 
 

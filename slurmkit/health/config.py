@@ -139,6 +139,7 @@ CHECKS_SCHEMA = Section({
     "nvlink_bandwidth": _check(size_mb=Field("int", 256, "Bytes per pair copy (MiB).", min=1),
                                iterations=Field("int", 5, "Timed copies per pair.", min=1)),
     "allreduce_busbw": _check(size_mb=Field("int", 1024, "all_reduce message size (MiB).", min=1),
+                              cpu_size_mb=Field("int", 8, "Message size with the gloo/CPU fallback (MiB).", min=1),
                               iterations=Field("int", 10, "Timed all_reduce calls.", min=1)),
     "gemm_tflops": _check(size=Field("int", 8192, "Square matrix size (CPU runs use cpu_size).", min=64),
                           cpu_size=Field("int", 256, "Matrix size on CPU tensors.", min=16),

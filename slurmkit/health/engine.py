@@ -109,7 +109,7 @@ class Context:
         return self._backend
 
     def close(self) -> None:
-        if self._backend is not None:
+        if self._backend is not None and not self.backend_hung_in:  # a hung driver would hang shutdown too
             try:
                 self._backend.close()
             except Exception:

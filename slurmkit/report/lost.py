@@ -66,21 +66,16 @@ def is_prolog_requeue(attempt: Attempt, max_seconds: float = DEFAULT_PROLOG_REQU
 def find_lost(attempts: Sequence[Attempt],
               prolog_requeue_seconds: float = DEFAULT_PROLOG_REQUEUE_SECONDS) -> Dict[int, str]:
     """``{attempt index: cause}`` for every lost attempt."""
-    lost: Dict[int, str] = {}
     lost_states = frozenset(LOST_STATES)
-    requeued_jobs: Set[str] = set()
-    for i, a in enumerate(attempts):
-        st = a.state
-        if st in lost_states:
-            lost[i] = st
-            if st == "REQUEUED":
-                requeued_jobs.add(a.job_id_raw)
+    state_i = Attempt._fields.index("state")
+    jid_i = Attempt._fields.index("job_id_raw")
+    lost: Dict[int, str] = {i: a[state_i] for i, a in enumerate(attempts) if a[state_i] in lost_states}
+    requeued_jobs: Set[str] = {attempts[i][jid_i] for i, st in lost.items() if st == "REQUEUED"}
     if not requeued_jobs:
         return lost
     by_job: Dict[str, List[int]] = {}
-    for i, a in enumerate(attempts):
-        if a.job_id_raw in requeued_jobs:
-            by_job.setdefault(a.job_id_raw, []).append(i)
+    for i in [i for i, a in enumerate(attempts) if a[jid_i] in requeued_jobs]:
+        by_job.setdefault(attempts[i][jid_i], []).append(i)
     for indices in by_job.values():
         indices.sort(key=lambda j: (attempts[j].raw_start, attempts[j].line))
         for prev, cur in zip(indices, indices[1:]):

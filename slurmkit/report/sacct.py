@@ -48,7 +48,8 @@ FIELDS: Tuple[str, ...] = ("JobID", "JobIDRaw", "State", "AllocTRES", "Submit", 
 #: Without these a saved file cannot be reported at all.
 REQUIRED_COLUMNS: Tuple[str, ...] = ("JobID", "State", "AllocTRES", "Start", "End")
 #: Columns a grouping or feature needs (checked against a saved file's header).
-COLUMN_FOR = {"user": "User", "account": "Account", "partition": "Partition", "node": "NodeList"}
+COLUMN_FOR = {"user": "User", "account": "Account", "partition": "Partition", "node": "NodeList",
+              "name": "JobName"}
 
 #: States whose attempt may still be running: End=Unknown means "up to now".
 RUNNING_STATES: FrozenSet[str] = frozenset({"RUNNING", "SUSPENDED", "COMPLETING", "CONFIGURING",
@@ -110,10 +111,11 @@ class Filters:
     accounts: Optional[FrozenSet[str]] = None
     partitions: Optional[FrozenSet[str]] = None
     states: Optional[FrozenSet[str]] = None
+    names: Optional[FrozenSet[str]] = None
 
     @property
     def active(self) -> bool:
-        return any(x is not None for x in (self.users, self.accounts, self.partitions, self.states))
+        return any(x is not None for x in (self.users, self.accounts, self.partitions, self.states, self.names))
 
 
 @dataclass
@@ -265,6 +267,7 @@ def _parse_rows(lines: Iterable[str], columns: Sequence[str], *, sep: str, windo
     lo = window.start
     hi = min(window.end, now_i)
     users, accounts, parts_f, states_f = filters.users, filters.accounts, filters.partitions, filters.states
+    names = filters.names
     any_filter = filters.active
 
     tres_cache: Dict[str, object] = {}
@@ -313,7 +316,8 @@ def _parse_rows(lines: Iterable[str], columns: Sequence[str], *, sep: str, windo
             if (users is not None and f[i_user] not in users) \
                     or (accounts is not None and f[i_account] not in accounts) \
                     or (parts_f is not None and f[i_part] not in parts_f) \
-                    or (states_f is not None and state not in states_f):
+                    or (states_f is not None and state not in states_f) \
+                    or (names is not None and f[i_name].rstrip("\r\n") not in names):
                 filtered += 1
                 continue
         # --- times: the fast path is three epoch integers; anything else goes slow.
@@ -425,11 +429,11 @@ def read_sacct_file(path: str, *, window: Window, now: Optional[float] = None,
     with fh:
         header = ""
         first_line = 1
-        for header in fh:
-            if header.strip():
+        for header in fh:  # blank lines and leading '#' comment lines before the header are skipped
+            if header.strip() and not header.startswith("#"):
                 break
             first_line += 1
-        if not header.strip():
+        if not header.strip() or header.startswith("#"):
             return [], ParseStats(), list(FIELDS)
         columns, sep, trailing = read_header(header)
         lacking = missing_columns(columns, list(REQUIRED_COLUMNS) + list(need_columns))
@@ -452,12 +456,20 @@ class SacctQuery:
     env: Dict[str, str]
 
     def display(self, binary: str = "sacct") -> str:
+        """The command as a shell line that can be pasted (the unit separator is
+        shown as bash's ``$'\\x1f'``)."""
         env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(self.env.items()))
-        return f"{env} {shlex.join([binary, *self.args])}".strip()
+        words = []
+        for arg in [binary, *self.args]:
+            if "\x1f" in arg:
+                words.append(shlex.quote(arg.split("\x1f")[0]) + "$'\\x1f'")
+            else:
+                words.append(shlex.quote(arg))
+        return f"{env} {' '.join(words)}".strip()
 
 
 def build_query(window: Window, filters: Optional[Filters] = None) -> SacctQuery:
-    """The sacct command for ``window``. User/account/partition filters are passed
+    """The sacct command for ``window``. User/account/partition/name filters are passed
     to sacct (less data) and applied again by the parser; the state filter is only
     applied by the parser, because ``sacct -s`` changes the meaning of ``-S/-E``
     ("jobs in this state during the window")."""
@@ -470,6 +482,8 @@ def build_query(window: Window, filters: Optional[Filters] = None) -> SacctQuery
         args += ["-A", ",".join(sorted(filters.accounts))]
     if filters.partitions is not None:
         args += ["-r", ",".join(sorted(filters.partitions))]
+    if filters.names is not None:
+        args += ["--name", ",".join(sorted(filters.names))]
     return SacctQuery(args, {"SLURM_TIME_FORMAT": "%s"})
 
 

@@ -178,21 +178,21 @@ SPEC_FIELDS: Dict[str, Field] = {
     "constraint": Field("str", None, "Node features (sbatch --constraint).",
                         check=_matches(_CONSTRAINT_RE, "a constraint expression")),
     "exclude": Field("list", [], "Nodes never to use (hostlists allowed).",
-                     items=Field("str", check=_matches(_HOSTLIST_RE, "a host list")), nullable=False),
+                     items=Field("str", check=_matches(_HOSTLIST_RE, "a host list"), nullable=False), nullable=False),
     "exclusive": Field("bool", False, "Whole nodes (sbatch --exclusive).", nullable=False),
     "workdir": Field("str", None, "Working directory of the job (default: where ssubmit runs)."),
     "output": Field("str", "slurmkit-%j.out", "Job log (stdout and stderr, appended across requeues); "
                     "relative to workdir; %j is the job id.", nullable=False),
     "comment": Field("str", None, "Free-text job comment."),
     "modules": Field("list", [], "`module load` lines, run in order before anything else.",
-                     items=Field("str"), check=_check_module_lines, nullable=False),
+                     items=Field("str", nullable=False), check=_check_module_lines, nullable=False),
     "env": Field("dict", {}, "Environment variables for every process; names must be identifiers, "
                  "values are passed through exactly.", items=Field("any", check=_str_scalar),
                  check=_check_env, nullable=False),
     "container": Section({
         "image": Field("str", None, "Container image (pyxis --container-image); null = no container."),
         "mounts": Field("list", [], "pyxis --container-mounts entries (src:dst[:flags]).",
-                        items=Field("str"), nullable=False),
+                        items=Field("str", nullable=False), nullable=False),
         "workdir": Field("str", None, "pyxis --container-workdir."),
     }, "Optional pyxis/enroot container for the job steps."),
     "fabric": Field("str", "auto", "Network fabric: infiniband, roce, ethernet, none, or auto (detect "
@@ -208,7 +208,7 @@ SPEC_FIELDS: Dict[str, Field] = {
     "command": Field("any", None, "Executable (string or list) run by torchrun --no-python.",
                      check=_check_command),
     "args": Field("list", [], "Arguments for the script/module/command; each one is quoted.",
-                  items=Field("str"), nullable=False),
+                  items=Field("str", nullable=False), nullable=False),
     "checkpoint": Section({
         "dir": Field("str", None, "Shared checkpoint directory (SLURMKIT_CHECKPOINT_DIR); '{job_id}' "
                      "is replaced by the job id at run time. Default: <submit.checkpoint_root>/{job_id}."),
@@ -255,12 +255,12 @@ SPEC_FIELDS: Dict[str, Field] = {
     "dependency": Field("str", None, "sbatch --dependency, e.g. afterok:1234.",
                         check=_matches(_DEPENDENCY_RE, "a dependency like afterok:1234")),
     "mail": Section({
-        "type": Field("list", [], "Mail events.", items=Field("str", choices=list(MAIL_TYPES)),
+        "type": Field("list", [], "Mail events.", items=Field("str", choices=list(MAIL_TYPES), nullable=False),
                       nullable=False),
         "user": Field("str", None, "Mail address."),
     }, "Slurm mail notifications."),
     "extra_sbatch": Field("list", [], "Escape hatch: extra sbatch options (--reservation=foo). "
-                          "Options ssubmit manages are refused.", items=Field("str"),
+                          "Options ssubmit manages are refused.", items=Field("str", nullable=False),
                           check=_check_extra_sbatch, nullable=False),
 }
 

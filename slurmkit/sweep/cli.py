@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as _dt
 import logging
 import os
+import re
 import time
 from typing import Any, Dict, List, Optional
 
@@ -72,12 +73,14 @@ def plan_and_submit(site_cfg, *, config_path: Optional[str], dry_run: bool, max_
     for name in bad:
         log.warning("skipping node with an unusable name %r", name)
     sweep_jobs = planner.sweep_job_nodes(client.jobs(), cfg["job_name"])
-    documents = store.documents()
-    last = {n: (d.get("last_pass") if isinstance(d.get("last_pass"), (int, float)) else None)
-            for n, d in documents.items()}
-    p = planner.plan(rows, last, sweep_jobs.keys(), now, max_nodes=cfg["max_nodes"],
+    summary = store.summary()  # one file, not one per node: planning stays fast at 10,000 nodes
+    last = {n: (e.get("last_pass") if isinstance(e.get("last_pass"), (int, float)) else None)
+            for n, e in summary.items()}
+    p = planner.plan(rows, last, sweep_jobs.keys(), now, running_jobs=len(set(sweep_jobs.values())),
+                     max_nodes=cfg["max_nodes"],
                      max_concurrent=cfg["max_concurrent"], period_s=cfg["period_s"],
-                     min_interval_s=cfg["min_interval_s"], cron_interval_s=cfg["cron_interval_s"])
+                     min_interval_s=cfg["min_interval_s"], cron_interval_s=cfg["cron_interval_s"],
+                     revalidate=[n for n, e in summary.items() if e.get("status") == "fail"])
     output = cfg.get("output") or os.path.join(paths["log_dir"], "sweep-%j.out")
     jobs: List[Dict[str, Any]] = []
     errors: List[str] = []
@@ -94,7 +97,7 @@ def plan_and_submit(site_cfg, *, config_path: Optional[str], dry_run: bool, max_
                                        config_path=site_cfg.path or config_path, gpu_model=model)
         script = jobscript.render_script(node, run_id, argv)
         entry: Dict[str, Any] = {"node": node, "gpu_model": model, "last_pass": cand.last_pass,
-                                 "overdue": cand.overdue, "sbatch": args}
+                                 "overdue": cand.overdue, "revalidate": cand.revalidate, "sbatch": args}
         if dry_run:
             entry["script"] = script
         else:
@@ -105,12 +108,14 @@ def plan_and_submit(site_cfg, *, config_path: Optional[str], dry_run: bool, max_
                 errors.append(f"{node}: {exc}")
                 log.error("sbatch for %s failed: %s", node, exc)
         jobs.append(entry)
-    submitted = sum(1 for j in jobs if j.get("job_id"))
+    pair_jobs = _submit_pairs(site_cfg, cfg, store, rows, sweep_jobs, p, run_id, output,
+                              config_path=site_cfg.path or config_path, dry_run=dry_run, errors=errors)
+    submitted = sum(1 for j in jobs + pair_jobs if j.get("job_id"))
     if not dry_run and cfg["write_metrics"]:
         try:
             from slurmkit.sweep.metrics import write_controller_metrics
 
-            write_controller_metrics(paths["metrics_dir"], documents=documents,
+            write_controller_metrics(paths["metrics_dir"], summary=summary,
                                      fleet_nodes=[r["name"] for r in rows], run_at=now, submitted=submitted,
                                      running=p.running + submitted, overdue=len(p.overdue),
                                      period_s=cfg["period_s"])
@@ -120,11 +125,50 @@ def plan_and_submit(site_cfg, *, config_path: Optional[str], dry_run: bool, max_
         log.warning("max_nodes=%d cannot cover %d nodes within period_s=%gs at one run every %gs; "
                     "need %d per run", cfg["max_nodes"], p.total_nodes, cfg["period_s"], cfg["cron_interval_s"],
                     p.required_per_run)
-    report = {"run_id": run_id, "dry_run": dry_run, "plan": p.to_dict(), "jobs": jobs, "errors": errors,
+    report = {"run_id": run_id, "dry_run": dry_run, "plan": p.to_dict(), "jobs": jobs, "pair_jobs": pair_jobs,
+              "errors": errors,
               "running_sweep_jobs": sweep_jobs}
     if errors and not submitted:
         raise SlurmCommandError(["sbatch"], f"every sweep submission failed; first: {errors[0]}")
     return report
+
+
+def _submit_pairs(site_cfg, cfg, store, rows, sweep_jobs, p, run_id, output, *, config_path, dry_run,
+                  errors) -> List[Dict[str, Any]]:
+    """Pairwise 2-node all_reduce jobs on idle nodes the single-node plan left free."""
+    from slurmkit.slurm import client
+    from slurmkit.sweep import jobscript, pairs, planner
+
+    if not cfg["pairs"]["enabled"]:
+        return []
+    taken = {c.node for c in p.selected} | set(sweep_jobs)
+    gres = {}
+    idle = []
+    for r in rows:
+        if r["state"].strip().lower() == "idle" and r["name"] not in taken and r["name"] not in gres:
+            idle.append(r["name"])
+        gres.setdefault(r["name"], r.get("gres", ""))
+    out: List[Dict[str, Any]] = []
+    # pair jobs share the concurrency cap with single-node jobs, not max_nodes
+    for a, b in pairs.plan_pairs(store, idle, cfg, cfg["max_concurrent"] - p.running - len(p.selected)):
+        tasks = 1
+        if cfg["pairs"]["backend"] in ("auto", "nccl"):
+            m = re.search(r"gpu(?::[^:,(]+)?:(\d+)", gres.get(a, ""))
+            tasks = int(m.group(1)) if m else 1
+        args = pairs.pair_sbatch_args(a, b, cfg, run_id, output, tasks)
+        argv = pairs.pair_argv(a, b, run_id, python=cfg.get("python"), config_path=config_path, tasks=2 * tasks)
+        script = jobscript.render_script(a, run_id, argv)
+        entry: Dict[str, Any] = {"nodes": [a, b], "sbatch": args, "gpu_model": planner.gpu_model_from_gres(gres.get(a))}
+        if dry_run:
+            entry["script"] = script
+        else:
+            try:
+                entry["job_id"] = client.submit(script, args)
+            except SlurmCommandError as exc:
+                entry["error"] = str(exc)
+                errors.append(f"{a}+{b}: {exc}")
+        out.append(entry)
+    return out
 
 
 def _valid_name(name: str) -> bool:
@@ -250,10 +294,13 @@ def status_cmd(ctx, config_path, verbose, quiet, fmt, as_json, nodes, no_slurm) 
 @click.option("--node", default=None, help="This node's name (default: $SLURMD_NODENAME, then the host name).")
 @click.option("--run-id", default=None, help="The sweep run that submitted this job.")
 @click.option("--gpu-model", default=None, help="GPU model from the node's gres (e.g. h100), for peer grouping.")
+@click.option("--exit-zero", is_flag=True, help="Exit 0 once the pass is recorded, whatever its verdict "
+              "(sweep jobs: the verdict lives in the store, and sacct FAILED then means a crash).")
 @click.pass_context
-def run_node_cmd(ctx, config_path, verbose, quiet, fmt, as_json, node, run_id, gpu_model) -> None:
+def run_node_cmd(ctx, config_path, verbose, quiet, fmt, as_json, node, run_id, gpu_model, exit_zero) -> None:
     """Run one node's pass (inside a sweep job): heavy tier + storage probe,
-    outliers, store, drain/resume, notify, metrics. Exit: 0 ok, 1 warn, 2 fail, 3 unknown."""
+    outliers, store, drain/resume, notify, metrics. Exit: 0 ok, 1 warn, 2 fail, 3 unknown
+    (with --exit-zero: 0 whenever the pass was recorded)."""
     from slurmkit.sweep.runnode import run_node
 
     config_path, verbose, quiet = _ctx_opts(ctx, config_path, verbose, quiet)
@@ -273,4 +320,26 @@ def run_node_cmd(ctx, config_path, verbose, quiet, fmt, as_json, node, run_id, g
             if result.resumed is not None:
                 extra += f"; resume: {'yes' if result.resumed else 'no'} {result.resume_message}"
             click.echo(f"{node}: {result.status.value} in {result.seconds:.1f}s{extra}", err=True)
-    ctx.exit(result.status.exit_code)
+    ctx.exit(0 if exit_zero else result.status.exit_code)
+
+
+@sweep.command("run-pair", hidden=False)
+@common_options
+@click.option("--nodes", required=True, help="The two nodes, a,b (rank 0 runs on a).")
+@click.option("--run-id", default=None)
+@click.pass_context
+def run_pair_cmd(ctx, config_path, verbose, quiet, nodes, run_id) -> None:
+    """One rank of a pairwise 2-node all_reduce job (started by srun inside it)."""
+    from slurmkit.sweep.pairs import run_pair
+    from slurmkit.sweep.store import check_node_name
+
+    config_path, verbose, quiet = _ctx_opts(ctx, config_path, verbose, quiet)
+    setup_logging(verbose, quiet)
+    site_cfg = load_config(config_path)
+    pair = [check_node_name(n.strip()) for n in nodes.split(",")]
+    if len(pair) != 2:
+        raise UsageError(f"--nodes needs two nodes, got {nodes!r}")
+    result = run_pair(site_cfg, pair, run_id or new_run_id(time.time()))
+    if result is not None:
+        click.echo(f"{result.check}: {result.status.value} {result.code} {result.reason}")
+        ctx.exit(0)

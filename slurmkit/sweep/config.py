@@ -54,6 +54,9 @@ OUTLIER_SCHEMA = Section({
                                 "identical peers (MAD 0) do not flag a 0.1% difference.", min=0),
     "checks": Field("list", None, "Checks whose values are compared; unset: every check that "
                     "records a numeric value.", items=Field("str")),
+    "exclude": Field("list", ["storage_write", "storage_read"], "Checks never compared: shared-"
+                     "filesystem throughput depends on what every other client does at that moment, "
+                     "not on the node.", items=Field("str")),
     "lower_is_better": Field("list", [], "Checks where a low value is good (latencies); those "
                              "are flagged when k x MAD above their peers.", items=Field("str")),
 }, "Fleet-relative outliers (median and MAD per GPU model, no baseline file).")
@@ -105,7 +108,6 @@ SITE_SCHEMA = Section({
     "extra_sbatch_args": Field("list", [], "More sbatch arguments, e.g. [--reservation=maint].",
                                items=Field("str")),
     "output": Field("str", None, "sbatch --output for sweep jobs; default: <paths.log_dir>/sweep-%j.out"),
-    "store_dir": Field("str", None, "Verdict store directory; default: <paths.shared_dir>/verdicts."),
     "checks": Field("list", None, "Heavy checks to run; unset: the whole heavy tier.", items=Field("str")),
     "drain_on_fail": Field("bool", True, "Drain a node whose pass fails (reason slurmkit:<CODE> ...)."),
     "resume_on_pass": Field("bool", True, "Resume a slurmkit-drained node whose pass is clean, "

@@ -30,6 +30,8 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 import jinja2
 
+from slurmkit.sweep.store import check_node_name
+
 SCRIPT_TEMPLATE = """\
 #!/bin/bash
 # slurmkit sweep job: deep (heavy-tier) health checks on {{ node }}.
@@ -47,6 +49,7 @@ _template = _env.from_string(SCRIPT_TEMPLATE)
 
 def sbatch_args(node: str, cfg: Mapping[str, Any], run_id: str, output: str) -> List[str]:
     """``sbatch`` options for one sweep job, sorted by option name."""
+    check_node_name(node)
     opts: Dict[str, Optional[str]] = {
         "--comment": f"slurmkit-sweep run={run_id}",
         "--exclusive": None,
@@ -69,8 +72,8 @@ def sbatch_args(node: str, cfg: Mapping[str, Any], run_id: str, output: str) -> 
 
 def run_node_argv(node: str, run_id: str, *, python: Optional[str], config_path: Optional[str],
                   gpu_model: Optional[str]) -> List[str]:
-    argv = [python or sys.executable, "-m", "slurmkit.cli.main", "sweep", "run-node", "--node", node,
-            "--run-id", run_id]
+    argv = [python or sys.executable, "-m", "slurmkit.cli.main", "sweep", "run-node", "--exit-zero", "--node",
+            node, "--run-id", run_id]
     if gpu_model:
         argv += ["--gpu-model", gpu_model]
     if config_path:
@@ -79,4 +82,7 @@ def run_node_argv(node: str, run_id: str, *, python: Optional[str], config_path:
 
 
 def render_script(node: str, run_id: str, argv: Sequence[str], env: Optional[Mapping[str, str]] = None) -> str:
+    check_node_name(node)  # it also appears in a comment line
+    if any(ch in run_id for ch in "\n\r"):
+        raise ValueError("run id must be one line")
     return _template.render(node=node, run_id=run_id, argv=list(argv), env=dict(env or {}))

@@ -1,10 +1,13 @@
 """Prometheus textfile-collector output of the sweeps.
 
-Two files, both written atomically with prometheus-client's ``write_to_textfile``
-(temporary file + rename) into ``paths.metrics_dir`` for node_exporter:
+Two kinds of file, both written atomically through :func:`slurmkit.metrics.write_textfile`
+(prometheus-client's ``write_to_textfile``: temporary file + rename) into
+``paths.metrics_dir`` for node_exporter:
 
-* ``slurmkit_sweep_node.prom`` on the swept node, by the sweep job: one series per
-  check (value, status, outlier distance) of that node's latest pass;
+* ``slurmkit_sweep_node_<node>.prom`` on the swept node, by the sweep job: one series
+  per check (value, status, outlier distance) of that node's latest pass. The node is
+  in the file name and in a ``node`` label, so nodes sharing one metrics directory
+  (the devcluster, or a shared textfile directory) never overwrite each other;
 * ``slurmkit_sweep.prom`` on the host that runs ``slurmkit sweep`` from cron: the
   run itself, and the last-pass time of every node in the store (so the stale-sweep
   alert also fires for a node that is never idle and therefore never swept, which a
@@ -13,11 +16,12 @@ Two files, both written atomically with prometheus-client's ``write_to_textfile`
 Metric names (used by etc/prometheus/slurmkit-rules.yml and the Grafana dashboard):
 
 =============================================  =====================================================
-``slurmkit_sweep_check_value``                 probe value, labels ``check``, ``unit``, ``gpu_model``
+``slurmkit_sweep_check_value``                 probe value, labels ``node``, ``check``, ``unit``, ``gpu_model``
 ``slurmkit_sweep_check_status``                0 ok, 1 warn, 2 fail, 3 unknown (Nagios), ``check``, ``code``
 ``slurmkit_sweep_check_reference``             the figure a value is judged against (floor or
                                                theoretical), where the check reports one
 ``slurmkit_sweep_outlier_mads``                MADs below the fleet median, ``check``
+``slurmkit_sweep_nvlink_gpu_gbps``             per ``gpu``: weakest peer's a->b + b->a GB/s
 ``slurmkit_sweep_pass_status``                 worst status of the node's latest pass
 ``slurmkit_sweep_pass_timestamp_seconds``      when that pass finished
 ``slurmkit_sweep_node_last_pass_timestamp_seconds``  per ``node`` (0 = never), from the store
@@ -37,39 +41,36 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any, Dict, Iterable, Mapping, Optional
+from typing import Any, Dict, Iterable, List, Mapping, Optional
 
 from slurmkit.health.base import CheckResult, Status
 
 log = logging.getLogger("slurmkit.sweep.metrics")
 
-NODE_FILE = "slurmkit_sweep_node.prom"
+NODE_FILE_PREFIX = "slurmkit_sweep_node"
 CONTROLLER_FILE = "slurmkit_sweep.prom"
 #: detail keys a check may use for the figure its value is judged against
 REFERENCE_KEYS = ("theoretical_gbps", "expected_gbps", "floor_gbps", "floor")
 
 
-def _registry():
+def node_file(node: str) -> str:
+    from slurmkit.metrics import file_name
+
+    return file_name(NODE_FILE_PREFIX, node)
+
+
+def _write(directory: str, name: str, samples) -> Optional[str]:
     try:
-        from prometheus_client import CollectorRegistry, Gauge  # noqa: F401
-    except ImportError:
-        log.warning("prometheus-client is not installed (pip install 'slurmkit[metrics]'); "
-                    "no metrics written")
+        from slurmkit.metrics import write_textfile
+    except ImportError:  # pragma: no cover - slurmkit.metrics is part of the package
         return None
-    return CollectorRegistry()
-
-
-def _write(registry, directory: str, name: str) -> Optional[str]:
-    from prometheus_client import write_to_textfile
-
     try:
-        os.makedirs(directory, exist_ok=True)
-        path = os.path.join(directory, name)
-        write_to_textfile(path, registry)
-        return path
+        return write_textfile(os.path.join(directory, name), samples)
+    except ImportError:
+        log.warning("prometheus-client is not installed (pip install 'slurmkit[metrics]'); no metrics written")
     except OSError as exc:
         log.warning("cannot write metrics to %s: %s", directory, exc.strerror or exc)
-        return None
+    return None
 
 
 def _reference(r: CheckResult) -> Optional[float]:
@@ -80,73 +81,101 @@ def _reference(r: CheckResult) -> Optional[float]:
     return None
 
 
-def write_node_metrics(directory: str, node: str, results: Iterable[CheckResult], *,
-                       gpu_model: Optional[str], finished_at: float) -> Optional[str]:
-    registry = _registry()
-    if registry is None:
-        return None
-    from prometheus_client import Gauge
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def nvlink_matrix(r: CheckResult) -> Optional[List[List[float]]]:
+    """The N x N GB/s matrix of an NVLink result's details, whatever key holds it."""
+    for key in ("matrix_gbps", "matrix", "bandwidth_matrix"):
+        m = (r.details or {}).get(key)
+        if isinstance(m, list) and m and all(isinstance(row, list) and len(row) == len(m) for row in m):
+            try:
+                return [[float(v) for v in row] for row in m]
+            except (TypeError, ValueError):
+                return None
+    return None
+
+
+def weakest_bidirectional(matrix: List[List[float]]) -> List[float]:
+    """Per GPU: its weakest peer's ``a->b + b->a`` bandwidth (the source material's
+    "800 GB/s on H100" reads as bidirectional per GPU: NVLink4 is 900 GB/s that way)."""
+    n = len(matrix)
+    return [min((matrix[i][j] + matrix[j][i] for j in range(n) if j != i), default=0.0) for i in range(n)]
+
+
+def node_samples(node: str, results: Iterable[CheckResult], *, gpu_model: Optional[str],
+                 finished_at: float) -> List[Any]:
+    from slurmkit.metrics import Sample
 
     model = gpu_model or "unknown"
-    value = Gauge("slurmkit_sweep_check_value", "Latest sweep probe value.", ["check", "unit", "gpu_model"],
-                  registry=registry)
-    status = Gauge("slurmkit_sweep_check_status", "Latest sweep verdict: 0 ok, 1 warn, 2 fail, 3 unknown.",
-                   ["check", "code"], registry=registry)
-    reference = Gauge("slurmkit_sweep_check_reference", "Figure the probe value is judged against.",
-                      ["check", "unit", "gpu_model"], registry=registry)
-    mads = Gauge("slurmkit_sweep_outlier_mads", "MADs below (above, lower-is-better) the fleet median.",
-                 ["check", "gpu_model"], registry=registry)
-    pass_status = Gauge("slurmkit_sweep_pass_status", "Worst verdict of this node's latest sweep pass.",
-                        registry=registry)
-    pass_ts = Gauge("slurmkit_sweep_pass_timestamp_seconds", "End of this node's latest sweep pass.",
-                    registry=registry)
+    samples: List[Any] = []
     worst = Status.OK
     for r in results:
         if r.status.severity > worst.severity:
             worst = r.status
-        status.labels(r.check, r.code).set(r.status.exit_code)
+        samples.append(Sample("slurmkit_sweep_check_status", "Latest sweep verdict per check: 0 ok, 1 warn, "
+                              "2 fail, 3 unknown.", {"node": node, "check": r.check, "code": r.code},
+                              r.status.exit_code))
         if r.check.startswith("outlier."):
-            d = r.details or {}
-            if isinstance(d.get("mads"), (int, float)):
-                mads.labels(r.check[len("outlier."):], model).set(d["mads"])
+            mads = (r.details or {}).get("mads")
+            if _number(mads):
+                samples.append(Sample("slurmkit_sweep_outlier_mads", "MADs below (above, for lower-is-better "
+                                      "checks) the fleet median of the node's GPU model.",
+                                      {"node": node, "check": r.check[len("outlier."):], "gpu_model": model},
+                                      float(mads)))
             continue
-        if isinstance(r.value, (int, float)) and not isinstance(r.value, bool):
-            value.labels(r.check, r.unit or "", model).set(float(r.value))
+        labels = {"node": node, "check": r.check, "unit": r.unit or "", "gpu_model": model}
+        matrix = nvlink_matrix(r) if r.check == "nvlink_bandwidth" else None
+        if matrix is not None and len(matrix) > 1:
+            for gpu, gbps in enumerate(weakest_bidirectional(matrix)):
+                samples.append(Sample("slurmkit_sweep_nvlink_gpu_gbps", "Per GPU: weakest peer's bidirectional "
+                                      "NVLink copy bandwidth (GB/s) in the latest sweep.",
+                                      {"node": node, "gpu": str(gpu), "gpu_model": model}, gbps))
+        if _number(r.value):
+            samples.append(Sample("slurmkit_sweep_check_value", "Latest sweep probe value.", labels,
+                                  float(r.value)))
             ref = _reference(r)
             if ref is not None:
-                reference.labels(r.check, r.unit or "", model).set(ref)
-    pass_status.set(worst.exit_code)
-    pass_ts.set(finished_at)
-    return _write(registry, directory, NODE_FILE)
+                samples.append(Sample("slurmkit_sweep_check_reference", "Figure the probe value is judged "
+                                      "against (theoretical, expected or floor).", labels, ref))
+    samples.append(Sample("slurmkit_sweep_pass_status", "Worst verdict of this node's latest sweep pass.",
+                          {"node": node}, worst.exit_code))
+    samples.append(Sample("slurmkit_sweep_pass_timestamp_seconds", "End of this node's latest sweep pass.",
+                          {"node": node}, finished_at))
+    return samples
 
 
-def write_controller_metrics(directory: str, *, documents: Mapping[str, Mapping[str, Any]],
+def write_node_metrics(directory: str, node: str, results: Iterable[CheckResult], *,
+                       gpu_model: Optional[str], finished_at: float) -> Optional[str]:
+    try:
+        samples = node_samples(node, results, gpu_model=gpu_model, finished_at=finished_at)
+    except ImportError:
+        return None
+    return _write(directory, node_file(node), samples)
+
+
+def write_controller_metrics(directory: str, *, summary: Mapping[str, Mapping[str, Any]],
                              fleet_nodes: Iterable[str], run_at: float, submitted: int, running: int,
                              overdue: int, period_s: float) -> Optional[str]:
-    registry = _registry()
-    if registry is None:
-        return None
-    from prometheus_client import Gauge
+    from slurmkit.metrics import Sample
 
-    last = Gauge("slurmkit_sweep_node_last_pass_timestamp_seconds",
-                 "Last complete sweep pass per node (0: never).", ["node"], registry=registry)
-    pstatus = Gauge("slurmkit_sweep_node_pass_status", "Verdict of each node's last pass "
-                    "(0 ok, 1 warn, 2 fail, 3 unknown).", ["node"], registry=registry)
-    names = set(fleet_nodes) | set(documents)
+    samples: List[Any] = []
     codes: Dict[str, int] = {s.value: s.exit_code for s in Status}
-    for node in sorted(names):
-        doc = documents.get(node) or {}
-        lp = doc.get("last_pass")
-        last.labels(node).set(float(lp) if isinstance(lp, (int, float)) else 0.0)
-        st = doc.get("last_pass_status")
+    for node in sorted(set(fleet_nodes) | set(summary)):
+        entry = summary.get(node) or {}
+        lp = entry.get("last_pass")
+        samples.append(Sample("slurmkit_sweep_node_last_pass_timestamp_seconds", "Last complete sweep pass per "
+                              "node (0: never).", {"node": node}, float(lp) if _number(lp) else 0.0))
+        st = entry.get("status")
         if st in codes:
-            pstatus.labels(node).set(codes[st])
-    Gauge("slurmkit_sweep_run_timestamp_seconds", "Last `slurmkit sweep` run.", registry=registry).set(run_at)
-    Gauge("slurmkit_sweep_run_submitted", "Sweep jobs submitted by the last run.",
-          registry=registry).set(submitted)
-    Gauge("slurmkit_sweep_running_jobs", "Sweep jobs queued or running at the last run.",
-          registry=registry).set(running)
-    Gauge("slurmkit_sweep_nodes_overdue", "Nodes without a pass within the period.",
-          registry=registry).set(overdue)
-    Gauge("slurmkit_sweep_period_seconds", "Configured coverage period.", registry=registry).set(period_s)
-    return _write(registry, directory, CONTROLLER_FILE)
+            samples.append(Sample("slurmkit_sweep_node_pass_status", "Verdict of each node's last pass "
+                                  "(0 ok, 1 warn, 2 fail, 3 unknown).", {"node": node}, codes[st]))
+    samples += [
+        Sample("slurmkit_sweep_run_timestamp_seconds", "Last `slurmkit sweep` run.", {}, run_at),
+        Sample("slurmkit_sweep_run_submitted", "Sweep jobs submitted by the last run.", {}, submitted),
+        Sample("slurmkit_sweep_running_jobs", "Sweep jobs queued or running after the last run.", {}, running),
+        Sample("slurmkit_sweep_nodes_overdue", "Nodes without a pass within the period.", {}, overdue),
+        Sample("slurmkit_sweep_period_seconds", "Configured coverage period.", {}, period_s),
+    ]
+    return _write(directory, CONTROLLER_FILE, samples)

@@ -8,8 +8,11 @@ The rule
    is using, and must never hold up a node an admin or the health gate took out.
 2. A node that already has a sweep job queued or running is skipped.
 3. A node whose last complete pass is younger than ``min_interval_s`` is skipped.
-4. The rest are ordered by the time of their last complete pass, never-checked nodes
-   first, then oldest pass first; ties by name, so the plan is deterministic.
+4. The rest are ordered: first nodes whose last pass *failed* and that are idle again
+   (an admin repaired and resumed them; their failing verdict would otherwise stay
+   valid and the prolog would keep reporting it), then never-checked nodes, then
+   oldest pass first; ties by name, so the plan is deterministic. Rule 3 does not
+   apply to the re-validation of a failed node.
 5. Up to ``min(max_nodes, max_concurrent - sweep jobs already queued or running)`` are
    taken.
 
@@ -42,6 +45,7 @@ class Candidate:
     age_s: Optional[float]   # None: never checked
     overdue: bool
     gres: str = ""
+    revalidate: bool = False  # its last pass failed; it is idle again
 
 
 @dataclass
@@ -81,15 +85,17 @@ def _base_state(state: str) -> str:
 def plan(nodes: Iterable[Mapping[str, str]], last_pass: Mapping[str, Optional[float]],
          running: Iterable[str], now: float, *, max_nodes: int, max_concurrent: int,
          period_s: float, min_interval_s: float = 0.0, cron_interval_s: float = 4 * 3600.0,
-         running_jobs: Optional[int] = None) -> Plan:
+         running_jobs: Optional[int] = None, revalidate: Iterable[str] = ()) -> Plan:
     """Plan one sweep run.
 
     ``nodes``: sinfo rows (``name``, ``state``, optionally ``gres``), possibly one per
     partition; ``last_pass``: node -> time of its last complete pass (missing or
     ``None``: never); ``running``: nodes with a sweep job queued or running;
     ``running_jobs``: how many sweep jobs are queued or running (defaults to the
-    number of distinct ``running`` nodes).
+    number of distinct ``running`` nodes); ``revalidate``: nodes whose last pass
+    failed.
     """
+    failed = set(revalidate)
     states: Dict[str, str] = {}
     gres: Dict[str, str] = {}
     for row in nodes:
@@ -123,19 +129,21 @@ def plan(nodes: Iterable[Mapping[str, str]], last_pass: Mapping[str, Optional[fl
         if name in busy:
             skipped["sweep_running"] += 1
             continue
-        if age is not None and age < min_interval_s:
+        again = name in failed and lp is not None
+        if age is not None and age < min_interval_s and not again:
             skipped["recent_pass"] += 1
             continue
-        # never-checked first (0), then oldest pass first, then by name
-        keyed.append((0 if lp is None else 1, lp or 0.0, name, age, is_overdue))
+        # failed-and-idle-again first (0), never-checked (1), then oldest pass first, then by name
+        rank = 0 if again else (1 if lp is None else 2)
+        keyed.append((rank, lp or 0.0, name, age, is_overdue))
 
     if slots and keyed:
         import heapq
         chosen = heapq.nsmallest(slots, keyed) if slots < len(keyed) else sorted(keyed)
     else:
         chosen = []
-    selected = [Candidate(node=k[2], last_pass=(None if k[0] == 0 else k[1]), age_s=k[3],
-                          overdue=k[4], gres=gres.get(k[2], "")) for k in chosen]
+    selected = [Candidate(node=k[2], last_pass=(None if k[0] == 1 else k[1]), age_s=k[3],
+                          overdue=k[4], gres=gres.get(k[2], ""), revalidate=k[0] == 0) for k in chosen]
     need = required_per_run(len(states), cron_interval_s, period_s)
     overdue.sort()
     return Plan(now=now, selected=selected, slots=slots, running=n_running, total_nodes=len(states),
@@ -154,13 +162,16 @@ def gpu_model_from_gres(gres: str) -> Optional[str]:
 
 def sweep_job_nodes(job_rows: Sequence[Mapping[str, str]], prefix: str) -> Dict[str, str]:
     """``{node: job_id}`` for queued or running sweep jobs, found by their name
-    ``<prefix>.<node>`` (the name is set at submit time, so pending jobs count too)."""
+    ``<prefix>.<node>``, or ``<prefix>.<a>+<b>`` for a pairwise job (the name is set at
+    submit time, so pending jobs count too)."""
     out: Dict[str, str] = {}
     head = prefix + "."
     for row in job_rows:
         name = row.get("name", "")
         if name.startswith(head) and row.get("state", "").upper() not in FINISHED_STATES:
-            out[name[len(head):]] = row.get("job_id", "")
+            for node in name[len(head):].split("+"):
+                if node:
+                    out[node] = row.get("job_id", "")
     return out
 
 

@@ -32,8 +32,10 @@ log = logging.getLogger("slurmkit.sweep.run")
 
 
 def store_root(site_cfg) -> str:
-    sweep = site_cfg.section("sweep")
-    return sweep.get("store_dir") or os.path.join(site_cfg.section("paths")["shared_dir"], "verdicts")
+    """The verdict store is ``paths.shared_dir`` itself: the prolog's ``heavy_cache``
+    check, ``slurmkit node status`` and ``ssubmit``'s requeue-with-exclude all open
+    ``VerdictStore(paths.shared_dir)``, so there is one place to configure."""
+    return site_cfg.section("paths")["shared_dir"]
 
 
 def open_store(site_cfg) -> VerdictStore:
@@ -88,6 +90,23 @@ def heavy_tier(site_cfg, node: str, checks: Optional[List[str]]) -> List[CheckRe
         ctx.close()
 
 
+def annotate_references(results: List[CheckResult], health_cfg: Mapping[str, Any],
+                        gpu_model: Optional[str]) -> None:
+    """Give the all_reduce result the figure it was judged against (the model's expected
+    busbw), so the metrics can carry it and the 90%-of-theoretical alert can compare."""
+    if not gpu_model:
+        return
+    try:
+        from slurmkit.health.config import thresholds_for
+
+        th = thresholds_for(dict(health_cfg), gpu_model)
+    except Exception:  # an older health package: no reference, no harm
+        return
+    for r in results:
+        if r.check == "allreduce_busbw" and isinstance(r.details, dict) and r.details.get("backend") != "gloo":
+            r.details.setdefault("expected_gbps", th.get("allreduce_busbw_gbps"))
+
+
 def with_new_values(doc: Mapping[str, Any], results: List[CheckResult], run_id: str) -> Dict[str, Any]:
     """A copy of a store document with this pass's values appended to its history,
     so the outlier rule sees the pass before it is written (one write per pass)."""
@@ -113,7 +132,8 @@ def judge_outliers(store: VerdictStore, node: str, results: List[CheckResult], r
                 if isinstance(r.value, (int, float)) and not isinstance(r.value, bool)
                 and r.status is not Status.UNKNOWN]
     wanted = cfg.get("checks")
-    names = [c for c in measured if wanted is None or c in wanted]
+    excluded = set(cfg.get("exclude") or ())
+    names = [c for c in measured if (wanted is None or c in wanted) and c not in excluded]
     return outlier_rule.judge(node, documents, now=now, k=cfg["k"], window_s=cfg["window_s"],
                               min_peers=cfg["min_peers"], mad_floor_fraction=cfg["mad_floor_fraction"],
                               action=cfg["action"], checks=names, lower_is_better=cfg.get("lower_is_better") or [],
@@ -128,17 +148,20 @@ def pick_drain_result(results: List[CheckResult]) -> Optional[CheckResult]:
     return max(failing, key=lambda r: (r.action.severity, -results.index(r)))
 
 
-def default_resume(site_cfg, node: str) -> tuple:
-    """Resume through the health gate's guarded resume: ``(resumed, message)``."""
-    from slurmkit.health import resume as health_resume
+def default_resume(site_cfg, node: str, results: List[CheckResult]) -> tuple:
+    """Resume through the health gate's guarded resume (``slurmkit node resume``'s
+    logic: only a ``slurmkit:`` drain, reason re-read right before resuming), handing
+    it this pass's results as the re-check, since they were measured on the node.
+    Returns ``(resumed, message)``."""
+    from slurmkit.health.nodeops import guarded_resume
 
-    outcome = health_resume.resume_node(site_cfg, node)
-    return bool(getattr(outcome, "resumed", outcome)), str(getattr(outcome, "message", ""))
+    report = guarded_resume(node, site_cfg.section("health"), site_cfg.section("paths"), results=results)
+    return report.get("action") == "resumed", str(report.get("message", ""))
 
 
 def run_node(site_cfg, node: str, run_id: str, gpu_model: Optional[str] = None, *,
              heavy: Optional[Callable[[Any, str, Optional[List[str]]], List[CheckResult]]] = None,
-             resume: Optional[Callable[[Any, str], tuple]] = None,
+             resume: Optional[Callable[[Any, str, List[CheckResult]], tuple]] = None,
              now: Optional[float] = None) -> NodeRun:
     """Run one node's pass; see the module docstring. ``heavy`` and ``resume`` are the
     health gate's functions, injectable so the unit tests can drive this function with
@@ -160,6 +183,7 @@ def run_node(site_cfg, node: str, run_id: str, gpu_model: Optional[str] = None, 
         log.error("heavy tier could not run on %s: %s: %s", node, type(exc).__name__, exc)
         results.append(CheckResult("heavy_tier", Status.UNKNOWN, "HEAVY_TIER_ERROR",
                                    f"{type(exc).__name__}: {exc}"[:300]))
+    annotate_references(results, site_cfg.section("health"), gpu_model)
     results.extend(storage_checks(sweep["storage"], deadline_s=float(site_cfg.section("health")
                                                                        .get("heavy_check_timeout", 300.0))))
     now = time.time() if now is None else now
@@ -196,7 +220,7 @@ def run_node(site_cfg, node: str, run_id: str, gpu_model: Optional[str] = None, 
         reason = (info or {}).get("Reason", "")
         if "DRAIN" in state and reason.startswith(DRAIN_REASON_PREFIX):
             try:
-                run.resumed, run.resume_message = (resume or default_resume)(site_cfg, node)
+                run.resumed, run.resume_message = (resume or default_resume)(site_cfg, node, results)
             except Exception as exc:
                 run.resumed, run.resume_message = False, f"{type(exc).__name__}: {exc}"
                 log.error("guarded resume of %s failed: %s", node, run.resume_message)

@@ -173,7 +173,7 @@ def test_module_and_sdpa_dropin_match_torch(device):
     expected = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     assert torch.allclose(FlashAttention(causal=True)(q, k, v), expected, atol=1e-5)
     assert torch.allclose(scaled_dot_product_attention(q, k, v, is_causal=True), expected, atol=1e-5)
-    k2, v2 = k[:, :1], v[:, :1]
+    k2, v2 = k[:, :2], v[:, :2]  # two kv heads: query heads 0,1 -> kv 0 and 2,3 -> kv 1
     expected_gqa = F.scaled_dot_product_attention(q, k2, v2, enable_gqa=True, scale=0.2)
     got = scaled_dot_product_attention(q, k2, v2, enable_gqa=True, scale=0.2)
     assert torch.allclose(got, expected_gqa, atol=1e-5)

@@ -90,7 +90,8 @@ FACTORS = {
     "causal": [False, True],
     "head_dim": [16, 32, 64, 128],
     "lengths": [(1, 1), (17, 100), (100, 17), (129, 200), (200, 129), (200, 1)],
-    "heads": [(2, 2, 2), (1, 4, 1), (1, 8, 1)],  # (batch, heads_q, heads_kv): MHA, 4:1, 8:1
+    # (batch, heads_q, heads_kv): MHA, GQA 4:1 with two groups (checks the head mapping), MQA 8:1
+    "heads": [(2, 2, 2), (1, 8, 2), (1, 8, 1)],
     "layout": ["contiguous", "bnhd", "strided"],
     "tiles": ["default", "small"],
 }

@@ -31,10 +31,11 @@ def write_site_config(tmp_path: Path, sweep: Optional[Dict[str, Any]] = None,
 
 @pytest.fixture
 def site_config(tmp_path):
-    def make(**sweep):
+    """``site_config(**sweep_keys)`` -> a loaded SiteConfig with paths under tmp_path."""
+    def make(health=None, **sweep):
         from slurmkit.config import load_site_config
 
-        return load_site_config(str(write_site_config(tmp_path, sweep)))
+        return load_site_config(str(write_site_config(tmp_path, sweep, health)))
     return make
 
 

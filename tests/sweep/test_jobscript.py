@@ -14,10 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from slurmkit.config import load_site_config
 from slurmkit.sweep.jobscript import render_script, run_node_argv, sbatch_args
-
-from .conftest import write_site_config
 
 GOLDEN = Path(__file__).parent / "golden"
 
@@ -33,12 +30,13 @@ def check_golden(name: str, text: str) -> None:
                     f"SLURMKIT_UPDATE_GOLDENS=1 pytest {__file__}")
 
 
-def cfg(tmp_path, **sweep):
-    return load_site_config(str(write_site_config(tmp_path, sweep))).section("sweep")
+@pytest.fixture
+def cfg(site_config):
+    return lambda **sweep: site_config(**sweep).section("sweep")
 
 
-def test_default_sweep_job_golden(tmp_path):
-    c = cfg(tmp_path)
+def test_default_sweep_job_golden(cfg):
+    c = cfg()
     args = sbatch_args("node1", c, "20260101T000000Z-42", "/var/log/slurmkit/sweep-%j.out")
     argv = run_node_argv("node1", "20260101T000000Z-42", python="/opt/slurmkit/bin/python",
                          config_path="/etc/slurmkit/slurmkit.yaml", gpu_model="h100")
@@ -46,8 +44,8 @@ def test_default_sweep_job_golden(tmp_path):
     check_golden("sweep-job-default.sh", render_script("node1", "20260101T000000Z-42", argv))
 
 
-def test_qos_requeue_and_extra_args(tmp_path):
-    c = cfg(tmp_path, partition=None, qos="scavenger", account="ops", requeue=True, time_limit="1:30:00",
+def test_qos_requeue_and_extra_args(cfg):
+    c = cfg(partition=None, qos="scavenger", account="ops", requeue=True, time_limit="1:30:00",
             extra_sbatch_args=["--reservation=maint"])
     args = sbatch_args("gpu-a01", c, "r1", "/out/%j")
     assert args == ["--account=ops", "--comment=slurmkit-sweep run=r1", "--exclusive", "--job-name=slurmkit-sweep.gpu-a01",
@@ -68,8 +66,8 @@ def test_hostile_paths_reach_the_program_verbatim(tmp_path, hostile):
     assert "foo" not in res.stdout and not (tmp_path / "pwned").exists()
 
 
-def test_bad_time_limit_is_a_config_error(tmp_path):
+def test_bad_time_limit_is_a_config_error(cfg):
     from slurmkit.errors import ConfigError
 
     with pytest.raises(ConfigError, match=r"sweep.time_limit: a sweep job needs a finite time limit"):
-        cfg(tmp_path, time_limit="UNLIMITED")
+        cfg(time_limit="UNLIMITED")

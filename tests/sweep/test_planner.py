@@ -50,6 +50,14 @@ def test_recent_pass_is_not_rechecked():
     assert [c.node for c in p.selected] == ["b"] and p.skipped["recent_pass"] == 1
 
 
+def test_failed_node_idle_again_is_revalidated_first():
+    now = 10 * DAY
+    last = {"a": now - 3600, "b": now - 5 * DAY, "c": None}
+    p = plan(rows({"a": "idle", "b": "idle", "c": "idle"}), last, [], now, max_nodes=3, max_concurrent=3,
+             period_s=7 * DAY, min_interval_s=DAY, revalidate=["a"])
+    assert [(c.node, c.revalidate) for c in p.selected] == [("a", True), ("c", False), ("b", False)]
+
+
 def test_node_in_two_partitions_is_planned_once():
     data = [{"name": "a", "state": "idle", "partition": "sweep"}, {"name": "a", "state": "idle", "partition": "debug"}]
     p = plan(data, {}, [], 0.0, max_nodes=5, max_concurrent=5, period_s=DAY)
@@ -111,6 +119,6 @@ def test_plan_properties(nodes, running, k, cap):
         assert nodes[n][0] == "idle" and n not in running
     # nothing left out is older than something picked
     left = [n for n, (s, _) in nodes.items() if s == "idle" and n not in running and n not in picked]
-    key = lambda n: (0 if last[n] is None else 1, last[n] or 0.0, n)  # noqa: E731
+    key = lambda n: (1 if last[n] is None else 2, last[n] or 0.0, n)  # noqa: E731
     if picked and left:
         assert max(key(n) for n in picked) <= min(key(n) for n in left)

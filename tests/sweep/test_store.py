@@ -77,7 +77,7 @@ def test_write_is_atomic_and_leaves_no_temporaries(tmp_path):
     store = VerdictStore(str(tmp_path))
     store.record("n1", [r("a")], 60)
     names = sorted(os.listdir(tmp_path))
-    assert names == [".n1.lock", "n1.json"]
+    assert names == ["._summary.lock", ".n1.lock", "_summary.json", "n1.json"]
     json.loads((tmp_path / "n1.json").read_text())
 
 
@@ -129,3 +129,35 @@ def test_any_name_either_rejected_or_stays_inside_root(tmp_path_factory, name):
     assert os.path.dirname(path) == str(root)
     store.record(name, [r("a")], 60)
     assert set(store.node(name)) == {"a"} and store.nodes() == [name]
+
+
+def test_invalidate_ends_validity_but_keeps_history(tmp_path):
+    store = VerdictStore(str(tmp_path))
+    store.record("n1", [r("a", Status.FAIL, value=1.0), r("b", value=2.0)], 3600)
+    assert store.invalidate("n1", ["a"]) == 1
+    assert set(store.valid("n1")) == {"b"}
+    assert store.invalidate("n1") == 1 and store.valid("n1") == {}
+    assert store.read("n1")["history"]["a"] and store.invalidate("never-seen") == 0
+
+
+def test_foreign_json_files_in_the_directory_are_not_nodes(tmp_path):
+    (tmp_path / "ssubmit-index.json").write_text('{"jobs": []}')
+    (tmp_path / "other.json").write_text('{"checks": {}, "node": "someone-else"}')
+    store = VerdictStore(str(tmp_path))
+    store.record("n1", [r("a")], 60)
+    assert list(store.documents()) == ["n1"] and list(store.all()) == ["n1"]
+
+
+def test_summary_tracks_passes_and_rebuilds_when_lost(tmp_path):
+    store = VerdictStore(str(tmp_path))
+    store.record("n1", [r("a")], 60)
+    store.record("n2", [r("a", Status.FAIL)], 60)
+    store.record("n3", [r("a")], 60, tier="fast")  # not a pass: not in the summary
+    s = store.summary()
+    assert set(s) == {"n1", "n2"} and s["n2"]["status"] == "fail"
+    assert s["n1"]["last_pass"] == store.last_pass("n1")
+    (tmp_path / "_summary.json").write_text("garbage")
+    assert store.summary() == s  # rebuilt from the node files
+    os.unlink(tmp_path / "_summary.json")
+    assert store.last_passes() == {"n1": s["n1"]["last_pass"], "n2": s["n2"]["last_pass"]}
+    assert json.loads((tmp_path / "_summary.json").read_text())["nodes"] == s

@@ -1,0 +1,125 @@
+"""Prolog fast-path benchmark: the whole hook process, simulated 8 x H100, every fast check.
+
+Runs ``prolog/slurmkit-prolog`` as slurmd would (fresh interpreter, no PATH/HOME, job
+environment with 8 GPUs) ``--runs`` times against the healthy fixture and prints p50 /
+p95 / max wall time, then the import-time breakdown of one run (``python -X
+importtime``), grouped by top-level package. Goal (issue 4): p50 <= 0.3 s; NHC's
+~0.5 s is the anchor.
+
+    python benchmarks/prolog_bench.py [--runs 50] [--python PY]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+PROLOG = REPO / "prolog" / "slurmkit-prolog"
+FIXTURE = REPO / "etc" / "gpu-fixtures" / "healthy-h100x8.yaml"
+
+
+def setup(tmp: Path) -> dict:
+    (tmp / "gpu").mkdir()
+    shutil.copy(FIXTURE, tmp / "gpu" / "bench.yaml")
+    cfg = tmp / "slurmkit.yaml"
+    cfg.write_text(f"""paths:
+  state_dir: {tmp}/state
+  shared_dir: {tmp}/shared
+  metrics_dir: {tmp}/metrics
+  log_dir: {tmp}/log
+health:
+  backend: simulated
+  simulated_fixture: {tmp}/gpu/{{node}}.yaml
+""")
+    return {"SLURMKIT_CONFIG": str(cfg), "SLURMD_NODENAME": "bench", "SLURM_JOB_ID": "1",
+            "SLURM_JOB_UID": "1000", "SLURM_JOB_USER": "alice", "SLURM_JOB_GPUS": "0,1,2,3,4,5,6,7",
+            "SLURM_SCRIPT_CONTEXT": "prolog_slurmd"}
+
+
+def pct(values, p):
+    s = sorted(values)
+    k = (len(s) - 1) * p / 100
+    lo, hi = int(k), min(int(k) + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (k - lo)
+
+
+def importtime(python: str, env: dict) -> list:
+    res = subprocess.run([python, "-X", "importtime", str(PROLOG)], env=env, capture_output=True, text=True,
+                         timeout=60)
+    rows = []
+    for line in res.stderr.splitlines():
+        if not line.startswith("import time:") or "self [us]" in line:
+            continue
+        self_us, cum_us, name = line[len("import time:"):].split("|")
+        rows.append((int(self_us.strip()), int(cum_us.strip()), name.rstrip()))
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--runs", type=int, default=50)
+    ap.add_argument("--python", default=sys.executable)
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory(prefix="slurmkit-prolog-bench-") as d:
+        tmp = Path(d)
+        env = setup(tmp)
+        times = []
+        internal = []
+        for _ in range(args.runs):
+            t0 = time.perf_counter()
+            res = subprocess.run([args.python, str(PROLOG)], env=env, capture_output=True, text=True, timeout=60)
+            times.append(time.perf_counter() - t0)
+            if res.returncode != 0:
+                sys.exit(f"prolog exited {res.returncode}: {res.stderr}")
+        recs = [json.loads(x) for x in (tmp / "log" / "health.jsonl").read_text().splitlines()]
+        internal = [r["seconds"] for r in recs]
+        checks = len(recs[-1]["results"])
+        status = {r["status"] for r in recs}
+        baseline = []
+        for _ in range(10):
+            t0 = time.perf_counter()
+            subprocess.run([args.python, "-c", "pass"], env=env, check=True)
+            baseline.append(time.perf_counter() - t0)
+        rows = importtime(args.python, env)
+    summary = {"runs": args.runs, "checks_per_run": checks, "verdicts": sorted(status),
+               "wall_p50_s": statistics.median(times), "wall_p95_s": pct(times, 95), "wall_max_s": max(times),
+               "in_process_p50_s": statistics.median(internal), "in_process_p95_s": pct(internal, 95),
+               "bare_python_p50_s": statistics.median(baseline)}
+    groups = defaultdict(int)
+    top = list(rows)
+    # self time grouped by top-level package
+    for self_us, _cum, name in rows:
+        groups[name.strip().split(".")[0]] += self_us
+    if args.json:
+        print(json.dumps({**summary, "import_self_us_by_package": dict(groups)}, indent=2))
+        return
+    print(f"prolog fast path, simulated 8 x H100, {checks} fast checks, {args.runs} runs "
+          f"(python {sys.version.split()[0]}, {os.cpu_count()} CPUs)")
+    print(f"  wall   p50 {summary['wall_p50_s']*1000:7.1f} ms   p95 {summary['wall_p95_s']*1000:7.1f} ms   "
+          f"max {summary['wall_max_s']*1000:7.1f} ms   (whole process, as slurmd sees it)")
+    print(f"  inside p50 {summary['in_process_p50_s']*1000:7.1f} ms   p95 {summary['in_process_p95_s']*1000:7.1f} ms"
+          "   (config load to verdict recorded, from the JSON log)")
+    print(f"  bare `python -c pass` p50 {summary['bare_python_p50_s']*1000:.1f} ms (interpreter + site floor)")
+    print(f"  goal p50 <= 300 ms: {'MET' if summary['wall_p50_s'] <= 0.3 else 'NOT MET'}; NHC anchor ~500 ms")
+    total = sum(groups.values())
+    print(f"\nimport time by top-level package (self time, one run; total {total/1000:.1f} ms):")
+    for name, us in sorted(groups.items(), key=lambda kv: -kv[1])[:15]:
+        print(f"  {name:28s} {us/1000:7.1f} ms")
+    print("\nlargest single imports (cumulative):")
+    for self_us, cum_us, name in sorted(top, key=lambda r: -r[1])[:12]:
+        print(f"  {name.strip():40s} {cum_us/1000:7.1f} ms")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,214 @@
+"""``slurmkit health``, ``slurmkit node`` and ``slurmkit kill-leaks``.
+
+Exit codes (Nagios style, documented in docs/health.md):
+
+=====================  ==================================================================
+command                exit code
+=====================  ==================================================================
+health run             0 ok, 1 warn, 2 fail, 3 unknown (a check could not run); 2 also for
+                       usage/config errors (click and slurmkit convention)
+health list            0
+node status            0; 3 when Slurm cannot be asked
+node resume            0 resumed or not drained, 1 refused (an admin's drain), 2 the re-check
+                       failed (node stays drained), 3 cannot re-check from here / unknown
+kill-leaks             0 nothing found, 1 leaks found (listed or killed), 2 a leak survived
+                       SIGKILL, 3 squeue failed (nothing killed)
+=====================  ==================================================================
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import click
+
+from slurmkit.cli.common import (common_options, dry_run_option, format_options, load_config, print_json,
+                                 print_table, resolve_format, setup_logging)
+
+
+def _sections(config_path):
+    cfg = load_config(config_path)
+    return cfg.section("health"), cfg.section("paths")
+
+
+def _local_or_simulated(node, health):
+    from slurmkit.health.engine import node_name
+    from slurmkit.health.nodeops import NotHere, can_check_locally
+
+    if node is None:
+        return node_name()
+    if not can_check_locally(node, health):
+        raise NotHere(f"checks read this machine's GPUs: run them on {node} (e.g. `ssh {node} slurmkit health run`)")
+    return node
+
+
+def _short(text, width=90):
+    text = " ".join(str(text).split())
+    return text if len(text) <= width else text[:width - 1] + "…"
+
+
+@click.group("health")
+def health() -> None:
+    """Run and list node health checks (exit: 0 ok, 1 warn, 2 fail, 3 unknown)."""
+
+
+@health.command("run")
+@click.option("--tier", type=click.Choice(["fast", "heavy"]), default="fast", show_default=True,
+              help="Which tier (ignored with --check).")
+@click.option("--check", "checks", multiple=True, metavar="NAME", help="Run only these checks (repeatable).")
+@click.option("--node", default=None, help="Node to check (default: this one; any node with the simulated backend).")
+@click.option("--advance-cursor", is_flag=True, help="Consume new Xid events like a hook does "
+              "(default: only look).")
+@format_options(("table", "json"))
+@common_options
+def health_run(tier, checks, node, advance_cursor, fmt, as_json, config_path, verbose, quiet) -> None:
+    """Run the checks of a tier (or the named ones) on this node and print verdicts."""
+    setup_logging(verbose, quiet)
+    from slurmkit.health.base import Tier
+    from slurmkit.health.catalog import select
+    from slurmkit.health.engine import Context, run_checks, worst
+
+    health_cfg, paths = _sections(config_path)
+    node = _local_or_simulated(node, health_cfg)
+    specs = select(Tier(tier), "manual", list(checks) or None, None if checks else health_cfg)
+    ctx = Context.from_env(health_cfg, paths, "manual", node=node)
+    ctx.advance_xid_cursor = advance_cursor
+    start = time.monotonic()
+    try:
+        results = run_checks(ctx, specs)
+    finally:
+        ctx.close()
+    status = worst(results)
+    if resolve_format(fmt, as_json) == "json":
+        print_json({"node": node, "tier": tier, "status": status.value, "exit_code": status.exit_code,
+                    "seconds": round(time.monotonic() - start, 4), "results": [r.to_dict() for r in results]})
+    else:
+        print_table([{"check": r.check, "status": r.status.value.upper(), "code": r.code,
+                      "value": "" if r.value is None else f"{r.value:.4g}{(' ' + r.unit) if r.unit else ''}",
+                      "seconds": f"{r.seconds:.3f}", "reason": _short(r.reason)} for r in results])
+        if not quiet:
+            click.echo(f"{node}: {status.value.upper()}", err=True)
+    sys.exit(status.exit_code)
+
+
+@health.command("list")
+@format_options(("table", "json"))
+@common_options
+def health_list(fmt, as_json, config_path, verbose, quiet) -> None:
+    """List the check catalog with tier, switch, timeout and where each runs."""
+    setup_logging(verbose, quiet)
+    from slurmkit.health.catalog import CATALOG
+    from slurmkit.health.engine import Context, check_timeout
+
+    health_cfg, paths = _sections(config_path)
+    ctx = Context(health=health_cfg, paths=paths, node="-")
+    rows = [{"name": s.name, "tier": s.tier.value,
+             "enabled": health_cfg["checks"].get(s.name, {}).get("enabled", True),
+             "timeout_s": check_timeout(ctx, s), "hooks": ",".join(sorted(s.hooks)), "needs_gpu": s.gpu,
+             "codes": s.codes, "summary": s.summary} for s in CATALOG.values()]
+    if resolve_format(fmt, as_json) == "json":
+        print_json(rows)
+    else:
+        print_table([{k: r[k] for k in ("name", "tier", "enabled", "timeout_s", "hooks", "summary")} for r in rows])
+
+
+@click.group("node")
+def node() -> None:
+    """Node status and guarded resume of slurmkit-drained nodes."""
+
+
+@node.command("status")
+@click.argument("name")
+@format_options(("table", "json"))
+@common_options
+def node_status_cmd(name, fmt, as_json, config_path, verbose, quiet) -> None:
+    """Slurm state, drain reason (and whether slurmkit owns it), last verdict, sweep verdicts."""
+    setup_logging(verbose, quiet)
+    from slurmkit.health.nodeops import node_status
+
+    health_cfg, paths = _sections(config_path)
+    st = node_status(name, health_cfg, paths)
+    if resolve_format(fmt, as_json) == "json":
+        print_json(st)
+        return
+    click.echo(f"node:            {st['node']}")
+    click.echo(f"state:           {st['state']}")
+    click.echo(f"reason:          {st['reason'] or '-'}" + ("  (slurmkit drain)" if st["slurmkit_drain"] else ""))
+    lv = st["last_verdict"]
+    if lv:
+        when = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(lv["time"]))
+        click.echo(f"last verdict:    {lv['status']} ({lv['hook']}, job {lv['job_id'] or '-'}, {when})")
+        for line in lv["failing"]:
+            click.echo(f"                 {_short(line, 100)}")
+    else:
+        click.echo("last verdict:    - (no health log entry for this node here)")
+    for check, e in sorted(st["heavy_verdicts"].items()):
+        click.echo(f"sweep {check}: {e.get('status')} {e.get('code', '')} valid until "
+                   f"{time.strftime('%Y-%m-%dT%H:%M:%S', time.localtime(float(e.get('valid_until') or 0)))}")
+
+
+@node.command("resume")
+@click.argument("name")
+@dry_run_option
+@format_options(("table", "json"))
+@common_options
+def node_resume_cmd(name, dry_run, fmt, as_json, config_path, verbose, quiet) -> None:
+    """Re-run the checks and resume NAME only if slurmkit drained it and they pass.
+
+    Never resumes a node drained for another reason (an admin's drain). Exit: 0 resumed
+    or not drained, 1 refused, 2 re-check failed, 3 cannot re-check.
+    """
+    setup_logging(verbose, quiet)
+    from slurmkit.health.nodeops import guarded_resume
+
+    health_cfg, paths = _sections(config_path)
+    report = guarded_resume(name, health_cfg, paths, dry_run=dry_run)
+    if resolve_format(fmt, as_json) == "json":
+        print_json(report)
+    else:
+        click.echo(report["message"])
+        for r in report.get("results", []):
+            if r["status"] in ("fail", "warn", "unknown"):
+                click.echo(f"  {r['check']}: {r['status'].upper()} {r['code']} {_short(r['reason'])}")
+    sys.exit(report["exit_code"])
+
+
+@click.command("kill-leaks")
+@dry_run_option
+@click.option("--node", default=None, help="Node whose GPUs to inspect (default: this one).")
+@format_options(("table", "json"))
+@common_options
+def kill_leaks(dry_run, node, fmt, as_json, config_path, verbose, quiet) -> None:
+    """Kill processes over 95% of a GPU's (or host) memory that belong to no running job.
+
+    Never root, system users or processes under a live job's slurmstepd. SIGTERM, then
+    SIGKILL; every action is audited. Exit: 0 none, 1 found, 2 survivor, 3 squeue failed.
+    """
+    setup_logging(verbose, quiet)
+    from slurmkit.health.backends import BackendError
+    from slurmkit.health.engine import Context
+    from slurmkit.health.leaks import exit_code, kill_leaks as run_kill, write_metrics
+
+    health_cfg, paths = _sections(config_path)
+    node = _local_or_simulated(node, health_cfg)
+    ctx = Context(health=health_cfg, paths=paths, node=node)
+    try:
+        backend = ctx.backend()
+    except BackendError as exc:
+        click.echo(f"slurmkit: GPU side skipped: {exc}", err=True)
+        backend = None
+    report = run_kill(health_cfg, paths, node, dry_run=dry_run, backend=backend)
+    try:
+        write_metrics(paths, report)
+    except Exception as exc:
+        click.echo(f"slurmkit: cannot write metrics: {exc}", err=True)
+    if resolve_format(fmt, as_json) == "json":
+        print_json(report)
+    else:
+        if report["leaks"]:
+            print_table([{"pid": l["pid"], "user": l["user"], "comm": l["comm"], "why": l["why"],
+                          "outcome": l["outcome"], "detail": _short(l["detail"], 70)} for l in report["leaks"]])
+        elif not quiet:
+            click.echo(f"{node}: no leaked processes", err=True)
+    sys.exit(exit_code(report))

@@ -1,0 +1,252 @@
+"""What the epilog does besides the fast checks: kill leftovers, check GPU memory came
+back, clean ``/dev/shm``, and escalate when the job's end points at hardware.
+
+Leftovers are found three ways, because each misses something:
+
+* the job's cgroup (when Slurm uses proctrack/cgroup), which catches everything the
+  job started, double-forked daemons included;
+* processes of the job's uid whose environment carries ``SLURM_JOB_ID=<id>`` (no
+  cgroup needed; a double-forked process keeps its environment);
+* compute processes on the job's GPUs, per the GPU backend (whatever holds the GPU,
+  even a process that scrubbed its environment).
+
+Root's processes are never signalled from the GPU list; they are reported.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import time
+from typing import Any, Dict, List, Optional
+
+from slurmkit.health.base import Action, CheckResult, Status, Tier
+
+
+def _job_gpu_indices(ctx) -> List[int]:
+    return list(ctx.job_gpus or [])
+
+
+def cleanup(ctx, deadline: float, extra: Dict[str, Any]) -> List[CheckResult]:
+    """Kill the job's leftovers and check the GPUs' memory came back. Returns one or two results."""
+    from slurmkit.health import procs
+    from slurmkit.health.backends import BackendError
+    from slurmkit.health.deadline import ProbeTimeout, call_with_deadline
+
+    out: List[CheckResult] = []
+    start = time.monotonic()
+    if not ctx.job_id:
+        return [CheckResult("epilog_cleanup", Status.UNKNOWN, "NO_JOB", "no SLURM_JOB_ID in the environment",
+                            details={"internal": True})]
+    table = {p.pid: p for p in procs.iter_procs()}
+    cg = procs.cgroup_job_pids(ctx.job_id)
+    envp = procs.environ_job_pids(ctx.job_id, ctx.job_uid, list(table.values()))
+    targets = {pid for pid in cg | envp if pid in table and table[pid].uid != 0}
+    gpu_pids: Dict[int, int] = {}
+    root_on_gpu: List[int] = []
+    indices = _job_gpu_indices(ctx)
+    backend = None
+    timeout = max(0.2, float(ctx.health["check_timeout"]))
+    if indices:
+        try:
+            backend, _ = call_with_deadline(ctx.backend, timeout, "gpu_backend")
+            for i in indices:
+                plist, _ = call_with_deadline(lambda i=i: backend.processes(i), timeout, "gpu_processes")
+                for p in plist:
+                    owner = table.get(p.pid)
+                    if owner is not None and owner.uid == 0:
+                        root_on_gpu.append(p.pid)
+                    else:
+                        gpu_pids[p.pid] = i
+        except ProbeTimeout as exc:
+            ctx.backend_hung_in = exc.name
+            out.append(CheckResult("epilog_cleanup", Status.FAIL, "CHECK_TIMEOUT",
+                                   f"GPU backend hung listing processes ({exc})", Action.REBOOT))
+            backend = None
+        except BackendError as exc:
+            out.append(CheckResult("epilog_cleanup", Status.FAIL if exc.hardware else Status.UNKNOWN, exc.code,
+                                   str(exc), Action.RESET if exc.hardware else Action.NONE,
+                                   details={"internal": not exc.hardware}))
+            backend = None
+    targets |= set(gpu_pids)
+    grace = min(float(ctx.health["kill_grace"]), max(0.0, deadline - time.monotonic() - 2.0))
+    outcome = procs.kill_with_grace(targets, grace) if targets else {"terminated": [], "killed": [],
+                                                                     "survivors": [], "gone": []}
+    details = {"cgroup_pids": sorted(cg), "environ_pids": sorted(envp), "gpu_pids": sorted(gpu_pids),
+               "root_on_gpu": sorted(root_on_gpu), **outcome}
+    extra["cleanup"] = details
+    if outcome["survivors"]:
+        out.append(CheckResult("epilog_cleanup", Status.FAIL, "EPILOG_UNKILLABLE",
+                               f"process(es) {','.join(map(str, outcome['survivors']))} survived SIGKILL",
+                               Action.REBOOT, value=len(outcome["survivors"]), details=details))
+    else:
+        n = len(outcome["terminated"]) + len(outcome["killed"])
+        out.append(CheckResult("epilog_cleanup", Status.WARN if n else Status.OK,
+                               "EPILOG_KILLED_LEFTOVERS" if n else "OK",
+                               f"killed {n} leftover process(es) of job {ctx.job_id}" + (
+                                   f" ({len(outcome['killed'])} needed SIGKILL)" if outcome["killed"] else "")
+                               if n else f"no leftovers of job {ctx.job_id}", Action.MONITOR if n else Action.NONE,
+                               value=n, unit="processes", details=details))
+    if backend is not None and indices:
+        out.append(_memory_back(ctx, backend, indices, deadline))
+    if ctx.health.get("clean_dev_shm", True) and ctx.job_uid is not None and ctx.job_uid != 0:
+        extra["dev_shm"] = clean_dev_shm(ctx.job_uid, ctx.job_id)
+    extra["cleanup_seconds"] = round(time.monotonic() - start, 3)
+    return out
+
+
+def _memory_back(ctx, backend, indices: List[int], deadline: float) -> CheckResult:
+    """GPU memory on the job's GPUs must fall under the leftover threshold after the kill."""
+    from slurmkit.health.config import thresholds_for
+    from slurmkit.health.deadline import ProbeTimeout, call_with_deadline
+
+    names = {g.index: g.name for g in backend.gpus()}
+    wait_until = min(deadline - 0.5, time.monotonic() + float(ctx.health["memory_release_wait"]))
+    timeout = max(0.2, float(ctx.health["check_timeout"]))
+    while True:
+        used: Dict[int, float] = {}
+        try:
+            for i in indices:
+                used[i], _ = call_with_deadline(lambda i=i: backend.memory_used_mib(i), timeout, "gpu_memory")
+        except ProbeTimeout as exc:
+            ctx.backend_hung_in = exc.name
+            return CheckResult("gpu_memory_released", Status.FAIL, "CHECK_TIMEOUT", str(exc), Action.REBOOT)
+        over = {i: u for i, u in used.items() if u > thresholds_for(ctx.health, names.get(i, ""))["leftover_memory_mib"]}
+        if not over or time.monotonic() >= wait_until:
+            break
+        time.sleep(0.1)
+    if over:
+        return CheckResult("gpu_memory_released", Status.FAIL, "GPU_MEMORY_NOT_RELEASED",
+                           "; ".join(f"GPU {i}: {u:.0f} MiB still in use" for i, u in sorted(over.items())),
+                           Action.RESET, value=max(over.values()), unit="MiB", details={str(k): v for k, v in used.items()})
+    return CheckResult("gpu_memory_released", Status.OK, "OK", f"GPU(s) {','.join(map(str, indices))} memory released",
+                       value=max(used.values()) if used else 0, unit="MiB", details={str(k): v for k, v in used.items()})
+
+
+def other_jobs_of_user(uid: int, job_id: str) -> List[str]:
+    """Job ids (from process environments) of ``uid``'s other jobs still on this host."""
+    from slurmkit.health import procs
+
+    jobs = set()
+    for p in procs.iter_procs():
+        if p.uid != uid or p.state == "Z":
+            continue
+        jid = procs.environ(p.pid).get("SLURM_JOB_ID")
+        if jid and jid != job_id:
+            jobs.add(jid)
+    return sorted(jobs)
+
+
+def clean_dev_shm(uid: int, job_id: str, shm: str = "/dev/shm") -> Dict[str, Any]:
+    """Remove ``uid``'s files and directories in ``/dev/shm`` when no other job of that user
+    runs here. Never follows symlinks; only entries owned by ``uid`` are touched."""
+    others = other_jobs_of_user(uid, job_id)
+    if others:
+        return {"skipped": f"other job(s) of uid {uid} still here: {','.join(others)}", "removed": []}
+    removed: List[str] = []
+    errors: List[str] = []
+    try:
+        entries = os.listdir(shm)
+    except OSError as exc:
+        return {"skipped": f"{shm}: {exc.strerror}", "removed": []}
+    for name in entries:
+        path = os.path.join(shm, name)
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if st.st_uid != uid:
+            continue
+        try:
+            if stat.S_ISDIR(st.st_mode):
+                _rmtree_owned(path, uid)
+            else:
+                os.unlink(path)
+            removed.append(name)
+        except OSError as exc:
+            errors.append(f"{name}: {exc.strerror}")
+    return {"removed": removed, "errors": errors}
+
+
+def _rmtree_owned(path: str, uid: int) -> None:
+    for root, dirs, files in os.walk(path, topdown=False, followlinks=False):
+        for f in files:
+            os.unlink(os.path.join(root, f))
+        for d in dirs:
+            full = os.path.join(root, d)
+            if os.path.islink(full):
+                os.unlink(full)
+            else:
+                os.rmdir(full)
+    os.rmdir(path)
+
+
+# ---------------------------------------------------------------------- escalation
+
+def parse_exit(text: Optional[str]) -> Optional[tuple]:
+    """``"3:0"`` -> ``(3, 0)`` (code, signal); ``"9"`` -> ``(9, 0)``; unparsable -> ``None``."""
+    if not text:
+        return None
+    a, sep, b = text.strip().partition(":")
+    try:
+        return (int(a), int(b) if sep else 0)
+    except ValueError:
+        return None
+
+
+def escalation_triggers(ctx, results: List[CheckResult]) -> List[str]:
+    """Why this job's end points at hardware (empty: it does not)."""
+    from slurmkit.health import xid as xidmod
+
+    esc = ctx.health["escalation"]
+    why = []
+    for var in ("SLURM_JOB_EXIT_CODE2", "SLURM_JOB_DERIVED_EC"):
+        parsed = parse_exit(ctx.env.get(var))
+        if parsed is None:
+            continue
+        code, sig = parsed
+        if sig and sig in esc["exit_signals"]:
+            why.append(f"{var}={ctx.env[var]} (signal {sig})")
+        elif code and code in esc["exit_codes"]:
+            why.append(f"{var}={ctx.env[var]} (exit code {code})")
+    if ctx.xid_events_seen:
+        table = xidmod.load_table(ctx.params("xid").get("table"))
+        floor = Action(esc["xid_min_action"]).severity
+        for e in ctx.xid_events_seen:
+            act = table.action(int(e["xid"]), e.get("message", ""), ctx.params("xid").get("unknown_action", "monitor"))
+            if act.severity >= floor:
+                why.append(f"Xid {e['xid']} on GPU {e.get('gpu')} -> {act.value}")
+    return sorted(set(why))
+
+
+def escalate(ctx, results: List[CheckResult], extra: Dict[str, Any]) -> List[CheckResult]:
+    why = escalation_triggers(ctx, results)
+    if not why:
+        return []
+    mode = ctx.health["escalation"]["action"]
+    extra["escalation"] = {"why": why, "action": mode}
+    if mode == "none":
+        return [CheckResult("escalation", Status.WARN, "ESCALATION_SUGGESTED",
+                            "hardware suspected (" + "; ".join(why) + "); escalation.action is none",
+                            Action.MONITOR)]
+    if mode == "reboot":
+        from slurmkit.slurm import client
+
+        reason = f"slurmkit:ESCALATION_REBOOT epilog: {'; '.join(why)}"[:200]
+        try:
+            client.call("scontrol", ["reboot", "ASAP", "nextstate=RESUME", f"reason={reason}", ctx.node],
+                        timeout=float(ctx.health["drain_timeout"]))
+            extra["reboot_requested"] = True
+            return [CheckResult("escalation", Status.WARN, "ESCALATION_REBOOT",
+                                f"requested scontrol reboot ASAP nextstate=RESUME ({'; '.join(why)})", Action.REBOOT)]
+        except Exception as exc:
+            return [CheckResult("escalation", Status.FAIL, "ESCALATION_REBOOT_FAILED",
+                                f"reboot request failed ({exc}); draining instead: {'; '.join(why)}", Action.REBOOT)]
+    # heavy: run the heavy tier now, on this node, while it is COMPLETING (no new jobs land)
+    from slurmkit.health.catalog import select
+    from slurmkit.health.engine import run_checks
+
+    deadline = time.monotonic() + float(ctx.health["escalation"]["heavy_deadline"])
+    heavy = run_checks(ctx, select(Tier.HEAVY, "manual", health_cfg=ctx.health), deadline)
+    return [CheckResult("escalation", Status.OK, "ESCALATION_HEAVY", f"ran the heavy tier ({'; '.join(why)})",
+                        details={"checks": [r.check for r in heavy]})] + heavy

@@ -1,0 +1,226 @@
+"""The hook programs: Prolog, Epilog and HealthCheckProgram, as functions returning an exit code.
+
+``prolog/slurmkit-prolog`` and friends are three-line scripts that call these. What a
+hook may do is dictated by Slurm (slurm-and-fleet-facts.md §3): a non-zero Prolog
+exit drains the node and requeues+holds the job; a non-zero Epilog exit drains the
+node; HealthCheckProgram's exit status is ignored, it must drain by itself.
+
+Policy, in order:
+
+1. **Bounded.** Everything runs under the hook's deadline (prolog 5 s by default);
+   each check has its own; a watchdog thread ends the process (fail-open) if
+   slurmkit itself ever overruns by more than a second.
+2. **Fail open on our own faults.** A bad config, a bug, a missing library or a check
+   that could not run is logged, counted in a metric and exits 0, unless
+   ``health.fail_closed``.
+3. **On a fail verdict** the hook sets the drain reason itself,
+   ``slurmkit:<CODE> <check>: <detail>``, with a bounded ``scontrol update`` (unless
+   an admin's drain is already there, which is never overwritten), records the
+   verdict (JSON lines + Prometheus textfile) and exits 1.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from typing import Any, Dict, List, Optional, Tuple
+
+from slurmkit.health.base import DRAIN_REASON_PREFIX, Action, CheckResult, Status, Tier
+
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+DEFAULT_DEADLINES = {"prolog": 5.0, "epilog": 30.0, "healthcheck": 30.0}
+HOOK_EXIT_FAIL = 1
+
+
+def _say(message: str) -> None:
+    try:
+        sys.stderr.write(f"slurmkit-{message}\n")
+        sys.stderr.flush()
+    except Exception:
+        pass
+
+
+def _load(hook: str) -> Tuple[Dict[str, Any], Dict[str, Any], Dict[str, Any]]:
+    from slurmkit.config import load_site_config
+
+    cfg = load_site_config()
+    return cfg.section("health"), cfg.section("paths"), cfg.section("slurm")
+
+
+def _default_paths() -> Dict[str, Any]:
+    from slurmkit.config import PATHS_SCHEMA
+    from slurmkit.core.schema import defaults
+
+    return defaults(PATHS_SCHEMA)
+
+
+def _start_watchdog(seconds: float, hook: str, fail_closed: bool) -> None:
+    """Last resort: if slurmkit itself overruns its budget, end the process. Stuck probe
+    threads cannot hold it open (``os._exit``)."""
+
+    def fire() -> None:
+        _say(f"{hook}: internal watchdog fired after {seconds:.1f}s; "
+             + ("failing (fail_closed)" if fail_closed else "failing open"))
+        os._exit(HOOK_EXIT_FAIL if fail_closed else 0)
+
+    t = threading.Timer(seconds, fire)
+    t.daemon = True
+    t.start()
+
+
+def current_drain(node: str, timeout: float) -> Optional[Dict[str, str]]:
+    """``{"state": ..., "reason": ...}`` of the node from ``scontrol show node``, ``None`` on error."""
+    from slurmkit.slurm import client
+
+    try:
+        res = client.call("scontrol", ["-o", "show", "node", node], timeout=timeout, check=False)
+    except Exception:
+        return None
+    if res.returncode != 0:
+        return None
+    rec = client.parse_scontrol_record(res.stdout.strip().splitlines()[0] if res.stdout.strip() else "")
+    return {"state": rec.get("State", ""), "reason": rec.get("Reason", "")}
+
+
+def is_drained(state: str) -> bool:
+    return "DRAIN" in state.upper()
+
+
+def drain(node: str, reason: str, timeout: float) -> Tuple[bool, str]:
+    """Drain ``node`` with ``reason`` unless an admin's drain is already there.
+
+    Returns ``(drained_by_us, note)``. Never raises: the exit code alone still drains
+    the node (with Slurm's "Prolog error" reason) when this fails.
+    """
+    from slurmkit.slurm import client
+
+    start = time.monotonic()
+    cur = current_drain(node, max(0.2, timeout / 2))
+    if cur and is_drained(cur["state"]) and cur["reason"] and not cur["reason"].startswith(DRAIN_REASON_PREFIX):
+        return False, f"already drained by someone else ({cur['reason']!r}); reason kept"
+    left = max(0.2, timeout - (time.monotonic() - start))
+    try:
+        client.call("scontrol", ["update", f"NodeName={node}", "State=DRAIN", f"Reason={reason}"], timeout=left)
+    except Exception as exc:
+        return False, f"scontrol drain failed: {exc}"
+    return True, "drained"
+
+
+def _record(hook: str, ctx, paths: Dict[str, Any], status: Status, results: List[CheckResult], seconds: float,
+            exit_code: int, drain_reason: Optional[str], internal: List[str],
+            extra: Optional[Dict[str, Any]] = None) -> None:
+    from slurmkit.health import record
+
+    node = ctx.node if ctx else os.environ.get("SLURMD_NODENAME", os.uname().nodename.split(".")[0])
+    job = ctx.job_id if ctx else os.environ.get("SLURM_JOB_ID")
+    try:
+        record.append_jsonl(os.path.join(paths["log_dir"], record.HEALTH_LOG),
+                            record.verdict_record(node, hook, status, results, job_id=job, seconds=seconds,
+                                                  exit_code=exit_code, drain_reason=drain_reason,
+                                                  internal=internal, extra=extra))
+    except Exception as exc:
+        _say(f"{hook}: cannot write the health log under {paths.get('log_dir')}: {exc}")
+    try:
+        record.write_verdict_metrics(paths["metrics_dir"], node, hook, status, results, seconds, bool(internal))
+    except Exception as exc:
+        _say(f"{hook}: cannot write metrics under {paths.get('metrics_dir')}: {exc}")
+
+
+def run_hook(hook: str, env: Optional[Dict[str, str]] = None) -> int:
+    """Run the ``prolog``, ``epilog`` or ``healthcheck`` hook; return its exit code."""
+    t0 = time.monotonic()
+    if not os.environ.get("PATH"):
+        os.environ["PATH"] = DEFAULT_PATH  # Slurm runs hooks with no PATH at all
+    env = dict(os.environ if env is None else env)
+    ctx = None
+    paths: Dict[str, Any] = {}
+    try:
+        health, paths, slurm = _load(hook)
+    except Exception as exc:  # a bad config must not drain the fleet
+        try:
+            paths = _default_paths()
+        except Exception:
+            paths = {"log_dir": "/var/log/slurmkit", "metrics_dir": "/var/lib/prometheus/node-exporter"}
+        problem = CheckResult("config", Status.UNKNOWN, "CONFIG_ERROR", str(exc), details={"internal": True})
+        _say(f"{hook}: config error, failing open: {exc}")
+        _record(hook, None, paths, Status.UNKNOWN, [problem], time.monotonic() - t0, 0, None, [str(exc)])
+        return 0
+    budget = float(health.get(f"{hook}_deadline", DEFAULT_DEADLINES.get(hook, 5.0)))
+    deadline = t0 + budget
+    watchdog = budget + 1.0
+    if hook == "epilog" and health["escalation"]["action"] == "heavy":
+        watchdog += float(health["escalation"]["heavy_deadline"])
+    _start_watchdog(watchdog, hook, health["fail_closed"])
+    from slurmkit.slurm import client
+
+    client.configure(slurm.get("bin_dir"), slurm.get("timeout"))
+    try:
+        from slurmkit.health.catalog import select
+        from slurmkit.health.engine import Context, first_failure, internal_problems, run_checks, worst
+
+        ctx = Context.from_env(health, paths, hook, env)
+        extra: Dict[str, Any] = {}
+        results: List[CheckResult] = []
+        # keep time for the verdict: the drain call and the record
+        reserve = min(float(health["drain_timeout"]), budget * 0.3) + 0.1
+        if hook == "epilog":
+            from slurmkit.health.epilog import cleanup
+
+            results.extend(cleanup(ctx, deadline - reserve, extra))
+        results.extend(run_checks(ctx, select(Tier.FAST, hook, health_cfg=health), deadline - reserve))
+        if hook == "epilog":
+            from slurmkit.health.epilog import escalate
+
+            results.extend(escalate(ctx, results, extra))
+        status = worst(results)
+        fail = first_failure(results)
+        internal = [f"{r.check}: {r.reason}" for r in internal_problems(results)]
+        if fail is None and internal and health["fail_closed"]:
+            bad = internal_problems(results)[0]
+            fail = CheckResult(bad.check, Status.FAIL, bad.code, bad.reason, Action.ISOLATE)
+        exit_code = 0
+        drain_reason = None
+        if fail is not None:
+            exit_code = HOOK_EXIT_FAIL
+            drain_reason = fail.drain_reason()
+            _say(f"{hook}: {ctx.node}: FAIL {drain_reason}")
+            if health["drain_on_fail"] and not extra.get("reboot_requested"):
+                left = max(0.3, min(float(health["drain_timeout"]), deadline - time.monotonic() - 0.05))
+                ok, note = drain(ctx.node, drain_reason, left)
+                extra["drain"] = note
+        elif internal:
+            _say(f"{hook}: {ctx.node}: failing open on slurmkit fault(s): {'; '.join(internal)[:300]}")
+        if hook == "healthcheck":
+            exit_code = status.exit_code if status != Status.UNKNOWN or health["fail_closed"] else 0
+        _record(hook, ctx, paths, status, results, time.monotonic() - t0, exit_code, drain_reason, internal, extra)
+        return exit_code
+    except Exception as exc:  # a slurmkit bug: fail open unless told otherwise
+        import traceback
+
+        _say(f"{hook}: internal error, failing {'closed' if health.get('fail_closed') else 'open'}: "
+             f"{type(exc).__name__}: {exc}")
+        if os.environ.get("SLURMKIT_DEBUG"):
+            traceback.print_exc()
+        problem = CheckResult("internal", Status.UNKNOWN, "INTERNAL_ERROR", f"{type(exc).__name__}: {exc}",
+                              details={"internal": True})
+        _record(hook, ctx, paths, Status.UNKNOWN, [problem], time.monotonic() - t0,
+                HOOK_EXIT_FAIL if health.get("fail_closed") else 0, None, [str(exc)])
+        return HOOK_EXIT_FAIL if health.get("fail_closed") else 0
+    finally:
+        if ctx is not None:
+            ctx.close()
+
+
+def main(hook: str) -> None:
+    """Entry point for the hook scripts: never lets a stuck probe thread keep the process alive."""
+    code = 0
+    try:
+        code = run_hook(hook)
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)

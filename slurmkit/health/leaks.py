@@ -1,0 +1,187 @@
+"""The cron leak killer: ``slurmkit kill-leaks [--dry-run]``.
+
+A *leak* is a process holding more than ``leaks.gpu_memory_fraction`` (95 %) of one
+GPU's memory, or more than ``leaks.host_memory_fraction`` of host memory, that belongs
+to no running job. Never touched, whatever it holds:
+
+* root and system users (uid < ``leaks.min_uid``, 1000 by default);
+* processes under a ``slurmstepd`` (a live job step);
+* processes whose ``SLURM_JOB_ID`` is a job Slurm still runs (``squeue``; when squeue
+  fails nothing is killed);
+* this process and its ancestors.
+
+Kills are SIGTERM, then SIGKILL after ``health.kill_grace``; every candidate and every
+action goes to a JSON-lines audit log.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Dict, List, Optional, Set
+
+from slurmkit.health import procs
+
+
+@dataclass
+class Leak:
+    pid: int
+    uid: int
+    user: str
+    comm: str
+    why: str                        # "gpu" or "host"
+    detail: str
+    gpu: Optional[int] = None
+    used_mib: Optional[float] = None
+    rss_mib: Optional[float] = None
+    job_id: Optional[str] = None    # SLURM_JOB_ID in its environment (a finished job's)
+    outcome: str = "candidate"
+
+    def to_dict(self) -> Dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class Spared:
+    pid: int
+    why: str
+
+
+@dataclass
+class Scan:
+    leaks: List[Leak] = field(default_factory=list)
+    spared: List[Spared] = field(default_factory=list)
+    gpu_error: Optional[str] = None
+
+
+def running_job_ids() -> Set[str]:
+    """Ids Slurm still runs anywhere (running, completing, suspended, configuring), as
+    both ``<id>`` and ``<array>_<task>``. Raises on squeue failure: no kill without it."""
+    from slurmkit.slurm import client
+
+    res = client.call("squeue", ["-h", "-t", "R,CG,S,CF", "-o", "%i|%A"])
+    ids: Set[str] = set()
+    for line in res.stdout.splitlines():
+        for tok in line.strip().split("|"):
+            if tok:
+                ids.add(tok.strip())
+    return ids
+
+
+def _user(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
+
+
+def scan(health: Dict[str, Any], node: str, running: Set[str], backend=None) -> Scan:
+    leaks_cfg = health["leaks"]
+    min_uid = int(leaks_cfg["min_uid"])
+    table = {p.pid: p for p in procs.iter_procs()}
+    protect = procs.protected_pids()
+    out = Scan()
+    found: Dict[int, Leak] = {}
+
+    def spare_reason(pid: int) -> Optional[str]:
+        p = table.get(pid)
+        if p is None:
+            return "gone"
+        if pid in protect:
+            return "slurmkit itself"
+        if p.uid == 0 or p.uid < min_uid:
+            return f"system user (uid {p.uid} < {min_uid})" if p.uid else "root"
+        if procs.under_slurmstepd(pid, table):
+            return "under slurmstepd (live job step)"
+        env = procs.environ(pid)
+        jid = env.get("SLURM_JOB_ID")
+        arr = env.get("SLURM_ARRAY_JOB_ID"), env.get("SLURM_ARRAY_TASK_ID")
+        if jid and (jid in running or (arr[0] and f"{arr[0]}_{arr[1]}" in running)):
+            return f"job {jid} is running"
+        return None
+
+    def consider(pid: int, why: str, detail: str, **kw) -> None:
+        reason = spare_reason(pid)
+        if reason:
+            out.spared.append(Spared(pid, reason))
+            return
+        p = table[pid]
+        if pid in found:
+            found[pid].detail += "; " + detail
+            return
+        found[pid] = Leak(pid=pid, uid=p.uid, user=_user(p.uid), comm=p.comm, why=why, detail=detail,
+                          job_id=procs.environ(pid).get("SLURM_JOB_ID"), **kw)
+
+    # GPU memory
+    if backend is not None:
+        try:
+            frac = float(leaks_cfg["gpu_memory_fraction"])
+            for g in backend.gpus():
+                for gp in backend.processes(g.index):
+                    if g.memory_total_mib and gp.used_mib > frac * g.memory_total_mib:
+                        consider(gp.pid, "gpu", f"GPU {g.index}: {gp.used_mib:.0f} of {g.memory_total_mib:.0f} MiB "
+                                 f"(> {frac:.0%})", gpu=g.index, used_mib=gp.used_mib)
+        except Exception as exc:  # GPU side unavailable: host side still runs
+            out.gpu_error = f"{type(exc).__name__}: {exc}"
+    # host memory
+    from slurmkit.health.checks.host import meminfo
+
+    total_kb = meminfo().get("MemTotal", 0) / 1024
+    hfrac = float(leaks_cfg["host_memory_fraction"])
+    for p in table.values():
+        if total_kb and p.rss_kb > hfrac * total_kb:
+            consider(p.pid, "host", f"RSS {p.rss_kb / 1024:.0f} MiB of {total_kb / 1024:.0f} MiB (> {hfrac:.0%})",
+                     rss_mib=p.rss_kb / 1024)
+    out.leaks = sorted(found.values(), key=lambda l: l.pid)
+    return out
+
+
+def kill_leaks(health: Dict[str, Any], paths: Dict[str, Any], node: str, *, dry_run: bool,
+               running: Optional[Set[str]] = None, backend=None) -> Dict[str, Any]:
+    """Scan, then (unless ``dry_run``) kill; audit every candidate and action. Returns a report."""
+    from slurmkit.health.record import append_jsonl
+
+    if running is None:
+        running = running_job_ids()
+    result = scan(health, node, running, backend)
+    audit = health["leaks"].get("audit_log") or os.path.join(paths["log_dir"], "kill-leaks.jsonl")
+    outcome: Dict[str, List[int]] = {"terminated": [], "killed": [], "survivors": [], "gone": []}
+    if result.leaks and not dry_run:
+        outcome = procs.kill_with_grace([l.pid for l in result.leaks], float(health["kill_grace"]))
+        state = {pid: name for name in ("terminated", "killed", "survivors", "gone") for pid in outcome[name]}
+        for leak in result.leaks:
+            leak.outcome = {"terminated": "terminated", "killed": "killed", "survivors": "survived",
+                            "gone": "gone"}.get(state.get(leak.pid, ""), "unknown")
+    elif dry_run:
+        for leak in result.leaks:
+            leak.outcome = "dry_run"
+    now = time.time()
+    for leak in result.leaks:
+        append_jsonl(audit, {"time": now, "node": node, "dry_run": dry_run, "action": leak.outcome, **leak.to_dict()})
+    return {"node": node, "dry_run": dry_run, "leaks": [l.to_dict() for l in result.leaks],
+            "spared": [asdict(s) for s in result.spared if s.why != "gone"], "gpu_error": result.gpu_error,
+            "outcome": outcome, "audit_log": audit}
+
+
+def exit_code(report: Dict[str, Any]) -> int:
+    """Nagios: 0 nothing found; 1 leaks found (listed or killed); 2 a leak survived SIGKILL."""
+    if report["outcome"].get("survivors"):
+        return 2
+    return 1 if report["leaks"] else 0
+
+
+def write_metrics(paths: Dict[str, Any], report: Dict[str, Any]) -> None:
+    from slurmkit.metrics import Sample, file_name, write_textfile
+
+    labels = {"node": report["node"]}
+    samples = [
+        Sample("slurmkit_kill_leaks_candidates", "Leaked processes found by the last run.", labels, len(report["leaks"])),
+        Sample("slurmkit_kill_leaks_killed", "Leaked processes the last run ended.", labels,
+               0 if report["dry_run"] else len(report["outcome"]["terminated"]) + len(report["outcome"]["killed"])),
+        Sample("slurmkit_kill_leaks_survivors", "Leaked processes that survived SIGKILL.", labels,
+               len(report["outcome"]["survivors"])),
+        Sample("slurmkit_kill_leaks_last_run_timestamp_seconds", "When kill-leaks last ran.", labels, time.time()),
+    ]
+    write_textfile(os.path.join(paths["metrics_dir"], file_name("slurmkit_kill_leaks", report["node"])), samples)

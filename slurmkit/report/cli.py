@@ -1,0 +1,332 @@
+"""``slurmkit report``: GPU-hours, cost and lost hours from sacct.
+
+``slurmkit report [OPTIONS]`` is the usage report; ``slurmkit report lost`` the lost
+view; ``slurmkit report capacity`` the share of installed GPU-hours used;
+``slurmkit report build-vs-rent`` the break-even calculator.
+
+Exit codes: 0 with data, and 0 with "no jobs in window" on stderr; 2 a bad flag,
+window or config; 3 sacct or sinfo failed (missing, timed out, slurmdbd down).
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import os
+import sys
+import time
+from typing import Any, Callable, Dict, FrozenSet, List, Optional, Tuple
+
+import click
+
+from slurmkit.cli.common import common_options, load_config, print_json, setup_logging
+from slurmkit.errors import UsageError
+
+log = logging.getLogger("slurmkit.report")
+
+HEALTH_LOG_NAME = "health.jsonl"
+
+
+def _csv_set(values: Tuple[str, ...]) -> Optional[FrozenSet[str]]:
+    items = [v.strip() for value in values for v in value.split(",") if v.strip()]
+    return frozenset(items) if items else None
+
+
+def period_options(f: Callable) -> Callable:
+    for opt in reversed([
+        click.option("--since", help="Start of the window: YYYY-MM-DD[THH:MM[:SS]] (local time) or @EPOCH."),
+        click.option("--until", help="End of the window (exclusive); default now."),
+        click.option("--month", help="A calendar month, YYYY-MM (local time)."),
+        click.option("--last", help="The last period up to --until/now: 12h, 7d, 2w."),
+        click.option("--sacct-file", type=click.Path(dir_okay=False),
+                     help="Read saved `sacct --parsable2` output (with header) instead of calling sacct."),
+        click.option("--now", "now_opt", hidden=True, help="Pretend the time is this (tests)."),
+    ]):
+        f = opt(f)
+    return f
+
+
+def usage_options(f: Callable) -> Callable:
+    from slurmkit.report.render import FORMATS, VIEWS
+
+    for opt in reversed([
+        click.option("--by", help="Group by user, account, partition, state, gpu_type, node, day, week or "
+                                  "month; comma-separated to combine (account,user)."),
+        click.option("--user", "users", multiple=True, help="Only these users (comma-separated or repeated)."),
+        click.option("--account", "accounts", multiple=True, help="Only these accounts."),
+        click.option("--partition", "partitions", multiple=True, help="Only these partitions."),
+        click.option("--state", "states", multiple=True,
+                     help="Only attempts that ended in these states (COMPLETED, FAILED, TIMEOUT ...)."),
+        click.option("--name", "names", multiple=True, help="Only jobs with these exact job names."),
+        click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True,
+                     help="Output format."),
+        click.option("--json", "as_json", is_flag=True, help="Same as --format json."),
+        click.option("--view", type=click.Choice(VIEWS), default=None,
+                     help="Columns: usage (default), states (GPU-hours by final state), lost."),
+        click.option("--plot", "plot_path", type=click.Path(dir_okay=False),
+                     help="Also write a bar chart of GPU-hours per group (FILE.png or FILE.svg)."),
+        click.option("--price", help="Price per GPU-hour (2.50) or per type (h100=3.1,default=2); "
+                                     "default: report.prices in the site config."),
+        click.option("--health-log", help="slurmkit health log (JSON lines) to join for suspect hours; "
+                                          "default: report.health_log or <paths.log_dir>/health.jsonl."),
+        click.option("--no-health-log", is_flag=True, help="Do not join the health log."),
+        click.option("--lost-window-hours", type=float, default=None,
+                     help="Health join: hours before a drain that make a job suspect (default 6)."),
+        click.option("--show-command", is_flag=True,
+                     help="Print the exact sacct command and exit without running it."),
+    ]):
+        f = opt(f)
+    return f
+
+
+def _load(config_path: Optional[str]):
+    cfg = load_config(config_path)
+    return cfg, cfg.section("report"), cfg.section("paths")
+
+
+def _window(since, until, month, last, sacct_file, now_opt):
+    from slurmkit.report.window import parse_when, resolve_window
+
+    now = parse_when(now_opt, "--now") if now_opt else None
+    return resolve_window(since=since, until=until, month=month, last=last, now=now,
+                          default_unbounded=bool(sacct_file)), now
+
+
+def load_attempts(*, window, now, filters, sacct_file: Optional[str], need_columns=(), timeout: float):
+    """Attempts from a saved file or a live sacct call; prints the malformed-row warning."""
+    from slurmkit.report import sacct
+
+    gc.disable()  # a short-lived command building ~10^5-10^6 acyclic tuples; see sacct.parse_rows
+    if sacct_file:
+        attempts, stats, _ = sacct.read_sacct_file(sacct_file, window=window, now=now, filters=filters,
+                                                   need_columns=need_columns)
+        source = sacct_file
+        command = None
+    else:
+        query = sacct.build_query(window, filters)
+        from slurmkit.slurm import client
+
+        command = query.display(client.binary("sacct"))
+        log.info("running %s", command)
+        attempts, stats = sacct.run_query(query, window=window, now=now, filters=filters, timeout=timeout)
+        source = "sacct"
+    warning = stats.warning(source)
+    if warning:
+        click.echo(f"slurmkit: warning: {warning}", err=True)
+    return attempts, stats, command
+
+
+def run_usage(*, config_path, verbose, quiet, since, until, month, last, sacct_file, now_opt, by, users,
+              accounts, partitions, states, names, fmt, as_json, view, plot_path, price, health_log, no_health_log,
+              lost_window_hours, show_command, default_view: str = "usage") -> int:
+    from slurmkit.report import sacct
+    from slurmkit.report.aggregate import aggregate, parse_by
+    from slurmkit.report.cost import price_table
+    from slurmkit.report.lost import find_lost, find_suspect, read_health_log
+    from slurmkit.report.render import render
+
+    setup_logging(verbose, quiet)
+    cfg, rcfg, paths = _load(config_path)
+    window, now = _window(since, until, month, last, sacct_file, now_opt)
+    filters = sacct.Filters(_csv_set(users), _csv_set(accounts), _csv_set(partitions),
+                            frozenset(s.upper() for s in _csv_set(states)) if _csv_set(states) else None,
+                            _csv_set(names))
+    dims = parse_by(by if by is not None else rcfg["default_by"])
+    fmt = "json" if as_json else fmt
+    view = view or default_view
+    prices = price_table(rcfg, price)
+
+    if show_command:
+        if sacct_file:
+            click.echo(sacct.recommended_command(window))
+        else:
+            from slurmkit.slurm import client
+
+            click.echo(sacct.build_query(window, filters).display(client.binary("sacct")))
+        return 0
+
+    need = [sacct.COLUMN_FOR[d] for d in dims if d in sacct.COLUMN_FOR]
+    need += [c for c, active in (("User", filters.users), ("Account", filters.accounts),
+                                 ("Partition", filters.partitions), ("JobName", filters.names)) if active]
+    attempts, stats, command = load_attempts(window=window, now=now, filters=filters, sacct_file=sacct_file,
+                                             need_columns=need, timeout=rcfg["sacct_timeout"])
+    lost = find_lost(attempts, rcfg["prolog_requeue_seconds"])
+    suspect = None
+    health_meta: Dict[str, Any] = {"joined": False}
+    if not no_health_log:
+        pattern = health_log or rcfg["health_log"] or os.path.join(paths["log_dir"], HEALTH_LOG_NAME)
+        hl = read_health_log(pattern)
+        if hl is not None:
+            hours = lost_window_hours if lost_window_hours is not None else rcfg["lost_window_hours"]
+            suspect = find_suspect(attempts, hl.events, hours)
+            health_meta = {"joined": True, "path": pattern, "drain_events": len(hl.events),
+                           "window_hours": hours, "bad_lines": hl.bad_lines}
+        elif health_log:
+            raise UsageError(f"--health-log {health_log}: no such file")
+    report = aggregate(attempts, dims, window_start=window.start, lost=lost, suspect=suspect, prices=prices)
+    group = ", ".join(dims) if dims else "cluster"
+    report.meta = {
+        "title": f"GPU-hours by {group}, {window.label}",
+        "window": window.to_dict(),
+        "source": sacct_file or "sacct",
+        "sacct_command": command,
+        "generated_at": int(time.time()),
+        "timezone": time.strftime("%Z"),
+        "parse": stats.to_dict(),
+        "prices": prices.to_dict() if prices.enabled else None,
+        "health_log": health_meta,
+        "filters": {k: sorted(v) if v else None for k, v in (("user", filters.users),
+                                                              ("account", filters.accounts),
+                                                              ("partition", filters.partitions),
+                                                              ("state", filters.states),
+                                                              ("name", filters.names))},
+    }
+    if not attempts:
+        click.echo(f"slurmkit: no jobs in window ({window.label})", err=True)
+    if attempts or fmt in ("json", "csv"):
+        render(report, fmt, view, sys.stdout)
+    if plot_path:
+        from slurmkit.report.plot import write_plot
+
+        write_plot(report, plot_path, rcfg["plot_top"])
+        if not quiet:
+            click.echo(f"slurmkit: wrote {plot_path}", err=True)
+    return 0
+
+
+@click.group("report", invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
+@common_options
+@period_options
+@usage_options
+@click.pass_context
+def report(ctx: click.Context, **kwargs: Any) -> None:
+    """GPU-hours, cost and lost hours from sacct (every requeued attempt, clipped
+    to the window).
+
+    \b
+    Examples:
+      slurmkit report --month 2026-11 --by account,user
+      slurmkit report --last 7d --by day --plot usage.png
+      slurmkit report --sacct-file nov.txt --by gpu_type --price h100=2.5
+      slurmkit report lost --month 2026-11 --by user
+      slurmkit report capacity --last 30d --by partition
+      slurmkit report build-vs-rent --config etc/build-vs-rent.yaml
+
+    Times are local (as sacct prints them); set TZ to change. Exit codes: 0 ok
+    (also "no jobs in window"); 2 usage/config error; 3 sacct failed.
+    """
+    if ctx.invoked_subcommand is None:
+        ctx.exit(run_usage(**kwargs))
+
+
+@report.command("lost")
+@common_options
+@period_options
+@usage_options
+def report_lost(**kwargs: Any) -> None:
+    """Lost GPU-hours by cause (NODE_FAIL, PREEMPTED, REQUEUED, TIMEOUT, FAILED after a
+    prolog requeue) and health-log suspect hours; same options as `report`."""
+    sys.exit(run_usage(default_view="lost", **kwargs))
+
+
+# --------------------------------------------------------------------------- capacity
+
+@report.command("capacity")
+@common_options
+@period_options
+@click.option("--by", type=click.Choice(["total", "partition", "gpu_type"]), default="total", show_default=True,
+              help="One row for the cluster, or per partition / GPU type.")
+@click.option("--partition", "partitions", multiple=True, help="Only these partitions.")
+@click.option("--gpus", "gpus_override", type=int, default=None,
+              help="Installed GPUs (skip sinfo; only --by total).")
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json", "markdown"]), default="table",
+              show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
+def report_capacity(config_path, verbose, quiet, since, until, month, last, sacct_file, now_opt, by, partitions,
+                    gpus_override, fmt, as_json) -> None:
+    """Fraction of the installed GPU-hours (sinfo GPU counts x window) that jobs used."""
+    from slurmkit.report import sacct
+    from slurmkit.report.capacity import capacity_rows, render_capacity
+
+    setup_logging(verbose, quiet)
+    cfg, rcfg, _ = _load(config_path)
+    window, now = _window(since, until, month, last, sacct_file, now_opt)
+    if not window.bounded or window.start <= 0:
+        raise UsageError("capacity needs a bounded window: give --since, --month or --last")
+    if gpus_override is not None and by != "total":
+        raise UsageError("--gpus gives only a cluster total; use it with --by total")
+    parts = _csv_set(partitions)
+    if gpus_override is not None:
+        inventory = None
+    else:
+        from slurmkit.report.cost import node_inventory
+        from slurmkit.slurm import client
+
+        inventory = node_inventory(client.nodes())
+    filters = sacct.Filters(partitions=parts)
+    attempts, stats, command = load_attempts(window=window, now=now, filters=filters, sacct_file=sacct_file,
+                                             timeout=rcfg["sacct_timeout"])
+    data = capacity_rows(attempts, window, by=by, inventory=inventory, gpus_override=gpus_override,
+                         partitions=parts, now=now)
+    data["meta"]["sacct_command"] = command
+    fmt = "json" if as_json else fmt
+    if fmt == "json":
+        print_json(data)
+    else:
+        sys.stdout.write(render_capacity(data, fmt))
+
+
+# --------------------------------------------------------------------------- build vs rent
+
+@report.command("build-vs-rent")
+@click.option("--config", "bvr_config", type=click.Path(dir_okay=False),
+              help="YAML with the inputs (see etc/build-vs-rent.yaml); flags override it.")
+@click.option("--hardware", type=float, help="Purchase cost of the cluster (one-time).")
+@click.option("--power", type=float, help="Power per month.")
+@click.option("--cooling", type=float, help="Cooling per month.")
+@click.option("--staff", type=float, help="Staff per month.")
+@click.option("--gpus", type=int, help="GPUs you would rent instead.")
+@click.option("--rent", type=float, help="Rental price per GPU-hour.")
+@click.option("--utilization", type=float, help="Fraction of hours the rented GPUs are paid for (0-1], "
+                                                "default 1.")
+@click.option("--months", type=int, default=24, show_default=True, help="Horizon of the cumulative table.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "markdown"]), default="table",
+              show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
+@click.option("-v", "--verbose", count=True, hidden=True)
+@click.option("-q", "--quiet", is_flag=True, hidden=True)
+def report_build_vs_rent(bvr_config, hardware, power, cooling, staff, gpus, rent, utilization, months, fmt,
+                         as_json, verbose, quiet) -> None:
+    """Break-even in months of buying a cluster versus renting the same GPUs.
+
+    break_even = hardware / (GPUs x rent x 730 h x utilisation - (power + cooling + staff))
+    """
+    from slurmkit.core.yamlload import LineDict, load_yaml_file
+    from slurmkit.report.capacity import render_build_vs_rent
+    from slurmkit.report.cost import build_vs_rent_from_mapping
+
+    setup_logging(verbose, quiet)
+    data: Any = LineDict()
+    if bvr_config:
+        if not os.path.exists(bvr_config):
+            raise UsageError(f"--config {bvr_config}: no such file")
+        data = load_yaml_file(bvr_config) or LineDict()
+    flags = {"hardware": hardware, "power_per_month": power, "cooling_per_month": cooling,
+             "staff_per_month": staff, "gpus": gpus, "rent_per_gpu_hour": rent, "utilization": utilization}
+    for k, v in flags.items():
+        if v is not None:
+            data[k] = v
+    if not data:
+        raise UsageError("give --config FILE (e.g. etc/build-vs-rent.yaml) or at least --hardware, --gpus "
+                         "and --rent")
+    if months < 1:
+        raise UsageError("--months must be >= 1")
+    model = build_vs_rent_from_mapping(data, bvr_config or "")
+    fmt = "json" if as_json else fmt
+    out = model.to_dict()
+    out["by_month"] = [{"month": m, "own": round(model.total_cost(m)[0], 2),
+                        "rent": round(model.total_cost(m)[1], 2)} for m in range(0, months + 1)]
+    if fmt == "json":
+        print_json(out)
+    else:
+        sys.stdout.write(render_build_vs_rent(model, months, fmt))

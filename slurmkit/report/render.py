@@ -1,0 +1,183 @@
+"""Render a :class:`~.aggregate.Report` as a table, CSV, JSON or Markdown.
+
+Views pick the columns: ``usage`` (default: rank, GPU-hours, share, jobs, wait,
+lost, cost), ``states`` (GPU-hours by final state) and ``lost`` (lost GPU-hours by
+cause, and the health-log suspect hours). JSON always carries everything; CSV has
+one header row, hours as plain floats and no totals row; the table and Markdown end
+with a totals row. The table uses rich only when stdout is a terminal and
+``NO_COLOR`` is unset; otherwise it is plain aligned text.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import sys
+from typing import Any, Dict, List, Optional, Sequence, TextIO, Tuple
+
+from slurmkit.report.aggregate import Report
+from slurmkit.report.lost import LOST_CAUSES
+
+VIEWS = ("usage", "states", "lost")
+FORMATS = ("table", "csv", "json", "markdown")
+
+
+def format_duration(seconds: Optional[float]) -> str:
+    if seconds is None:
+        return "-"
+    s = int(round(seconds))
+    d, s = divmod(s, 86400)
+    h, s = divmod(s, 3600)
+    m, s = divmod(s, 60)
+    if d:
+        return f"{d}d{h:02d}h"
+    if h:
+        return f"{h}h{m:02d}m"
+    return f"{m}m{s:02d}s"
+
+
+def columns(report: Report, view: str) -> List[Tuple[str, str]]:
+    """``[(key, header)]`` of the flat columns for ``view``."""
+    cols = [(d, d) for d in report.by]
+    if view == "usage":
+        cols += [("rank", "rank"), ("gpu_hours", "gpu_hours"), ("share_pct", "share_%"), ("jobs", "jobs"),
+                 ("attempts", "attempts"), ("mean_wait_s", "mean_wait"), ("lost_gpu_hours", "lost_gpu_hours")]
+        if report.health_joined:
+            cols.append(("suspect_gpu_hours", "suspect_gpu_hours"))
+        if report.priced:
+            cols.append(("cost", f"cost_{report.currency}"))
+    elif view == "states":
+        cols += [("gpu_hours", "gpu_hours")] + [(f"state:{s}", s) for s in report.states]
+    elif view == "lost":
+        causes = [c for c in LOST_CAUSES if c in report.causes] or list(report.causes)
+        cols += [("gpu_hours", "gpu_hours"), ("lost_gpu_hours", "lost_gpu_hours"), ("lost_pct", "lost_%")] \
+            + [(f"cause:{c}", c) for c in causes]
+        if report.health_joined:
+            cols.append(("suspect_gpu_hours", "suspect_gpu_hours"))
+    else:
+        raise ValueError(view)
+    return cols
+
+
+def _value(row: Dict[str, Any], key: str) -> Any:
+    if key.startswith("state:"):
+        return row["gpu_hours_by_state"].get(key[6:], 0.0)
+    if key.startswith("cause:"):
+        return row["lost_by_cause"].get(key[6:], 0.0)
+    if key == "lost_pct":
+        return round(100.0 * row["lost_gpu_hours"] / row["gpu_hours"], 2) if row["gpu_hours"] else 0.0
+    return row.get(key)
+
+
+_NUMERIC_2 = ("gpu_hours", "lost_gpu_hours", "suspect_gpu_hours", "cost")
+
+
+def _human(key: str, value: Any, decimals: int = 2) -> str:
+    if value is None:
+        return "-"
+    if key == "mean_wait_s":
+        return format_duration(value)
+    if key == "cost":
+        return f"{value:,.2f}"
+    if key in _NUMERIC_2 or key.startswith(("state:", "cause:")):
+        return f"{value:,.{decimals}f}"
+    if key in ("share_pct", "lost_pct"):
+        return f"{value:.1f}"
+    return str(value)
+
+
+def _cells(report: Report, view: str) -> Tuple[List[str], List[List[str]], List[str], List[bool]]:
+    cols = columns(report, view)
+    headers = [h for _, h in cols]
+    numeric = [k not in report.by for k, _ in cols]
+    # small totals (a test cluster, a short window) need more than 2 decimals to show anything
+    dec = 2 if report.totals.get("gpu_hours", 0) >= 10 else 4
+    body = [[_human(k, _value(r, k), dec) for k, _ in cols] for r in report.rows]
+    totals = dict(report.totals)
+    foot = []
+    for i, (k, _) in enumerate(cols):
+        if i == 0:
+            foot.append("TOTAL")
+        elif k in report.by or k == "rank":
+            foot.append("")
+        else:
+            foot.append(_human(k, _value(totals, k), dec))
+    return headers, body, foot, numeric
+
+
+def render_table(report: Report, view: str, out: TextIO, color: Optional[bool] = None) -> None:
+    headers, body, foot, numeric = _cells(report, view)
+    if color is None:
+        color = out.isatty() and not os.environ.get("NO_COLOR")
+    if color:
+        try:
+            from rich.console import Console
+            from rich.table import Table
+        except ImportError:  # pragma: no cover - rich is optional
+            color = False
+    if color:
+        table = Table(title=report.meta.get("title"), show_footer=True)
+        for h, f, num in zip(headers, foot, numeric):
+            table.add_column(h, footer=f, justify="right" if num else "left")
+        for row in body:
+            table.add_row(*row)
+        Console(file=out).print(table)
+        return
+    title = report.meta.get("title")
+    if title:
+        out.write(title + "\n")
+    widths = [max(len(h), len(f), *(len(r[i]) for r in body)) if body else max(len(h), len(f))
+              for i, (h, f) in enumerate(zip(headers, foot))]
+
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(c.rjust(w) if num else c.ljust(w) for c, w, num in zip(cells, widths, numeric)).rstrip()
+
+    out.write(line(headers) + "\n")
+    out.write("  ".join("-" * w for w in widths) + "\n")
+    for r in body:
+        out.write(line(r) + "\n")
+    out.write("  ".join("-" * w for w in widths) + "\n")
+    out.write(line(foot) + "\n")
+
+
+def render_markdown(report: Report, view: str, out: TextIO) -> None:
+    headers, body, foot, numeric = _cells(report, view)
+    esc = lambda s: s.replace("|", "\\|")  # noqa: E731
+    out.write("| " + " | ".join(esc(h) for h in headers) + " |\n")
+    out.write("|" + "|".join("---:" if n else "---" for n in numeric) + "|\n")
+    for r in body:
+        out.write("| " + " | ".join(esc(c) for c in r) + " |\n")
+    out.write("| " + " | ".join(f"**{esc(c)}**" if c else "" for c in foot) + " |\n")
+
+
+def render_csv(report: Report, view: str, out: TextIO) -> None:
+    cols = columns(report, view)
+    w = csv.writer(out, lineterminator="\n")
+    w.writerow([h for _, h in cols])
+    for r in report.rows:
+        w.writerow(["" if (v := _value(r, k)) is None else v for k, _ in cols])
+
+
+def render_json(report: Report, out: TextIO) -> None:
+    json.dump(report.to_dict(), out, indent=2, sort_keys=True, default=str)
+    out.write("\n")
+
+
+def render(report: Report, fmt: str, view: str = "usage", out: Optional[TextIO] = None) -> None:
+    out = out or sys.stdout
+    if fmt == "json":
+        render_json(report, out)
+    elif fmt == "csv":
+        render_csv(report, view, out)
+    elif fmt == "markdown":
+        render_markdown(report, view, out)
+    else:
+        render_table(report, view, out)
+
+
+def render_to_string(report: Report, fmt: str, view: str = "usage") -> str:
+    buf = io.StringIO()
+    render(report, fmt, view, buf)
+    return buf.getvalue()

@@ -1,0 +1,169 @@
+"""Pairwise 2-node all_reduce: inter-node links exercised over time.
+
+``slurmkit sweep`` (with ``sweep.pairs.enabled``) picks disjoint pairs of idle nodes
+with :func:`slurmkit.sweep.probes.select_pairs` (oldest pairwise test first, across
+leaf switches of ``topology.conf`` when it exists) and submits one 2-node job per
+pair. The job runs ``srun`` over both nodes; every rank runs ``slurmkit sweep
+run-pair``, which joins a ``torch.distributed`` group (NCCL over the node's GPUs, one
+rank per GPU; gloo on CPU, one rank per node, when there are no GPUs) and times
+all_reduce. Rank 0 computes nccl-tests' busbw (``size/t x 2(n-1)/n``), judges it
+against ``pairs.min_busbw_gbps`` and 90 % of ``pairs.theoretical_busbw_gbps``, and
+records ``pair_allreduce_busbw`` for both nodes in the verdict store (tier ``pair``:
+not a complete pass, so the rotation of full passes is unaffected).
+
+Why NCCL_ALGO=Ring is set: on two nodes NCCL's Tree/NVLSTree busbw exceeds what the
+NICs can carry (nccl-tests #196, #290), which would hide a weak link.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from slurmkit.health.base import CheckResult, Status
+from slurmkit.sweep.probes import (allreduce_busbw, busbw_verdict, find_topology_conf, parse_topology_conf,
+                                   select_pairs)
+from slurmkit.sweep.store import check_node_name
+
+log = logging.getLogger("slurmkit.sweep.pairs")
+
+PAIR_CHECK = "pair_allreduce_busbw"
+PAIR_TIER = "pair"
+
+
+def pair_job_name(prefix: str, a: str, b: str) -> str:
+    """``<prefix>.<a>+<b>``: ``+`` cannot appear in a node name, so the planner can
+    split it back and count both nodes as busy."""
+    return f"{prefix}.{check_node_name(a)}+{check_node_name(b)}"
+
+
+def last_pair_tests(store, nodes: Sequence[str]) -> Dict[str, Optional[float]]:
+    out: Dict[str, Optional[float]] = {}
+    for n in nodes:
+        entry = store.node(n).get(PAIR_CHECK)
+        out[n] = float(entry["timestamp"]) if entry and isinstance(entry.get("timestamp"), (int, float)) else None
+    return out
+
+
+def plan_pairs(store, idle: Sequence[str], cfg: Mapping[str, Any], slots: int) -> List[Tuple[str, str]]:
+    pcfg = cfg["pairs"]
+    if not pcfg["enabled"] or slots <= 0 or pcfg["max_pairs"] <= 0:
+        return []
+    topo_path = find_topology_conf(pcfg.get("topology_conf"), os.environ.get("SLURM_CONF"))
+    topology = None
+    if topo_path:
+        from slurmkit.errors import ConfigError
+
+        try:
+            with open(topo_path, encoding="utf-8") as fh:
+                topology = parse_topology_conf(fh.read(), topo_path)
+        except OSError as exc:
+            raise ConfigError(f"cannot read topology.conf: {exc.strerror}", path=topo_path) from None
+    return select_pairs(idle, last_pair_tests(store, idle), topology, min(pcfg["max_pairs"], slots))
+
+
+def pair_sbatch_args(a: str, b: str, cfg: Mapping[str, Any], run_id: str, output: str,
+                     tasks_per_node: int) -> List[str]:
+    opts: Dict[str, Optional[str]] = {
+        "--comment": f"slurmkit-sweep-pair run={run_id}",
+        "--exclusive": None,
+        "--job-name": pair_job_name(cfg["job_name"], a, b),
+        "--nodelist": f"{a},{b}",
+        "--nodes": "2",
+        "--ntasks-per-node": str(tasks_per_node),
+        "--output": output,
+        "--time": str(cfg["time_limit"]),
+    }
+    if cfg.get("partition"):
+        opts["--partition"] = cfg["partition"]
+    if cfg.get("qos"):
+        opts["--qos"] = cfg["qos"]
+    if cfg.get("account"):
+        opts["--account"] = cfg["account"]
+    opts["--requeue" if cfg.get("requeue") else "--no-requeue"] = None
+    return [k if v is None else f"{k}={v}" for k, v in sorted(opts.items())] + list(cfg.get("extra_sbatch_args") or [])
+
+
+def pair_argv(a: str, b: str, run_id: str, *, python: Optional[str], config_path: Optional[str],
+              tasks: int) -> List[str]:
+    import sys
+
+    argv = ["srun", f"--ntasks={tasks}", "--kill-on-bad-exit=1", python or sys.executable, "-m",
+            "slurmkit.cli.main", "sweep", "run-pair", "--nodes", f"{a},{b}", "--run-id", run_id]
+    if config_path:
+        argv += ["--config", config_path]
+    return argv
+
+
+def _master_address(node: str) -> str:
+    from slurmkit.slurm import client
+
+    info = client.show_node(node) or {}
+    addr = info.get("NodeAddr") or node
+    try:
+        return socket.gethostbyname(addr)
+    except OSError:
+        return addr
+
+
+def run_pair(site_cfg, nodes: Sequence[str], run_id: str, env: Optional[Mapping[str, str]] = None,
+             record: bool = True) -> Optional[CheckResult]:
+    """One rank of the pair job (``srun`` starts one per task). Returns rank 0's verdict."""
+    import torch
+    import torch.distributed as dist
+
+    env = dict(os.environ if env is None else env)
+    pcfg = site_cfg.section("sweep")["pairs"]
+    rank, world = int(env["SLURM_PROCID"]), int(env["SLURM_NTASKS"])
+    local = int(env.get("SLURM_LOCALID", "0"))
+    job = int(env.get("SLURM_JOB_ID", "0") or 0)
+    backend = pcfg["backend"]
+    if backend == "auto":
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+    os.environ.setdefault("NCCL_ALGO", "Ring")
+    init = f"tcp://{_master_address(nodes[0])}:{20000 + job % 20000}"
+    dist.init_process_group(backend, init_method=init, rank=rank, world_size=world,
+                            timeout=__import__("datetime").timedelta(seconds=120))
+    try:
+        device = torch.device(f"cuda:{local}") if backend == "nccl" else torch.device("cpu")
+        if backend == "nccl":
+            torch.cuda.set_device(local)
+        n_bytes = pcfg["size_mb"] * 1024 * 1024
+        buf = torch.ones(n_bytes // 4, dtype=torch.float32, device=device)
+        dist.all_reduce(buf)  # warm-up
+        if backend == "nccl":
+            torch.cuda.synchronize()
+        dist.barrier()
+        start = time.perf_counter()
+        for _ in range(pcfg["iterations"]):
+            dist.all_reduce(buf)
+        if backend == "nccl":
+            torch.cuda.synchronize()
+        seconds = (time.perf_counter() - start) / pcfg["iterations"]
+        expected = float(world) ** (pcfg["iterations"] + 1)
+        wrong = int((buf != expected).sum().item())
+    finally:
+        dist.destroy_process_group()
+    if rank != 0:
+        return None
+    busbw = allreduce_busbw(n_bytes, seconds, world)
+    details = {"nodes": list(nodes), "ranks": world, "backend": backend, "bytes": n_bytes,
+               "seconds": seconds, "wrong": wrong}
+    if wrong:
+        result = CheckResult(PAIR_CHECK, Status.FAIL, "ALLREDUCE_WRONG", f"{wrong} wrong element(s) between "
+                             f"{nodes[0]} and {nodes[1]}", value=round(busbw, 4), unit="GB/s", details=details)
+    else:
+        result = busbw_verdict(PAIR_CHECK, busbw, theoretical=pcfg.get("theoretical_busbw_gbps"),
+                               floor=pcfg.get("min_busbw_gbps"), details=details)
+        result.reason += f" between {nodes[0]} and {nodes[1]} over {world} ranks ({backend})"
+    if record:
+        from slurmkit.sweep.runnode import open_store
+
+        store = open_store(site_cfg)
+        valid_for = site_cfg.section("sweep")["valid_for_s"]
+        for node in nodes:
+            store.record(node, [result], valid_for, tier=PAIR_TIER, run_id=run_id)
+    return result

@@ -1,0 +1,170 @@
+"""`slurmkit report` against the real devcluster (slurmctld + slurmdbd + MariaDB).
+
+Several GPU jobs run as alice and bob in two accounts, one of them requeued with
+`scontrol requeue` while it runs, and one on two nodes. The test knows what each job
+requested (GPUs) and reads what Slurm measured (Start/End of every attempt, from a
+plain `sacct -D -X -j <ids>` of its own); the report must give exactly
+GPUs x seconds per account and user, and the requeued attempt must appear as lost.
+
+What "requested" means for the requeued job: every attempt holds the GPUs it asked
+for, so the expectation is GPUs x (first attempt's seconds + second attempt's
+seconds). The second attempt sleeps less (it sees SLURM_RESTART_COUNT=1).
+
+The jobs carry a job name unique to this run and the report is filtered with
+`--name`, because other tests may run jobs as alice and bob on the same cluster.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import uuid
+
+import pytest
+
+pytestmark = pytest.mark.devcluster
+
+SCRIPT = """#!/bin/bash
+if [ "${SLURM_RESTART_COUNT:-0}" -gt 0 ]; then sleep %(again)d; else sleep %(first)d; fi
+"""
+
+
+def _iso(epoch: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(epoch))
+
+
+def _squeue_state(devcluster, job_id):
+    res = devcluster.run(["squeue", "-h", "-j", job_id, "-o", "%T"])
+    return res.stdout.strip()
+
+
+def _attempts(devcluster, ids):
+    """Every attempt of our jobs as Slurm recorded it: (jobidraw, state, start, end)."""
+    res = devcluster.run(["sacct", "-X", "-D", "-n", "-P", "-j", ",".join(ids),
+                          "--format=JobIDRaw,State,Start,End"], env={"SLURM_TIME_FORMAT": "%s"})
+    assert res.returncode == 0, res.stderr
+    out = []
+    for line in res.stdout.splitlines():
+        jid, state, start, end = line.split("|")
+        if start.isdigit() and end.isdigit():
+            out.append((jid, state.split()[0], int(start), int(end)))
+    return out
+
+
+def test_report_matches_requested_gpu_seconds(devcluster, tmp_path):
+    name = f"skrep-{uuid.uuid4().hex[:8]}"
+    since = time.time() - 2
+    common = ["-p", "debug", "-J", name, "-o", "/dev/null", "-t", "5"]
+    # (user, account, GPUs requested in total, sbatch args, first sleep, sleep after requeue)
+    plan = [
+        ("alice", "research", 2, ["--gres=gpu:2"], 3, 0),
+        ("bob", "ops", 1, ["--gres=gpu:h100:1"], 4, 0),
+        ("bob", "research", 3, ["--gres=gpu:3"], 2, 0),
+        ("bob", "ops", 4, ["-N", "2", "--gres=gpu:2"], 2, 0),   # 2 nodes x 2 GPUs: AllocTRES says 4
+        ("alice", "research", 1, ["--gres=gpu:1"], 60, 2),      # requeued while it runs
+    ]
+    jobs = {}
+    for user, account, gpus, args, first, again in plan:
+        jid = devcluster.submit(SCRIPT % {"first": first, "again": again}, ["-A", account, *common, *args],
+                                user=user)
+        jobs[jid] = (user, account, gpus)
+    requeued = list(jobs)[-1]
+
+    # requeue the long job once it has run for a moment
+    deadline = time.monotonic() + 90
+    while _squeue_state(devcluster, requeued) != "RUNNING":
+        assert time.monotonic() < deadline, f"job {requeued} never started"
+        time.sleep(0.5)
+    time.sleep(3)
+    res = devcluster.run(["scontrol", "requeue", requeued])
+    assert res.returncode == 0, res.stderr
+
+    for jid in jobs:
+        state = devcluster.wait_job(jid, timeout=240)
+        assert state == "COMPLETED", (jid, state)
+
+    # What Slurm measured, and what we requested: GPUs x seconds per (account, user).
+    expected = {}
+    lost = {}
+    deadline = time.monotonic() + 60
+    while True:
+        attempts = _attempts(devcluster, list(jobs))
+        n_requeued = sum(1 for a in attempts if a[0] == requeued and a[1] == "REQUEUED")
+        if len(attempts) == len(jobs) + 1 and n_requeued == 1:
+            break
+        assert time.monotonic() < deadline, f"sacct never showed both attempts: {attempts}"
+        time.sleep(1)
+    for jid, state, start, end in attempts:
+        user, account, gpus = jobs[jid]
+        seconds = end - start
+        # the measured time is what each job slept, give or take the launch overhead
+        sleeps = dict((j, p) for j, p in zip(jobs, plan))[jid]
+        planned = sleeps[4] if state == "REQUEUED" or jid != requeued else sleeps[5]
+        if state != "REQUEUED":
+            assert planned <= seconds <= planned + 4, (jid, state, seconds)
+        expected[(account, user)] = expected.get((account, user), 0) + gpus * seconds
+        if state == "REQUEUED":
+            lost[(account, user)] = lost.get((account, user), 0) + gpus * seconds
+
+    until = time.time() + 5
+    argv = [sys.executable, "-m", "slurmkit.cli.main", "report", "--since", _iso(since), "--until", _iso(until),
+            "--by", "account,user", "--format", "json", "--name", name, "--no-health-log"]
+    res = devcluster.run(argv, env={"SLURMKIT_CONFIG": str(devcluster.config_path)})
+    assert res.returncode == 0, res.stderr
+    data = json.loads(res.stdout)
+    got = {(r["account"], r["user"]): r for r in data["rows"]}
+    assert set(got) == set(expected)
+    for key, gpu_seconds in expected.items():
+        assert got[key]["gpu_hours"] == pytest.approx(gpu_seconds / 3600, abs=1e-5), key
+        assert got[key]["lost_gpu_hours"] == pytest.approx(lost.get(key, 0) / 3600, abs=1e-5), key
+    alice = got[("research", "alice")]
+    assert alice["jobs"] == 2 and alice["attempts"] == 3
+    assert alice["lost_by_cause"] == ({"REQUEUED": pytest.approx(lost[("research", "alice")] / 3600, abs=1e-5)}
+                                      if lost[("research", "alice")] else {})
+    assert data["totals"]["gpu_hours"] == pytest.approx(sum(expected.values()) / 3600, abs=1e-5)
+    assert "-D" in data["meta"]["sacct_command"] and "-T" in data["meta"]["sacct_command"]
+
+    # The same numbers from a saved dump through --sacct-file (the recommended command).
+    dump = tmp_path / "dump.txt"
+    rec = devcluster.run(["sacct", "-a", "-D", "-T", "-S", _iso(since), "-E", _iso(until), "--parsable2",
+                          "--name", name, "--format=" + ",".join(
+                              ["JobID", "JobIDRaw", "State", "AllocTRES", "Submit", "Start", "End", "ElapsedRaw",
+                               "User", "Account", "Partition", "NodeList", "Reason", "JobName"])],
+                         env={"SLURM_TIME_FORMAT": "%s"})
+    assert rec.returncode == 0, rec.stderr
+    dump.write_text(rec.stdout)
+    res2 = devcluster.run([sys.executable, "-m", "slurmkit.cli.main", "report", "--sacct-file", str(dump),
+                           "--by", "account,user", "--json", "--no-health-log"],
+                          env={"SLURMKIT_CONFIG": str(devcluster.config_path)})
+    assert res2.returncode == 0, res2.stderr
+    again = {(r["account"], r["user"]): r["gpu_hours"] for r in json.loads(res2.stdout)["rows"]}
+    assert again == {k: r["gpu_hours"] for k, r in got.items()}
+
+
+def test_report_capacity_on_devcluster(devcluster):
+    """sinfo's Gres column of the devcluster (2 nodes x gpu:h100:8) is the capacity."""
+    since = time.time() - 3600
+    res = devcluster.run([sys.executable, "-m", "slurmkit.cli.main", "report", "capacity", "--since", _iso(since),
+                          "--by", "gpu_type", "--json"], env={"SLURMKIT_CONFIG": str(devcluster.config_path)})
+    assert res.returncode == 0, res.stderr
+    data = json.loads(res.stdout)
+    assert data["totals"]["gpus"] == 16
+    assert {r["group"]: r["gpus"] for r in data["rows"]}["h100"] == 16
+    assert 0 <= data["totals"]["used_pct"] <= 100
+
+
+def test_sacct_failure_is_exit_3(devcluster, tmp_path):
+    """A broken accounting connection is a clear exit-3 error, not a traceback."""
+    bad_conf = tmp_path / "slurm.conf"
+    text = open(os.environ.get("SLURM_CONF") or devcluster.env["SLURM_CONF"]).read()
+    # point sacct at a port where no slurmdbd listens
+    lines = [l for l in text.splitlines() if not l.startswith(("AccountingStoragePort", "AccountingStorageHost"))]
+    lines += ["AccountingStorageHost=127.0.0.1", "AccountingStoragePort=1"]
+    bad_conf.write_text("\n".join(lines) + "\n")
+    res = devcluster.run([sys.executable, "-m", "slurmkit.cli.main", "report", "--last", "1h"],
+                         env={"SLURM_CONF": str(bad_conf), "SLURMKIT_CONFIG": str(devcluster.config_path)},
+                         timeout=120)
+    assert res.returncode == 3, (res.returncode, res.stdout, res.stderr)
+    assert "sacct" in res.stderr and "Traceback" not in res.stderr

@@ -1,0 +1,143 @@
+"""ssubmit on the real 2-node devcluster: pre-flight + training, requeue on signal with
+resume, pre-flight failure that excludes a node, and --wait exit codes.
+
+The trainer is the tiny GPT (job_templates/examples/tiny_gpt) on CPUs with gloo; the
+Triton interpreter makes a step take a few seconds, so the runs use few steps.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.devcluster
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLE = REPO / "job_templates" / "examples" / "tiny-gpt.yaml"
+SMALL = ["--batch-size", "2", "--seq-len", "32", "--n-layer", "1", "--n-embd", "32", "--n-head", "2"]
+
+
+def ssubmit(devcluster, tmp_path, *args, timeout=300):
+    env = {"SLURMKIT_CONFIG": str(devcluster.config_path), "XDG_STATE_HOME": str(tmp_path / "state")}
+    return devcluster.run([sys.executable, "-m", "slurmkit.cli.ssubmit", *args], env=env, timeout=timeout)
+
+
+def ckpt_set(devcluster) -> str:
+    return f"checkpoint.dir={devcluster.shared_dir}/ssubmit-test-{uuid.uuid4().hex[:8]}/{{job_id}}"
+
+
+def args_set(*extra) -> str:
+    return "args=" + json.dumps([*extra, *SMALL])
+
+
+def log_of(devcluster, job_id) -> str:
+    path = devcluster.shared_dir / f"slurmkit-{job_id}.out"
+    return path.read_text(errors="replace") if path.exists() else ""
+
+
+def wait_for(predicate, timeout, what):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.5)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def test_main_job_runs_preflight_and_trains_on_two_nodes(devcluster, tmp_path):
+    """The README's main job, as written, through `ssubmit --wait`."""
+    ck = ckpt_set(devcluster)
+    t0 = time.monotonic()
+    res = ssubmit(devcluster, tmp_path, str(EXAMPLE), "--wait", "--wait-timeout", "280", "--set", ck)
+    elapsed = time.monotonic() - t0
+    job_id = re.search(r"Submitted job (\d+)", res.stdout).group(1)
+    log = log_of(devcluster, job_id)
+    assert res.returncode == 0, res.stderr + log
+    print(f"\nmain job {job_id}: {elapsed:.1f}s end to end (ssubmit --wait)")
+    assert "pre-flight ok: all_reduce" in log and "over 4 ranks on 2 nodes (gloo)" in log
+    assert "node1: train:" in log and "node2: train:" in log
+    assert "GLOO_SOCKET_IFNAME=eth0" in log  # socket_ifname: auto found the nodes' interface
+    assert re.search(r"^step 6 loss [0-9.]+$", log, re.M) and "done: 6 steps" in log
+    ckpt_dir = Path(ck.split("=", 1)[1].replace("{job_id}", job_id))
+    assert (ckpt_dir / "latest.pt").exists()
+    assert "ended COMPLETED" in res.stderr and "done: 6 steps" in res.stderr  # the log tail
+
+
+def test_requeue_on_signal_resumes_from_checkpoint(devcluster, tmp_path):
+    ck = ckpt_set(devcluster)
+    res = ssubmit(devcluster, tmp_path, str(EXAMPLE), "--parsable", "--set", ck, "--set", "preflight.allreduce=false",
+                  "--set", args_set("--steps", "7", "--ckpt-every", "100", "--step-sleep", "1"))
+    assert res.returncode == 0, res.stderr
+    job_id = res.stdout.strip()
+    try:
+        wait_for(lambda: re.search(r"^step 2 loss", log_of(devcluster, job_id), re.M), 180, "step 2")
+        sig = ssubmit(devcluster, tmp_path, "cancel", "--signal", "USR2", job_id)
+        assert sig.returncode == 0, sig.stderr
+        state = devcluster.wait_job(job_id, timeout=240)
+    finally:
+        devcluster.run(["scancel", job_id])
+    log = log_of(devcluster, job_id)
+    assert state == "COMPLETED", log
+    saved = int(re.search(r"slurmkit: checkpoint saved at step (\d+) \(requested\)", log).group(1))
+    assert "checkpoint taken (preemption); requeueing job" in log
+    assert f"job {job_id} restart 1 on" in log
+    assert f"resumed from step {saved}" in log
+    steps = [int(s) for s in re.findall(r"^step (\d+) loss", log, re.M)]
+    assert steps == list(range(1, 8)), steps  # every step exactly once across the two runs
+    acct = devcluster.run(["sacct", "-D", "-X", "-n", "-P", "-j", job_id, "--format=State"]).stdout.split()
+    assert acct[0] == "REQUEUED" and acct[-1] == "COMPLETED"
+    state_file = Path(ck.split("=", 1)[1].replace("{job_id}", job_id)) / ".slurmkit" / "requeue-state.json"
+    counts = json.loads(state_file.read_text())
+    assert (counts["preempt"], counts["timeout"], counts["node"]) == (1, 0, 0)
+
+
+def test_preflight_failure_excludes_the_node_and_requeues(devcluster, tmp_path):
+    """node1 is excluded by the spec, so the job lands on node2, whose pre-flight fails
+    (test hook); the requeue must add node2 to the existing exclude list."""
+    ck = ckpt_set(devcluster)
+    res = ssubmit(devcluster, tmp_path, str(EXAMPLE), "--parsable", "--set", ck, "--set", "nodes=1",
+                  "--set", "exclude=[node1]", "--set", "env.SLURMKIT_PREFLIGHT_FAIL_NODE=node2")
+    assert res.returncode == 0, res.stderr
+    job_id = res.stdout.strip()
+    try:
+        def excluded():
+            out = devcluster.run(["scontrol", "-o", "show", "job", job_id]).stdout
+            m = re.search(r"ExcNodeList=(\S+)", out)
+            r = re.search(r"Restarts=(\d+)", out)
+            return (m.group(1), int(r.group(1)), out) if m and m.group(1) == "node[1-2]" and r and int(r.group(1)) >= 1 \
+                else None
+        exc, restarts, record = wait_for(excluded, 150, "ExcNodeList=node[1-2] after the requeue")
+        assert "JobState=PENDING" in record and "Priority=0" not in record  # released, not left held
+        log = log_of(devcluster, job_id)
+        assert "pre-flight FAILED" in log
+        assert "pre-flight failed on node2: failed by the test hook" in log
+        assert "excluding node2 (exclude list now node1,node2) and requeueing (node failure 1 of 2)" in log
+        assert "train:" not in log  # the training step never started
+    finally:
+        devcluster.run(["scancel", job_id])
+
+
+def test_wait_exit_codes(devcluster, tmp_path):
+    spec = tmp_path / "fail.yaml"
+    spec.write_text("name: fails\nnodes: 1\ntime: '5'\nfabric: none\ndevice: cpu\n"
+                    "command: [bash, -c, 'echo about to fail; exit 3']\npreflight: {allreduce: false}\n"
+                    "requeue: {enabled: false}\n")
+    res = ssubmit(devcluster, tmp_path, str(spec), "--wait", "--wait-timeout", "120",
+                  "--set", ckpt_set(devcluster))
+    assert res.returncode == 1, res.stderr  # torchrun turns the worker's 3 into its own 1
+    assert "ended FAILED" in res.stderr
+    assert "about to fail" in res.stderr  # the log tail is shown
+    ok = tmp_path / "ok.yaml"
+    ok.write_text(spec.read_text().replace("echo about to fail; exit 3", "echo fine"))
+    res = ssubmit(devcluster, tmp_path, str(ok), "--wait", "--json", "--wait-timeout", "120",
+                  "--set", ckpt_set(devcluster))
+    assert res.returncode == 0, res.stderr
+    data = json.loads(res.stdout)
+    assert data["state"] == "COMPLETED" and data["exit"] == 0 and "fine" in "\n".join(data["log_tail"])
