@@ -39,7 +39,8 @@ def parse_args(argv=None):
     p.add_argument("--hidden", type=int, default=2048, help="H * D (default 2048)")
     p.add_argument("--peak-tflops", type=float, default=None,
                    help="dense bf16 peak for the %%peak column (default: looked up from the GPU name)")
-    p.add_argument("--budget-s", type=float, default=270.0, help="stop starting new rows after this many seconds")
+    p.add_argument("--budget-s", type=float, default=270.0,
+                   help="stop starting new rows after this many seconds")
     p.add_argument("--json", metavar="OUT", help="write rows and environment as JSON to OUT")
     return p.parse_args(argv)
 
@@ -127,7 +128,6 @@ def main(argv=None) -> int:
               "this benchmark times GPU kernels and cannot run here.", file=sys.stderr)
         return 2
     import triton
-
     from slurmkit_kernels import attention_flops, config_for_device, flash_attention
 
     env = environment(torch, triton)
@@ -146,8 +146,10 @@ def main(argv=None) -> int:
                 batch = max(1, args.tokens // seq_len)
                 shape = (batch, heads, seq_len, head_dim)
                 gen = torch.Generator(device="cuda").manual_seed(0)
-                q, k, v = (torch.randn(shape, device="cuda", dtype=torch.bfloat16, generator=gen).requires_grad_()
-                           for _ in range(3))
+                q, k, v = (
+                    torch.randn(shape, device="cuda", dtype=torch.bfloat16, generator=gen).requires_grad_()
+                    for _ in range(3)
+                )
                 for provider in args.providers:
                     label = f"{provider}-d{head_dim}-causal={causal}-N{seq_len}"
                     if time.monotonic() - start > args.budget_s:
@@ -157,8 +159,8 @@ def main(argv=None) -> int:
                     if call is not None:
                         err = check_against_sdpa(call().detach(), q, k, v, causal, torch)
                         if err > 0.05:
-                            print(f"{label}: output differs from SDPA by {err:.3g}; not timing a wrong kernel",
-                                  file=sys.stderr)
+                            print(f"{label}: output differs from SDPA by {err:.3g}; "
+                                  "not timing a wrong kernel", file=sys.stderr)
                             return 1
                     for mode in MODES:
                         ms = None if call is None else time_mode(mode, call, [q, k, v], torch, triton)
@@ -174,9 +176,11 @@ def main(argv=None) -> int:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump({"environment": env, "rows": rows, "skipped": skipped}, f, indent=2)
     if skipped:
-        print(f"# time budget of {args.budget_s:.0f} s reached; skipped: {', '.join(skipped)}", file=sys.stderr)
+        print(f"# time budget of {args.budget_s:.0f} s reached; skipped: {', '.join(skipped)}",
+              file=sys.stderr)
     print(f"# {env['gpu']}, torch {env['torch']}, triton {env['triton']}, CUDA {env['cuda']}, "
-          f"cuDNN {env['cudnn']}, bf16, B*N={args.tokens}, H*D={args.hidden}, peak={peak} TFLOP/s; n/a = backend unavailable")
+          f"cuDNN {env['cudnn']}, bf16, B*N={args.tokens}, H*D={args.hidden}, peak={peak} TFLOP/s; "
+          "n/a = backend unavailable")
     print(format_table(rows, peak))
     return 0
 

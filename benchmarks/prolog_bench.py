@@ -41,9 +41,15 @@ health:
   backend: simulated
   simulated_fixture: {tmp}/gpu/{{node}}.yaml
 """)
-    return {"SLURMKIT_CONFIG": str(cfg), "SLURMD_NODENAME": "bench", "SLURM_JOB_ID": "1",
-            "SLURM_JOB_UID": "1000", "SLURM_JOB_USER": "alice", "SLURM_JOB_GPUS": "0,1,2,3,4,5,6,7",
-            "SLURM_SCRIPT_CONTEXT": "prolog_slurmd"}
+    return {
+        "SLURMKIT_CONFIG": str(cfg),
+        "SLURMD_NODENAME": "bench",
+        "SLURM_JOB_ID": "1",
+        "SLURM_JOB_UID": "1000",
+        "SLURM_JOB_USER": "alice",
+        "SLURM_JOB_GPUS": "0,1,2,3,4,5,6,7",
+        "SLURM_SCRIPT_CONTEXT": "prolog_slurmd",
+    }
 
 
 def pct(values, p):
@@ -54,13 +60,14 @@ def pct(values, p):
 
 
 def importtime(python: str, env: dict) -> list:
-    res = subprocess.run([python, "-X", "importtime", str(PROLOG)], env=env, capture_output=True, text=True,
-                         timeout=60)
+    res = subprocess.run(
+        [python, "-X", "importtime", str(PROLOG)], env=env, capture_output=True, text=True, timeout=60
+    )
     rows = []
     for line in res.stderr.splitlines():
         if not line.startswith("import time:") or "self [us]" in line:
             continue
-        self_us, cum_us, name = line[len("import time:"):].split("|")
+        self_us, cum_us, name = line[len("import time:") :].split("|")
         rows.append((int(self_us.strip()), int(cum_us.strip()), name.rstrip()))
     return rows
 
@@ -78,7 +85,9 @@ def main() -> None:
         internal = []
         for _ in range(args.runs):
             t0 = time.perf_counter()
-            res = subprocess.run([args.python, str(PROLOG)], env=env, capture_output=True, text=True, timeout=60)
+            res = subprocess.run(
+                [args.python, str(PROLOG)], env=env, capture_output=True, text=True, timeout=60
+            )
             times.append(time.perf_counter() - t0)
             if res.returncode != 0:
                 sys.exit(f"prolog exited {res.returncode}: {res.stderr}")
@@ -92,10 +101,17 @@ def main() -> None:
             subprocess.run([args.python, "-c", "pass"], env=env, check=True)
             baseline.append(time.perf_counter() - t0)
         rows = importtime(args.python, env)
-    summary = {"runs": args.runs, "checks_per_run": checks, "verdicts": sorted(status),
-               "wall_p50_s": statistics.median(times), "wall_p95_s": pct(times, 95), "wall_max_s": max(times),
-               "in_process_p50_s": statistics.median(internal), "in_process_p95_s": pct(internal, 95),
-               "bare_python_p50_s": statistics.median(baseline)}
+    summary = {
+        "runs": args.runs,
+        "checks_per_run": checks,
+        "verdicts": sorted(status),
+        "wall_p50_s": statistics.median(times),
+        "wall_p95_s": pct(times, 95),
+        "wall_max_s": max(times),
+        "in_process_p50_s": statistics.median(internal),
+        "in_process_p95_s": pct(internal, 95),
+        "bare_python_p50_s": statistics.median(baseline),
+    }
     groups = defaultdict(int)
     top = list(rows)
     # self time grouped by top-level package
@@ -104,21 +120,29 @@ def main() -> None:
     if args.json:
         print(json.dumps({**summary, "import_self_us_by_package": dict(groups)}, indent=2))
         return
-    print(f"prolog fast path, simulated 8 x H100, {checks} fast checks, {args.runs} runs "
-          f"(python {sys.version.split()[0]}, {os.cpu_count()} CPUs)")
-    print(f"  wall   p50 {summary['wall_p50_s']*1000:7.1f} ms   p95 {summary['wall_p95_s']*1000:7.1f} ms   "
-          f"max {summary['wall_max_s']*1000:7.1f} ms   (whole process, as slurmd sees it)")
-    print(f"  inside p50 {summary['in_process_p50_s']*1000:7.1f} ms   p95 {summary['in_process_p95_s']*1000:7.1f} ms"
-          "   (config load to verdict recorded, from the JSON log)")
-    print(f"  bare `python -c pass` p50 {summary['bare_python_p50_s']*1000:.1f} ms (interpreter + site floor)")
+    print(
+        f"prolog fast path, simulated 8 x H100, {checks} fast checks, {args.runs} runs "
+        f"(python {sys.version.split()[0]}, {os.cpu_count()} CPUs)"
+    )
+    print(
+        f"  wall   p50 {summary['wall_p50_s'] * 1000:7.1f} ms   p95 {summary['wall_p95_s'] * 1000:7.1f} ms   "
+        f"max {summary['wall_max_s'] * 1000:7.1f} ms   (whole process, as slurmd sees it)"
+    )
+    print(
+        f"  inside p50 {summary['in_process_p50_s'] * 1000:7.1f} ms   p95 {summary['in_process_p95_s'] * 1000:7.1f} ms"
+        "   (config load to verdict recorded, from the JSON log)"
+    )
+    print(
+        f"  bare `python -c pass` p50 {summary['bare_python_p50_s'] * 1000:.1f} ms (interpreter + site floor)"
+    )
     print(f"  goal p50 <= 300 ms: {'MET' if summary['wall_p50_s'] <= 0.3 else 'NOT MET'}; NHC anchor ~500 ms")
     total = sum(groups.values())
-    print(f"\nimport time by top-level package (self time, one run; total {total/1000:.1f} ms):")
+    print(f"\nimport time by top-level package (self time, one run; total {total / 1000:.1f} ms):")
     for name, us in sorted(groups.items(), key=lambda kv: -kv[1])[:15]:
-        print(f"  {name:28s} {us/1000:7.1f} ms")
+        print(f"  {name:28s} {us / 1000:7.1f} ms")
     print("\nlargest single imports (cumulative):")
-    for self_us, cum_us, name in sorted(top, key=lambda r: -r[1])[:12]:
-        print(f"  {name.strip():40s} {cum_us/1000:7.1f} ms")
+    for _self_us, cum_us, name in sorted(top, key=lambda r: -r[1])[:12]:
+        print(f"  {name.strip():40s} {cum_us / 1000:7.1f} ms")
 
 
 if __name__ == "__main__":

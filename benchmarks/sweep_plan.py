@@ -32,7 +32,14 @@ from slurmkit.sweep.planner import plan, sweep_job_nodes  # noqa: E402
 from slurmkit.sweep.store import VerdictStore  # noqa: E402
 
 STATES = ["idle"] * 6 + ["mixed", "allocated", "allocated", "drained"]
-HEAVY = ["nvlink_bandwidth", "allreduce_busbw", "gemm_tflops", "hbm_bandwidth", "storage_write", "storage_read"]
+HEAVY = [
+    "nvlink_bandwidth",
+    "allreduce_busbw",
+    "gemm_tflops",
+    "hbm_bandwidth",
+    "storage_write",
+    "storage_read",
+]
 
 
 def generate_sinfo(n: int, rng: random.Random) -> str:
@@ -60,7 +67,9 @@ def populate(store: VerdictStore, n: int, rng: random.Random) -> None:
         if i % 10 == 0:
             continue  # 10 % never checked
         t = now - rng.uniform(0, 14 * 86400)
-        results = [CheckResult(c, Status.OK, value=rng.uniform(300, 500), unit="GB/s", timestamp=t) for c in HEAVY]
+        results = [
+            CheckResult(c, Status.OK, value=rng.uniform(300, 500), unit="GB/s", timestamp=t) for c in HEAVY
+        ]
         for _ in range(3):  # a little history per node
             store.record(f"gpu{i:05d}", results, 7 * 86400, run_id="bench")
 
@@ -80,7 +89,9 @@ def main() -> None:
     if len(store.nodes()) < args.nodes * 0.9 - 1:
         t0 = time.perf_counter()
         populate(store, args.nodes, rng)
-        print(f"(store populated: {len(store.nodes())} node files in {time.perf_counter() - t0:.1f}s at {root})")
+        print(
+            f"(store populated: {len(store.nodes())} node files in {time.perf_counter() - t0:.1f}s at {root})"
+        )
 
     phases = {"parse sinfo+squeue": [], "read store": [], "plan": [], "total": []}
     selected = 0
@@ -93,23 +104,41 @@ def main() -> None:
         last = {k: e.get("last_pass") for k, e in summary.items()}
         failed = [k for k, e in summary.items() if e.get("status") == "fail"]
         t2 = time.perf_counter()
-        p = plan(rows, last, jobs.keys(), time.time(), max_nodes=24, max_concurrent=48, period_s=7 * 86400,
-                 min_interval_s=86400, cron_interval_s=4 * 3600, revalidate=failed)
+        p = plan(
+            rows,
+            last,
+            jobs.keys(),
+            time.time(),
+            max_nodes=24,
+            max_concurrent=48,
+            period_s=7 * 86400,
+            min_interval_s=86400,
+            cron_interval_s=4 * 3600,
+            revalidate=failed,
+        )
         t3 = time.perf_counter()
         selected = len(p.selected)
         for key, dt in zip(phases, (t1 - t0, t2 - t1, t3 - t2, t3 - t0)):
             phases[key].append(dt)
-    print(f"sweep planning, {args.nodes} nodes ({len(rows)} sinfo rows, {len(summary)} nodes in the store summary, "
-          f"{len(jobs)} running sweep jobs), {args.repeat} repeats; selected {selected}, "
-          f"{len(p.overdue)} overdue, K needed for the period: {p.required_per_run}")
+    print(
+        f"sweep planning, {args.nodes} nodes ({len(rows)} sinfo rows, "
+        f"{len(summary)} nodes in the store summary, "
+        f"{len(jobs)} running sweep jobs), {args.repeat} repeats; selected {selected}, "
+        f"{len(p.overdue)} overdue, K needed for the period: {p.required_per_run}"
+    )
     for key, values in phases.items():
-        print(f"  {key:<20} best {min(values) * 1000:8.1f} ms   median {statistics.median(values) * 1000:8.1f} ms")
+        print(
+            f"  {key:<20} best {min(values) * 1000:8.1f} ms"
+            f"   median {statistics.median(values) * 1000:8.1f} ms"
+        )
     total = statistics.median(phases["total"])
     if args.cold:
         t0 = time.perf_counter()
         docs = store.documents()
-        print(f"  cold: reading all {len(docs)} node documents (summary rebuild) "
-              f"{(time.perf_counter() - t0) * 1000:.0f} ms")
+        print(
+            f"  cold: reading all {len(docs)} node documents (summary rebuild) "
+            f"{(time.perf_counter() - t0) * 1000:.0f} ms"
+        )
     print(f"goal < 1000 ms: {'met' if total < 1.0 else 'NOT met'} (median total {total * 1000:.0f} ms)")
 
 

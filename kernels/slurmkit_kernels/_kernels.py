@@ -3,21 +3,26 @@
 Algorithm: Dao, "FlashAttention-2" (2023), following the structure of Triton's
 ``python/tutorials/06-fused-attention.py`` (OpenAI kernel team), rewritten for slurmkit:
 pointer arithmetic instead of ``tl.make_block_ptr`` (removed in Triton 3.9), any
-sequence length, unequal query/key lengths, GQA, and a non-causal backward.
+sequence length, unequal query/key lengths, GQA, sliding windows, and a non-causal
+backward.
 
 Notation follows the paper: ``m_i`` running row maximum, ``l_i`` running row sum,
 ``acc`` unnormalised output. Scores live in the log2 domain: ``qk_scale = scale *
 log2(e)`` is folded into QK^T so every exponential is an ``exp2``, and the saved
 logsumexp ``lse`` is ``m_i + log2(l_i)`` in the same domain.
 
-Causal masking is aligned bottom-right (as FlashAttention-2): query ``i`` sees key ``j``
-iff ``j <= i + (N_K - N_Q)``. Rows that see no key output 0; their ``lse`` is stored as
-``+inf`` so the backward's ``exp2(s - lse)`` is exactly 0 for them without a special
-case.
+Masking is one rule for every mode: query ``i`` sees key ``j`` iff
+``D_LO <= j - i <= D_HI``. The wrapper derives the band from the mask, aligned
+bottom-right as in FlashAttention-2 (``off = N_K - N_Q``): full attention is an unbounded
+band, causal is ``D_HI = off``, a window ``(left, right)`` is ``[off - left, off + right]``;
+"unbounded" is a bound beyond any index. Rows that see no key output 0; their ``lse`` is
+stored as ``+inf`` so the backward's ``exp2(s - lse)`` is exactly 0 for them without a
+special case.
 
-Every loop over key (or query) blocks is split in two stages: blocks known to be fully
-visible and in bounds run without any mask; only the blocks straddling the causal
-diagonal or the ragged end run with ``MASK=True``. Fully masked blocks are never visited.
+Every loop over key (or query) blocks runs in three stages (``_ranges``): blocks that
+every row of the program's block sees, in bounds, run without any mask; only the blocks
+straddling an edge of the band or the ragged end run with ``MASK=True``. Blocks outside
+the band are never visited, so causal and windowed attention skip the masked-out work.
 
 The backward is deterministic and uses no atomics: one program per K/V block computes
 dK and dV (summing over the query heads of its GQA group in a fixed order), and a
@@ -61,11 +66,32 @@ def _cast(x, dtype: tl.constexpr, EMULATE_BF16: tl.constexpr):
 
 
 @triton.jit
+def _ranges(start, BLOCK_OWN: tl.constexpr, BLOCK_STEP: tl.constexpr, d_lo, d_hi, N_OTHER):
+    """Loop bounds over the other axis for the block ``[start, start + BLOCK_OWN)``.
+
+    Index ``t`` of the other axis is visible from index ``s`` of the own axis iff
+    ``d_lo <= t - s <= d_hi``. Returns ``lo <= mid_lo <= mid_hi <= hi``: steps in
+    ``[lo, mid_lo)`` and ``[mid_hi, hi)`` need masks, steps in ``[mid_lo, mid_hi)`` are
+    visible from every own index and in bounds. ``mid_lo``/``mid_hi`` lie on the
+    ``BLOCK_STEP`` grid started at ``lo`` (so stages never overlap) unless clamped to ``hi``.
+    """
+    last = start + BLOCK_OWN - 1
+    # Clamp before dividing: the band offsets can make these negative.
+    lo = tl.minimum(tl.maximum(start + d_lo, 0), N_OTHER) // BLOCK_STEP * BLOCK_STEP
+    hi = tl.minimum(tl.maximum(last + d_hi + 1, 0), N_OTHER)
+    all_lo = tl.minimum(tl.maximum(last + d_lo, 0), N_OTHER)
+    all_hi = tl.minimum(tl.maximum(start + d_hi + 1, 0), N_OTHER)
+    mid_lo = tl.minimum(lo + tl.cdiv(tl.maximum(all_lo - lo, 0), BLOCK_STEP) * BLOCK_STEP, hi)
+    mid_hi = tl.maximum(lo + tl.maximum(all_hi - lo, 0) // BLOCK_STEP * BLOCK_STEP, mid_lo)
+    return lo, mid_lo, mid_hi, hi
+
+
+@triton.jit
 def _fwd_inner(
     acc, l_i, m_i, q,
     k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd,
-    lo, hi, offs_m, offs_d, N_K, causal_offset, qk_scale,
-    MASK: tl.constexpr, CAUSAL: tl.constexpr, BLOCK_N: tl.constexpr,
+    lo, hi, offs_m, offs_d, N_K, D_LO, D_HI, qk_scale,
+    MASK: tl.constexpr, BLOCK_N: tl.constexpr,
     EMULATE_BF16: tl.constexpr, INPUT_PRECISION: tl.constexpr,
 ):
     """Online-softmax accumulation over key blocks ``[lo, hi)``."""
@@ -80,9 +106,8 @@ def _fwd_inner(
             k = tl.load(k_ptrs)
         s = _dot(q, tl.trans(k), EMULATE_BF16, INPUT_PRECISION) * qk_scale
         if MASK:
-            visible = offs_n[None, :] < N_K
-            if CAUSAL:
-                visible = visible & (offs_n[None, :] <= offs_m[:, None] + causal_offset)
+            rel = offs_n[None, :] - offs_m[:, None]
+            visible = (offs_n[None, :] < N_K) & (rel >= D_LO) & (rel <= D_HI)
             s = tl.where(visible, s, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, 1))
         if MASK:
@@ -105,13 +130,13 @@ def _fwd_inner(
 
 @triton.jit
 def _attn_fwd(
-    Q, K, V, O, LSE,
+    Q, K, V, O, LSE,  # noqa: E741 (Q, K, V, O as in the paper)
     stride_qb, stride_qh, stride_qm, stride_qd,
     stride_kb, stride_kh, stride_kn, stride_kd,
     stride_vb, stride_vh, stride_vn, stride_vd,
     stride_ob, stride_oh, stride_om, stride_od,
-    N_Q, N_K, H_Q, GROUP, qk_scale,
-    CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    N_Q, N_K, H_Q, GROUP, D_LO, D_HI, qk_scale,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     HEAD_DIM: tl.constexpr, EMULATE_BF16: tl.constexpr, INPUT_PRECISION: tl.constexpr,
 ):
     """One program per (query block, batch*head): writes O and the log2-domain lse."""
@@ -132,29 +157,24 @@ def _attn_fwd(
     q = tl.load(q_base + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd,
                 mask=row_ok[:, None], other=0.0)
 
-    causal_offset = N_K - N_Q
-    if CAUSAL:
-        # Keys [0, mid) are visible to every row of this block (mid <= N_K because
-        # start_m < N_Q); keys [mid, hi) straddle the diagonal; keys >= hi are hidden
-        # from every row and skipped. Clamp before dividing: the offset can be negative.
-        hi = tl.minimum(tl.maximum(start_m + BLOCK_M + causal_offset, 0), N_K)
-        mid = tl.maximum(start_m + causal_offset + 1, 0) // BLOCK_N * BLOCK_N
-    else:
-        hi = N_K
-        mid = N_K // BLOCK_N * BLOCK_N
-
     acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    lo, mid_lo, mid_hi, hi = _ranges(start_m, BLOCK_M, BLOCK_N, D_LO, D_HI, N_K)
     acc, l_i, m_i = _fwd_inner(
         acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd,
-        0, mid, offs_m, offs_d, N_K, causal_offset, qk_scale,
-        False, CAUSAL, BLOCK_N, EMULATE_BF16, INPUT_PRECISION,
+        lo, mid_lo, offs_m, offs_d, N_K, D_LO, D_HI, qk_scale,
+        True, BLOCK_N, EMULATE_BF16, INPUT_PRECISION,
     )
     acc, l_i, m_i = _fwd_inner(
         acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd,
-        mid, hi, offs_m, offs_d, N_K, causal_offset, qk_scale,
-        True, CAUSAL, BLOCK_N, EMULATE_BF16, INPUT_PRECISION,
+        mid_lo, mid_hi, offs_m, offs_d, N_K, D_LO, D_HI, qk_scale,
+        False, BLOCK_N, EMULATE_BF16, INPUT_PRECISION,
+    )
+    acc, l_i, m_i = _fwd_inner(
+        acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd,
+        mid_hi, hi, offs_m, offs_d, N_K, D_LO, D_HI, qk_scale,
+        True, BLOCK_N, EMULATE_BF16, INPUT_PRECISION,
     )
     empty = l_i == 0.0
     l_safe = tl.where(empty, 1.0, l_i)
@@ -167,7 +187,7 @@ def _attn_fwd(
 
 @triton.jit
 def _attn_bwd_preprocess(
-    O, DO, DELTA,
+    O, DO, DELTA,  # noqa: E741
     stride_ob, stride_oh, stride_om, stride_od,
     stride_dob, stride_doh, stride_dom, stride_dod,
     N_Q, H_Q, BLOCK_M: tl.constexpr, HEAD_DIM: tl.constexpr,
@@ -195,15 +215,15 @@ def _bwd_dkdv_inner(
     dk, dv, k, v,
     q_base, do_base, lse_base, delta_base,
     stride_qm, stride_qd, stride_dom, stride_dod,
-    lo, hi, offs_n, offs_d, N_Q, causal_offset, qk_scale,
+    lo, hi, offs_n, offs_d, N_Q, D_LO, D_HI, qk_scale,
     MASK: tl.constexpr, BLOCK_M: tl.constexpr,
     EMULATE_BF16: tl.constexpr, INPUT_PRECISION: tl.constexpr,
 ):
     """Accumulate dK, dV of one key block over query blocks ``[lo, hi)`` of one head.
 
     Works on transposed tiles (keys as rows) so dK/dV accumulate without transposes.
-    Rows past N_Q load lse = +inf, which makes their P exactly 0, so only the causal
-    diagonal needs an explicit mask.
+    Rows past N_Q load lse = +inf, which makes their P exactly 0, so only the band's
+    edges need an explicit mask.
     """
     offs_m0 = tl.arange(0, BLOCK_M)
     for start_m in range(lo, hi, BLOCK_M):
@@ -218,7 +238,8 @@ def _bwd_dkdv_inner(
         s_t = _dot(k, tl.trans(q), EMULATE_BF16, INPUT_PRECISION) * qk_scale
         p_t = tl.math.exp2(s_t - lse[None, :])
         if MASK:
-            p_t = tl.where(offs_n[:, None] <= offs_m[None, :] + causal_offset, p_t, 0.0)
+            rel = offs_n[:, None] - offs_m[None, :]
+            p_t = tl.where((rel >= D_LO) & (rel <= D_HI), p_t, 0.0)
         dv += _dot(_cast(p_t, do.dtype, EMULATE_BF16), do, EMULATE_BF16, INPUT_PRECISION)
         dp_t = _dot(v, tl.trans(do), EMULATE_BF16, INPUT_PRECISION)
         ds_t = p_t * (dp_t - delta[None, :])
@@ -235,8 +256,8 @@ def _attn_bwd_dkdv(
     stride_dob, stride_doh, stride_dom, stride_dod,
     stride_dkb, stride_dkh, stride_dkn, stride_dkd,
     stride_dvb, stride_dvh, stride_dvn, stride_dvd,
-    N_Q, N_K, H_Q, H_KV, GROUP, sm_scale, qk_scale,
-    CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    N_Q, N_K, H_Q, H_KV, GROUP, D_LO, D_HI, sm_scale, qk_scale,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     HEAD_DIM: tl.constexpr, EMULATE_BF16: tl.constexpr, INPUT_PRECISION: tl.constexpr,
 ):
     """One program per (key block, batch*kv_head): dK and dV, summed over the GQA group.
@@ -258,17 +279,8 @@ def _attn_bwd_dkdv(
                 + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd,
                 mask=col_ok[:, None], other=0.0)
 
-    causal_offset = N_K - N_Q
-    if CAUSAL:
-        # Query rows below start_n - offset see none of these keys (skipped); rows from
-        # start_n + BLOCK_N - 1 - offset on see all of them (no mask needed).
-        lo = tl.maximum(start_n - causal_offset, 0) // BLOCK_M * BLOCK_M
-        first_full = tl.maximum(start_n + BLOCK_N - 1 - causal_offset, 0)
-        mid = tl.minimum(lo + tl.cdiv(first_full - lo, BLOCK_M) * BLOCK_M, N_Q)
-    else:
-        lo = 0
-        mid = 0
-
+    # Query i sees key j iff D_LO <= j - i <= D_HI, i.e. -D_HI <= i - j <= -D_LO.
+    lo, mid_lo, mid_hi, hi = _ranges(start_n, BLOCK_N, BLOCK_M, -D_HI, -D_LO, N_Q)
     dk = tl.zeros([BLOCK_N, HEAD_DIM], dtype=tl.float32)
     dv = tl.zeros([BLOCK_N, HEAD_DIM], dtype=tl.float32)
     for g in range(GROUP):
@@ -281,14 +293,20 @@ def _attn_bwd_dkdv(
         dk, dv = _bwd_dkdv_inner(
             dk, dv, k, v, q_base, do_base, lse_base, delta_base,
             stride_qm, stride_qd, stride_dom, stride_dod,
-            lo, mid, offs_n, offs_d, N_Q, causal_offset, qk_scale,
+            lo, mid_lo, offs_n, offs_d, N_Q, D_LO, D_HI, qk_scale,
             True, BLOCK_M, EMULATE_BF16, INPUT_PRECISION,
         )
         dk, dv = _bwd_dkdv_inner(
             dk, dv, k, v, q_base, do_base, lse_base, delta_base,
             stride_qm, stride_qd, stride_dom, stride_dod,
-            mid, N_Q, offs_n, offs_d, N_Q, causal_offset, qk_scale,
+            mid_lo, mid_hi, offs_n, offs_d, N_Q, D_LO, D_HI, qk_scale,
             False, BLOCK_M, EMULATE_BF16, INPUT_PRECISION,
+        )
+        dk, dv = _bwd_dkdv_inner(
+            dk, dv, k, v, q_base, do_base, lse_base, delta_base,
+            stride_qm, stride_qd, stride_dom, stride_dod,
+            mid_hi, hi, offs_n, offs_d, N_Q, D_LO, D_HI, qk_scale,
+            True, BLOCK_M, EMULATE_BF16, INPUT_PRECISION,
         )
     dk = dk * sm_scale
     tl.store(DK + off_b.to(tl.int64) * stride_dkb + off_hkv.to(tl.int64) * stride_dkh
@@ -303,8 +321,8 @@ def _attn_bwd_dkdv(
 def _bwd_dq_inner(
     dq, q, do, lse, delta,
     k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd,
-    lo, hi, offs_m, offs_d, N_K, causal_offset, qk_scale,
-    MASK: tl.constexpr, CAUSAL: tl.constexpr, BLOCK_N: tl.constexpr,
+    lo, hi, offs_m, offs_d, N_K, D_LO, D_HI, qk_scale,
+    MASK: tl.constexpr, BLOCK_N: tl.constexpr,
     EMULATE_BF16: tl.constexpr, INPUT_PRECISION: tl.constexpr,
 ):
     """Accumulate dQ of one query block over key blocks ``[lo, hi)``."""
@@ -322,10 +340,8 @@ def _bwd_dq_inner(
         s = _dot(q, tl.trans(k), EMULATE_BF16, INPUT_PRECISION) * qk_scale
         p = tl.math.exp2(s - lse[:, None])
         if MASK:
-            visible = offs_n[None, :] < N_K
-            if CAUSAL:
-                visible = visible & (offs_n[None, :] <= offs_m[:, None] + causal_offset)
-            p = tl.where(visible, p, 0.0)
+            rel = offs_n[None, :] - offs_m[:, None]
+            p = tl.where((offs_n[None, :] < N_K) & (rel >= D_LO) & (rel <= D_HI), p, 0.0)
         dp = _dot(do, tl.trans(v), EMULATE_BF16, INPUT_PRECISION)
         ds = p * (dp - delta[:, None])
         dq += _dot(_cast(ds, k.dtype, EMULATE_BF16), k, EMULATE_BF16, INPUT_PRECISION)
@@ -340,8 +356,8 @@ def _attn_bwd_dq(
     stride_vb, stride_vh, stride_vn, stride_vd,
     stride_dob, stride_doh, stride_dom, stride_dod,
     stride_dqb, stride_dqh, stride_dqm, stride_dqd,
-    N_Q, N_K, H_Q, GROUP, sm_scale, qk_scale,
-    CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    N_Q, N_K, H_Q, GROUP, D_LO, D_HI, sm_scale, qk_scale,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     HEAD_DIM: tl.constexpr, EMULATE_BF16: tl.constexpr, INPUT_PRECISION: tl.constexpr,
 ):
     """One program per (query block, batch*head): dQ, with the forward's key ranges."""
@@ -365,24 +381,22 @@ def _attn_bwd_dq(
     k_base = K + off_b.to(tl.int64) * stride_kb + off_hkv.to(tl.int64) * stride_kh
     v_base = V + off_b.to(tl.int64) * stride_vb + off_hkv.to(tl.int64) * stride_vh
 
-    causal_offset = N_K - N_Q
-    if CAUSAL:
-        hi = tl.minimum(tl.maximum(start_m + BLOCK_M + causal_offset, 0), N_K)
-        mid = tl.maximum(start_m + causal_offset + 1, 0) // BLOCK_N * BLOCK_N
-    else:
-        hi = N_K
-        mid = N_K // BLOCK_N * BLOCK_N
-
     dq = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+    lo, mid_lo, mid_hi, hi = _ranges(start_m, BLOCK_M, BLOCK_N, D_LO, D_HI, N_K)
     dq = _bwd_dq_inner(
         dq, q, do, lse, delta, k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd,
-        0, mid, offs_m, offs_d, N_K, causal_offset, qk_scale,
-        False, CAUSAL, BLOCK_N, EMULATE_BF16, INPUT_PRECISION,
+        lo, mid_lo, offs_m, offs_d, N_K, D_LO, D_HI, qk_scale,
+        True, BLOCK_N, EMULATE_BF16, INPUT_PRECISION,
     )
     dq = _bwd_dq_inner(
         dq, q, do, lse, delta, k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd,
-        mid, hi, offs_m, offs_d, N_K, causal_offset, qk_scale,
-        True, CAUSAL, BLOCK_N, EMULATE_BF16, INPUT_PRECISION,
+        mid_lo, mid_hi, offs_m, offs_d, N_K, D_LO, D_HI, qk_scale,
+        False, BLOCK_N, EMULATE_BF16, INPUT_PRECISION,
+    )
+    dq = _bwd_dq_inner(
+        dq, q, do, lse, delta, k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd,
+        mid_hi, hi, offs_m, offs_d, N_K, D_LO, D_HI, qk_scale,
+        True, BLOCK_N, EMULATE_BF16, INPUT_PRECISION,
     )
     dq = dq * sm_scale
     tl.store(DQ + off_b.to(tl.int64) * stride_dqb + off_h.to(tl.int64) * stride_dqh

@@ -17,6 +17,9 @@ SUPPORTED_HEAD_DIMS = (16, 32, 64, 128)
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 PRECISIONS = ("ieee", "tf32")
 _LOG2E = 1.4426950408889634
+# A band edge beyond any index difference (sequence lengths are far below 2**30), small
+# enough that the kernels' index arithmetic stays inside int32.
+_UNBOUNDED = 2**30
 
 
 def interpreter_active() -> bool:
@@ -83,6 +86,32 @@ def _validate(
     return float(scale)
 
 
+def _band(causal: bool, window, n_q: int, n_k: int) -> tuple[int, int]:
+    """(D_LO, D_HI): query i sees key j iff D_LO <= j - i <= D_HI (bottom-right aligned)."""
+    if not isinstance(causal, bool):
+        raise ValueError(f"causal must be a bool, got {causal!r}")
+    if window is None:
+        left, right = -1, -1
+    else:
+        if (
+            not isinstance(window, (tuple, list))
+            or len(window) != 2
+            or not all(isinstance(w, int) and not isinstance(w, bool) and w >= -1 for w in window)
+        ):
+            raise ValueError(
+                f"window must be None or (left, right) with ints >= -1 (-1 = unbounded), got {window!r}"
+            )
+        left, right = window
+    if causal and right > 0:
+        raise ValueError(
+            f"causal=True contradicts window right={right}: a causal mask sees no key to the right"
+        )
+    offset = n_k - n_q
+    d_lo = offset - left if left >= 0 else -_UNBOUNDED
+    d_hi = offset if causal else (offset + right if right >= 0 else _UNBOUNDED)
+    return d_lo, d_hi
+
+
 def _select_config(q: torch.Tensor, config: KernelConfig | None) -> KernelConfig:
     if config is not None:
         return config
@@ -113,7 +142,7 @@ def _launch(cfg: LaunchConfig) -> dict[str, int]:
             "num_warps": cfg.num_warps, "num_stages": cfg.num_stages}
 
 
-def _forward(q, k, v, causal, scale, precision, config):
+def _forward(q, k, v, band, scale, precision, config):
     batch, h_q, n_q, d = q.shape
     h_kv, n_k = k.shape[1], k.shape[2]
     o = _empty((batch, h_q, n_q, d), q.dtype, q.device)
@@ -123,14 +152,14 @@ def _forward(q, k, v, causal, scale, precision, config):
     grid = (_cdiv(n_q, cfg.BLOCK_M), batch * h_q)
     _kernels._attn_fwd[grid](
         q, k, v, o, lse, *q.stride(), *k.stride(), *v.stride(), *o.stride(),
-        n_q, n_k, h_q, h_q // h_kv, scale * _LOG2E,
-        CAUSAL=causal, HEAD_DIM=d, EMULATE_BF16=emulate_bf16, INPUT_PRECISION=input_precision,
+        n_q, n_k, h_q, h_q // h_kv, *band, scale * _LOG2E,
+        HEAD_DIM=d, EMULATE_BF16=emulate_bf16, INPUT_PRECISION=input_precision,
         **_launch(cfg),
     )
     return o, lse
 
 
-def _backward(do, q, k, v, o, lse, causal, scale, precision, config):
+def _backward(do, q, k, v, o, lse, band, scale, precision, config):
     batch, h_q, n_q, d = q.shape
     h_kv, n_k = k.shape[1], k.shape[2]
     group = h_q // h_kv
@@ -150,8 +179,8 @@ def _backward(do, q, k, v, o, lse, causal, scale, precision, config):
     _kernels._attn_bwd_dkdv[(_cdiv(n_k, cfg.BLOCK_N), batch * h_kv)](
         q, k, v, do, lse, delta, dk, dv,
         *q.stride(), *k.stride(), *v.stride(), *do.stride(), *dk.stride(), *dv.stride(),
-        n_q, n_k, h_q, h_kv, group, scale, qk_scale,
-        CAUSAL=causal, HEAD_DIM=d, EMULATE_BF16=emulate_bf16, INPUT_PRECISION=input_precision,
+        n_q, n_k, h_q, h_kv, group, *band, scale, qk_scale,
+        HEAD_DIM=d, EMULATE_BF16=emulate_bf16, INPUT_PRECISION=input_precision,
         **_launch(cfg),
     )
 
@@ -160,8 +189,8 @@ def _backward(do, q, k, v, o, lse, causal, scale, precision, config):
     _kernels._attn_bwd_dq[(_cdiv(n_q, cfg.BLOCK_M), batch * h_q)](
         q, k, v, do, lse, delta, dq,
         *q.stride(), *k.stride(), *v.stride(), *do.stride(), *dq.stride(),
-        n_q, n_k, h_q, group, scale, qk_scale,
-        CAUSAL=causal, HEAD_DIM=d, EMULATE_BF16=emulate_bf16, INPUT_PRECISION=input_precision,
+        n_q, n_k, h_q, group, *band, scale, qk_scale,
+        HEAD_DIM=d, EMULATE_BF16=emulate_bf16, INPUT_PRECISION=input_precision,
         **_launch(cfg),
     )
     return dq, dk, dv
@@ -169,10 +198,10 @@ def _backward(do, q, k, v, o, lse, causal, scale, precision, config):
 
 class _FlashAttentionFunction(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, causal, scale, precision, config):
-        o, lse = _forward(q, k, v, causal, scale, precision, config)
+    def forward(ctx, q, k, v, band, scale, precision, config):
+        o, lse = _forward(q, k, v, band, scale, precision, config)
         ctx.save_for_backward(q, k, v, o, lse)
-        ctx.causal, ctx.scale, ctx.precision, ctx.config = causal, scale, precision, config
+        ctx.band, ctx.scale, ctx.precision, ctx.config = band, scale, precision, config
         return o
 
     @staticmethod
@@ -183,7 +212,7 @@ class _FlashAttentionFunction(torch.autograd.Function):
             raise ValueError(
                 f"grad_output has dtype {do.dtype} on {do.device}; expected {q.dtype} on {q.device}"
             )
-        dq, dk, dv = _backward(do, q, k, v, o, lse, ctx.causal, ctx.scale, ctx.precision, ctx.config)
+        dq, dk, dv = _backward(do, q, k, v, o, lse, ctx.band, ctx.scale, ctx.precision, ctx.config)
         return dq, dk, dv, None, None, None, None
 
 
@@ -193,6 +222,7 @@ def flash_attention(
     v: torch.Tensor,
     *,
     causal: bool = False,
+    window: tuple[int, int] | None = None,
     scale: float | None = None,
     precision: str = "ieee",
     config: KernelConfig | None = None,
@@ -216,6 +246,12 @@ def flash_attention(
         usual lower-triangular mask. With ``seq_q > seq_k`` the first ``seq_q - seq_k``
         query rows see no key at all; their output (and gradient) is 0, not NaN.
         Note that SDPA's ``is_causal`` is aligned top-left instead.
+    window : (int, int), optional
+        Sliding-window (local) attention as in FlashAttention-2: query ``i`` attends to keys
+        ``j`` with ``i + off - left <= j <= i + off + right``, ``off = seq_k - seq_q``; ``-1``
+        leaves that side unbounded. Combined with ``causal=True`` the right side is 0
+        (``right`` must be 0 or -1). Blocks outside the window are skipped, so the cost
+        grows with the window, not the sequence.
     scale : float, optional
         Softmax scale; default ``1 / sqrt(head_dim)``.
     precision : {"ieee", "tf32"}
@@ -236,11 +272,12 @@ def flash_attention(
     ValueError
         Wrong rank, empty tensors, unsupported dtype (only fp16, bf16, fp32) or head dim
         (only 16, 32, 64, 128), mismatched dtypes/devices/batch/head dims, heads_q not a
-        multiple of heads_kv, non-CUDA tensors outside the Triton interpreter, bad scale
-        or precision.
+        multiple of heads_kv, non-CUDA tensors outside the Triton interpreter, bad scale,
+        precision, window or config.
     """
-    if not isinstance(causal, bool):
-        raise ValueError(f"causal must be a bool, got {causal!r}")
     scale = _validate(q, k, v, scale, precision)
+    band = _band(causal, window, q.shape[2], k.shape[2])
+    if config is not None and not isinstance(config, KernelConfig):
+        raise ValueError(f"config must be a KernelConfig (see load_config), got {type(config).__name__}")
     config = _select_config(q, config)
-    return _FlashAttentionFunction.apply(q, k, v, causal, scale, precision, config)
+    return _FlashAttentionFunction.apply(q, k, v, band, scale, precision, config)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import itertools
 import json
 import sys
@@ -39,7 +40,8 @@ STAGES = (2, 3, 4)
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(prog="python -m slurmkit_kernels.autotune", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m slurmkit_kernels.autotune",
+                                description=__doc__.split("\n\n")[0])
     p.add_argument("--out", required=True, help="config file to write (JSON)")
     p.add_argument("--head-dims", type=int, nargs="+", default=[64, 128])
     p.add_argument("--seq-len", type=int, default=4096, help="sequence length to tune at (default 4096)")
@@ -66,14 +68,12 @@ def measure(torch, triton, flash_attention, config, head_dim, seq_len, kernel) -
     for causal in (False, True):
         q, k, v = (torch.randn(batch, heads, seq_len, head_dim, device="cuda", dtype=torch.bfloat16,
                                requires_grad=True) for _ in range(3))
+        out = flash_attention(q, k, v, causal=causal, config=config)
         if kernel == "fwd":
-            fn = lambda: flash_attention(q, k, v, causal=causal, config=config)  # noqa: E731
-            total += triton.testing.do_bench(fn, return_mode="median")
+            fn = functools.partial(flash_attention, q, k, v, causal=causal, config=config)
         else:
-            out = flash_attention(q, k, v, causal=causal, config=config)
-            do = torch.randn_like(out)
-            total += triton.testing.do_bench(lambda: out.backward(do, retain_graph=True),
-                                             grad_to_none=[q, k, v], return_mode="median")
+            fn = functools.partial(out.backward, torch.randn_like(out), retain_graph=True)
+        total += triton.testing.do_bench(fn, grad_to_none=[q, k, v], return_mode="median")
     return total
 
 
@@ -100,7 +100,8 @@ def main(argv=None) -> int:
                 try:
                     ms = measure(torch, triton, flash_attention, trial, head_dim, args.seq_len, kernel)
                 except Exception as e:  # noqa: BLE001 (out of resources, compile errors: skip the candidate)
-                    print(f"d{head_dim} {kernel} {cand.to_dict()}: skipped ({type(e).__name__})", file=sys.stderr)
+                    print(f"d{head_dim} {kernel} {cand.to_dict()}: skipped ({type(e).__name__})",
+                          file=sys.stderr)
                     continue
                 print(f"d{head_dim} {kernel} {cand.to_dict()}: {ms:.3f} ms", file=sys.stderr)
                 if best is None or ms < best[0]:

@@ -3,12 +3,12 @@
     $ python -m slurmkit_kernels.compile_check --config h100 --arch 90
     $ python -m slurmkit_kernels.compile_check --config tuned.json --arch 90 --dtypes bfloat16
 
-For each kernel of a launch-config file, each requested head dim and dtype, and both
-mask modes, this runs Triton's full compiler (TTIR -> TTGIR -> LLVM -> PTX -> ptxas
-cubin) for the target architecture and checks the kernel's shared memory against the
-architecture's per-block limit. It catches, on a CPU-only machine, what the interpreter
-cannot: code that only fails when compiled, and tiles that do not fit. It does not
-check speed or numerics on hardware.
+For each kernel of a launch-config file and each requested head dim and dtype (one
+compiled variant serves every mask: the band is a runtime argument), this runs Triton's
+full compiler (TTIR -> TTGIR -> LLVM -> PTX -> ptxas cubin) for the target architecture
+and checks the kernel's shared memory against the architecture's per-block limit. It
+catches, on a CPU-only machine, what the interpreter cannot: code that only fails when
+compiled, and tiles that do not fit. It does not check speed or numerics on hardware.
 
 Must run without ``TRITON_INTERPRET=1`` (exit code 2 otherwise). Exit code 1 if any
 kernel fails to compile or exceeds the limit; the table is printed either way.
@@ -30,12 +30,14 @@ _DATA_POINTERS = ("Q", "K", "V", "O", "DO", "DQ", "DK", "DV")
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(prog="python -m slurmkit_kernels.compile_check", description=__doc__.split("\n\n")[0])
-    p.add_argument("--config", default="h100", help="built-in config name or path to a JSON file (default h100)")
+    p = argparse.ArgumentParser(prog="python -m slurmkit_kernels.compile_check",
+                                description=__doc__.split("\n\n")[0])
+    p.add_argument("--config", default="h100",
+                   help="built-in config name or path to a JSON file (default h100)")
     p.add_argument("--arch", type=int, default=90, choices=sorted(SMEM_LIMIT), help="compute capability x10")
     p.add_argument("--head-dims", type=int, nargs="+", default=[16, 32, 64, 128])
-    p.add_argument("--dtypes", nargs="+", choices=sorted(TRITON_DTYPE), default=["bfloat16", "float16", "float32"])
-    p.add_argument("--causal", choices=("both", "on", "off"), default="both")
+    p.add_argument("--dtypes", nargs="+", choices=sorted(TRITON_DTYPE),
+                   default=["bfloat16", "float16", "float32"])
     return p.parse_args(argv)
 
 
@@ -71,32 +73,38 @@ def main(argv=None) -> int:
     from . import _kernels
     from .config import builtin_config, builtin_config_names, load_config
 
-    config = builtin_config(args.config) if args.config in builtin_config_names() else load_config(args.config)
+    if args.config in builtin_config_names():
+        config = builtin_config(args.config)
+    else:
+        config = load_config(args.config)
     target = GPUTarget("cuda", args.arch, 32)
     limit = SMEM_LIMIT[args.arch]
-    kernels = {"fwd": _kernels._attn_fwd, "bwd_dkdv": _kernels._attn_bwd_dkdv, "bwd_dq": _kernels._attn_bwd_dq}
-    causal_values = {"both": (False, True), "on": (True,), "off": (False,)}[args.causal]
+    kernels = {"fwd": _kernels._attn_fwd, "bwd_dkdv": _kernels._attn_bwd_dkdv,
+               "bwd_dq": _kernels._attn_bwd_dq}
     failures = 0
     print(f"# config {config.name}, sm_{args.arch}, shared-memory limit {limit} bytes")
-    print(f"{'kernel':>9} {'dtype':>9} {'d':>4} {'causal':>6} {'tiles':>8} {'warps':>5} {'stages':>6} {'smem':>7}  result")
+    print(f"{'kernel':>9} {'dtype':>9} {'d':>4} {'tiles':>8} {'warps':>5} {'stages':>6} "
+          f"{'smem':>7}  result")
     for dtype in args.dtypes:
         precision = "ieee" if dtype == "float32" else "tf32"
         for head_dim in args.head_dims:
             for name, fn in kernels.items():
                 cfg = config.lookup(name, head_dim, dtype)
-                for causal in causal_values:
-                    constexprs = {"CAUSAL": causal, "HEAD_DIM": head_dim, "EMULATE_BF16": False,
-                                  "INPUT_PRECISION": precision, "BLOCK_M": cfg.BLOCK_M, "BLOCK_N": cfg.BLOCK_N}
-                    try:
-                        compiled = _compile(fn, TRITON_DTYPE[dtype], constexprs, target, cfg.num_warps, cfg.num_stages)
-                        smem = compiled.metadata.shared
-                        result = "ok" if smem <= limit else "EXCEEDS LIMIT"
-                    except Exception as e:  # noqa: BLE001 (report every failing kernel, not just the first)
-                        smem, result = -1, f"COMPILE ERROR: {type(e).__name__}: {str(e).splitlines()[0][:120]}"
-                    failures += result != "ok"
-                    print(f"{name:>9} {dtype:>9} {head_dim:>4} {str(causal):>6} "
-                          f"{cfg.BLOCK_M:>3}x{cfg.BLOCK_N:<4} {cfg.num_warps:>5} {cfg.num_stages:>6} {smem:>7}  {result}",
-                          flush=True)
+                constexprs = {"HEAD_DIM": head_dim, "EMULATE_BF16": False, "INPUT_PRECISION": precision,
+                              "BLOCK_M": cfg.BLOCK_M, "BLOCK_N": cfg.BLOCK_N}
+                try:
+                    compiled = _compile(fn, TRITON_DTYPE[dtype], constexprs, target,
+                                        cfg.num_warps, cfg.num_stages)
+                    smem = compiled.metadata.shared
+                    result = "ok" if smem <= limit else "EXCEEDS LIMIT"
+                except Exception as e:  # noqa: BLE001 (report every failing kernel, not just the first)
+                    first_line = str(e).splitlines()[0][:120] if str(e) else ""
+                    smem, result = -1, f"COMPILE ERROR: {type(e).__name__}: {first_line}"
+                failures += result != "ok"
+                print(f"{name:>9} {dtype:>9} {head_dim:>4} "
+                      f"{cfg.BLOCK_M:>3}x{cfg.BLOCK_N:<4} {cfg.num_warps:>5} {cfg.num_stages:>6} "
+                      f"{smem:>7}  {result}",
+                      flush=True)
     print(f"# {failures} failure(s)")
     return 1 if failures else 0
 

@@ -34,9 +34,10 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import resources
-from typing import Any, Mapping
+from typing import Any
 
 KERNEL_NAMES = ("fwd", "bwd_dkdv", "bwd_dq")
 _ENTRY_KEYS = ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages")

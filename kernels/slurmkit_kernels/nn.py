@@ -30,19 +30,27 @@ class FlashAttention(nn.Module):
     SDPA call of an existing attention layer one for one.
     """
 
-    def __init__(self, causal: bool = False, scale: float | None = None, precision: str = "ieee"):
+    def __init__(
+        self,
+        causal: bool = False,
+        window: tuple[int, int] | None = None,
+        scale: float | None = None,
+        precision: str = "ieee",
+    ):
         super().__init__()
         if precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
         self.causal = causal
+        self.window = window
         self.scale = scale
         self.precision = precision
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        return flash_attention(q, k, v, causal=self.causal, scale=self.scale, precision=self.precision)
+        return flash_attention(q, k, v, causal=self.causal, window=self.window, scale=self.scale,
+                               precision=self.precision)
 
     def extra_repr(self) -> str:
-        return f"causal={self.causal}, scale={self.scale}, precision={self.precision!r}"
+        return f"causal={self.causal}, window={self.window}, scale={self.scale}, precision={self.precision!r}"
 
 
 def scaled_dot_product_attention(

@@ -284,8 +284,9 @@ def submit_cmd(spec_path, dry_run, test_only, parsable, as_json, sets, wait, wai
         click.echo(f"ssubmit: warning: cannot record job {job_id}: {exc.strerror}", err=True)
     if parsable:
         click.echo(job_id)
-    elif as_json and not wait:
-        print_json({"job_id": job_id, "log": log, "name": spec["name"]})
+    elif as_json:
+        if not wait:  # with --wait the one JSON object comes at the end
+            print_json({"job_id": job_id, "log": log, "name": spec["name"]})
     elif not quiet:
         click.echo(f"Submitted job {job_id} ({spec['name']}); log: {log}")
     if not wait:

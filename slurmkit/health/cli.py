@@ -23,8 +23,16 @@ import time
 
 import click
 
-from slurmkit.cli.common import (common_options, dry_run_option, format_options, load_config, print_json,
-                                 print_table, resolve_format, setup_logging)
+from slurmkit.cli.common import (
+    common_options,
+    dry_run_option,
+    format_options,
+    load_config,
+    print_json,
+    print_table,
+    resolve_format,
+    setup_logging,
+)
 
 
 def _sections(config_path):
@@ -39,13 +47,15 @@ def _local_or_simulated(node, health):
     if node is None:
         return node_name()
     if not can_check_locally(node, health):
-        raise NotHere(f"checks read this machine's GPUs: run them on {node} (e.g. `ssh {node} slurmkit health run`)")
+        raise NotHere(
+            f"checks read this machine's GPUs: run them on {node} (e.g. `ssh {node} slurmkit health run`)"
+        )
     return node
 
 
 def _short(text, width=90):
     text = " ".join(str(text).split())
-    return text if len(text) <= width else text[:width - 1] + "…"
+    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 @click.group("health")
@@ -54,12 +64,20 @@ def health() -> None:
 
 
 @health.command("run")
-@click.option("--tier", type=click.Choice(["fast", "heavy"]), default="fast", show_default=True,
-              help="Which tier (ignored with --check).")
+@click.option(
+    "--tier",
+    type=click.Choice(["fast", "heavy"]),
+    default="fast",
+    show_default=True,
+    help="Which tier (ignored with --check).",
+)
 @click.option("--check", "checks", multiple=True, metavar="NAME", help="Run only these checks (repeatable).")
-@click.option("--node", default=None, help="Node to check (default: this one; any node with the simulated backend).")
-@click.option("--advance-cursor", is_flag=True, help="Consume new Xid events like a hook does "
-              "(default: only look).")
+@click.option(
+    "--node", default=None, help="Node to check (default: this one; any node with the simulated backend)."
+)
+@click.option(
+    "--advance-cursor", is_flag=True, help="Consume new Xid events like a hook does (default: only look)."
+)
 @format_options(("table", "json"))
 @common_options
 def health_run(tier, checks, node, advance_cursor, fmt, as_json, config_path, verbose, quiet) -> None:
@@ -81,12 +99,30 @@ def health_run(tier, checks, node, advance_cursor, fmt, as_json, config_path, ve
         ctx.close()
     status = worst(results)
     if resolve_format(fmt, as_json) == "json":
-        print_json({"node": node, "tier": tier, "status": status.value, "exit_code": status.exit_code,
-                    "seconds": round(time.monotonic() - start, 4), "results": [r.to_dict() for r in results]})
+        print_json(
+            {
+                "node": node,
+                "tier": tier,
+                "status": status.value,
+                "exit_code": status.exit_code,
+                "seconds": round(time.monotonic() - start, 4),
+                "results": [r.to_dict() for r in results],
+            }
+        )
     else:
-        print_table([{"check": r.check, "status": r.status.value.upper(), "code": r.code,
-                      "value": "" if r.value is None else f"{r.value:.4g}{(' ' + r.unit) if r.unit else ''}",
-                      "seconds": f"{r.seconds:.3f}", "reason": _short(r.reason)} for r in results])
+        print_table(
+            [
+                {
+                    "check": r.check,
+                    "status": r.status.value.upper(),
+                    "code": r.code,
+                    "value": "" if r.value is None else f"{r.value:.4g}{(' ' + r.unit) if r.unit else ''}",
+                    "seconds": f"{r.seconds:.3f}",
+                    "reason": _short(r.reason),
+                }
+                for r in results
+            ]
+        )
         if not quiet:
             click.echo(f"{node}: {status.value.upper()}", err=True)
     sys.exit(status.exit_code)
@@ -103,14 +139,25 @@ def health_list(fmt, as_json, config_path, verbose, quiet) -> None:
 
     health_cfg, paths = _sections(config_path)
     ctx = Context(health=health_cfg, paths=paths, node="-")
-    rows = [{"name": s.name, "tier": s.tier.value,
-             "enabled": health_cfg["checks"].get(s.name, {}).get("enabled", True),
-             "timeout_s": check_timeout(ctx, s), "hooks": ",".join(sorted(s.hooks)), "needs_gpu": s.gpu,
-             "codes": s.codes, "summary": s.summary} for s in CATALOG.values()]
+    rows = [
+        {
+            "name": s.name,
+            "tier": s.tier.value,
+            "enabled": health_cfg["checks"].get(s.name, {}).get("enabled", True),
+            "timeout_s": check_timeout(ctx, s),
+            "hooks": ",".join(sorted(s.hooks)),
+            "needs_gpu": s.gpu,
+            "codes": s.codes,
+            "summary": s.summary,
+        }
+        for s in CATALOG.values()
+    ]
     if resolve_format(fmt, as_json) == "json":
         print_json(rows)
     else:
-        print_table([{k: r[k] for k in ("name", "tier", "enabled", "timeout_s", "hooks", "summary")} for r in rows])
+        print_table(
+            [{k: r[k] for k in ("name", "tier", "enabled", "timeout_s", "hooks", "summary")} for r in rows]
+        )
 
 
 @click.group("node")
@@ -134,7 +181,9 @@ def node_status_cmd(name, fmt, as_json, config_path, verbose, quiet) -> None:
         return
     click.echo(f"node:            {st['node']}")
     click.echo(f"state:           {st['state']}")
-    click.echo(f"reason:          {st['reason'] or '-'}" + ("  (slurmkit drain)" if st["slurmkit_drain"] else ""))
+    click.echo(
+        f"reason:          {st['reason'] or '-'}" + ("  (slurmkit drain)" if st["slurmkit_drain"] else "")
+    )
     lv = st["last_verdict"]
     if lv:
         when = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(lv["time"]))
@@ -144,8 +193,10 @@ def node_status_cmd(name, fmt, as_json, config_path, verbose, quiet) -> None:
     else:
         click.echo("last verdict:    - (no health log entry for this node here)")
     for check, e in sorted(st["heavy_verdicts"].items()):
-        click.echo(f"sweep {check}: {e.get('status')} {e.get('code', '')} valid until "
-                   f"{time.strftime('%Y-%m-%dT%H:%M:%S', time.localtime(float(e.get('valid_until') or 0)))}")
+        click.echo(
+            f"sweep {check}: {e.get('status')} {e.get('code', '')} valid until "
+            f"{time.strftime('%Y-%m-%dT%H:%M:%S', time.localtime(float(e.get('valid_until') or 0)))}"
+        )
 
 
 @node.command("resume")
@@ -207,8 +258,19 @@ def kill_leaks(dry_run, node, fmt, as_json, config_path, verbose, quiet) -> None
         print_json(report)
     else:
         if report["leaks"]:
-            print_table([{"pid": l["pid"], "user": l["user"], "comm": l["comm"], "why": l["why"],
-                          "outcome": l["outcome"], "detail": _short(l["detail"], 70)} for l in report["leaks"]])
+            print_table(
+                [
+                    {
+                        "pid": lk["pid"],
+                        "user": lk["user"],
+                        "comm": lk["comm"],
+                        "why": lk["why"],
+                        "outcome": lk["outcome"],
+                        "detail": _short(lk["detail"], 70),
+                    }
+                    for lk in report["leaks"]
+                ]
+            )
         elif not quiet:
             click.echo(f"{node}: no leaked processes", err=True)
     sys.exit(exit_code(report))

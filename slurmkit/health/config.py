@@ -43,167 +43,321 @@ MODEL_THRESHOLD_FIELDS: Dict[str, Field] = {
     "ecc_uncorrected_max": Field("int", 0, "Volatile uncorrected ECC errors allowed.", min=0),
     "ecc_corrected_warn": Field("int", 50_000_000, "Volatile corrected ECC errors that warn.", min=0),
     "retired_pages_max": Field("int", 10, "Retired pages (single + double bit) before failing.", min=0),
-    "leftover_memory_mib": Field("float", 15.0, "GPU memory in use that counts as a leftover (MiB).",
-                                 min=0),
-    "nvlink_pair_floor_gbps": Field("float", 335.0, "Heavy NVLink probe: a GPU pair copying below this "
-                                    "(GB/s, one direction) fails.", min=0),
-    "nvlink_outlier_fraction": Field("float", 0.7, "Heavy NVLink probe: a pair below this fraction of "
-                                     "its row or column median fails.", min=0, max=1),
-    "allreduce_busbw_gbps": Field("float", 460.0, "Heavy all_reduce: expected single-node busbw (GB/s); "
-                                  "fail below min_fraction of it.", min=0),
-    "allreduce_min_fraction": Field("float", 0.9, "nccl-tests rule: busbw must reach this fraction.",
-                                    min=0, max=1),
+    "leftover_memory_mib": Field("float", 15.0, "GPU memory in use that counts as a leftover (MiB).", min=0),
+    "nvlink_pair_floor_gbps": Field(
+        "float",
+        335.0,
+        "Heavy NVLink probe: a GPU pair copying below this (GB/s, one direction) fails.",
+        min=0,
+    ),
+    "nvlink_outlier_fraction": Field(
+        "float",
+        0.7,
+        "Heavy NVLink probe: a pair below this fraction of its row or column median fails.",
+        min=0,
+        max=1,
+    ),
+    "allreduce_busbw_gbps": Field(
+        "float",
+        460.0,
+        "Heavy all_reduce: expected single-node busbw (GB/s); fail below min_fraction of it.",
+        min=0,
+    ),
+    "allreduce_min_fraction": Field(
+        "float", 0.9, "nccl-tests rule: busbw must reach this fraction.", min=0, max=1
+    ),
     "gemm_min_tflops": Field("float", 550.0, "Heavy GEMM: per-GPU BF16 TFLOP/s floor.", min=0),
-    "gemm_max_spread": Field("float", 0.10, "Heavy GEMM: fail a GPU this fraction below the node's best.",
-                             min=0, max=1),
+    "gemm_max_spread": Field(
+        "float", 0.10, "Heavy GEMM: fail a GPU this fraction below the node's best.", min=0, max=1
+    ),
     "hbm_min_gbps": Field("float", 2300.0, "Heavy HBM copy bandwidth floor (GB/s).", min=0),
 }
 
 _MODEL_DEFAULTS: Dict[str, Dict[str, Any]] = {
     "H100": {},
     "H200": {"allreduce_busbw_gbps": 480.0, "hbm_min_gbps": 3300.0},
-    "B100": {"temperature_warn_c": 87.0, "power_warn_w": 680.0, "nvlink_pair_floor_gbps": 650.0,
-             "allreduce_busbw_gbps": 700.0, "gemm_min_tflops": 1200.0, "hbm_min_gbps": 5500.0},
-    "A100": {"power_warn_w": 380.0, "nvlink_pair_floor_gbps": 200.0, "allreduce_busbw_gbps": 230.0,
-             "gemm_min_tflops": 200.0, "hbm_min_gbps": 1300.0},
+    "B100": {
+        "temperature_warn_c": 87.0,
+        "power_warn_w": 680.0,
+        "nvlink_pair_floor_gbps": 650.0,
+        "allreduce_busbw_gbps": 700.0,
+        "gemm_min_tflops": 1200.0,
+        "hbm_min_gbps": 5500.0,
+    },
+    "A100": {
+        "power_warn_w": 380.0,
+        "nvlink_pair_floor_gbps": 200.0,
+        "allreduce_busbw_gbps": 230.0,
+        "gemm_min_tflops": 200.0,
+        "hbm_min_gbps": 1300.0,
+    },
     # CPU tensors: the heavy probes' own tests and GPU-less machines. Floors are token values.
-    "CPU": {"gemm_min_tflops": 0.001, "hbm_min_gbps": 0.1, "nvlink_pair_floor_gbps": 0.0,
-            "allreduce_busbw_gbps": 0.0},
+    "CPU": {
+        "gemm_min_tflops": 0.001,
+        "hbm_min_gbps": 0.1,
+        "nvlink_pair_floor_gbps": 0.0,
+        "allreduce_busbw_gbps": 0.0,
+    },
     "default": {},
 }
 
 
 def _model_entry_schema() -> Field:
     """A user's threshold entry: every key optional (null = keep the built-in value)."""
-    return Section({k: Field(f.type, None, f.doc, f.choices, f.min, f.max, check=f.check)
-                    for k, f in MODEL_THRESHOLD_FIELDS.items()})
+    return Section(
+        {
+            k: Field(f.type, None, f.doc, f.choices, f.min, f.max, check=f.check)
+            for k, f in MODEL_THRESHOLD_FIELDS.items()
+        }
+    )
 
 
-THRESHOLDS_SCHEMA = Field("dict", {}, "Per GPU model: overrides of the built-in thresholds (keys: "
-                          + ", ".join(MODEL_THRESHOLD_FIELDS) + "). Built-in models: "
-                          + ", ".join(_MODEL_DEFAULTS) + "; any other name adds a model. A GPU matches "
-                          "a model when the model is a word of its name ('NVIDIA H100 80GB HBM3' -> "
-                          "H100); unmatched GPUs use 'default'.", items=_model_entry_schema(),
-                          nullable=False)
+THRESHOLDS_SCHEMA = Field(
+    "dict",
+    {},
+    "Per GPU model: overrides of the built-in thresholds (keys: "
+    + ", ".join(MODEL_THRESHOLD_FIELDS)
+    + "). Built-in models: "
+    + ", ".join(_MODEL_DEFAULTS)
+    + "; any other name adds a model. A GPU matches "
+    "a model when the model is a word of its name ('NVIDIA H100 80GB HBM3' -> "
+    "H100); unmatched GPUs use 'default'.",
+    items=_model_entry_schema(),
+    nullable=False,
+)
 
 
 def _check(enabled: bool = True, timeout: Optional[float] = None, **params: Field) -> Field:
     fields: Dict[str, Field] = {
         "enabled": Field("bool", enabled, "Run this check."),
-        "timeout": Field("float", timeout, "Seconds before this check is a failure (null: tier default).",
-                         check=_positive_or_null),
+        "timeout": Field(
+            "float",
+            timeout,
+            "Seconds before this check is a failure (null: tier default).",
+            check=_positive_or_null,
+        ),
     }
     fields.update(params)
     return Section(fields)
 
 
-CHECKS_SCHEMA = Section({
-    "gpu_count": _check(expected=Field("int", None, "GPUs this node must show; null: the node's gres "
-                                       "count from gres.conf next to SLURM_CONF, when it can be read.",
-                                       min=0)),
-    "gpu_ecc": _check(),
-    "gpu_memory_errors": _check(),
-    "gpu_temperature": _check(),
-    "gpu_power": _check(),
-    "gpu_persistence": _check(severity=Field("str", "warn", "Verdict when persistence mode is off.",
-                                             choices=("warn", "fail"))),
-    "gpu_throttle": _check(ignore=Field("list", ["gpu_idle", "applications_clocks_setting",
-                                                 "sw_power_cap"],
-                                        "Throttle reasons that are normal and never warn.",
-                                        items=Field("str"))),
-    "nvlink_state": _check(),
-    "gpu_leftover": _check(),
-    "xid": _check(table=Field("str", None, "Xid->action table (YAML); null: the packaged "
-                              "etc/xid-actions.yaml."),
-                  unknown_action=Field("str", "monitor", "Action for an Xid not in the table.",
-                                       choices=("none", "monitor", "reset", "reboot", "isolate"))),
-    "disk_space": _check(paths=Field("dict", {"/tmp": {"min_free_gb": 1.0, "min_free_inodes_pct": 1.0}},
-                                     "Path -> {min_free_gb, min_free_inodes_pct}.",
-                                     items=Field("dict"))),
-    "memory_available": _check(min_available_gb=Field("float", 1.0, "MemAvailable floor (GB).", min=0)),
-    "mounts": _check(required=Field("list", [], "Mount points that must be mounted and writable.",
-                                    items=Field("str")),
-                     write_test=Field("bool", True, "Create and delete a file to prove writability.")),
-    "infiniband": _check(enabled=True,
-                         expected_rate_gbps=Field("float", None, "Rate every port must run at "
-                                                  "(e.g. 400); null: any rate.", min=0),
-                         min_active_ports=Field("int", 0, "Fewer ACTIVE ports than this fails; 0 with "
-                                                "no HCA present is ok (GPU nodes without IB).", min=0),
-                         devices=Field("list", [], "Only these HCAs (e.g. mlx5_0); empty: all.",
-                                       items=Field("str")),
-                         sysfs_root=Field("str", "/sys", "sysfs root (tests point it at a fixture tree).")),
-    "services": _check(required=Field("list", [], "Process names that must be running "
-                                      "(e.g. nv-fabricmanager, nvidia-persistenced).", items=Field("str"))),
-    "heavy_cache": _check(),
-    # heavy tier (sweeps; needs torch)
-    "nvlink_bandwidth": _check(size_mb=Field("int", 256, "Bytes per pair copy (MiB).", min=1),
-                               iterations=Field("int", 5, "Timed copies per pair.", min=1)),
-    "allreduce_busbw": _check(size_mb=Field("int", 1024, "all_reduce message size (MiB).", min=1),
-                              cpu_size_mb=Field("int", 8, "Message size with the gloo/CPU fallback (MiB).", min=1),
-                              iterations=Field("int", 10, "Timed all_reduce calls.", min=1)),
-    "gemm_tflops": _check(size=Field("int", 8192, "Square matrix size (CPU runs use cpu_size).", min=64),
-                          cpu_size=Field("int", 256, "Matrix size on CPU tensors.", min=16),
-                          iterations=Field("int", 10, "Timed matmuls.", min=1)),
-    "hbm_bandwidth": _check(size_mb=Field("int", 2048, "Bytes copied per iteration (MiB).", min=1),
-                            cpu_size_mb=Field("int", 32, "Bytes per copy on CPU tensors (MiB).", min=1),
-                            iterations=Field("int", 10, "Timed copies.", min=1)),
-}, "Per-check switches and parameters. Every check has enabled and timeout.")
+CHECKS_SCHEMA = Section(
+    {
+        "gpu_count": _check(
+            expected=Field(
+                "int",
+                None,
+                "GPUs this node must show; null: the node's gres "
+                "count from gres.conf next to SLURM_CONF, when it can be read.",
+                min=0,
+            )
+        ),
+        "gpu_ecc": _check(),
+        "gpu_memory_errors": _check(),
+        "gpu_temperature": _check(),
+        "gpu_power": _check(),
+        "gpu_persistence": _check(
+            severity=Field("str", "warn", "Verdict when persistence mode is off.", choices=("warn", "fail"))
+        ),
+        "gpu_throttle": _check(
+            ignore=Field(
+                "list",
+                ["gpu_idle", "applications_clocks_setting", "sw_power_cap"],
+                "Throttle reasons that are normal and never warn.",
+                items=Field("str"),
+            )
+        ),
+        "nvlink_state": _check(),
+        "gpu_leftover": _check(),
+        "xid": _check(
+            table=Field("str", None, "Xid->action table (YAML); null: the packaged etc/xid-actions.yaml."),
+            unknown_action=Field(
+                "str",
+                "monitor",
+                "Action for an Xid not in the table.",
+                choices=("none", "monitor", "reset", "reboot", "isolate"),
+            ),
+        ),
+        "disk_space": _check(
+            paths=Field(
+                "dict",
+                {"/tmp": {"min_free_gb": 1.0, "min_free_inodes_pct": 1.0}},
+                "Path -> {min_free_gb, min_free_inodes_pct}.",
+                items=Field("dict"),
+            )
+        ),
+        "memory_available": _check(min_available_gb=Field("float", 1.0, "MemAvailable floor (GB).", min=0)),
+        "mounts": _check(
+            required=Field("list", [], "Mount points that must be mounted and writable.", items=Field("str")),
+            write_test=Field("bool", True, "Create and delete a file to prove writability."),
+        ),
+        "infiniband": _check(
+            enabled=True,
+            expected_rate_gbps=Field(
+                "float", None, "Rate every port must run at (e.g. 400); null: any rate.", min=0
+            ),
+            min_active_ports=Field(
+                "int",
+                0,
+                "Fewer ACTIVE ports than this fails; 0 with no HCA present is ok (GPU nodes without IB).",
+                min=0,
+            ),
+            devices=Field("list", [], "Only these HCAs (e.g. mlx5_0); empty: all.", items=Field("str")),
+            sysfs_root=Field("str", "/sys", "sysfs root (tests point it at a fixture tree)."),
+        ),
+        "services": _check(
+            required=Field(
+                "list",
+                [],
+                "Process names that must be running (e.g. nv-fabricmanager, nvidia-persistenced).",
+                items=Field("str"),
+            )
+        ),
+        "heavy_cache": _check(),
+        # heavy tier (sweeps; needs torch)
+        "nvlink_bandwidth": _check(
+            size_mb=Field("int", 256, "Bytes per pair copy (MiB).", min=1),
+            iterations=Field("int", 5, "Timed copies per pair.", min=1),
+        ),
+        "allreduce_busbw": _check(
+            size_mb=Field("int", 1024, "all_reduce message size (MiB).", min=1),
+            cpu_size_mb=Field("int", 8, "Message size with the gloo/CPU fallback (MiB).", min=1),
+            iterations=Field("int", 10, "Timed all_reduce calls.", min=1),
+        ),
+        "gemm_tflops": _check(
+            size=Field("int", 8192, "Square matrix size (CPU runs use cpu_size).", min=64),
+            cpu_size=Field("int", 256, "Matrix size on CPU tensors.", min=16),
+            iterations=Field("int", 10, "Timed matmuls.", min=1),
+        ),
+        "hbm_bandwidth": _check(
+            size_mb=Field("int", 2048, "Bytes copied per iteration (MiB).", min=1),
+            cpu_size_mb=Field("int", 32, "Bytes per copy on CPU tensors (MiB).", min=1),
+            iterations=Field("int", 10, "Timed copies.", min=1),
+        ),
+    },
+    "Per-check switches and parameters. Every check has enabled and timeout.",
+)
 
-ESCALATION_SCHEMA = Section({
-    "action": Field("str", "none", "What the epilog does when the job's exit or new Xids point at "
-                    "hardware: none, heavy (run the heavy tier now), reboot (scontrol reboot ASAP "
-                    "nextstate=RESUME).", choices=("none", "heavy", "reboot")),
-    "exit_signals": Field("list", [7], "Job-ending signals (SLURM_JOB_EXIT_CODE2 'code:signal', "
-                          "SLURM_JOB_DERIVED_EC) that point at hardware; 7 = SIGBUS.", items=Field("int")),
-    "exit_codes": Field("list", [], "Job exit codes that point at hardware (site convention).",
-                        items=Field("int")),
-    "xid_min_action": Field("str", "reset", "New Xids whose table action is at least this escalate.",
-                            choices=("monitor", "reset", "reboot", "isolate")),
-    "heavy_deadline": Field("float", 900.0, "Seconds the escalated heavy tier may take.", min=1),
-}, "Epilog escalation.")
+ESCALATION_SCHEMA = Section(
+    {
+        "action": Field(
+            "str",
+            "none",
+            "What the epilog does when the job's exit or new Xids point at "
+            "hardware: none, heavy (run the heavy tier now), reboot (scontrol reboot ASAP "
+            "nextstate=RESUME).",
+            choices=("none", "heavy", "reboot"),
+        ),
+        "exit_signals": Field(
+            "list",
+            [7],
+            "Job-ending signals (SLURM_JOB_EXIT_CODE2 'code:signal', "
+            "SLURM_JOB_DERIVED_EC) that point at hardware; 7 = SIGBUS.",
+            items=Field("int"),
+        ),
+        "exit_codes": Field(
+            "list", [], "Job exit codes that point at hardware (site convention).", items=Field("int")
+        ),
+        "xid_min_action": Field(
+            "str",
+            "reset",
+            "New Xids whose table action is at least this escalate.",
+            choices=("monitor", "reset", "reboot", "isolate"),
+        ),
+        "heavy_deadline": Field("float", 900.0, "Seconds the escalated heavy tier may take.", min=1),
+    },
+    "Epilog escalation.",
+)
 
-LEAKS_SCHEMA = Section({
-    "gpu_memory_fraction": Field("float", 0.95, "A process holding more than this fraction of one GPU's "
-                                 "memory is a leak candidate.", min=0, max=1),
-    "host_memory_fraction": Field("float", 0.95, "... or more than this fraction of host memory (RSS).",
-                                  min=0, max=1),
-    "min_uid": Field("int", 1000, "Processes of uids below this (system users) are never touched; "
-                     "root never is.", min=1),
-    "audit_log": Field("str", None, "JSON-lines audit log; null: <paths.log_dir>/kill-leaks.jsonl."),
-}, "The cron leak killer (slurmkit kill-leaks).")
+LEAKS_SCHEMA = Section(
+    {
+        "gpu_memory_fraction": Field(
+            "float",
+            0.95,
+            "A process holding more than this fraction of one GPU's memory is a leak candidate.",
+            min=0,
+            max=1,
+        ),
+        "host_memory_fraction": Field(
+            "float", 0.95, "... or more than this fraction of host memory (RSS).", min=0, max=1
+        ),
+        "min_uid": Field(
+            "int",
+            1000,
+            "Processes of uids below this (system users) are never touched; root never is.",
+            min=1,
+        ),
+        "audit_log": Field("str", None, "JSON-lines audit log; null: <paths.log_dir>/kill-leaks.jsonl."),
+    },
+    "The cron leak killer (slurmkit kill-leaks).",
+)
 
-SITE_SCHEMA = Section({
-    "backend": Field("str", "auto", "GPU backend: nvml (nvidia-ml-py), simulated (YAML fixture), "
-                     "auto (nvml when it imports and a driver answers, else GPU checks are unknown).",
-                     choices=("auto", "nvml", "simulated")),
-    "simulated_fixture": Field("str", None, "Simulated backend fixture; '{node}' becomes the node name.",
-                               check=_fixture_template),
-    "prolog_deadline": Field("float", 5.0, "Seconds the whole prolog may take (slurmd says 'Prolog hung' "
-                             "at 8 s).", min=0.5, max=60),
-    "epilog_deadline": Field("float", 30.0, "Seconds the epilog may take, kill grace included.", min=1),
-    "healthcheck_deadline": Field("float", 30.0, "Seconds HealthCheckProgram may take (Slurm kills it "
-                                  "at 60 s).", min=1, max=59),
-    "check_timeout": Field("float", 2.0, "Default per-check timeout in the fast tier (seconds).", min=0.05),
-    "heavy_check_timeout": Field("float", 300.0, "Default per-check timeout in the heavy tier.", min=1),
-    "fail_closed": Field("bool", False, "Treat slurmkit's own faults (bug, bad config, missing library, "
-                         "a check that could not run) as a failure. Default: fail open (exit 0, log, "
-                         "metric)."),
-    "drain_on_fail": Field("bool", True, "On a fail verdict, set the drain reason to "
-                           "'slurmkit:<CODE> <check>: <detail>' with scontrol (else Slurm writes "
-                           "'Prolog error')."),
-    "drain_timeout": Field("float", 3.0, "Seconds the scontrol drain call may take.", min=0.1),
-    "kill_grace": Field("float", 5.0, "Seconds between SIGTERM and SIGKILL for leftovers and leaks.", min=0),
-    "memory_release_wait": Field("float", 3.0, "Epilog: seconds to wait for GPU memory to come back "
-                                 "after killing leftovers.", min=0),
-    "clean_dev_shm": Field("bool", True, "Epilog: remove the job user's /dev/shm files when no other job "
-                           "of that user is on the node."),
-    "use_verdict_store": Field("bool", True, "Prolog: report still-valid heavy verdicts from the sweep "
-                               "store (paths.shared_dir)."),
-    "checks": CHECKS_SCHEMA,
-    "thresholds": THRESHOLDS_SCHEMA,
-    "escalation": ESCALATION_SCHEMA,
-    "leaks": LEAKS_SCHEMA,
-}, "Node health gate: prolog, epilog, HealthCheckProgram, kill-leaks, heavy checks.")
+SITE_SCHEMA = Section(
+    {
+        "backend": Field(
+            "str",
+            "auto",
+            "GPU backend: nvml (nvidia-ml-py), simulated (YAML fixture), "
+            "auto (nvml when it imports and a driver answers, else GPU checks are unknown).",
+            choices=("auto", "nvml", "simulated"),
+        ),
+        "simulated_fixture": Field(
+            "str", None, "Simulated backend fixture; '{node}' becomes the node name.", check=_fixture_template
+        ),
+        "prolog_deadline": Field(
+            "float",
+            5.0,
+            "Seconds the whole prolog may take (slurmd says 'Prolog hung' at 8 s).",
+            min=0.5,
+            max=60,
+        ),
+        "epilog_deadline": Field("float", 30.0, "Seconds the epilog may take, kill grace included.", min=1),
+        "healthcheck_deadline": Field(
+            "float", 30.0, "Seconds HealthCheckProgram may take (Slurm kills it at 60 s).", min=1, max=59
+        ),
+        "check_timeout": Field(
+            "float", 2.0, "Default per-check timeout in the fast tier (seconds).", min=0.05
+        ),
+        "heavy_check_timeout": Field("float", 300.0, "Default per-check timeout in the heavy tier.", min=1),
+        "fail_closed": Field(
+            "bool",
+            False,
+            "Treat slurmkit's own faults (bug, bad config, missing library, "
+            "a check that could not run) as a failure. Default: fail open (exit 0, log, "
+            "metric).",
+        ),
+        "drain_on_fail": Field(
+            "bool",
+            True,
+            "On a fail verdict, set the drain reason to "
+            "'slurmkit:<CODE> <check>: <detail>' with scontrol (else Slurm writes "
+            "'Prolog error').",
+        ),
+        "drain_timeout": Field("float", 3.0, "Seconds the scontrol drain call may take.", min=0.1),
+        "kill_grace": Field(
+            "float", 5.0, "Seconds between SIGTERM and SIGKILL for leftovers and leaks.", min=0
+        ),
+        "memory_release_wait": Field(
+            "float",
+            3.0,
+            "Epilog: seconds to wait for GPU memory to come back after killing leftovers.",
+            min=0,
+        ),
+        "clean_dev_shm": Field(
+            "bool",
+            True,
+            "Epilog: remove the job user's /dev/shm files when no other job of that user is on the node.",
+        ),
+        "use_verdict_store": Field(
+            "bool", True, "Prolog: report still-valid heavy verdicts from the sweep store (paths.shared_dir)."
+        ),
+        "checks": CHECKS_SCHEMA,
+        "thresholds": THRESHOLDS_SCHEMA,
+        "escalation": ESCALATION_SCHEMA,
+        "leaks": LEAKS_SCHEMA,
+    },
+    "Node health gate: prolog, epilog, HealthCheckProgram, kill-leaks, heavy checks.",
+)
 
 
 def model_table(health_cfg: Dict[str, Any]) -> Dict[str, Dict[str, Any]]:

@@ -27,24 +27,23 @@ log = logging.getLogger("slurmkit.health")
 
 
 def parse_gpu_list(text: Optional[str]) -> Optional[List[int]]:
-    """``"0,1,5"`` -> ``[0, 1, 5]``; ranges ``"0-3"`` too; ``None``/empty -> ``None``.
+    """``"0,1,5"`` -> ``[0, 1, 5]``; ranges ``"0-3"`` too; ``None``, empty or no number
+    (``NoDevFiles``, ``(null)``) -> ``None``.
 
     Slurm writes ``SLURM_JOB_GPUS`` as a comma list of host indices; some versions
-    compress runs as ranges.
+    compress runs as ranges. Tokens that are not numbers are ignored rather than
+    failing the hook.
     """
-    if text is None or not text.strip() or text.strip().upper() in ("NODEVS", "(NULL)"):
+    if text is None:
         return None
     out: List[int] = []
     for part in text.split(","):
-        part = part.strip()
-        if not part:
+        lo, sep, hi = part.strip().partition("-")
+        try:
+            out.extend(range(int(lo), int(hi) + 1) if sep else [int(lo)])
+        except ValueError:
             continue
-        lo, sep, hi = part.partition("-")
-        if sep:
-            out.extend(range(int(lo), int(hi) + 1))
-        else:
-            out.append(int(part))
-    return out
+    return out or None
 
 
 def node_name(env: Optional[Dict[str, str]] = None) -> str:
@@ -60,16 +59,16 @@ def node_name(env: Optional[Dict[str, str]] = None) -> str:
 class Context:
     """Everything a check may look at. Built once per run by the gate or the CLI."""
 
-    health: Dict[str, Any]                 # validated `health` section
-    paths: Dict[str, Any]                  # validated `paths` section
+    health: Dict[str, Any]  # validated `health` section
+    paths: Dict[str, Any]  # validated `paths` section
     node: str
-    hook: str = "manual"                   # prolog | epilog | healthcheck | manual
+    hook: str = "manual"  # prolog | epilog | healthcheck | manual
     env: Dict[str, str] = field(default_factory=lambda: dict(os.environ))
     job_id: Optional[str] = None
     job_uid: Optional[int] = None
     job_user: Optional[str] = None
-    job_gpus: Optional[List[int]] = None   # host numbering; None = not a job context
-    advance_xid_cursor: bool = False       # hooks consume Xid events; manual runs only peek
+    job_gpus: Optional[List[int]] = None  # host numbering; None = not a job context
+    advance_xid_cursor: bool = False  # hooks consume Xid events; manual runs only peek
     backend_override: Optional[GpuBackend] = None
     _backend: Any = None
     _backend_error: Optional[BackendError] = None
@@ -77,18 +76,31 @@ class Context:
     xid_events_seen: List[Dict[str, Any]] = field(default_factory=list)
 
     @classmethod
-    def from_env(cls, health: Dict[str, Any], paths: Dict[str, Any], hook: str,
-                 env: Optional[Dict[str, str]] = None, node: Optional[str] = None) -> "Context":
+    def from_env(
+        cls,
+        health: Dict[str, Any],
+        paths: Dict[str, Any],
+        hook: str,
+        env: Optional[Dict[str, str]] = None,
+        node: Optional[str] = None,
+    ) -> "Context":
         env = dict(os.environ if env is None else env)
         uid = env.get("SLURM_JOB_UID")
         gpus = env.get("SLURM_JOB_GPUS")
         if gpus is None and hook in ("prolog", "epilog") and env.get("SLURM_JOB_ID"):
             gpus = env.get("CUDA_VISIBLE_DEVICES") or env.get("GPU_DEVICE_ORDINAL") or ""
-        return cls(health=health, paths=paths, node=node or node_name(env), hook=hook, env=env,
-                   job_id=env.get("SLURM_JOB_ID") or env.get("SLURM_JOBID"),
-                   job_uid=int(uid) if uid and uid.isdigit() else None,
-                   job_user=env.get("SLURM_JOB_USER"), job_gpus=parse_gpu_list(gpus),
-                   advance_xid_cursor=hook in ("prolog", "epilog", "healthcheck"))
+        return cls(
+            health=health,
+            paths=paths,
+            node=node or node_name(env),
+            hook=hook,
+            env=env,
+            job_id=env.get("SLURM_JOB_ID") or env.get("SLURM_JOBID"),
+            job_uid=int(uid) if uid and uid.isdigit() else None,
+            job_user=env.get("SLURM_JOB_USER"),
+            job_gpus=parse_gpu_list(gpus),
+            advance_xid_cursor=hook in ("prolog", "epilog", "healthcheck"),
+        )
 
     # ------------------------------------------------------------------ backend
 
@@ -123,16 +135,22 @@ def check_timeout(ctx: Context, spec: CheckSpec) -> float:
     own = ctx.params(spec.name).get("timeout")
     if own:
         return float(own)
-    return float(ctx.health["heavy_check_timeout"] if spec.tier == Tier.HEAVY else ctx.health["check_timeout"])
+    return float(
+        ctx.health["heavy_check_timeout"] if spec.tier == Tier.HEAVY else ctx.health["check_timeout"]
+    )
 
 
 def run_one(ctx: Context, spec: CheckSpec, timeout: float) -> CheckResult:
     """Run one check under ``timeout``; never raises."""
     start = time.monotonic()
     if spec.gpu and ctx.backend_hung_in:
-        return CheckResult(spec.name, Status.UNKNOWN, "NOT_RUN",
-                           f"not run: the GPU backend hung in {ctx.backend_hung_in}",
-                           details={"skipped": True})
+        return CheckResult(
+            spec.name,
+            Status.UNKNOWN,
+            "NOT_RUN",
+            f"not run: the GPU backend hung in {ctx.backend_hung_in}",
+            details={"skipped": True},
+        )
     try:
         fn = spec.function()
         result, _ = call_with_deadline(lambda: fn(ctx, ctx.params(spec.name)), timeout, spec.name)
@@ -141,22 +159,37 @@ def run_one(ctx: Context, spec: CheckSpec, timeout: float) -> CheckResult:
     except ProbeTimeout:
         if spec.gpu:
             ctx.backend_hung_in = spec.name
-        result = CheckResult(spec.name, Status.FAIL, "CHECK_TIMEOUT",
-                             f"{spec.name} did not finish within {timeout:.2f}s (hung probe)",
-                             Action.REBOOT if spec.gpu else Action.ISOLATE)
+        result = CheckResult(
+            spec.name,
+            Status.FAIL,
+            "CHECK_TIMEOUT",
+            f"{spec.name} did not finish within {timeout:.2f}s (hung probe)",
+            Action.REBOOT if spec.gpu else Action.ISOLATE,
+        )
     except BackendUnavailable as exc:
-        result = CheckResult(spec.name, Status.FAIL if exc.hardware else Status.UNKNOWN, exc.code,
-                             str(exc), Action.REBOOT if exc.hardware else Action.NONE,
-                             details={"internal": not exc.hardware})
+        result = CheckResult(
+            spec.name,
+            Status.FAIL if exc.hardware else Status.UNKNOWN,
+            exc.code,
+            str(exc),
+            Action.REBOOT if exc.hardware else Action.NONE,
+            details={"internal": not exc.hardware},
+        )
     except BackendError as exc:
-        result = CheckResult(spec.name, Status.FAIL if exc.hardware else Status.UNKNOWN, exc.code, str(exc),
-                             Action.RESET if exc.hardware else Action.NONE,
-                             details={"internal": not exc.hardware, "gpu": exc.gpu})
+        result = CheckResult(
+            spec.name,
+            Status.FAIL if exc.hardware else Status.UNKNOWN,
+            exc.code,
+            str(exc),
+            Action.RESET if exc.hardware else Action.NONE,
+            details={"internal": not exc.hardware, "gpu": exc.gpu},
+        )
     except Exception as exc:  # a slurmkit bug or a bad config: never a node fault
         log.debug("check %s raised", spec.name, exc_info=True)
         code = "CONFIG_ERROR" if exc.__class__.__name__ == "ConfigError" else "INTERNAL_ERROR"
-        result = CheckResult(spec.name, Status.UNKNOWN, code, f"{type(exc).__name__}: {exc}",
-                             details={"internal": True})
+        result = CheckResult(
+            spec.name, Status.UNKNOWN, code, f"{type(exc).__name__}: {exc}", details={"internal": True}
+        )
     result.seconds = round(time.monotonic() - start, 4)
     return result
 
@@ -170,9 +203,15 @@ def run_checks(ctx: Context, specs: List[CheckSpec], deadline: Optional[float] =
         if deadline is not None:
             left = deadline - time.monotonic()
             if left <= 0.01:
-                results.append(CheckResult(spec.name, Status.UNKNOWN, "BUDGET_EXHAUSTED",
-                                           f"not run: the {ctx.hook} time budget was spent",
-                                           details={"skipped": True}))
+                results.append(
+                    CheckResult(
+                        spec.name,
+                        Status.UNKNOWN,
+                        "BUDGET_EXHAUSTED",
+                        f"not run: the {ctx.hook} time budget was spent",
+                        details={"skipped": True},
+                    )
+                )
                 continue
             timeout = min(timeout, left)
         results.append(run_one(ctx, spec, timeout))

@@ -36,8 +36,15 @@ def cleanup(ctx, deadline: float, extra: Dict[str, Any]) -> List[CheckResult]:
     out: List[CheckResult] = []
     start = time.monotonic()
     if not ctx.job_id:
-        return [CheckResult("epilog_cleanup", Status.UNKNOWN, "NO_JOB", "no SLURM_JOB_ID in the environment",
-                            details={"internal": True})]
+        return [
+            CheckResult(
+                "epilog_cleanup",
+                Status.UNKNOWN,
+                "NO_JOB",
+                "no SLURM_JOB_ID in the environment",
+                details={"internal": True},
+            )
+        ]
     table = {p.pid: p for p in procs.iter_procs()}
     cg = procs.cgroup_job_pids(ctx.job_id)
     envp = procs.environ_job_pids(ctx.job_id, ctx.job_uid, list(table.values()))
@@ -60,33 +67,72 @@ def cleanup(ctx, deadline: float, extra: Dict[str, Any]) -> List[CheckResult]:
                         gpu_pids[p.pid] = i
         except ProbeTimeout as exc:
             ctx.backend_hung_in = exc.name
-            out.append(CheckResult("epilog_cleanup", Status.FAIL, "CHECK_TIMEOUT",
-                                   f"GPU backend hung listing processes ({exc})", Action.REBOOT))
+            out.append(
+                CheckResult(
+                    "epilog_cleanup",
+                    Status.FAIL,
+                    "CHECK_TIMEOUT",
+                    f"GPU backend hung listing processes ({exc})",
+                    Action.REBOOT,
+                )
+            )
             backend = None
         except BackendError as exc:
-            out.append(CheckResult("epilog_cleanup", Status.FAIL if exc.hardware else Status.UNKNOWN, exc.code,
-                                   str(exc), Action.RESET if exc.hardware else Action.NONE,
-                                   details={"internal": not exc.hardware}))
+            out.append(
+                CheckResult(
+                    "epilog_cleanup",
+                    Status.FAIL if exc.hardware else Status.UNKNOWN,
+                    exc.code,
+                    str(exc),
+                    Action.RESET if exc.hardware else Action.NONE,
+                    details={"internal": not exc.hardware},
+                )
+            )
             backend = None
     targets |= set(gpu_pids)
     grace = min(float(ctx.health["kill_grace"]), max(0.0, deadline - time.monotonic() - 2.0))
-    outcome = procs.kill_with_grace(targets, grace) if targets else {"terminated": [], "killed": [],
-                                                                     "survivors": [], "gone": []}
-    details = {"cgroup_pids": sorted(cg), "environ_pids": sorted(envp), "gpu_pids": sorted(gpu_pids),
-               "root_on_gpu": sorted(root_on_gpu), **outcome}
+    outcome = (
+        procs.kill_with_grace(targets, grace)
+        if targets
+        else {"terminated": [], "killed": [], "survivors": [], "gone": []}
+    )
+    details = {
+        "cgroup_pids": sorted(cg),
+        "environ_pids": sorted(envp),
+        "gpu_pids": sorted(gpu_pids),
+        "root_on_gpu": sorted(root_on_gpu),
+        **outcome,
+    }
     extra["cleanup"] = details
     if outcome["survivors"]:
-        out.append(CheckResult("epilog_cleanup", Status.FAIL, "EPILOG_UNKILLABLE",
-                               f"process(es) {','.join(map(str, outcome['survivors']))} survived SIGKILL",
-                               Action.REBOOT, value=len(outcome["survivors"]), details=details))
+        out.append(
+            CheckResult(
+                "epilog_cleanup",
+                Status.FAIL,
+                "EPILOG_UNKILLABLE",
+                f"process(es) {','.join(map(str, outcome['survivors']))} survived SIGKILL",
+                Action.REBOOT,
+                value=len(outcome["survivors"]),
+                details=details,
+            )
+        )
     else:
         n = len(outcome["terminated"]) + len(outcome["killed"])
-        out.append(CheckResult("epilog_cleanup", Status.WARN if n else Status.OK,
-                               "EPILOG_KILLED_LEFTOVERS" if n else "OK",
-                               f"killed {n} leftover process(es) of job {ctx.job_id}" + (
-                                   f" ({len(outcome['killed'])} needed SIGKILL)" if outcome["killed"] else "")
-                               if n else f"no leftovers of job {ctx.job_id}", Action.MONITOR if n else Action.NONE,
-                               value=n, unit="processes", details=details))
+        out.append(
+            CheckResult(
+                "epilog_cleanup",
+                Status.WARN if n else Status.OK,
+                "EPILOG_KILLED_LEFTOVERS" if n else "OK",
+                f"killed {n} leftover process(es) of job {ctx.job_id}"
+                + (f" ({len(outcome['killed'])} needed SIGKILL)" if outcome["killed"] else "")
+                if n
+                else f"no leftovers of job {ctx.job_id}",
+                Action.MONITOR if n else Action.NONE,
+                value=n,
+                unit="processes",
+                details=details,
+            )
+        )
     if backend is not None and indices:
         out.append(_memory_back(ctx, backend, indices, deadline))
     if ctx.health.get("clean_dev_shm", True) and ctx.job_uid is not None and ctx.job_uid != 0:
@@ -111,16 +157,31 @@ def _memory_back(ctx, backend, indices: List[int], deadline: float) -> CheckResu
         except ProbeTimeout as exc:
             ctx.backend_hung_in = exc.name
             return CheckResult("gpu_memory_released", Status.FAIL, "CHECK_TIMEOUT", str(exc), Action.REBOOT)
-        over = {i: u for i, u in used.items() if u > thresholds_for(ctx.health, names.get(i, ""))["leftover_memory_mib"]}
+        limit = {i: thresholds_for(ctx.health, names.get(i, ""))["leftover_memory_mib"] for i in used}
+        over = {i: u for i, u in used.items() if u > limit[i]}
         if not over or time.monotonic() >= wait_until:
             break
         time.sleep(0.1)
     if over:
-        return CheckResult("gpu_memory_released", Status.FAIL, "GPU_MEMORY_NOT_RELEASED",
-                           "; ".join(f"GPU {i}: {u:.0f} MiB still in use" for i, u in sorted(over.items())),
-                           Action.RESET, value=max(over.values()), unit="MiB", details={str(k): v for k, v in used.items()})
-    return CheckResult("gpu_memory_released", Status.OK, "OK", f"GPU(s) {','.join(map(str, indices))} memory released",
-                       value=max(used.values()) if used else 0, unit="MiB", details={str(k): v for k, v in used.items()})
+        return CheckResult(
+            "gpu_memory_released",
+            Status.FAIL,
+            "GPU_MEMORY_NOT_RELEASED",
+            "; ".join(f"GPU {i}: {u:.0f} MiB still in use" for i, u in sorted(over.items())),
+            Action.RESET,
+            value=max(over.values()),
+            unit="MiB",
+            details={str(k): v for k, v in used.items()},
+        )
+    return CheckResult(
+        "gpu_memory_released",
+        Status.OK,
+        "OK",
+        f"GPU(s) {','.join(map(str, indices))} memory released",
+        value=max(used.values()) if used else 0,
+        unit="MiB",
+        details={str(k): v for k, v in used.items()},
+    )
 
 
 def other_jobs_of_user(uid: int, job_id: str) -> List[str]:
@@ -183,6 +244,7 @@ def _rmtree_owned(path: str, uid: int) -> None:
 
 # ---------------------------------------------------------------------- escalation
 
+
 def parse_exit(text: Optional[str]) -> Optional[tuple]:
     """``"3:0"`` -> ``(3, 0)`` (code, signal); ``"9"`` -> ``(9, 0)``; unparsable -> ``None``."""
     if not text:
@@ -213,7 +275,9 @@ def escalation_triggers(ctx, results: List[CheckResult]) -> List[str]:
         table = xidmod.load_table(ctx.params("xid").get("table"))
         floor = Action(esc["xid_min_action"]).severity
         for e in ctx.xid_events_seen:
-            act = table.action(int(e["xid"]), e.get("message", ""), ctx.params("xid").get("unknown_action", "monitor"))
+            act = table.action(
+                int(e["xid"]), e.get("message", ""), ctx.params("xid").get("unknown_action", "monitor")
+            )
             if act.severity >= floor:
                 why.append(f"Xid {e['xid']} on GPU {e.get('gpu')} -> {act.value}")
     return sorted(set(why))
@@ -226,27 +290,57 @@ def escalate(ctx, results: List[CheckResult], extra: Dict[str, Any]) -> List[Che
     mode = ctx.health["escalation"]["action"]
     extra["escalation"] = {"why": why, "action": mode}
     if mode == "none":
-        return [CheckResult("escalation", Status.WARN, "ESCALATION_SUGGESTED",
-                            "hardware suspected (" + "; ".join(why) + "); escalation.action is none",
-                            Action.MONITOR)]
+        return [
+            CheckResult(
+                "escalation",
+                Status.WARN,
+                "ESCALATION_SUGGESTED",
+                "hardware suspected (" + "; ".join(why) + "); escalation.action is none",
+                Action.MONITOR,
+            )
+        ]
     if mode == "reboot":
         from slurmkit.slurm import client
 
         reason = f"slurmkit:ESCALATION_REBOOT epilog: {'; '.join(why)}"[:200]
         try:
-            client.call("scontrol", ["reboot", "ASAP", "nextstate=RESUME", f"reason={reason}", ctx.node],
-                        timeout=float(ctx.health["drain_timeout"]))
+            client.call(
+                "scontrol",
+                ["reboot", "ASAP", "nextstate=RESUME", f"reason={reason}", ctx.node],
+                timeout=float(ctx.health["drain_timeout"]),
+            )
             extra["reboot_requested"] = True
-            return [CheckResult("escalation", Status.WARN, "ESCALATION_REBOOT",
-                                f"requested scontrol reboot ASAP nextstate=RESUME ({'; '.join(why)})", Action.REBOOT)]
+            return [
+                CheckResult(
+                    "escalation",
+                    Status.WARN,
+                    "ESCALATION_REBOOT",
+                    f"requested scontrol reboot ASAP nextstate=RESUME ({'; '.join(why)})",
+                    Action.REBOOT,
+                )
+            ]
         except Exception as exc:
-            return [CheckResult("escalation", Status.FAIL, "ESCALATION_REBOOT_FAILED",
-                                f"reboot request failed ({exc}); draining instead: {'; '.join(why)}", Action.REBOOT)]
+            return [
+                CheckResult(
+                    "escalation",
+                    Status.FAIL,
+                    "ESCALATION_REBOOT_FAILED",
+                    f"reboot request failed ({exc}); draining instead: {'; '.join(why)}",
+                    Action.REBOOT,
+                )
+            ]
     # heavy: run the heavy tier now, on this node, while it is COMPLETING (no new jobs land)
     from slurmkit.health.catalog import select
     from slurmkit.health.engine import run_checks
 
     deadline = time.monotonic() + float(ctx.health["escalation"]["heavy_deadline"])
     heavy = run_checks(ctx, select(Tier.HEAVY, "manual", health_cfg=ctx.health), deadline)
-    return [CheckResult("escalation", Status.OK, "ESCALATION_HEAVY", f"ran the heavy tier ({'; '.join(why)})",
-                        details={"checks": [r.check for r in heavy]})] + heavy
+    return [
+        CheckResult(
+            "escalation",
+            Status.OK,
+            "ESCALATION_HEAVY",
+            f"ran the heavy tier ({'; '.join(why)})",
+            details={"checks": [r.check for r in heavy]},
+        )
+    ] + heavy

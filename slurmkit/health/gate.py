@@ -61,8 +61,10 @@ def _start_watchdog(seconds: float, hook: str, fail_closed: bool) -> None:
     threads cannot hold it open (``os._exit``)."""
 
     def fire() -> None:
-        _say(f"{hook}: internal watchdog fired after {seconds:.1f}s; "
-             + ("failing (fail_closed)" if fail_closed else "failing open"))
+        _say(
+            f"{hook}: internal watchdog fired after {seconds:.1f}s; "
+            + ("failing (fail_closed)" if fail_closed else "failing open")
+        )
         os._exit(HOOK_EXIT_FAIL if fail_closed else 0)
 
     t = threading.Timer(seconds, fire)
@@ -98,32 +100,61 @@ def drain(node: str, reason: str, timeout: float) -> Tuple[bool, str]:
 
     start = time.monotonic()
     cur = current_drain(node, max(0.2, timeout / 2))
-    if cur and is_drained(cur["state"]) and cur["reason"] and not cur["reason"].startswith(DRAIN_REASON_PREFIX):
+    if (
+        cur
+        and is_drained(cur["state"])
+        and cur["reason"]
+        and not cur["reason"].startswith(DRAIN_REASON_PREFIX)
+    ):
         return False, f"already drained by someone else ({cur['reason']!r}); reason kept"
     left = max(0.2, timeout - (time.monotonic() - start))
     try:
-        client.call("scontrol", ["update", f"NodeName={node}", "State=DRAIN", f"Reason={reason}"], timeout=left)
+        client.call(
+            "scontrol", ["update", f"NodeName={node}", "State=DRAIN", f"Reason={reason}"], timeout=left
+        )
     except Exception as exc:
         return False, f"scontrol drain failed: {exc}"
     return True, "drained"
 
 
-def _record(hook: str, ctx, paths: Dict[str, Any], status: Status, results: List[CheckResult], seconds: float,
-            exit_code: int, drain_reason: Optional[str], internal: List[str],
-            extra: Optional[Dict[str, Any]] = None) -> None:
+def _record(
+    hook: str,
+    ctx,
+    paths: Dict[str, Any],
+    status: Status,
+    results: List[CheckResult],
+    seconds: float,
+    exit_code: int,
+    drain_reason: Optional[str],
+    internal: List[str],
+    extra: Optional[Dict[str, Any]] = None,
+) -> None:
     from slurmkit.health import record
 
     node = ctx.node if ctx else os.environ.get("SLURMD_NODENAME", os.uname().nodename.split(".")[0])
     job = ctx.job_id if ctx else os.environ.get("SLURM_JOB_ID")
     try:
-        record.append_jsonl(os.path.join(paths["log_dir"], record.HEALTH_LOG),
-                            record.verdict_record(node, hook, status, results, job_id=job, seconds=seconds,
-                                                  exit_code=exit_code, drain_reason=drain_reason,
-                                                  internal=internal, extra=extra))
+        record.append_jsonl(
+            os.path.join(paths["log_dir"], record.HEALTH_LOG),
+            record.verdict_record(
+                node,
+                hook,
+                status,
+                results,
+                job_id=job,
+                seconds=seconds,
+                exit_code=exit_code,
+                drain_reason=drain_reason,
+                internal=internal,
+                extra=extra,
+            ),
+        )
     except Exception as exc:
         _say(f"{hook}: cannot write the health log under {paths.get('log_dir')}: {exc}")
     try:
-        record.write_verdict_metrics(paths["metrics_dir"], node, hook, status, results, seconds, bool(internal))
+        record.write_verdict_metrics(
+            paths["metrics_dir"], node, hook, status, results, seconds, bool(internal)
+        )
     except Exception as exc:
         _say(f"{hook}: cannot write metrics under {paths.get('metrics_dir')}: {exc}")
 
@@ -194,19 +225,37 @@ def run_hook(hook: str, env: Optional[Dict[str, str]] = None) -> int:
             _say(f"{hook}: {ctx.node}: failing open on slurmkit fault(s): {'; '.join(internal)[:300]}")
         if hook == "healthcheck":
             exit_code = status.exit_code if status != Status.UNKNOWN or health["fail_closed"] else 0
-        _record(hook, ctx, paths, status, results, time.monotonic() - t0, exit_code, drain_reason, internal, extra)
+        _record(
+            hook, ctx, paths, status, results, time.monotonic() - t0, exit_code, drain_reason, internal, extra
+        )
         return exit_code
     except Exception as exc:  # a slurmkit bug: fail open unless told otherwise
         import traceback
 
-        _say(f"{hook}: internal error, failing {'closed' if health.get('fail_closed') else 'open'}: "
-             f"{type(exc).__name__}: {exc}")
+        _say(
+            f"{hook}: internal error, failing {'closed' if health.get('fail_closed') else 'open'}: "
+            f"{type(exc).__name__}: {exc}"
+        )
         if os.environ.get("SLURMKIT_DEBUG"):
             traceback.print_exc()
-        problem = CheckResult("internal", Status.UNKNOWN, "INTERNAL_ERROR", f"{type(exc).__name__}: {exc}",
-                              details={"internal": True})
-        _record(hook, ctx, paths, Status.UNKNOWN, [problem], time.monotonic() - t0,
-                HOOK_EXIT_FAIL if health.get("fail_closed") else 0, None, [str(exc)])
+        problem = CheckResult(
+            "internal",
+            Status.UNKNOWN,
+            "INTERNAL_ERROR",
+            f"{type(exc).__name__}: {exc}",
+            details={"internal": True},
+        )
+        _record(
+            hook,
+            ctx,
+            paths,
+            Status.UNKNOWN,
+            [problem],
+            time.monotonic() - t0,
+            HOOK_EXIT_FAIL if health.get("fail_closed") else 0,
+            None,
+            [str(exc)],
+        )
         return HOOK_EXIT_FAIL if health.get("fail_closed") else 0
     finally:
         if ctx is not None:

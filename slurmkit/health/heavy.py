@@ -28,13 +28,16 @@ GB = 1e9
 
 # ---------------------------------------------------------------------- helpers
 
+
 def _torch():
     try:
         import torch
     except ImportError:
         from slurmkit.health.backends import BackendUnavailable
 
-        raise BackendUnavailable("heavy checks need torch (pip install 'slurmkit[train]')", code="NO_TORCH") from None
+        raise BackendUnavailable(
+            "heavy checks need torch (pip install 'slurmkit[train]')", code="NO_TORCH"
+        ) from None
     return torch
 
 
@@ -72,8 +75,10 @@ def _thresholds(ctx, name: str) -> Dict[str, Any]:
 
 # ---------------------------------------------------------------------- NVLink matrix
 
-def nvlink_matrix(ctx=None, devices: Optional[Sequence[int]] = None, size_mb: int = 256,
-                  iterations: int = 5) -> List[List[float]]:
+
+def nvlink_matrix(
+    ctx=None, devices: Optional[Sequence[int]] = None, size_mb: int = 256, iterations: int = 5
+) -> List[List[float]]:
     """The N x N GPU-to-GPU copy bandwidth matrix in GB/s (row = source, column = destination;
     the diagonal is 0). From the backend when it has one (simulated fixture), else
     measured with CUDA peer copies."""
@@ -108,8 +113,9 @@ def nvlink_matrix(ctx=None, devices: Optional[Sequence[int]] = None, size_mb: in
     return out
 
 
-def judge_nvlink_matrix(matrix: List[List[float]], floor_gbps: float, outlier_fraction: float,
-                        check: str = "nvlink_bandwidth") -> CheckResult:
+def judge_nvlink_matrix(
+    matrix: List[List[float]], floor_gbps: float, outlier_fraction: float, check: str = "nvlink_bandwidth"
+) -> CheckResult:
     """Fail a pair below ``floor_gbps``, or below ``outlier_fraction`` x the median of its
     row or of its column (off-diagonal). One weak link hides under a global floor
     but stands out against its own row and column; a whole slow GPU pulls its row
@@ -117,8 +123,10 @@ def judge_nvlink_matrix(matrix: List[List[float]], floor_gbps: float, outlier_fr
     n = len(matrix)
     if n < 2:
         return CheckResult(check, Status.OK, "OK", "fewer than 2 GPUs: no pairs", value=None, unit="GB/s")
+
     def off(seq, k):  # noqa: E306
         return [v for idx, v in enumerate(seq) if idx != k]
+
     row_med = [statistics.median(off(matrix[i], i)) for i in range(n)]
     col_med = [statistics.median(off([matrix[r][j] for r in range(n)], j)) for j in range(n)]
     below_floor, outliers = [], []
@@ -133,36 +141,69 @@ def judge_nvlink_matrix(matrix: List[List[float]], floor_gbps: float, outlier_fr
                 outliers.append((i, j, v, max(row_med[i], col_med[j])))
     pairs = [matrix[i][j] for i in range(n) for j in range(n) if i != j]
     worst_pair = min(pairs)
-    details = {"matrix": matrix, "row_median": row_med, "col_median": col_med, "floor_gbps": floor_gbps,
-               "outlier_fraction": outlier_fraction, "min_gbps": worst_pair, "median_gbps": statistics.median(pairs)}
+    details = {
+        "matrix": matrix,
+        "row_median": row_med,
+        "col_median": col_med,
+        "floor_gbps": floor_gbps,
+        "outlier_fraction": outlier_fraction,
+        "min_gbps": worst_pair,
+        "median_gbps": statistics.median(pairs),
+    }
     if below_floor:
         desc = ", ".join(f"{i}->{j} {v:.0f}" for i, j, v in below_floor[:6])
-        return CheckResult(check, Status.FAIL, "NVLINK_BW_FLOOR",
-                           f"{len(below_floor)} pair(s) below {floor_gbps:g} GB/s: {desc}", Action.RESET,
-                           value=worst_pair, unit="GB/s", details=details)
+        return CheckResult(
+            check,
+            Status.FAIL,
+            "NVLINK_BW_FLOOR",
+            f"{len(below_floor)} pair(s) below {floor_gbps:g} GB/s: {desc}",
+            Action.RESET,
+            value=worst_pair,
+            unit="GB/s",
+            details=details,
+        )
     if outliers:
         desc = ", ".join(f"{i}->{j} {v:.0f} (median {m:.0f})" for i, j, v, m in outliers[:6])
-        return CheckResult(check, Status.FAIL, "NVLINK_BW_OUTLIER",
-                           f"{len(outliers)} pair(s) below {outlier_fraction:.0%} of their row/column median: {desc}",
-                           Action.RESET, value=worst_pair, unit="GB/s", details=details)
-    return CheckResult(check, Status.OK, "OK", f"{n}x{n} pairs, min {worst_pair:.0f} GB/s, median "
-                       f"{details['median_gbps']:.0f} GB/s", value=worst_pair, unit="GB/s", details=details)
+        return CheckResult(
+            check,
+            Status.FAIL,
+            "NVLINK_BW_OUTLIER",
+            f"{len(outliers)} pair(s) below {outlier_fraction:.0%} of their row/column median: {desc}",
+            Action.RESET,
+            value=worst_pair,
+            unit="GB/s",
+            details=details,
+        )
+    return CheckResult(
+        check,
+        Status.OK,
+        "OK",
+        f"{n}x{n} pairs, min {worst_pair:.0f} GB/s, median {details['median_gbps']:.0f} GB/s",
+        value=worst_pair,
+        unit="GB/s",
+        details=details,
+    )
 
 
 def check_nvlink_bandwidth(ctx, params) -> CheckResult:
-    m = nvlink_matrix(ctx, size_mb=int(params.get("size_mb", 256)), iterations=int(params.get("iterations", 5)))
+    m = nvlink_matrix(
+        ctx, size_mb=int(params.get("size_mb", 256)), iterations=int(params.get("iterations", 5))
+    )
     th = _thresholds(ctx, _model_name(ctx))
     return judge_nvlink_matrix(m, th["nvlink_pair_floor_gbps"], th["nvlink_outlier_fraction"])
 
 
 # ---------------------------------------------------------------------- all_reduce
 
+
 def busbw_from_time(n_bytes: int, seconds: float, ranks: int) -> float:
     """nccl-tests: algbw = S / t; busbw = algbw x 2(n-1)/n, in GB/s."""
     return n_bytes / seconds / GB * (2 * (ranks - 1) / ranks)
 
 
-def _allreduce_worker(rank: int, world: int, port: int, n_bytes: int, iterations: int, backend: str, queue) -> None:
+def _allreduce_worker(
+    rank: int, world: int, port: int, n_bytes: int, iterations: int, backend: str, queue
+) -> None:
     import os
 
     import torch
@@ -194,8 +235,15 @@ def _allreduce_worker(rank: int, world: int, port: int, n_bytes: int, iterations
         dist.destroy_process_group()
 
 
-def allreduce_busbw(ctx=None, size_mb: int = 1024, iterations: int = 10, ranks: Optional[int] = None,
-                    backend: Optional[str] = None, timeout: float = 300.0, cpu_size_mb: int = 8) -> Dict[str, Any]:
+def allreduce_busbw(
+    ctx=None,
+    size_mb: int = 1024,
+    iterations: int = 10,
+    ranks: Optional[int] = None,
+    backend: Optional[str] = None,
+    timeout: float = 300.0,
+    cpu_size_mb: int = 8,
+) -> Dict[str, Any]:
     """Single-node all_reduce: ``{"busbw_gbps", "algbw_gbps", "ranks", "seconds", "wrong", "backend"}``.
 
     NCCL over every CUDA GPU when there are at least 2; gloo over ``ranks`` CPU
@@ -205,8 +253,12 @@ def allreduce_busbw(ctx=None, size_mb: int = 1024, iterations: int = 10, ranks: 
     if ctx is not None and _simulated(ctx):
         val = ctx.backend().heavy_value("allreduce_busbw_gbps")
         if val is not None:
-            return {"busbw_gbps": float(val), "ranks": len(ctx.backend().gpus()), "backend": "simulated",
-                    "wrong": 0}
+            return {
+                "busbw_gbps": float(val),
+                "ranks": len(ctx.backend().gpus()),
+                "backend": "simulated",
+                "wrong": 0,
+            }
     torch = _torch()
     import socket
 
@@ -222,8 +274,12 @@ def allreduce_busbw(ctx=None, size_mb: int = 1024, iterations: int = 10, ranks: 
         port = s.getsockname()[1]
     ctxmp = mp.get_context("spawn")
     queue = ctxmp.SimpleQueue()
-    procs = [ctxmp.Process(target=_allreduce_worker, args=(r, world, port, n_bytes, iterations, backend, queue),
-                           daemon=True) for r in range(world)]
+    procs = [
+        ctxmp.Process(
+            target=_allreduce_worker, args=(r, world, port, n_bytes, iterations, backend, queue), daemon=True
+        )
+        for r in range(world)
+    ]
     for p in procs:
         p.start()
     deadline = time.monotonic() + timeout
@@ -233,38 +289,76 @@ def allreduce_busbw(ctx=None, size_mb: int = 1024, iterations: int = 10, ranks: 
     for p in alive:
         p.kill()
     if alive or queue.empty():
-        raise RuntimeError(f"all_reduce probe did not finish ({len(alive)} rank(s) stuck, exit codes "
-                           f"{[p.exitcode for p in procs]})")
+        raise RuntimeError(
+            f"all_reduce probe did not finish ({len(alive)} rank(s) stuck, exit codes "
+            f"{[p.exitcode for p in procs]})"
+        )
     seconds, wrong = queue.get()
-    return {"busbw_gbps": busbw_from_time(n_bytes, seconds, world), "algbw_gbps": n_bytes / seconds / GB,
-            "ranks": world, "seconds": seconds, "wrong": wrong, "backend": backend, "bytes": n_bytes}
+    return {
+        "busbw_gbps": busbw_from_time(n_bytes, seconds, world),
+        "algbw_gbps": n_bytes / seconds / GB,
+        "ranks": world,
+        "seconds": seconds,
+        "wrong": wrong,
+        "backend": backend,
+        "bytes": n_bytes,
+    }
 
 
 def judge_allreduce(result: Dict[str, Any], expected_gbps: float, min_fraction: float) -> CheckResult:
     bw = float(result["busbw_gbps"])
     floor = expected_gbps * min_fraction
     if result.get("wrong"):
-        return CheckResult("allreduce_busbw", Status.FAIL, "ALLREDUCE_WRONG",
-                           f"{result['wrong']} wrong element(s) after all_reduce", Action.ISOLATE, value=bw,
-                           unit="GB/s", details=result)
+        return CheckResult(
+            "allreduce_busbw",
+            Status.FAIL,
+            "ALLREDUCE_WRONG",
+            f"{result['wrong']} wrong element(s) after all_reduce",
+            Action.ISOLATE,
+            value=bw,
+            unit="GB/s",
+            details=result,
+        )
     if bw < floor:
-        return CheckResult("allreduce_busbw", Status.FAIL, "ALLREDUCE_BUSBW_LOW",
-                           f"busbw {bw:.1f} GB/s < {min_fraction:.0%} of {expected_gbps:g} GB/s over "
-                           f"{result.get('ranks')} ranks", Action.RESET, value=bw, unit="GB/s", details=result)
-    return CheckResult("allreduce_busbw", Status.OK, "OK", f"busbw {bw:.1f} GB/s over {result.get('ranks')} ranks "
-                       f"(>= {floor:.0f})", value=bw, unit="GB/s", details=result)
+        return CheckResult(
+            "allreduce_busbw",
+            Status.FAIL,
+            "ALLREDUCE_BUSBW_LOW",
+            f"busbw {bw:.1f} GB/s < {min_fraction:.0%} of {expected_gbps:g} GB/s over "
+            f"{result.get('ranks')} ranks",
+            Action.RESET,
+            value=bw,
+            unit="GB/s",
+            details=result,
+        )
+    return CheckResult(
+        "allreduce_busbw",
+        Status.OK,
+        "OK",
+        f"busbw {bw:.1f} GB/s over {result.get('ranks')} ranks (>= {floor:.0f})",
+        value=bw,
+        unit="GB/s",
+        details=result,
+    )
 
 
 def check_allreduce_busbw(ctx, params) -> CheckResult:
-    res = allreduce_busbw(ctx, int(params.get("size_mb", 1024)), int(params.get("iterations", 10)),
-                          cpu_size_mb=int(params.get("cpu_size_mb", 8)))
+    res = allreduce_busbw(
+        ctx,
+        int(params.get("size_mb", 1024)),
+        int(params.get("iterations", 10)),
+        cpu_size_mb=int(params.get("cpu_size_mb", 8)),
+    )
     th = _thresholds(ctx, _model_name(ctx) if res["backend"] != "gloo" else "CPU")
     return judge_allreduce(res, th["allreduce_busbw_gbps"], th["allreduce_min_fraction"])
 
 
 # ---------------------------------------------------------------------- GEMM and HBM
 
-def gemm_tflops(device: str = "cpu", size: int = 256, iterations: int = 10, dtype: Optional[str] = None) -> float:
+
+def gemm_tflops(
+    device: str = "cpu", size: int = 256, iterations: int = 10, dtype: Optional[str] = None
+) -> float:
     """TFLOP/s of ``size`` x ``size`` matmuls on ``device`` (bf16 on CUDA, fp32 on CPU)."""
     torch = _torch()
     dt = getattr(torch, dtype) if dtype else (torch.bfloat16 if device.startswith("cuda") else torch.float32)
@@ -280,7 +374,7 @@ def gemm_tflops(device: str = "cpu", size: int = 256, iterations: int = 10, dtyp
         torch.cuda.synchronize(device)
     seconds = time.perf_counter() - start
     del c
-    return 2.0 * size ** 3 * iterations / seconds / 1e12
+    return 2.0 * size**3 * iterations / seconds / 1e12
 
 
 def hbm_bandwidth(device: str = "cpu", size_mb: int = 32, iterations: int = 10) -> float:
@@ -300,25 +394,55 @@ def hbm_bandwidth(device: str = "cpu", size_mb: int = 32, iterations: int = 10) 
     return 2.0 * n * iterations / (time.perf_counter() - start) / GB
 
 
-def judge_per_device(check: str, values: Dict[str, float], floor: float, max_spread: Optional[float], unit: str,
-                     low_code: str, spread_code: Optional[str]) -> CheckResult:
+def judge_per_device(
+    check: str,
+    values: Dict[str, float],
+    floor: float,
+    max_spread: Optional[float],
+    unit: str,
+    low_code: str,
+    spread_code: Optional[str],
+) -> CheckResult:
     """Fail a device below ``floor``, or more than ``max_spread`` below the node's best device."""
     best = max(values.values())
     low = {d: v for d, v in values.items() if v < floor}
     details = {"per_device": values, "floor": floor, "best": best}
     if low:
-        return CheckResult(check, Status.FAIL, low_code, ", ".join(f"{d}: {v:.1f} {unit} < {floor:g}"
-                                                                  for d, v in sorted(low.items())),
-                           Action.RESET, value=min(values.values()), unit=unit, details=details)
+        return CheckResult(
+            check,
+            Status.FAIL,
+            low_code,
+            ", ".join(f"{d}: {v:.1f} {unit} < {floor:g}" for d, v in sorted(low.items())),
+            Action.RESET,
+            value=min(values.values()),
+            unit=unit,
+            details=details,
+        )
     if max_spread is not None and spread_code:
         slow = {d: v for d, v in values.items() if v < (1 - max_spread) * best}
         if slow:
-            return CheckResult(check, Status.FAIL, spread_code,
-                               ", ".join(f"{d}: {v:.1f} {unit} > {max_spread:.0%} below best {best:.1f}"
-                                         for d, v in sorted(slow.items())),
-                               Action.RESET, value=min(values.values()), unit=unit, details=details)
-    return CheckResult(check, Status.OK, "OK", f"{len(values)} device(s), min {min(values.values()):.1f} {unit}",
-                       value=min(values.values()), unit=unit, details=details)
+            return CheckResult(
+                check,
+                Status.FAIL,
+                spread_code,
+                ", ".join(
+                    f"{d}: {v:.1f} {unit} > {max_spread:.0%} below best {best:.1f}"
+                    for d, v in sorted(slow.items())
+                ),
+                Action.RESET,
+                value=min(values.values()),
+                unit=unit,
+                details=details,
+            )
+    return CheckResult(
+        check,
+        Status.OK,
+        "OK",
+        f"{len(values)} device(s), min {min(values.values()):.1f} {unit}",
+        value=min(values.values()),
+        unit=unit,
+        details=details,
+    )
 
 
 def _per_device(ctx, fixture_key: str, measure) -> Dict[str, float]:
@@ -334,15 +458,32 @@ def _per_device(ctx, fixture_key: str, measure) -> Dict[str, float]:
 
 
 def check_gemm_tflops(ctx, params) -> CheckResult:
-    vals = _per_device(ctx, "gemm_tflops", lambda dev, gpu: gemm_tflops(
-        dev, int(params.get("size" if gpu else "cpu_size", 256)), int(params.get("iterations", 10))))
+    vals = _per_device(
+        ctx,
+        "gemm_tflops",
+        lambda dev, gpu: gemm_tflops(
+            dev, int(params.get("size" if gpu else "cpu_size", 256)), int(params.get("iterations", 10))
+        ),
+    )
     th = _thresholds(ctx, "CPU" if "cpu" in vals else _model_name(ctx))
-    return judge_per_device("gemm_tflops", vals, th["gemm_min_tflops"], th["gemm_max_spread"], "TFLOP/s",
-                            "GEMM_TFLOPS_LOW", "GEMM_TFLOPS_SPREAD")
+    return judge_per_device(
+        "gemm_tflops",
+        vals,
+        th["gemm_min_tflops"],
+        th["gemm_max_spread"],
+        "TFLOP/s",
+        "GEMM_TFLOPS_LOW",
+        "GEMM_TFLOPS_SPREAD",
+    )
 
 
 def check_hbm_bandwidth(ctx, params) -> CheckResult:
-    vals = _per_device(ctx, "hbm_gbps", lambda dev, gpu: hbm_bandwidth(
-        dev, int(params.get("size_mb" if gpu else "cpu_size_mb", 32)), int(params.get("iterations", 10))))
+    vals = _per_device(
+        ctx,
+        "hbm_gbps",
+        lambda dev, gpu: hbm_bandwidth(
+            dev, int(params.get("size_mb" if gpu else "cpu_size_mb", 32)), int(params.get("iterations", 10))
+        ),
+    )
     th = _thresholds(ctx, "CPU" if "cpu" in vals else _model_name(ctx))
     return judge_per_device("hbm_bandwidth", vals, th["hbm_min_gbps"], None, "GB/s", "HBM_BW_LOW", None)

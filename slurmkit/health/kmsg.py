@@ -19,8 +19,10 @@ import re
 import time
 from typing import Iterable, List, Optional, Tuple
 
-XID_RE = re.compile(r"NVRM: Xid \((?:PCI:)?([0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})[^)]*\):\s*(\d+)"
-                    r"(?:,\s*(.*))?")
+XID_RE = re.compile(
+    r"NVRM: Xid \((?:PCI:)?([0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})[^)]*\):\s*(\d+)"
+    r"(?:,\s*(.*))?"
+)
 
 
 def short_pci(bus_id: str) -> str:

@@ -31,12 +31,12 @@ class Leak:
     uid: int
     user: str
     comm: str
-    why: str                        # "gpu" or "host"
+    why: str  # "gpu" or "host"
     detail: str
     gpu: Optional[int] = None
     used_mib: Optional[float] = None
     rss_mib: Optional[float] = None
-    job_id: Optional[str] = None    # SLURM_JOB_ID in its environment (a finished job's)
+    job_id: Optional[str] = None  # SLURM_JOB_ID in its environment (a finished job's)
     outcome: str = "candidate"
 
     def to_dict(self) -> Dict[str, Any]:
@@ -111,8 +111,16 @@ def scan(health: Dict[str, Any], node: str, running: Set[str], backend=None) -> 
         if pid in found:
             found[pid].detail += "; " + detail
             return
-        found[pid] = Leak(pid=pid, uid=p.uid, user=_user(p.uid), comm=p.comm, why=why, detail=detail,
-                          job_id=procs.environ(pid).get("SLURM_JOB_ID"), **kw)
+        found[pid] = Leak(
+            pid=pid,
+            uid=p.uid,
+            user=_user(p.uid),
+            comm=p.comm,
+            why=why,
+            detail=detail,
+            job_id=procs.environ(pid).get("SLURM_JOB_ID"),
+            **kw,
+        )
 
     # GPU memory
     if backend is not None:
@@ -121,8 +129,14 @@ def scan(health: Dict[str, Any], node: str, running: Set[str], backend=None) -> 
             for g in backend.gpus():
                 for gp in backend.processes(g.index):
                     if g.memory_total_mib and gp.used_mib > frac * g.memory_total_mib:
-                        consider(gp.pid, "gpu", f"GPU {g.index}: {gp.used_mib:.0f} of {g.memory_total_mib:.0f} MiB "
-                                 f"(> {frac:.0%})", gpu=g.index, used_mib=gp.used_mib)
+                        consider(
+                            gp.pid,
+                            "gpu",
+                            f"GPU {g.index}: {gp.used_mib:.0f} of {g.memory_total_mib:.0f} MiB "
+                            f"(> {frac:.0%})",
+                            gpu=g.index,
+                            used_mib=gp.used_mib,
+                        )
         except Exception as exc:  # GPU side unavailable: host side still runs
             out.gpu_error = f"{type(exc).__name__}: {exc}"
     # host memory
@@ -132,14 +146,25 @@ def scan(health: Dict[str, Any], node: str, running: Set[str], backend=None) -> 
     hfrac = float(leaks_cfg["host_memory_fraction"])
     for p in table.values():
         if total_kb and p.rss_kb > hfrac * total_kb:
-            consider(p.pid, "host", f"RSS {p.rss_kb / 1024:.0f} MiB of {total_kb / 1024:.0f} MiB (> {hfrac:.0%})",
-                     rss_mib=p.rss_kb / 1024)
-    out.leaks = sorted(found.values(), key=lambda l: l.pid)
+            consider(
+                p.pid,
+                "host",
+                f"RSS {p.rss_kb / 1024:.0f} MiB of {total_kb / 1024:.0f} MiB (> {hfrac:.0%})",
+                rss_mib=p.rss_kb / 1024,
+            )
+    out.leaks = sorted(found.values(), key=lambda lk: lk.pid)
     return out
 
 
-def kill_leaks(health: Dict[str, Any], paths: Dict[str, Any], node: str, *, dry_run: bool,
-               running: Optional[Set[str]] = None, backend=None) -> Dict[str, Any]:
+def kill_leaks(
+    health: Dict[str, Any],
+    paths: Dict[str, Any],
+    node: str,
+    *,
+    dry_run: bool,
+    running: Optional[Set[str]] = None,
+    backend=None,
+) -> Dict[str, Any]:
     """Scan, then (unless ``dry_run``) kill; audit every candidate and action. Returns a report."""
     from slurmkit.health.record import append_jsonl
 
@@ -149,20 +174,32 @@ def kill_leaks(health: Dict[str, Any], paths: Dict[str, Any], node: str, *, dry_
     audit = health["leaks"].get("audit_log") or os.path.join(paths["log_dir"], "kill-leaks.jsonl")
     outcome: Dict[str, List[int]] = {"terminated": [], "killed": [], "survivors": [], "gone": []}
     if result.leaks and not dry_run:
-        outcome = procs.kill_with_grace([l.pid for l in result.leaks], float(health["kill_grace"]))
+        outcome = procs.kill_with_grace([lk.pid for lk in result.leaks], float(health["kill_grace"]))
         state = {pid: name for name in ("terminated", "killed", "survivors", "gone") for pid in outcome[name]}
         for leak in result.leaks:
-            leak.outcome = {"terminated": "terminated", "killed": "killed", "survivors": "survived",
-                            "gone": "gone"}.get(state.get(leak.pid, ""), "unknown")
+            leak.outcome = {
+                "terminated": "terminated",
+                "killed": "killed",
+                "survivors": "survived",
+                "gone": "gone",
+            }.get(state.get(leak.pid, ""), "unknown")
     elif dry_run:
         for leak in result.leaks:
             leak.outcome = "dry_run"
     now = time.time()
     for leak in result.leaks:
-        append_jsonl(audit, {"time": now, "node": node, "dry_run": dry_run, "action": leak.outcome, **leak.to_dict()})
-    return {"node": node, "dry_run": dry_run, "leaks": [l.to_dict() for l in result.leaks],
-            "spared": [asdict(s) for s in result.spared if s.why != "gone"], "gpu_error": result.gpu_error,
-            "outcome": outcome, "audit_log": audit}
+        append_jsonl(
+            audit, {"time": now, "node": node, "dry_run": dry_run, "action": leak.outcome, **leak.to_dict()}
+        )
+    return {
+        "node": node,
+        "dry_run": dry_run,
+        "leaks": [lk.to_dict() for lk in result.leaks],
+        "spared": [asdict(s) for s in result.spared if s.why != "gone"],
+        "gpu_error": result.gpu_error,
+        "outcome": outcome,
+        "audit_log": audit,
+    }
 
 
 def exit_code(report: Dict[str, Any]) -> int:
@@ -177,11 +214,30 @@ def write_metrics(paths: Dict[str, Any], report: Dict[str, Any]) -> None:
 
     labels = {"node": report["node"]}
     samples = [
-        Sample("slurmkit_kill_leaks_candidates", "Leaked processes found by the last run.", labels, len(report["leaks"])),
-        Sample("slurmkit_kill_leaks_killed", "Leaked processes the last run ended.", labels,
-               0 if report["dry_run"] else len(report["outcome"]["terminated"]) + len(report["outcome"]["killed"])),
-        Sample("slurmkit_kill_leaks_survivors", "Leaked processes that survived SIGKILL.", labels,
-               len(report["outcome"]["survivors"])),
-        Sample("slurmkit_kill_leaks_last_run_timestamp_seconds", "When kill-leaks last ran.", labels, time.time()),
+        Sample(
+            "slurmkit_kill_leaks_candidates",
+            "Leaked processes found by the last run.",
+            labels,
+            len(report["leaks"]),
+        ),
+        Sample(
+            "slurmkit_kill_leaks_killed",
+            "Leaked processes the last run ended.",
+            labels,
+            0
+            if report["dry_run"]
+            else len(report["outcome"]["terminated"]) + len(report["outcome"]["killed"]),
+        ),
+        Sample(
+            "slurmkit_kill_leaks_survivors",
+            "Leaked processes that survived SIGKILL.",
+            labels,
+            len(report["outcome"]["survivors"]),
+        ),
+        Sample(
+            "slurmkit_kill_leaks_last_run_timestamp_seconds", "When kill-leaks last ran.", labels, time.time()
+        ),
     ]
-    write_textfile(os.path.join(paths["metrics_dir"], file_name("slurmkit_kill_leaks", report["node"])), samples)
+    write_textfile(
+        os.path.join(paths["metrics_dir"], file_name("slurmkit_kill_leaks", report["node"])), samples
+    )

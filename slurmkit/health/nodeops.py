@@ -24,13 +24,13 @@ import time
 from typing import Any, Callable, Dict, List, Optional
 
 from slurmkit.errors import UsageError
-from slurmkit.health.base import DRAIN_REASON_PREFIX, CheckResult, Status, Tier
+from slurmkit.health.base import DRAIN_REASON_PREFIX, CheckResult, Tier
 
 # exit codes of `slurmkit node resume`
-RESUMED = 0          # resumed, or nothing to do (node not drained)
-REFUSED = 1          # drained by someone else: never touched
-RECHECK_FAILED = 2   # the re-check failed: the node stays drained
-CANNOT_CHECK = 3     # the checks cannot run from here, or could not run (unknown)
+RESUMED = 0  # resumed, or nothing to do (node not drained)
+REFUSED = 1  # drained by someone else: never touched
+RECHECK_FAILED = 2  # the re-check failed: the node stays drained
+CANNOT_CHECK = 3  # the checks cannot run from here, or could not run (unknown)
 
 
 class NotHere(UsageError):
@@ -53,13 +53,23 @@ def node_info(node: str) -> Dict[str, str]:
     return rec
 
 
-def run_recheck(node: str, health: Dict[str, Any], paths: Dict[str, Any], tier: Tier = Tier.FAST,
-                names: Optional[List[str]] = None) -> List[CheckResult]:
+def run_recheck(
+    node: str,
+    health: Dict[str, Any],
+    paths: Dict[str, Any],
+    tier: Tier = Tier.FAST,
+    names: Optional[List[str]] = None,
+) -> List[CheckResult]:
     from slurmkit.health.catalog import select
     from slurmkit.health.engine import Context, run_checks
 
-    ctx = Context.from_env(health, paths, "manual", env={k: v for k, v in os.environ.items()
-                                                         if not k.startswith("SLURM_JOB")}, node=node)
+    ctx = Context.from_env(
+        health,
+        paths,
+        "manual",
+        env={k: v for k, v in os.environ.items() if not k.startswith("SLURM_JOB")},
+        node=node,
+    )
     try:
         specs = select(tier, "manual", names, health)
         # A resume re-check is about the node, not a cached sweep verdict about it.
@@ -69,9 +79,15 @@ def run_recheck(node: str, health: Dict[str, Any], paths: Dict[str, Any], tier: 
         ctx.close()
 
 
-def guarded_resume(node: str, health: Dict[str, Any], paths: Dict[str, Any], *, dry_run: bool = False,
-                   results: Optional[List[CheckResult]] = None,
-                   recheck: Optional[Callable[[], List[CheckResult]]] = None) -> Dict[str, Any]:
+def guarded_resume(
+    node: str,
+    health: Dict[str, Any],
+    paths: Dict[str, Any],
+    *,
+    dry_run: bool = False,
+    results: Optional[List[CheckResult]] = None,
+    recheck: Optional[Callable[[], List[CheckResult]]] = None,
+) -> Dict[str, Any]:
     """Resume ``node`` if slurmkit drained it and the re-check passes.
 
     ``results`` lets a caller that already re-checked the node on the node itself (a
@@ -85,40 +101,59 @@ def guarded_resume(node: str, health: Dict[str, Any], paths: Dict[str, Any], *, 
     state, reason = info.get("State", ""), info.get("Reason", "")
     report: Dict[str, Any] = {"node": node, "state": state, "reason": reason, "results": []}
     if "DRAIN" not in state.upper():
-        report.update(exit_code=RESUMED, action="none", message=f"{node} is not drained ({state}); nothing to do")
+        report.update(
+            exit_code=RESUMED, action="none", message=f"{node} is not drained ({state}); nothing to do"
+        )
         return report
     if not reason.startswith(DRAIN_REASON_PREFIX):
-        report.update(exit_code=REFUSED, action="refused",
-                      message=f"{node} was drained by someone else (reason {reason!r}); slurmkit only resumes "
-                              f"its own '{DRAIN_REASON_PREFIX}' drains")
+        report.update(
+            exit_code=REFUSED,
+            action="refused",
+            message=f"{node} was drained by someone else (reason {reason!r}); slurmkit only resumes "
+            f"its own '{DRAIN_REASON_PREFIX}' drains",
+        )
         return report
     if results is None:
         if recheck is not None:
             results = recheck()
         else:
             if not can_check_locally(node, health):
-                raise NotHere(f"the checks must run on {node}: run `ssh {node} slurmkit node resume {node}` "
-                              "(a drained node accepts no srun)")
+                raise NotHere(
+                    f"the checks must run on {node}: run `ssh {node} slurmkit node resume {node}` "
+                    "(a drained node accepts no srun)"
+                )
             results = run_recheck(node, health, paths)
     report["results"] = [r.to_dict() for r in results]
     fail = first_failure(results)
     if fail is not None:
-        report.update(exit_code=RECHECK_FAILED, action="kept",
-                      message=f"{node} still fails: {fail.drain_reason()}")
+        report.update(
+            exit_code=RECHECK_FAILED, action="kept", message=f"{node} still fails: {fail.drain_reason()}"
+        )
         return report
     internal = internal_problems(results)
     if internal:
-        report.update(exit_code=CANNOT_CHECK, action="kept",
-                      message=f"{node}: re-check incomplete ({internal[0].check}: {internal[0].reason}); not resumed")
+        report.update(
+            exit_code=CANNOT_CHECK,
+            action="kept",
+            message=f"{node}: re-check incomplete ({internal[0].check}: {internal[0].reason}); not resumed",
+        )
         return report
     if dry_run:
-        report.update(exit_code=RESUMED, action="would_resume", message=f"{node}: re-check passed; would resume")
+        report.update(
+            exit_code=RESUMED, action="would_resume", message=f"{node}: re-check passed; would resume"
+        )
         return report
     # read the reason again: an admin may have drained it while we were checking
     now = node_info(node)
-    if not now.get("Reason", "").startswith(DRAIN_REASON_PREFIX) or "DRAIN" not in now.get("State", "").upper():
-        report.update(exit_code=REFUSED, action="refused",
-                      message=f"{node}: drain reason changed during the re-check ({now.get('Reason')!r}); not resumed")
+    if (
+        not now.get("Reason", "").startswith(DRAIN_REASON_PREFIX)
+        or "DRAIN" not in now.get("State", "").upper()
+    ):
+        report.update(
+            exit_code=REFUSED,
+            action="refused",
+            message=f"{node}: drain reason changed during the re-check ({now.get('Reason')!r}); not resumed",
+        )
         return report
     client.resume_node(node)
     report.update(exit_code=RESUMED, action="resumed", message=f"{node}: re-check passed; resumed")
@@ -132,15 +167,21 @@ def node_status(node: str, health: Dict[str, Any], paths: Dict[str, Any]) -> Dic
     reason = info.get("Reason", "")
     last = record.read_jsonl(os.path.join(paths["log_dir"], record.HEALTH_LOG), node=node, limit=1)
     out: Dict[str, Any] = {
-        "node": node, "state": info.get("State", ""), "reason": reason or None,
+        "node": node,
+        "state": info.get("State", ""),
+        "reason": reason or None,
         "slurmkit_drain": reason.startswith(DRAIN_REASON_PREFIX),
-        "last_verdict": None, "heavy_verdicts": {},
+        "last_verdict": None,
+        "heavy_verdicts": {},
     }
     if last:
         rec = last[0]
         out["last_verdict"] = {k: rec.get(k) for k in ("time", "hook", "job_id", "status", "drain_reason")}
-        out["last_verdict"]["failing"] = [f"{r['check']}: {r['code']} {r['reason']}" for r in rec.get("results", [])
-                                          if r.get("status") in ("fail", "warn")]
+        out["last_verdict"]["failing"] = [
+            f"{r['check']}: {r['code']} {r['reason']}"
+            for r in rec.get("results", [])
+            if r.get("status") in ("fail", "warn")
+        ]
     try:
         from slurmkit.sweep.store import VerdictStore
 

@@ -22,7 +22,7 @@ class Proc:
     uid: int
     comm: str
     state: str
-    start: int      # clock ticks since boot: (pid, start) identifies a process
+    start: int  # clock ticks since boot: (pid, start) identifies a process
     rss_kb: int = 0
 
 
@@ -35,16 +35,17 @@ def read_proc(pid: int) -> Optional[Proc]:
     except OSError:
         return None
     lpar, rpar = stat.find("("), stat.rfind(")")
-    comm = stat[lpar + 1:rpar]
-    fields = stat[rpar + 2:].split()
+    comm = stat[lpar + 1 : rpar]
+    fields = stat[rpar + 2 :].split()
     uid, rss = -1, 0
     for line in status.splitlines():
         if line.startswith("Uid:"):
             uid = int(line.split()[1])
         elif line.startswith("VmRSS:"):
             rss = int(line.split()[1])
-    return Proc(pid=pid, ppid=int(fields[1]), uid=uid, comm=comm, state=fields[0], start=int(fields[19]),
-                rss_kb=rss)
+    return Proc(
+        pid=pid, ppid=int(fields[1]), uid=uid, comm=comm, state=fields[0], start=int(fields[19]), rss_kb=rss
+    )
 
 
 def iter_procs() -> Iterator[Proc]:
@@ -72,10 +73,12 @@ def environ(pid: int) -> Dict[str, str]:
 def cgroup_job_pids(job_id: str, cgroup_root: str = "/sys/fs/cgroup") -> Set[int]:
     """Pids in the job's cgroup (v1: ``<ctrl>/slurm*/uid_*/job_<id>/``; v2:
     ``.../job_<id>/``), empty when Slurm does not use cgroups here."""
-    patterns = [f"{cgroup_root}/*/slurm*/uid_*/job_{job_id}",
-                f"{cgroup_root}/slurm*/uid_*/job_{job_id}",
-                f"{cgroup_root}/system.slice/slurmstepd.scope/job_{job_id}",
-                f"{cgroup_root}/**/slurmstepd.scope/job_{job_id}"]
+    patterns = [
+        f"{cgroup_root}/*/slurm*/uid_*/job_{job_id}",
+        f"{cgroup_root}/slurm*/uid_*/job_{job_id}",
+        f"{cgroup_root}/system.slice/slurmstepd.scope/job_{job_id}",
+        f"{cgroup_root}/**/slurmstepd.scope/job_{job_id}",
+    ]
     pids: Set[int] = set()
     for pat in patterns:
         for d in glob.glob(pat):
@@ -159,7 +162,7 @@ def kill_with_grace(pids: Iterable[int], grace: float, *, poll: float = 0.05) ->
         time.sleep(poll)
         pending = [i for i in pending if _alive(i)]
     terminated = [pid for pid, st in idents if (pid, st) not in pending]
-    for pid, start in pending:
+    for pid, _start in pending:
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
@@ -169,5 +172,9 @@ def kill_with_grace(pids: Iterable[int], grace: float, *, poll: float = 0.05) ->
     while survivors and time.monotonic() < deadline:
         time.sleep(poll)
         survivors = [i for i in survivors if _alive(i)]
-    return {"terminated": terminated, "killed": [pid for pid, _ in pending if (pid, _) not in survivors],
-            "survivors": [pid for pid, _ in survivors], "gone": gone}
+    return {
+        "terminated": terminated,
+        "killed": [pid for pid, st in pending if (pid, st) not in survivors],
+        "survivors": [pid for pid, _ in survivors],
+        "gone": gone,
+    }

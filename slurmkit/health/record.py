@@ -48,39 +48,88 @@ def read_jsonl(path: str, node: Optional[str] = None, limit: int = 0) -> List[Di
     return out[-limit:] if limit else out
 
 
-def verdict_record(node: str, hook: str, status: Status, results: List[CheckResult], *, job_id: Optional[str],
-                   seconds: float, exit_code: int, drain_reason: Optional[str] = None,
-                   internal: Optional[List[str]] = None, extra: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
-    rec = {"time": time.time(), "node": node, "hook": hook, "job_id": job_id, "status": status.value,
-           "exit_code": exit_code, "seconds": round(seconds, 4), "drain_reason": drain_reason,
-           "internal_errors": internal or [], "pid": os.getpid(),
-           "results": [r.to_dict() for r in results]}
+def verdict_record(
+    node: str,
+    hook: str,
+    status: Status,
+    results: List[CheckResult],
+    *,
+    job_id: Optional[str],
+    seconds: float,
+    exit_code: int,
+    drain_reason: Optional[str] = None,
+    internal: Optional[List[str]] = None,
+    extra: Optional[Dict[str, Any]] = None,
+) -> Dict[str, Any]:
+    rec = {
+        "time": time.time(),
+        "node": node,
+        "hook": hook,
+        "job_id": job_id,
+        "status": status.value,
+        "exit_code": exit_code,
+        "seconds": round(seconds, 4),
+        "drain_reason": drain_reason,
+        "internal_errors": internal or [],
+        "pid": os.getpid(),
+        "results": [r.to_dict() for r in results],
+    }
     if extra:
         rec.update(extra)
     return rec
 
 
-def write_verdict_metrics(metrics_dir: str, node: str, hook: str, status: Status, results: List[CheckResult],
-                          seconds: float, internal_error: bool) -> str:
+def write_verdict_metrics(
+    metrics_dir: str,
+    node: str,
+    hook: str,
+    status: Status,
+    results: List[CheckResult],
+    seconds: float,
+    internal_error: bool,
+) -> str:
     from slurmkit.metrics import Sample, file_name, write_textfile
 
     base = {"node": node, "hook": hook}
     samples = [
-        Sample("slurmkit_health_status", "Nagios code of the last verdict: 0 ok, 1 warn, 2 fail, 3 unknown.",
-               base, status.exit_code),
-        Sample("slurmkit_health_last_run_timestamp_seconds", "When the last verdict was written.", base, time.time()),
+        Sample(
+            "slurmkit_health_status",
+            "Nagios code of the last verdict: 0 ok, 1 warn, 2 fail, 3 unknown.",
+            base,
+            status.exit_code,
+        ),
+        Sample(
+            "slurmkit_health_last_run_timestamp_seconds",
+            "When the last verdict was written.",
+            base,
+            time.time(),
+        ),
         Sample("slurmkit_health_duration_seconds", "How long the last run took.", base, seconds),
-        Sample("slurmkit_health_internal_error", "1 when the last run hit a slurmkit fault (bug, config, "
-               "missing library) and failed open.", base, 1 if internal_error else 0),
+        Sample(
+            "slurmkit_health_internal_error",
+            "1 when the last run hit a slurmkit fault (bug, config, missing library) and failed open.",
+            base,
+            1 if internal_error else 0,
+        ),
     ]
     for r in results:
         labels = {"node": node, "hook": hook, "check": r.check}
-        samples.append(Sample("slurmkit_health_check_status", "Nagios code per check.", labels, r.status.exit_code))
+        samples.append(
+            Sample("slurmkit_health_check_status", "Nagios code per check.", labels, r.status.exit_code)
+        )
         if r.value is not None:
-            samples.append(Sample("slurmkit_health_check_value", "The check's measured value (see its unit).",
-                                  labels, float(r.value)))
+            samples.append(
+                Sample(
+                    "slurmkit_health_check_value",
+                    "The check's measured value (see its unit).",
+                    labels,
+                    float(r.value),
+                )
+            )
         if r.check in ("gpu_power", "gpu_temperature") and r.details:
-            metric = "slurmkit_gpu_power_watts" if r.check == "gpu_power" else "slurmkit_gpu_temperature_celsius"
+            metric = (
+                "slurmkit_gpu_power_watts" if r.check == "gpu_power" else "slurmkit_gpu_temperature_celsius"
+            )
             doc = "GPU power draw." if r.check == "gpu_power" else "GPU temperature."
             for gpu, val in r.details.items():
                 if isinstance(val, (int, float)):

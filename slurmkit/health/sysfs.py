@@ -16,11 +16,11 @@ from typing import List, Optional, Sequence
 
 @dataclass(frozen=True)
 class IbPort:
-    device: str              # mlx5_0
-    port: int                # 1
-    state: str               # ACTIVE, DOWN, INIT, ARMED, ...
+    device: str  # mlx5_0
+    port: int  # 1
+    state: str  # ACTIVE, DOWN, INIT, ARMED, ...
     rate_gbps: Optional[float]
-    link_layer: str = ""     # InfiniBand or Ethernet (RoCE)
+    link_layer: str = ""  # InfiniBand or Ethernet (RoCE)
 
     @property
     def active(self) -> bool:
@@ -74,18 +74,29 @@ def ib_ports(root: str = "/sys", devices: Sequence[str] = ()) -> List[IbPort]:
             if not p.isdigit():
                 continue
             d = os.path.join(ports_dir, p)
-            out.append(IbPort(device=hca, port=int(p), state=_parse_state(_read(os.path.join(d, "state"))),
-                              rate_gbps=_parse_rate(_read(os.path.join(d, "rate"))),
-                              link_layer=_read(os.path.join(d, "link_layer"))))
+            out.append(
+                IbPort(
+                    device=hca,
+                    port=int(p),
+                    state=_parse_state(_read(os.path.join(d, "state"))),
+                    rate_gbps=_parse_rate(_read(os.path.join(d, "rate"))),
+                    link_layer=_read(os.path.join(d, "link_layer")),
+                )
+            )
     return out
 
 
-def active_ib_ports(root: str = "/sys", min_rate_gbps: Optional[float] = None,
-                    link_layer: Optional[str] = None) -> List[IbPort]:
+def active_ib_ports(
+    root: str = "/sys", min_rate_gbps: Optional[float] = None, link_layer: Optional[str] = None
+) -> List[IbPort]:
     """Ports that are ACTIVE (and at least ``min_rate_gbps``, and of ``link_layer`` when given).
 
     This is what ``ssubmit`` should turn into ``NCCL_IB_HCA="=" + ",".join(p.hca_spec ...)``.
     """
-    return [p for p in ib_ports(root) if p.active
-            and (min_rate_gbps is None or (p.rate_gbps or 0) >= min_rate_gbps)
-            and (link_layer is None or p.link_layer.lower() == link_layer.lower())]
+    return [
+        p
+        for p in ib_ports(root)
+        if p.active
+        and (min_rate_gbps is None or (p.rate_gbps or 0) >= min_rate_gbps)
+        and (link_layer is None or p.link_layer.lower() == link_layer.lower())
+    ]

@@ -22,8 +22,10 @@ from slurmkit.health.base import Action
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 #: Where the packaged table is looked for, in order: package data, then the source tree.
-TABLE_CANDIDATES = (os.path.join(_HERE, "..", "data", "xid-actions.yaml"),
-                    os.path.join(_HERE, "..", "..", "etc", "xid-actions.yaml"))
+TABLE_CANDIDATES = (
+    os.path.join(_HERE, "..", "data", "xid-actions.yaml"),
+    os.path.join(_HERE, "..", "..", "etc", "xid-actions.yaml"),
+)
 
 
 class XidTable:
@@ -33,8 +35,9 @@ class XidTable:
         self.entries: Dict[int, Dict[str, Any]] = {}
         for key, entry in (data.get("xids") or {}).items():
             self.entries[int(key)] = dict(entry or {})
-        self.recovery: List[Tuple[str, str]] = [(str(r["match"]), str(r["action"]))
-                                                for r in data.get("xid154_recovery_actions") or []]
+        self.recovery: List[Tuple[str, str]] = [
+            (str(r["match"]), str(r["action"])) for r in data.get("xid154_recovery_actions") or []
+        ]
 
     def action(self, xid: int, message: str = "", unknown: str = "monitor") -> Action:
         entry = self.entries.get(xid)
@@ -76,9 +79,12 @@ def load_table(path: Optional[str] = None) -> XidTable:
         for key, entry in data["xids"].items():
             act = (entry or {}).get("action", "monitor")
             if act != "from_message" and act not in {a.value for a in Action}:
-                raise ConfigError(f"unknown action {act!r}; valid: from_message, "
-                                  + ", ".join(a.value for a in Action), path=p,
-                                  line=data["xids"].lines.get(key), key=f"xids.{key}")
+                raise ConfigError(
+                    f"unknown action {act!r}; valid: from_message, " + ", ".join(a.value for a in Action),
+                    path=p,
+                    line=data["xids"].lines.get(key),
+                    key=f"xids.{key}",
+                )
         _TABLE_CACHE[p] = XidTable(data, p)
     return _TABLE_CACHE[p]
 
@@ -133,8 +139,11 @@ class Cursor:
     def advance(self, timestamp: float, seen: int) -> None:
         if timestamp <= self.since and self.data:
             return
-        self.data = {"last_timestamp": max(timestamp, self.since), "updated": time.time(),
-                     "events_seen": int(self.data.get("events_seen", 0)) + seen}
+        self.data = {
+            "last_timestamp": max(timestamp, self.since),
+            "updated": time.time(),
+            "events_seen": int(self.data.get("events_seen", 0)) + seen,
+        }
         tmp = f"{self.path}.{os.getpid()}.tmp"
         with open(tmp, "w", encoding="utf-8") as fh:
             json.dump(self.data, fh)

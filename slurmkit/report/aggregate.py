@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import operator
 import time
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
@@ -239,6 +240,8 @@ def aggregate(attempts: Sequence[Attempt], by: Sequence[str], *, window_start: i
     rows.sort(key=lambda r: (-r["gpu_hours"], tuple(str(r[d]) for d in by)))
     for rank, row in enumerate(rows, 1):
         row["rank"] = rank
+    if any(d in TIME_DIMS for d in by):  # a time series reads in time order; rank stays
+        rows.sort(key=lambda r: tuple(str(r[d]) for d in by))
     totals = _finish(total, total_seconds, priced, health)
     totals["groups"] = len(rows)
     states = sorted(total.by_state, key=lambda s: -total.by_state[s])
@@ -251,7 +254,8 @@ _I = {name: i for i, name in enumerate(Attempt._fields)}
 
 
 def _aggregate_fields(attempts: Sequence[Attempt], by: Sequence[str], groups: Dict[Tuple, _Acc],
-                      lost: Dict[int, str], suspect: Set[int], priced_gpus: Optional[Callable[[Attempt], float]],
+                      lost: Dict[int, str], suspect: Set[int],
+                      priced_gpus: Optional[Callable[[Attempt], float]],
                       lo: int) -> _Acc:
     """The fast path for groupings by row fields only (each attempt in one group).
 
@@ -265,31 +269,36 @@ def _aggregate_fields(attempts: Sequence[Attempt], by: Sequence[str], groups: Di
     keyfn = operator.itemgetter(*[FIELD_DIMS[d] for d in by], state_i)
     if len(by) == 0:
         keyfn = lambda a: (a[state_i],)  # noqa: E731  (itemgetter of one index returns a scalar)
-    accs: Dict[Tuple, list] = {}
-    seen: Set[str] = set()
-    seen_add = seen.add
-    duplicated: Set[str] = set()
-    for a in attempts:
-        k = keyfn(a)
-        acc = accs.get(k)
-        if acc is None:
-            acc = accs[k] = [0, 0.0, 0, 0, 0]
-        secs = a[end_i] - a[start_i]
-        acc[0] += a[gpus_i] * secs
-        acc[2] += 1
-        sub = a[submit_i]
-        if sub is not None:
-            rs = a[raw_start_i]
-            if rs >= lo and rs >= sub:
-                acc[3] += rs - sub
-                acc[4] += 1
-        if priced_gpus is not None:
+    accs: Dict[Tuple, list] = defaultdict(lambda: [0, 0.0, 0, 0, 0])
+    if priced_gpus is None:
+        for a in attempts:
+            acc = accs[keyfn(a)]
+            acc[0] += a[gpus_i] * (a[end_i] - a[start_i])
+            acc[2] += 1
+            sub = a[submit_i]
+            if sub is not None:
+                rs = a[raw_start_i]
+                if rs >= lo and rs >= sub:
+                    acc[3] += rs - sub
+                    acc[4] += 1
+    else:
+        for a in attempts:
+            acc = accs[keyfn(a)]
+            secs = a[end_i] - a[start_i]
+            acc[0] += a[gpus_i] * secs
             acc[1] += priced_gpus(a) * secs
-        jid = a[jid_i]
-        if jid in seen:
-            duplicated.add(jid)
-        else:
-            seen_add(jid)
+            acc[2] += 1
+            sub = a[submit_i]
+            if sub is not None:
+                rs = a[raw_start_i]
+                if rs >= lo and rs >= sub:
+                    acc[3] += rs - sub
+                    acc[4] += 1
+    jids = [a[jid_i] for a in attempts]
+    seen = set(jids)
+    duplicated: Set[str] = set()
+    if len(seen) < len(jids):
+        duplicated = {j for j, n in Counter(jids).items() if n > 1}
     total = _Acc()
     # groups from (dims, state) keys
     for k, (gs, cost, n, wsum, wn) in accs.items():
@@ -313,7 +322,7 @@ def _aggregate_fields(attempts: Sequence[Attempt], by: Sequence[str], groups: Di
             if a[jid_i] in duplicated:
                 gk = keyfn(a)[:-1]
                 per_job_n[(a[jid_i], gk)] = per_job_n.get((a[jid_i], gk), 0) + 1
-        for (jid, gk), n in per_job_n.items():
+        for (_jid, gk), n in per_job_n.items():
             groups[gk].njobs -= n - 1
     total.njobs = len(seen)
     for i, cause in lost.items():
@@ -355,8 +364,8 @@ def _aggregate_split(attempts: Sequence[Attempt], by: Sequence[str], groups: Dic
         tcost = (prices.priced_gpus(a.gpus, a.gpu_types) * secs_total) if prices else 0.0
         total.add(a, a.gpus * secs_total, tcost, cause, sus, True, lo)
         # pieces: list of (key parts, gpus, priced gpus)
-        pieces: List[Tuple[Tuple, float, float]] = [((), float(a.gpus),
-                                                      prices.priced_gpus(a.gpus, a.gpu_types) if prices else 0.0)]
+        base_price = prices.priced_gpus(a.gpus, a.gpu_types) if prices else 0.0
+        pieces: List[Tuple[Tuple, float, float]] = [((), float(a.gpus), base_price)]
         periods: Optional[List[Tuple[str, int]]] = None
         for d in by:
             if d in FIELD_DIMS:

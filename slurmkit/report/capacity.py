@@ -96,7 +96,8 @@ def render_capacity(data: Dict[str, Any], fmt: str) -> str:
         return buf.getvalue()
     widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(cols)]
     buf.write(f"GPU capacity used, {data['meta']['window']['label']}\n")
-    buf.write("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cols, widths))) + "\n")
+    buf.write("  ".join(c.ljust(w) if i == 0 else c.rjust(w)
+                        for i, (c, w) in enumerate(zip(cols, widths))) + "\n")
     for r in cells:
         buf.write("  ".join(v.ljust(w) if i == 0 else v.rjust(w) for i, (v, w) in enumerate(zip(r, widths)))
                   .rstrip() + "\n")
@@ -111,8 +112,9 @@ def render_build_vs_rent(model: BuildVsRent, months: int, fmt: str) -> str:
         ("own per month (power + cooling + staff)",
          f"{model.own_per_month:,.0f} {c} ({model.power_per_month:,.0f} + {model.cooling_per_month:,.0f} + "
          f"{model.staff_per_month:,.0f})"),
-        ("rent per month", f"{model.rent_per_month:,.0f} {c} ({model.gpus} GPUs x {model.rent_per_gpu_hour:g} "
-                           f"{c}/GPU-h x {model.hours_per_month:g} h x {model.utilization:g})"),
+        ("rent per month", f"{model.rent_per_month:,.0f} {c} ({model.gpus} GPUs x "
+                           f"{model.rent_per_gpu_hour:g} {c}/GPU-h x {model.hours_per_month:g} h x "
+                           f"{model.utilization:g})"),
         ("saving per month when owning", f"{model.saving_per_month:,.0f} {c}"),
         ("break-even", "never (renting costs no more than running your own)" if be is None
          else f"{be:.2f} months"),

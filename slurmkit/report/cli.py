@@ -15,7 +15,7 @@ import logging
 import os
 import sys
 import time
-from typing import Any, Callable, Dict, FrozenSet, List, Optional, Tuple
+from typing import Any, Callable, Dict, FrozenSet, Optional, Tuple
 
 import click
 
@@ -52,7 +52,8 @@ def usage_options(f: Callable) -> Callable:
     for opt in reversed([
         click.option("--by", help="Group by user, account, partition, state, gpu_type, node, day, week or "
                                   "month; comma-separated to combine (account,user)."),
-        click.option("--user", "users", multiple=True, help="Only these users (comma-separated or repeated)."),
+        click.option("--user", "users", multiple=True,
+                     help="Only these users (comma-separated or repeated)."),
         click.option("--account", "accounts", multiple=True, help="Only these accounts."),
         click.option("--partition", "partitions", multiple=True, help="Only these partitions."),
         click.option("--state", "states", multiple=True,
@@ -117,8 +118,8 @@ def load_attempts(*, window, now, filters, sacct_file: Optional[str], need_colum
 
 
 def run_usage(*, config_path, verbose, quiet, since, until, month, last, sacct_file, now_opt, by, users,
-              accounts, partitions, states, names, fmt, as_json, view, plot_path, price, health_log, no_health_log,
-              lost_window_hours, show_command, default_view: str = "usage") -> int:
+              accounts, partitions, states, names, fmt, as_json, view, plot_path, price, health_log,
+              no_health_log, lost_window_hours, show_command, default_view: str = "usage") -> int:
     from slurmkit.report import sacct
     from slurmkit.report.aggregate import aggregate, parse_by
     from slurmkit.report.cost import price_table
@@ -226,7 +227,24 @@ def report(ctx: click.Context, **kwargs: Any) -> None:
 def report_lost(**kwargs: Any) -> None:
     """Lost GPU-hours by cause (NODE_FAIL, PREEMPTED, REQUEUED, TIMEOUT, FAILED after a
     prolog requeue) and health-log suspect hours; same options as `report`."""
-    sys.exit(run_usage(default_view="lost", **kwargs))
+    sys.exit(run_usage(default_view="lost", **_with_parent_options(kwargs)))
+
+
+def _with_parent_options(kwargs: Dict[str, Any]) -> Dict[str, Any]:
+    """``slurmkit report --month 2026-11 lost`` works like ``report lost --month 2026-11``:
+    options given before the subcommand fill those the subcommand left at default."""
+    ctx = click.get_current_context()
+    parent = ctx.parent
+    if parent is None:
+        return kwargs
+    from click.core import ParameterSource
+
+    merged = dict(kwargs)
+    for name, value in parent.params.items():
+        if name in merged and ctx.get_parameter_source(name) in (ParameterSource.DEFAULT, None) \
+                and parent.get_parameter_source(name) not in (ParameterSource.DEFAULT, None):
+            merged[name] = value
+    return merged
 
 
 # --------------------------------------------------------------------------- capacity
@@ -234,16 +252,16 @@ def report_lost(**kwargs: Any) -> None:
 @report.command("capacity")
 @common_options
 @period_options
-@click.option("--by", type=click.Choice(["total", "partition", "gpu_type"]), default="total", show_default=True,
-              help="One row for the cluster, or per partition / GPU type.")
+@click.option("--by", type=click.Choice(["total", "partition", "gpu_type"]), default="total",
+              show_default=True, help="One row for the cluster, or per partition / GPU type.")
 @click.option("--partition", "partitions", multiple=True, help="Only these partitions.")
 @click.option("--gpus", "gpus_override", type=int, default=None,
               help="Installed GPUs (skip sinfo; only --by total).")
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json", "markdown"]), default="table",
               show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
-def report_capacity(config_path, verbose, quiet, since, until, month, last, sacct_file, now_opt, by, partitions,
-                    gpus_override, fmt, as_json) -> None:
+def report_capacity(config_path, verbose, quiet, since, until, month, last, sacct_file, now_opt, by,
+                    partitions, gpus_override, fmt, as_json) -> None:
     """Fraction of the installed GPU-hours (sinfo GPU counts x window) that jobs used."""
     from slurmkit.report import sacct
     from slurmkit.report.capacity import capacity_rows, render_capacity

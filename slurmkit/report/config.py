@@ -22,7 +22,8 @@ def _check_by(value: Any) -> Optional[str]:
 SITE_SCHEMA = Section({
     "prices": Field("dict", {}, "Price per GPU-hour by GPU type (the type in gres/gpu:<type>); the key "
                     "'default' prices untyped GPUs and types not listed. Empty: no cost column unless "
-                    "--price is given.", items=Field("float", None, "price per GPU-hour", min=0, nullable=False),
+                    "--price is given.",
+                    items=Field("float", None, "price per GPU-hour", min=0, nullable=False),
                     nullable=False, examples=[{"h100": 2.5, "a100": 1.2, "default": 2.0}]),
     "currency": Field("str", "USD", "Currency label printed next to costs.", nullable=False),
     "default_by": Field("str", "user", "Grouping when --by is not given (comma-separated).",

@@ -24,9 +24,10 @@ program does any work). The previous attempt must be in the same sacct output;
 one that lies before the report window is not seen.
 
 Health-log join ("suspect" GPU-hours): where slurmkit's health log is available
-(JSON lines with at least ``node``, ``timestamp`` in epoch seconds, ``status``,
-``code``, ``check``), every record that drained a node (``status == "fail"``, or
-``drained: true``, or ``event == "drain"``) marks the GPU-hours of every attempt
+(``<paths.log_dir>/health.jsonl``, JSON lines written by :mod:`slurmkit.health.record`:
+``node``, ``time`` (or ``timestamp``) in epoch seconds, ``status``, ``drain_reason``
+``slurmkit:<CODE> <check>: ...``; or ``code``/``check`` keys), every record that
+drained a node (see :func:`_is_drain`) marks the GPU-hours of every attempt
 that ran on that node within ``N`` hours before the drain as *suspect*: the node was
 probably already sick. A whole attempt counts (a multi-node job with one bad node is
 usually lost entirely), once, however many drains touch it. Suspect hours are a
@@ -39,6 +40,7 @@ import glob
 import json
 import logging
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Set, Tuple
 
@@ -102,8 +104,27 @@ class HealthLog:
     bad_lines: int = 0
 
 
+_REASON_RE = re.compile(r"^slurmkit:(\S+)\s+([^:\s]+):")
+
+
 def _is_drain(rec: dict) -> bool:
-    return rec.get("status") == "fail" or rec.get("drained") is True or rec.get("event") == "drain"
+    """A record that drained its node. slurmkit's hooks (slurmkit.health.gate) write a
+    ``drain_reason`` whenever a check failed: the hook then drains the node itself or
+    exits non-zero, which makes Slurm drain it. Other writers may say ``drained: true``
+    or ``event: "drain"``; a record without any of these keys counts when its
+    ``status`` is ``fail``."""
+    if rec.get("drain_reason") or rec.get("drained") is True or rec.get("event") == "drain":
+        return True
+    return "drain_reason" not in rec and rec.get("status") == "fail"
+
+
+def _event(rec: dict) -> DrainEvent:
+    ts = rec.get("timestamp", rec.get("time"))
+    code, check = str(rec.get("code", "")), str(rec.get("check", ""))
+    m = _REASON_RE.match(str(rec.get("drain_reason") or ""))
+    if m and not code:
+        code, check = m.group(1), m.group(2)
+    return DrainEvent(str(rec["node"]), float(ts), code, check)
 
 
 def read_health_log(pattern: str) -> Optional[HealthLog]:
@@ -133,8 +154,7 @@ def read_health_log(pattern: str) -> Optional[HealthLog]:
                         raise ValueError
                     if not _is_drain(rec):
                         continue
-                    hl.events.append(DrainEvent(str(rec["node"]), float(rec["timestamp"]),
-                                                str(rec.get("code", "")), str(rec.get("check", ""))))
+                    hl.events.append(_event(rec))
                 except (ValueError, KeyError, TypeError):
                     hl.bad_lines += 1
     if hl.bad_lines:

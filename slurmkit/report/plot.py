@@ -72,8 +72,8 @@ def build_figure(report: Report, top: int = 20):
         ax.bar(x, vals, bottom=bottom, label=s, color=STATE_COLORS.get(s), width=0.75)
         bottom = [b + v for b, v in zip(bottom, vals)]
     ax.set_xticks(x)
-    ax.set_xticklabels(labels, rotation=45 if len(labels) > 6 else 0, ha="right" if len(labels) > 6 else "center",
-                       fontsize=8)
+    crowded = len(labels) > 6
+    ax.set_xticklabels(labels, rotation=45 if crowded else 0, ha="right" if crowded else "center", fontsize=8)
     group = ", ".join(report.by) if report.by else "cluster"
     window = report.meta.get("window", {}).get("label", "")
     ax.set_title(f"GPU-hours by {group}" + (f" ({window})" if window else ""))

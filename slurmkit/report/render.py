@@ -132,7 +132,8 @@ def render_table(report: Report, view: str, out: TextIO, color: Optional[bool] =
               for i, (h, f) in enumerate(zip(headers, foot))]
 
     def line(cells: Sequence[str]) -> str:
-        return "  ".join(c.rjust(w) if num else c.ljust(w) for c, w, num in zip(cells, widths, numeric)).rstrip()
+        return "  ".join(c.rjust(w) if num else c.ljust(w)
+                         for c, w, num in zip(cells, widths, numeric)).rstrip()
 
     out.write(line(headers) + "\n")
     out.write("  ".join("-" * w for w in widths) + "\n")
@@ -161,8 +162,18 @@ def render_csv(report: Report, view: str, out: TextIO) -> None:
 
 
 def render_json(report: Report, out: TextIO) -> None:
-    json.dump(report.to_dict(), out, indent=2, sort_keys=True, default=str)
-    out.write("\n")
+    """One JSON document: ``by``, ``meta``, ``rows`` (one row object per line) and
+    ``totals``. Rows are encoded without indentation because only then does the json
+    module use its C encoder: a per-node, per-day report can have 10^5 rows."""
+    dumps = json.dumps
+    meta = dumps(report.meta, sort_keys=True, default=str)
+    out.write('{\n  "by": ' + dumps(report.by) + ',\n  "meta": ' + meta + ',\n  "rows": [')
+    first = True
+    for row in report.rows:
+        out.write(("\n    " if first else ",\n    ") + dumps(row, sort_keys=True, default=str))
+        first = False
+    totals = dumps(report.totals, sort_keys=True, default=str)
+    out.write(("\n  ]" if report.rows else "]") + ',\n  "totals": ' + totals + "\n}\n")
 
 
 def render(report: Report, fmt: str, view: str = "usage", out: Optional[TextIO] = None) -> None:

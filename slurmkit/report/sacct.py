@@ -115,7 +115,8 @@ class Filters:
 
     @property
     def active(self) -> bool:
-        return any(x is not None for x in (self.users, self.accounts, self.partitions, self.states, self.names))
+        return any(x is not None
+                   for x in (self.users, self.accounts, self.partitions, self.states, self.names))
 
 
 @dataclass
@@ -272,37 +273,43 @@ def _parse_rows(lines: Iterable[str], columns: Sequence[str], *, sep: str, windo
 
     tres_cache: Dict[str, object] = {}
     running_states = RUNNING_STATES
-    unknown = _UNKNOWN_TIMES
     slow_time = parse_time
     new_attempt = _new_attempt
     out: List[Attempt] = []
     append = out.append
     bad = stats.bad
-    rows = job_rows = step_rows = not_started = outside = filtered = 0
+    job_rows = step_rows = not_started = outside = filtered = 0
 
     text_fields = operator.itemgetter(i_jobid, i_raw, i_user, i_account, i_part, i_nodes, i_reason, i_name)
     line_no = first_line - 1
-    for line in lines:
-        line_no += 1
-        if len(line) < 3 and not line.strip():
-            continue
-        rows += 1
+    blank = 0
+    # Per-line work is kept to the minimum: no row counter (derived from the line
+    # number), blank lines detected only when a row does not split right.
+    for line_no, line in enumerate(lines, first_line):
         # Step rows: reject on the first field before paying for a split.
-        if jobid_first and line.find(".", 0, line.find(sep)) >= 0:
+        # (+1: "no separator" is -1 -> an empty range, so such a line is malformed, not a step)
+        if jobid_first and line.find(".", 0, line.find(sep) + 1) >= 0:
             step_rows += 1
             continue
         if free_last:
             f = line.split(sep, last)
             if len(f) != nf:
-                bad(line_no, f"expected {nf} fields, got {len(f)}")
+                if not line.strip():
+                    blank += 1
+                else:
+                    bad(line_no, f"wrong field count (expected {nf})")
                 continue
         else:
             f = line.rstrip("\r\n").split(sep)
             if len(f) != nf:
-                if len(f) < nf or free_idx is None:
-                    bad(line_no, f"expected {nf} fields, got {len(f)}")
+                if not line.strip():
+                    blank += 1
+                elif len(f) < nf or free_idx is None:
+                    bad(line_no, f"wrong field count (expected {nf})")
+                else:
+                    f = split_parsable2(line.rstrip("\r\n"), nf, free_idx, sep)
+                if len(f) != nf:
                     continue
-                f = split_parsable2(line.rstrip("\r\n"), nf, free_idx, sep)
             if not jobid_first and "." in f[i_jobid]:
                 step_rows += 1
                 continue
@@ -371,6 +378,7 @@ def _parse_rows(lines: Iterable[str], columns: Sequence[str], *, sep: str, windo
         append(new_attempt(Attempt, text_fields(f) + (state, g[0], g[1], submit, s, e, start, line_no,
                                                        running)))
 
+    rows = line_no - first_line + 1 - blank
     stats.rows += rows
     stats.job_rows += job_rows
     stats.step_rows += step_rows

@@ -133,7 +133,8 @@ def resolve_window(*, since: Optional[str] = None, until: Optional[str] = None, 
         end = parse_when(until, "--until") if until else (UNBOUNDED_END if default_unbounded and not since
                                                            else now_i)
         if end <= start:
-            raise UsageError(f"the window is empty: --until ({until or 'now'}) is not after --since ({since})")
+            raise UsageError(f"the window is empty: --until ({until or 'now'}) is not after "
+                             f"--since ({since})")
         label = f"{iso_local(start) if start > UNBOUNDED_START else '-'} .. " \
                 f"{iso_local(end) if end < UNBOUNDED_END else '-'}"
         return Window(start, end, label)

@@ -16,8 +16,16 @@ from typing import Any, Dict, List, Optional
 
 import click
 
-from slurmkit.cli.common import (common_options, dry_run_option, format_options, load_config,
-                                 print_json, print_table, resolve_format, setup_logging)
+from slurmkit.cli.common import (
+    common_options,
+    dry_run_option,
+    format_options,
+    load_config,
+    print_json,
+    print_table,
+    resolve_format,
+    setup_logging,
+)
 from slurmkit.errors import SlurmCommandError, UsageError
 
 log = logging.getLogger("slurmkit.sweep")
@@ -53,8 +61,14 @@ def _sweep_cfg(site_cfg, max_nodes: Optional[int]) -> Dict[str, Any]:
     return cfg
 
 
-def plan_and_submit(site_cfg, *, config_path: Optional[str], dry_run: bool, max_nodes: Optional[int],
-                    now: Optional[float] = None) -> Dict[str, Any]:
+def plan_and_submit(
+    site_cfg,
+    *,
+    config_path: Optional[str],
+    dry_run: bool,
+    max_nodes: Optional[int],
+    now: Optional[float] = None,
+) -> Dict[str, Any]:
     """One cron run: read Slurm and the store, plan, submit. Returns the report."""
     from slurmkit.slurm import client
     from slurmkit.sweep import jobscript, planner
@@ -68,23 +82,43 @@ def plan_and_submit(site_cfg, *, config_path: Optional[str], dry_run: bool, max_
     store = open_store(site_cfg)
 
     rows = client.nodes(partition=cfg.get("partition"))
+    if not rows:
+        from slurmkit.errors import ConfigError
+
+        where = f"partition {cfg.get('partition')!r} has" if cfg.get("partition") else "the cluster has"
+        raise ConfigError(
+            f"{where} no nodes (sinfo returned none); check the partition name",
+            path=site_cfg.path,
+            key="sweep.partition",
+        )
     bad = [r["name"] for r in rows if not _valid_name(r["name"])]
     rows = [r for r in rows if _valid_name(r["name"])]
     for name in bad:
         log.warning("skipping node with an unusable name %r", name)
     sweep_jobs = planner.sweep_job_nodes(client.jobs(), cfg["job_name"])
     summary = store.summary()  # one file, not one per node: planning stays fast at 10,000 nodes
-    last = {n: (e.get("last_pass") if isinstance(e.get("last_pass"), (int, float)) else None)
-            for n, e in summary.items()}
-    p = planner.plan(rows, last, sweep_jobs.keys(), now, running_jobs=len(set(sweep_jobs.values())),
-                     max_nodes=cfg["max_nodes"],
-                     max_concurrent=cfg["max_concurrent"], period_s=cfg["period_s"],
-                     min_interval_s=cfg["min_interval_s"], cron_interval_s=cfg["cron_interval_s"],
-                     revalidate=[n for n, e in summary.items() if e.get("status") == "fail"])
+    last = {
+        n: (e.get("last_pass") if isinstance(e.get("last_pass"), (int, float)) else None)
+        for n, e in summary.items()
+    }
+    p = planner.plan(
+        rows,
+        last,
+        sweep_jobs.keys(),
+        now,
+        running_jobs=len(set(sweep_jobs.values())),
+        max_nodes=cfg["max_nodes"],
+        max_concurrent=cfg["max_concurrent"],
+        period_s=cfg["period_s"],
+        min_interval_s=cfg["min_interval_s"],
+        cron_interval_s=cfg["cron_interval_s"],
+        revalidate=[n for n, e in summary.items() if e.get("status") == "fail"],
+    )
     output = cfg.get("output") or os.path.join(paths["log_dir"], "sweep-%j.out")
     jobs: List[Dict[str, Any]] = []
     errors: List[str] = []
-    if not dry_run and p.selected:
+    if not dry_run and (p.selected or cfg["pairs"]["enabled"]):
+        # Slurm fails a job whose --output directory is missing (exit 0:53, no log at all)
         try:
             os.makedirs(os.path.dirname(output) or ".", exist_ok=True)
         except OSError as exc:
@@ -93,11 +127,18 @@ def plan_and_submit(site_cfg, *, config_path: Optional[str], dry_run: bool, max_
         node = check_node_name(cand.node)
         model = planner.gpu_model_from_gres(cand.gres)
         args = jobscript.sbatch_args(node, cfg, run_id, output)
-        argv = jobscript.run_node_argv(node, run_id, python=cfg.get("python"),
-                                       config_path=site_cfg.path or config_path, gpu_model=model)
+        argv = jobscript.run_node_argv(
+            node, run_id, python=cfg.get("python"), config_path=site_cfg.path or config_path, gpu_model=model
+        )
         script = jobscript.render_script(node, run_id, argv)
-        entry: Dict[str, Any] = {"node": node, "gpu_model": model, "last_pass": cand.last_pass,
-                                 "overdue": cand.overdue, "revalidate": cand.revalidate, "sbatch": args}
+        entry: Dict[str, Any] = {
+            "node": node,
+            "gpu_model": model,
+            "last_pass": cand.last_pass,
+            "overdue": cand.overdue,
+            "revalidate": cand.revalidate,
+            "sbatch": args,
+        }
         if dry_run:
             entry["script"] = script
         else:
@@ -108,33 +149,62 @@ def plan_and_submit(site_cfg, *, config_path: Optional[str], dry_run: bool, max_
                 errors.append(f"{node}: {exc}")
                 log.error("sbatch for %s failed: %s", node, exc)
         jobs.append(entry)
-    pair_jobs = _submit_pairs(site_cfg, cfg, store, rows, sweep_jobs, p, run_id, output,
-                              config_path=site_cfg.path or config_path, dry_run=dry_run, errors=errors)
+    pair_jobs = _submit_pairs(
+        site_cfg,
+        cfg,
+        store,
+        rows,
+        sweep_jobs,
+        p,
+        run_id,
+        output,
+        config_path=site_cfg.path or config_path,
+        dry_run=dry_run,
+        errors=errors,
+    )
     submitted = sum(1 for j in jobs + pair_jobs if j.get("job_id"))
     if not dry_run and cfg["write_metrics"]:
         try:
             from slurmkit.sweep.metrics import write_controller_metrics
 
-            write_controller_metrics(paths["metrics_dir"], summary=summary,
-                                     fleet_nodes=[r["name"] for r in rows], run_at=now, submitted=submitted,
-                                     running=p.running + submitted, overdue=len(p.overdue),
-                                     period_s=cfg["period_s"])
+            write_controller_metrics(
+                paths["metrics_dir"],
+                summary=summary,
+                fleet_nodes=[r["name"] for r in rows],
+                run_at=now,
+                submitted=submitted,
+                running=p.running + submitted,
+                overdue=len(p.overdue),
+                period_s=cfg["period_s"],
+            )
         except Exception as exc:  # metrics never fail a sweep
             log.error("metrics failed: %s: %s", type(exc).__name__, exc)
     if not p.meets_period:
-        log.warning("max_nodes=%d cannot cover %d nodes within period_s=%gs at one run every %gs; "
-                    "need %d per run", cfg["max_nodes"], p.total_nodes, cfg["period_s"], cfg["cron_interval_s"],
-                    p.required_per_run)
-    report = {"run_id": run_id, "dry_run": dry_run, "plan": p.to_dict(), "jobs": jobs, "pair_jobs": pair_jobs,
-              "errors": errors,
-              "running_sweep_jobs": sweep_jobs}
+        log.warning(
+            "max_nodes=%d cannot cover %d nodes within period_s=%gs at one run every %gs; need %d per run",
+            cfg["max_nodes"],
+            p.total_nodes,
+            cfg["period_s"],
+            cfg["cron_interval_s"],
+            p.required_per_run,
+        )
+    report = {
+        "run_id": run_id,
+        "dry_run": dry_run,
+        "plan": p.to_dict(),
+        "jobs": jobs,
+        "pair_jobs": pair_jobs,
+        "errors": errors,
+        "running_sweep_jobs": sweep_jobs,
+    }
     if errors and not submitted:
         raise SlurmCommandError(["sbatch"], f"every sweep submission failed; first: {errors[0]}")
     return report
 
 
-def _submit_pairs(site_cfg, cfg, store, rows, sweep_jobs, p, run_id, output, *, config_path, dry_run,
-                  errors) -> List[Dict[str, Any]]:
+def _submit_pairs(
+    site_cfg, cfg, store, rows, sweep_jobs, p, run_id, output, *, config_path, dry_run, errors
+) -> List[Dict[str, Any]]:
     """Pairwise 2-node all_reduce jobs on idle nodes the single-node plan left free."""
     from slurmkit.slurm import client
     from slurmkit.sweep import jobscript, pairs, planner
@@ -156,9 +226,15 @@ def _submit_pairs(site_cfg, cfg, store, rows, sweep_jobs, p, run_id, output, *, 
             m = re.search(r"gpu(?::[^:,(]+)?:(\d+)", gres.get(a, ""))
             tasks = int(m.group(1)) if m else 1
         args = pairs.pair_sbatch_args(a, b, cfg, run_id, output, tasks)
-        argv = pairs.pair_argv(a, b, run_id, python=cfg.get("python"), config_path=config_path, tasks=2 * tasks)
+        argv = pairs.pair_argv(
+            a, b, run_id, python=cfg.get("python"), config_path=config_path, tasks=2 * tasks
+        )
         script = jobscript.render_script(a, run_id, argv)
-        entry: Dict[str, Any] = {"nodes": [a, b], "sbatch": args, "gpu_model": planner.gpu_model_from_gres(gres.get(a))}
+        entry: Dict[str, Any] = {
+            "nodes": [a, b],
+            "sbatch": args,
+            "gpu_model": planner.gpu_model_from_gres(gres.get(a)),
+        }
         if dry_run:
             entry["script"] = script
         else:
@@ -180,7 +256,9 @@ def _valid_name(name: str) -> bool:
 @click.group("sweep", invoke_without_command=True)
 @common_options
 @dry_run_option
-@click.option("--max-nodes", type=int, default=None, help="Nodes to check this run (default: sweep.max_nodes).")
+@click.option(
+    "--max-nodes", type=int, default=None, help="Nodes to check this run (default: sweep.max_nodes)."
+)
 @format_options(("table", "json"))
 @click.pass_context
 def sweep(ctx, config_path, verbose, quiet, dry_run, max_nodes, fmt, as_json) -> None:
@@ -202,16 +280,41 @@ def sweep(ctx, config_path, verbose, quiet, dry_run, max_nodes, fmt, as_json) ->
     p = report["plan"]
     if not quiet:
         verb = "would submit" if dry_run else "submitted"
-        click.echo(f"sweep {report['run_id']}: {p['idle_nodes']} idle of {p['total_nodes']} nodes; "
-                   f"{p['running']} sweep job(s) already queued/running; {len(report['jobs'])} slot(s) used "
-                   f"of {p['slots']}; {len(p['overdue'])} overdue", err=True)
-    rows = [{"node": j["node"], "last_pass": _iso(j["last_pass"]), "overdue": "yes" if j["overdue"] else "",
-             "job": j.get("job_id") or ("(dry run)" if dry_run else "ERROR: " + j.get("error", "")),
-             "gpu_model": j.get("gpu_model") or ""} for j in report["jobs"]]
+        n_jobs = len(report["jobs"]) + len(report["pair_jobs"])
+        click.echo(
+            f"sweep {report['run_id']}: {p['idle_nodes']} idle of {p['total_nodes']} nodes; "
+            f"{p['running']} sweep job(s) already queued/running; {verb} {n_jobs} (slots {p['slots']}); "
+            f"{len(p['overdue'])} overdue; K needed for the period: {p['required_per_run']}",
+            err=True,
+        )
+
+    def job_cell(j: Dict[str, Any]) -> str:
+        return j.get("job_id") or ("(dry run)" if dry_run else "ERROR: " + j.get("error", ""))
+
+    rows = [
+        {
+            "node": j["node"],
+            "last_pass": _iso(j["last_pass"]),
+            "why": "revalidate" if j.get("revalidate") else ("overdue" if j["overdue"] else "rotation"),
+            "job": job_cell(j),
+            "gpu_model": j.get("gpu_model") or "",
+        }
+        for j in report["jobs"]
+    ]
+    rows += [
+        {
+            "node": "+".join(j["nodes"]),
+            "last_pass": "",
+            "why": "pair all_reduce",
+            "job": job_cell(j),
+            "gpu_model": j.get("gpu_model") or "",
+        }
+        for j in report["pair_jobs"]
+    ]
     if rows:
-        print_table(rows, ["node", "gpu_model", "last_pass", "overdue", "job"])
+        print_table(rows, ["node", "gpu_model", "last_pass", "why", "job"])
         if dry_run and verbose:
-            for j in report["jobs"]:
+            for j in report["jobs"] + report["pair_jobs"]:
                 click.echo(f"\n# sbatch {' '.join(j['sbatch'])}\n{j['script']}", nl=False)
     elif not quiet:
         click.echo(f"nothing to {'plan' if dry_run else 'submit'}", err=True)
@@ -219,8 +322,11 @@ def sweep(ctx, config_path, verbose, quiet, dry_run, max_nodes, fmt, as_json) ->
 
 def _ctx_opts(ctx, config_path, verbose, quiet):
     parent = ctx.obj or {}
-    return (config_path or parent.get("config_path"), max(verbose, parent.get("verbose") or 0),
-            quiet or bool(parent.get("quiet")))
+    return (
+        config_path or parent.get("config_path"),
+        max(verbose, parent.get("verbose") or 0),
+        quiet or bool(parent.get("quiet")),
+    )
 
 
 def status_rows(site_cfg, now: float, node_states: Optional[Dict[str, str]] = None) -> List[Dict[str, Any]]:
@@ -235,22 +341,29 @@ def status_rows(site_cfg, now: float, node_states: Optional[Dict[str, str]] = No
         doc = documents.get(name) or {}
         checks = doc.get("checks") or {}
         heavy = {c: e for c, e in checks.items() if e.get("tier") == "heavy"}
-        valid_until = min((e.get("valid_until") for e in heavy.values()
-                           if isinstance(e.get("valid_until"), (int, float))), default=None)
+        valid_until = min(
+            (e.get("valid_until") for e in heavy.values() if isinstance(e.get("valid_until"), (int, float))),
+            default=None,
+        )
         bad = sorted(f"{c}:{e.get('code')}" for c, e in heavy.items() if e.get("status") not in ("ok", None))
         lp = doc.get("last_pass")
         age = now - lp if isinstance(lp, (int, float)) else None
-        rows.append({
-            "node": name,
-            "state": (node_states or {}).get(name, ""),
-            "gpu_model": (doc.get("meta") or {}).get("gpu_model"),
-            "last_pass": lp, "last_pass_iso": _iso(lp), "age": _age(age),
-            "verdict": doc.get("last_pass_status") or "never",
-            "valid_until": valid_until, "valid_until_iso": _iso(valid_until) if valid_until else "",
-            "valid": bool(valid_until and valid_until > now),
-            "overdue": age is None or age > cfg["period_s"],
-            "problems": bad,
-        })
+        rows.append(
+            {
+                "node": name,
+                "state": (node_states or {}).get(name, ""),
+                "gpu_model": (doc.get("meta") or {}).get("gpu_model"),
+                "last_pass": lp,
+                "last_pass_iso": _iso(lp),
+                "age": _age(age),
+                "verdict": doc.get("last_pass_status") or "never",
+                "valid_until": valid_until,
+                "valid_until_iso": _iso(valid_until) if valid_until else "",
+                "valid": bool(valid_until and valid_until > now),
+                "overdue": age is None or age > cfg["period_s"],
+                "problems": bad,
+            }
+        )
     return rows
 
 
@@ -279,9 +392,20 @@ def status_cmd(ctx, config_path, verbose, quiet, fmt, as_json, nodes, no_slurm) 
     if resolve_format(fmt, as_json) == "json":
         print_json(rows)
         return
-    table = [{"node": r["node"], "state": r["state"], "gpu": r["gpu_model"] or "", "last_pass": r["last_pass_iso"],
-              "age": r["age"], "verdict": r["verdict"], "valid_until": r["valid_until_iso"],
-              "overdue": "yes" if r["overdue"] else "", "problems": ",".join(r["problems"])} for r in rows]
+    table = [
+        {
+            "node": r["node"],
+            "state": r["state"],
+            "gpu": r["gpu_model"] or "",
+            "last_pass": r["last_pass_iso"],
+            "age": r["age"],
+            "verdict": r["verdict"],
+            "valid_until": r["valid_until_iso"],
+            "overdue": "yes" if r["overdue"] else "",
+            "problems": ",".join(r["problems"]),
+        }
+        for r in rows
+    ]
     if table:
         print_table(table)
     elif not quiet:
@@ -291,11 +415,19 @@ def status_cmd(ctx, config_path, verbose, quiet, fmt, as_json, nodes, no_slurm) 
 @sweep.command("run-node")
 @common_options
 @format_options(("table", "json"))
-@click.option("--node", default=None, help="This node's name (default: $SLURMD_NODENAME, then the host name).")
+@click.option(
+    "--node", default=None, help="This node's name (default: $SLURMD_NODENAME, then the host name)."
+)
 @click.option("--run-id", default=None, help="The sweep run that submitted this job.")
-@click.option("--gpu-model", default=None, help="GPU model from the node's gres (e.g. h100), for peer grouping.")
-@click.option("--exit-zero", is_flag=True, help="Exit 0 once the pass is recorded, whatever its verdict "
-              "(sweep jobs: the verdict lives in the store, and sacct FAILED then means a crash).")
+@click.option(
+    "--gpu-model", default=None, help="GPU model from the node's gres (e.g. h100), for peer grouping."
+)
+@click.option(
+    "--exit-zero",
+    is_flag=True,
+    help="Exit 0 once the pass is recorded, whatever its verdict "
+    "(sweep jobs: the verdict lives in the store, and sacct FAILED then means a crash).",
+)
 @click.pass_context
 def run_node_cmd(ctx, config_path, verbose, quiet, fmt, as_json, node, run_id, gpu_model, exit_zero) -> None:
     """Run one node's pass (inside a sweep job): heavy tier + storage probe,
@@ -312,9 +444,18 @@ def run_node_cmd(ctx, config_path, verbose, quiet, fmt, as_json, node, run_id, g
     if resolve_format(fmt, as_json) == "json":
         print_json(result.to_dict())
     else:
-        print_table([{"check": r.check, "status": r.status.value, "code": r.code,
-                      "value": "" if r.value is None else f"{r.value:g} {r.unit}".strip(), "reason": r.reason}
-                     for r in result.results])
+        print_table(
+            [
+                {
+                    "check": r.check,
+                    "status": r.status.value,
+                    "code": r.code,
+                    "value": "" if r.value is None else f"{r.value:g} {r.unit}".strip(),
+                    "reason": r.reason,
+                }
+                for r in result.results
+            ]
+        )
         if not quiet:
             extra = f"; drained: {result.drained}" if result.drained else ""
             if result.resumed is not None:

@@ -70,10 +70,21 @@ def sbatch_args(node: str, cfg: Mapping[str, Any], run_id: str, output: str) -> 
     return args + list(cfg.get("extra_sbatch_args") or [])
 
 
-def run_node_argv(node: str, run_id: str, *, python: Optional[str], config_path: Optional[str],
-                  gpu_model: Optional[str]) -> List[str]:
-    argv = [python or sys.executable, "-m", "slurmkit.cli.main", "sweep", "run-node", "--exit-zero", "--node",
-            node, "--run-id", run_id]
+def run_node_argv(
+    node: str, run_id: str, *, python: Optional[str], config_path: Optional[str], gpu_model: Optional[str]
+) -> List[str]:
+    argv = [
+        python or sys.executable,
+        "-m",
+        "slurmkit.cli.main",
+        "sweep",
+        "run-node",
+        "--exit-zero",
+        "--node",
+        node,
+        "--run-id",
+        run_id,
+    ]
     if gpu_model:
         argv += ["--gpu-model", gpu_model]
     if config_path:
@@ -81,7 +92,9 @@ def run_node_argv(node: str, run_id: str, *, python: Optional[str], config_path:
     return argv
 
 
-def render_script(node: str, run_id: str, argv: Sequence[str], env: Optional[Mapping[str, str]] = None) -> str:
+def render_script(
+    node: str, run_id: str, argv: Sequence[str], env: Optional[Mapping[str, str]] = None
+) -> str:
     check_node_name(node)  # it also appears in a comment line
     if any(ch in run_id for ch in "\n\r"):
         raise ValueError("run id must be one line")

@@ -16,7 +16,7 @@ Two kinds of file, both written atomically through :func:`slurmkit.metrics.write
 Metric names (used by etc/prometheus/slurmkit-rules.yml and the Grafana dashboard):
 
 =============================================  =====================================================
-``slurmkit_sweep_check_value``                 probe value, labels ``node``, ``check``, ``unit``, ``gpu_model``
+``slurmkit_sweep_check_value``                 probe value; ``node``, ``check``, ``unit``, ``gpu_model``
 ``slurmkit_sweep_check_status``                0 ok, 1 warn, 2 fail, 3 unknown (Nagios), ``check``, ``code``
 ``slurmkit_sweep_check_reference``             the figure a value is judged against (floor or
                                                theoretical), where the check reports one
@@ -67,7 +67,9 @@ def _write(directory: str, name: str, samples) -> Optional[str]:
     try:
         return write_textfile(os.path.join(directory, name), samples)
     except ImportError:
-        log.warning("prometheus-client is not installed (pip install 'slurmkit[metrics]'); no metrics written")
+        log.warning(
+            "prometheus-client is not installed (pip install 'slurmkit[metrics]'); no metrics written"
+        )
     except OSError as exc:
         log.warning("cannot write metrics to %s: %s", directory, exc.strerror or exc)
     return None
@@ -104,8 +106,9 @@ def weakest_bidirectional(matrix: List[List[float]]) -> List[float]:
     return [min((matrix[i][j] + matrix[j][i] for j in range(n) if j != i), default=0.0) for i in range(n)]
 
 
-def node_samples(node: str, results: Iterable[CheckResult], *, gpu_model: Optional[str],
-                 finished_at: float) -> List[Any]:
+def node_samples(
+    node: str, results: Iterable[CheckResult], *, gpu_model: Optional[str], finished_at: float
+) -> List[Any]:
     from slurmkit.metrics import Sample
 
     model = gpu_model or "unknown"
@@ -114,40 +117,76 @@ def node_samples(node: str, results: Iterable[CheckResult], *, gpu_model: Option
     for r in results:
         if r.status.severity > worst.severity:
             worst = r.status
-        samples.append(Sample("slurmkit_sweep_check_status", "Latest sweep verdict per check: 0 ok, 1 warn, "
-                              "2 fail, 3 unknown.", {"node": node, "check": r.check, "code": r.code},
-                              r.status.exit_code))
+        samples.append(
+            Sample(
+                "slurmkit_sweep_check_status",
+                "Latest sweep verdict per check: 0 ok, 1 warn, 2 fail, 3 unknown.",
+                {"node": node, "check": r.check, "code": r.code},
+                r.status.exit_code,
+            )
+        )
         if r.check.startswith("outlier."):
             mads = (r.details or {}).get("mads")
             if _number(mads):
-                samples.append(Sample("slurmkit_sweep_outlier_mads", "MADs below (above, for lower-is-better "
-                                      "checks) the fleet median of the node's GPU model.",
-                                      {"node": node, "check": r.check[len("outlier."):], "gpu_model": model},
-                                      float(mads)))
+                samples.append(
+                    Sample(
+                        "slurmkit_sweep_outlier_mads",
+                        "MADs below (above, for lower-is-better "
+                        "checks) the fleet median of the node's GPU model.",
+                        {"node": node, "check": r.check[len("outlier.") :], "gpu_model": model},
+                        float(mads),
+                    )
+                )
             continue
         labels = {"node": node, "check": r.check, "unit": r.unit or "", "gpu_model": model}
         matrix = nvlink_matrix(r) if r.check == "nvlink_bandwidth" else None
         if matrix is not None and len(matrix) > 1:
             for gpu, gbps in enumerate(weakest_bidirectional(matrix)):
-                samples.append(Sample("slurmkit_sweep_nvlink_gpu_gbps", "Per GPU: weakest peer's bidirectional "
-                                      "NVLink copy bandwidth (GB/s) in the latest sweep.",
-                                      {"node": node, "gpu": str(gpu), "gpu_model": model}, gbps))
+                samples.append(
+                    Sample(
+                        "slurmkit_sweep_nvlink_gpu_gbps",
+                        "Per GPU: weakest peer's bidirectional "
+                        "NVLink copy bandwidth (GB/s) in the latest sweep.",
+                        {"node": node, "gpu": str(gpu), "gpu_model": model},
+                        gbps,
+                    )
+                )
         if _number(r.value):
-            samples.append(Sample("slurmkit_sweep_check_value", "Latest sweep probe value.", labels,
-                                  float(r.value)))
+            samples.append(
+                Sample("slurmkit_sweep_check_value", "Latest sweep probe value.", labels, float(r.value))
+            )
             ref = _reference(r)
             if ref is not None:
-                samples.append(Sample("slurmkit_sweep_check_reference", "Figure the probe value is judged "
-                                      "against (theoretical, expected or floor).", labels, ref))
-    samples.append(Sample("slurmkit_sweep_pass_status", "Worst verdict of this node's latest sweep pass.",
-                          {"node": node}, worst.exit_code))
-    samples.append(Sample("slurmkit_sweep_pass_timestamp_seconds", "End of this node's latest sweep pass.",
-                          {"node": node}, finished_at))
+                samples.append(
+                    Sample(
+                        "slurmkit_sweep_check_reference",
+                        "Figure the probe value is judged against (theoretical, expected or floor).",
+                        labels,
+                        ref,
+                    )
+                )
+    samples.append(
+        Sample(
+            "slurmkit_sweep_pass_status",
+            "Worst verdict of this node's latest sweep pass.",
+            {"node": node},
+            worst.exit_code,
+        )
+    )
+    samples.append(
+        Sample(
+            "slurmkit_sweep_pass_timestamp_seconds",
+            "End of this node's latest sweep pass.",
+            {"node": node},
+            finished_at,
+        )
+    )
     return samples
 
 
-def write_node_metrics(directory: str, node: str, results: Iterable[CheckResult], *,
-                       gpu_model: Optional[str], finished_at: float) -> Optional[str]:
+def write_node_metrics(
+    directory: str, node: str, results: Iterable[CheckResult], *, gpu_model: Optional[str], finished_at: float
+) -> Optional[str]:
     try:
         samples = node_samples(node, results, gpu_model=gpu_model, finished_at=finished_at)
     except ImportError:
@@ -155,9 +194,17 @@ def write_node_metrics(directory: str, node: str, results: Iterable[CheckResult]
     return _write(directory, node_file(node), samples)
 
 
-def write_controller_metrics(directory: str, *, summary: Mapping[str, Mapping[str, Any]],
-                             fleet_nodes: Iterable[str], run_at: float, submitted: int, running: int,
-                             overdue: int, period_s: float) -> Optional[str]:
+def write_controller_metrics(
+    directory: str,
+    *,
+    summary: Mapping[str, Mapping[str, Any]],
+    fleet_nodes: Iterable[str],
+    run_at: float,
+    submitted: int,
+    running: int,
+    overdue: int,
+    period_s: float,
+) -> Optional[str]:
     from slurmkit.metrics import Sample
 
     samples: List[Any] = []
@@ -165,16 +212,30 @@ def write_controller_metrics(directory: str, *, summary: Mapping[str, Mapping[st
     for node in sorted(set(fleet_nodes) | set(summary)):
         entry = summary.get(node) or {}
         lp = entry.get("last_pass")
-        samples.append(Sample("slurmkit_sweep_node_last_pass_timestamp_seconds", "Last complete sweep pass per "
-                              "node (0: never).", {"node": node}, float(lp) if _number(lp) else 0.0))
+        samples.append(
+            Sample(
+                "slurmkit_sweep_node_last_pass_timestamp_seconds",
+                "Last complete sweep pass per node (0: never).",
+                {"node": node},
+                float(lp) if _number(lp) else 0.0,
+            )
+        )
         st = entry.get("status")
         if st in codes:
-            samples.append(Sample("slurmkit_sweep_node_pass_status", "Verdict of each node's last pass "
-                                  "(0 ok, 1 warn, 2 fail, 3 unknown).", {"node": node}, codes[st]))
+            samples.append(
+                Sample(
+                    "slurmkit_sweep_node_pass_status",
+                    "Verdict of each node's last pass (0 ok, 1 warn, 2 fail, 3 unknown).",
+                    {"node": node},
+                    codes[st],
+                )
+            )
     samples += [
         Sample("slurmkit_sweep_run_timestamp_seconds", "Last `slurmkit sweep` run.", {}, run_at),
         Sample("slurmkit_sweep_run_submitted", "Sweep jobs submitted by the last run.", {}, submitted),
-        Sample("slurmkit_sweep_running_jobs", "Sweep jobs queued or running after the last run.", {}, running),
+        Sample(
+            "slurmkit_sweep_running_jobs", "Sweep jobs queued or running after the last run.", {}, running
+        ),
         Sample("slurmkit_sweep_nodes_overdue", "Nodes without a pass within the period.", {}, overdue),
         Sample("slurmkit_sweep_period_seconds", "Configured coverage period.", {}, period_s),
     ]

@@ -41,7 +41,7 @@ class Notification:
     status: str
     codes: List[str]
     previous_status: Optional[str]
-    kind: str          # "change", "renotify" or "recovered"
+    kind: str  # "change", "renotify" or "recovered"
     message: str
 
     def to_dict(self) -> Dict[str, Any]:
@@ -60,8 +60,9 @@ def state_key(results: Iterable[CheckResult]) -> tuple:
     return worst.value, sorted(codes)
 
 
-def decide(previous: Optional[Mapping[str, Any]], status: str, codes: List[str], now: float,
-           renotify_s: float) -> Optional[str]:
+def decide(
+    previous: Optional[Mapping[str, Any]], status: str, codes: List[str], now: float, renotify_s: float
+) -> Optional[str]:
     """Whether to notify: ``"change"``, ``"recovered"``, ``"renotify"`` or ``None``.
 
     A node seen for the first time in the ok state is not announced (a new node that
@@ -71,7 +72,11 @@ def decide(previous: Optional[Mapping[str, Any]], status: str, codes: List[str],
         return None if status == Status.OK.value else "change"
     if previous.get("status") != status or list(previous.get("codes") or []) != codes:
         return "recovered" if status == Status.OK.value else "change"
-    if status != Status.OK.value and renotify_s > 0 and now - float(previous.get("notified_at") or 0) >= renotify_s:
+    if (
+        status != Status.OK.value
+        and renotify_s > 0
+        and now - float(previous.get("notified_at") or 0) >= renotify_s
+    ):
         return "renotify"
     return None
 
@@ -92,8 +97,9 @@ class Notifier:
             return shlex.split(cmd[0])
         return list(cmd)
 
-    def observe(self, node: str, results: Iterable[CheckResult], now: Optional[float] = None,
-                extra: str = "") -> Optional[Notification]:
+    def observe(
+        self, node: str, results: Iterable[CheckResult], now: Optional[float] = None, extra: str = ""
+    ) -> Optional[Notification]:
         """Record ``node``'s latest results; deliver and return a notification if due."""
         check_node_name(node)
         now = time.time() if now is None else now
@@ -142,11 +148,21 @@ class Notifier:
         if argv:
             from slurmkit.slurm import runner
 
-            env = dict(os.environ, SLURMKIT_NODE=note.node, SLURMKIT_STATUS=note.status,
-                       SLURMKIT_CODES=",".join(note.codes), SLURMKIT_PREVIOUS_STATUS=note.previous_status or "",
-                       SLURMKIT_NOTIFY_KIND=note.kind)
+            env = dict(
+                os.environ,
+                SLURMKIT_NODE=note.node,
+                SLURMKIT_STATUS=note.status,
+                SLURMKIT_CODES=",".join(note.codes),
+                SLURMKIT_PREVIOUS_STATUS=note.previous_status or "",
+                SLURMKIT_NOTIFY_KIND=note.kind,
+            )
             try:
-                runner.run(argv, timeout=float(self.cfg.get("timeout_s", 10.0)), input=note.message + "\n",
-                           env=env, check=True)
+                runner.run(
+                    argv,
+                    timeout=float(self.cfg.get("timeout_s", 10.0)),
+                    input=note.message + "\n",
+                    env=env,
+                    check=True,
+                )
             except ExternalCommandError as exc:
                 log.error("notify hook failed: %s", exc)

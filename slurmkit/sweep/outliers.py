@@ -44,8 +44,11 @@ class FleetStats:
 def recent_value(doc: Mapping[str, Any], check: str, since: float) -> Optional[float]:
     """The median of a node document's values of ``check`` measured at or after ``since``."""
     hist = (doc.get("history") or {}).get(check) or []
-    values = [float(v) for ts, v, *_ in hist if isinstance(ts, (int, float)) and ts >= since
-              and isinstance(v, (int, float))]
+    values = [
+        float(v)
+        for ts, v, *_ in hist
+        if isinstance(ts, (int, float)) and ts >= since and isinstance(v, (int, float))
+    ]
     return statistics.median(values) if values else None
 
 
@@ -53,8 +56,9 @@ def gpu_model_of(doc: Mapping[str, Any]) -> str:
     return str((doc.get("meta") or {}).get("gpu_model") or "unknown").lower()
 
 
-def fleet_values(documents: Mapping[str, Mapping[str, Any]], check: str, gpu_model: str,
-                 since: float) -> Dict[str, float]:
+def fleet_values(
+    documents: Mapping[str, Mapping[str, Any]], check: str, gpu_model: str, since: float
+) -> Dict[str, float]:
     """``{node: recent value}`` for nodes of ``gpu_model`` with a recent value of ``check``."""
     out: Dict[str, float] = {}
     for name, doc in documents.items():
@@ -73,10 +77,20 @@ def median_mad(values: Iterable[float], mad_floor_fraction: float = 0.0) -> tupl
     return med, max(mad, abs(med) * mad_floor_fraction)
 
 
-def judge(node: str, documents: Mapping[str, Mapping[str, Any]], *, now: float, k: float,
-          window_s: float, min_peers: int, mad_floor_fraction: float, action: str = "warn",
-          checks: Optional[Iterable[str]] = None, lower_is_better: Iterable[str] = (),
-          gpu_model: Optional[str] = None) -> List[CheckResult]:
+def judge(
+    node: str,
+    documents: Mapping[str, Mapping[str, Any]],
+    *,
+    now: float,
+    k: float,
+    window_s: float,
+    min_peers: int,
+    mad_floor_fraction: float,
+    action: str = "warn",
+    checks: Optional[Iterable[str]] = None,
+    lower_is_better: Iterable[str] = (),
+    gpu_model: Optional[str] = None,
+) -> List[CheckResult]:
     """One ``outlier.<check>`` result per numeric check of ``node``.
 
     ``documents`` are store documents (:meth:`VerdictStore.documents`) and must
@@ -101,9 +115,16 @@ def judge(node: str, documents: Mapping[str, Mapping[str, Any]], *, now: float, 
         name = OUTLIER_PREFIX + check
         details: Dict[str, Any] = {"gpu_model": model, "peers": len(values), "value": mine, "k": k}
         if len(values) < min_peers:
-            results.append(CheckResult(name, Status.UNKNOWN, "OUTLIER_FEW_PEERS",
-                                       f"{len(values)} {model} peer(s) with a recent {check}; "
-                                       f"need {min_peers}", value=mine, details=details))
+            results.append(
+                CheckResult(
+                    name,
+                    Status.UNKNOWN,
+                    "OUTLIER_FEW_PEERS",
+                    f"{len(values)} {model} peer(s) with a recent {check}; need {min_peers}",
+                    value=mine,
+                    details=details,
+                )
+            )
             continue
         med, mad = median_mad(values.values(), mad_floor_fraction)
         details.update(median=med, mad=mad)
@@ -117,25 +138,46 @@ def judge(node: str, documents: Mapping[str, Mapping[str, Any]], *, now: float, 
         pct = (100.0 * (mine - med) / med) if med else 0.0
         if distance > k:
             code = "OUTLIER_" + "".join(ch if ch.isalnum() else "_" for ch in check).upper()
-            results.append(CheckResult(
-                name, fail_status, code,
-                f"{check} {mine:.4g} is {distance:.1f} MAD {word} the median {med:.4g} of "
-                f"{len(values)} {model} peers ({pct:+.0f}%)", fail_action, value=mine, details=details))
+            results.append(
+                CheckResult(
+                    name,
+                    fail_status,
+                    code,
+                    f"{check} {mine:.4g} is {distance:.1f} MAD {word} the median {med:.4g} of "
+                    f"{len(values)} {model} peers ({pct:+.0f}%)",
+                    fail_action,
+                    value=mine,
+                    details=details,
+                )
+            )
         else:
-            results.append(CheckResult(name, Status.OK, "OK",
-                                       f"{check} {mine:.4g} within {k:g} MAD of {len(values)} {model} "
-                                       f"peers (median {med:.4g}, {pct:+.0f}%)", value=mine, details=details))
+            results.append(
+                CheckResult(
+                    name,
+                    Status.OK,
+                    "OK",
+                    f"{check} {mine:.4g} within {k:g} MAD of {len(values)} {model} "
+                    f"peers (median {med:.4g}, {pct:+.0f}%)",
+                    value=mine,
+                    details=details,
+                )
+            )
     return results
 
 
-def fleet_table(documents: Mapping[str, Mapping[str, Any]], *, now: float, window_s: float,
-                mad_floor_fraction: float = 0.0) -> List[FleetStats]:
+def fleet_table(
+    documents: Mapping[str, Mapping[str, Any]],
+    *,
+    now: float,
+    window_s: float,
+    mad_floor_fraction: float = 0.0,
+) -> List[FleetStats]:
     """Median and MAD per (GPU model, check) over the whole fleet, for status and metrics."""
     since = now - window_s
     groups: Dict[tuple, List[float]] = {}
     for doc in documents.values():
         model = gpu_model_of(doc)
-        for check in (doc.get("history") or {}):
+        for check in doc.get("history") or {}:
             v = recent_value(doc, check, since)
             if v is not None:
                 groups.setdefault((model, check), []).append(v)

@@ -24,8 +24,13 @@ import time
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from slurmkit.health.base import CheckResult, Status
-from slurmkit.sweep.probes import (allreduce_busbw, busbw_verdict, find_topology_conf, parse_topology_conf,
-                                   select_pairs)
+from slurmkit.sweep.probes import (
+    allreduce_busbw,
+    busbw_verdict,
+    find_topology_conf,
+    parse_topology_conf,
+    select_pairs,
+)
 from slurmkit.sweep.store import check_node_name
 
 log = logging.getLogger("slurmkit.sweep.pairs")
@@ -44,7 +49,9 @@ def last_pair_tests(store, nodes: Sequence[str]) -> Dict[str, Optional[float]]:
     out: Dict[str, Optional[float]] = {}
     for n in nodes:
         entry = store.node(n).get(PAIR_CHECK)
-        out[n] = float(entry["timestamp"]) if entry and isinstance(entry.get("timestamp"), (int, float)) else None
+        out[n] = (
+            float(entry["timestamp"]) if entry and isinstance(entry.get("timestamp"), (int, float)) else None
+        )
     return out
 
 
@@ -65,8 +72,9 @@ def plan_pairs(store, idle: Sequence[str], cfg: Mapping[str, Any], slots: int) -
     return select_pairs(idle, last_pair_tests(store, idle), topology, min(pcfg["max_pairs"], slots))
 
 
-def pair_sbatch_args(a: str, b: str, cfg: Mapping[str, Any], run_id: str, output: str,
-                     tasks_per_node: int) -> List[str]:
+def pair_sbatch_args(
+    a: str, b: str, cfg: Mapping[str, Any], run_id: str, output: str, tasks_per_node: int
+) -> List[str]:
     opts: Dict[str, Optional[str]] = {
         "--comment": f"slurmkit-sweep-pair run={run_id}",
         "--exclusive": None,
@@ -84,15 +92,30 @@ def pair_sbatch_args(a: str, b: str, cfg: Mapping[str, Any], run_id: str, output
     if cfg.get("account"):
         opts["--account"] = cfg["account"]
     opts["--requeue" if cfg.get("requeue") else "--no-requeue"] = None
-    return [k if v is None else f"{k}={v}" for k, v in sorted(opts.items())] + list(cfg.get("extra_sbatch_args") or [])
+    return [k if v is None else f"{k}={v}" for k, v in sorted(opts.items())] + list(
+        cfg.get("extra_sbatch_args") or []
+    )
 
 
-def pair_argv(a: str, b: str, run_id: str, *, python: Optional[str], config_path: Optional[str],
-              tasks: int) -> List[str]:
+def pair_argv(
+    a: str, b: str, run_id: str, *, python: Optional[str], config_path: Optional[str], tasks: int
+) -> List[str]:
     import sys
 
-    argv = ["srun", f"--ntasks={tasks}", "--kill-on-bad-exit=1", python or sys.executable, "-m",
-            "slurmkit.cli.main", "sweep", "run-pair", "--nodes", f"{a},{b}", "--run-id", run_id]
+    argv = [
+        "srun",
+        f"--ntasks={tasks}",
+        "--kill-on-bad-exit=1",
+        python or sys.executable,
+        "-m",
+        "slurmkit.cli.main",
+        "sweep",
+        "run-pair",
+        "--nodes",
+        f"{a},{b}",
+        "--run-id",
+        run_id,
+    ]
     if config_path:
         argv += ["--config", config_path]
     return argv
@@ -109,9 +132,18 @@ def _master_address(node: str) -> str:
         return addr
 
 
-def run_pair(site_cfg, nodes: Sequence[str], run_id: str, env: Optional[Mapping[str, str]] = None,
-             record: bool = True) -> Optional[CheckResult]:
-    """One rank of the pair job (``srun`` starts one per task). Returns rank 0's verdict."""
+def run_pair(
+    site_cfg,
+    nodes: Sequence[str],
+    run_id: str,
+    env: Optional[Mapping[str, str]] = None,
+    record: bool = True,
+    master: Optional[str] = None,
+) -> Optional[CheckResult]:
+    """One rank of the pair job (``srun`` starts one per task). Returns rank 0's verdict.
+
+    Rank, world size and port come from Slurm's task environment; rank 0's address is
+    the first node's ``NodeAddr`` (``master`` overrides it)."""
     import torch
     import torch.distributed as dist
 
@@ -124,9 +156,14 @@ def run_pair(site_cfg, nodes: Sequence[str], run_id: str, env: Optional[Mapping[
     if backend == "auto":
         backend = "nccl" if torch.cuda.is_available() else "gloo"
     os.environ.setdefault("NCCL_ALGO", "Ring")
-    init = f"tcp://{_master_address(nodes[0])}:{20000 + job % 20000}"
-    dist.init_process_group(backend, init_method=init, rank=rank, world_size=world,
-                            timeout=__import__("datetime").timedelta(seconds=120))
+    init = f"tcp://{master or _master_address(nodes[0])}:{20000 + job % 20000}"
+    dist.init_process_group(
+        backend,
+        init_method=init,
+        rank=rank,
+        world_size=world,
+        timeout=__import__("datetime").timedelta(seconds=120),
+    )
     try:
         device = torch.device(f"cuda:{local}") if backend == "nccl" else torch.device("cpu")
         if backend == "nccl":
@@ -150,14 +187,32 @@ def run_pair(site_cfg, nodes: Sequence[str], run_id: str, env: Optional[Mapping[
     if rank != 0:
         return None
     busbw = allreduce_busbw(n_bytes, seconds, world)
-    details = {"nodes": list(nodes), "ranks": world, "backend": backend, "bytes": n_bytes,
-               "seconds": seconds, "wrong": wrong}
+    details = {
+        "nodes": list(nodes),
+        "ranks": world,
+        "backend": backend,
+        "bytes": n_bytes,
+        "seconds": seconds,
+        "wrong": wrong,
+    }
     if wrong:
-        result = CheckResult(PAIR_CHECK, Status.FAIL, "ALLREDUCE_WRONG", f"{wrong} wrong element(s) between "
-                             f"{nodes[0]} and {nodes[1]}", value=round(busbw, 4), unit="GB/s", details=details)
+        result = CheckResult(
+            PAIR_CHECK,
+            Status.FAIL,
+            "ALLREDUCE_WRONG",
+            f"{wrong} wrong element(s) between {nodes[0]} and {nodes[1]}",
+            value=round(busbw, 4),
+            unit="GB/s",
+            details=details,
+        )
     else:
-        result = busbw_verdict(PAIR_CHECK, busbw, theoretical=pcfg.get("theoretical_busbw_gbps"),
-                               floor=pcfg.get("min_busbw_gbps"), details=details)
+        result = busbw_verdict(
+            PAIR_CHECK,
+            busbw,
+            theoretical=pcfg.get("theoretical_busbw_gbps"),
+            floor=pcfg.get("min_busbw_gbps"),
+            details=details,
+        )
         result.reason += f" between {nodes[0]} and {nodes[1]} over {world} ranks ({backend})"
     if record:
         from slurmkit.sweep.runnode import open_store

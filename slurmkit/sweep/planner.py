@@ -42,7 +42,7 @@ ELIGIBLE_STATES = frozenset({"idle"})
 class Candidate:
     node: str
     last_pass: Optional[float]
-    age_s: Optional[float]   # None: never checked
+    age_s: Optional[float]  # None: never checked
     overdue: bool
     gres: str = ""
     revalidate: bool = False  # its last pass failed; it is idle again
@@ -82,10 +82,20 @@ def _base_state(state: str) -> str:
     return state.strip().lower()
 
 
-def plan(nodes: Iterable[Mapping[str, str]], last_pass: Mapping[str, Optional[float]],
-         running: Iterable[str], now: float, *, max_nodes: int, max_concurrent: int,
-         period_s: float, min_interval_s: float = 0.0, cron_interval_s: float = 4 * 3600.0,
-         running_jobs: Optional[int] = None, revalidate: Iterable[str] = ()) -> Plan:
+def plan(
+    nodes: Iterable[Mapping[str, str]],
+    last_pass: Mapping[str, Optional[float]],
+    running: Iterable[str],
+    now: float,
+    *,
+    max_nodes: int,
+    max_concurrent: int,
+    period_s: float,
+    min_interval_s: float = 0.0,
+    cron_interval_s: float = 4 * 3600.0,
+    running_jobs: Optional[int] = None,
+    revalidate: Iterable[str] = (),
+) -> Plan:
     """Plan one sweep run.
 
     ``nodes``: sinfo rows (``name``, ``state``, optionally ``gres``), possibly one per
@@ -139,16 +149,36 @@ def plan(nodes: Iterable[Mapping[str, str]], last_pass: Mapping[str, Optional[fl
 
     if slots and keyed:
         import heapq
+
         chosen = heapq.nsmallest(slots, keyed) if slots < len(keyed) else sorted(keyed)
     else:
         chosen = []
-    selected = [Candidate(node=k[2], last_pass=(None if k[0] == 1 else k[1]), age_s=k[3],
-                          overdue=k[4], gres=gres.get(k[2], ""), revalidate=k[0] == 0) for k in chosen]
+    selected = [
+        Candidate(
+            node=k[2],
+            last_pass=(None if k[0] == 1 else k[1]),
+            age_s=k[3],
+            overdue=k[4],
+            gres=gres.get(k[2], ""),
+            revalidate=k[0] == 0,
+        )
+        for k in chosen
+    ]
     need = required_per_run(len(states), cron_interval_s, period_s)
     overdue.sort()
-    return Plan(now=now, selected=selected, slots=slots, running=n_running, total_nodes=len(states),
-                idle_nodes=idle, skipped=skipped, overdue=overdue, never_checked=never,
-                required_per_run=need, meets_period=max_nodes >= need)
+    return Plan(
+        now=now,
+        selected=selected,
+        slots=slots,
+        running=n_running,
+        total_nodes=len(states),
+        idle_nodes=idle,
+        skipped=skipped,
+        overdue=overdue,
+        never_checked=never,
+        required_per_run=need,
+        meets_period=max_nodes >= need,
+    )
 
 
 def gpu_model_from_gres(gres: str) -> Optional[str]:
@@ -169,11 +199,22 @@ def sweep_job_nodes(job_rows: Sequence[Mapping[str, str]], prefix: str) -> Dict[
     for row in job_rows:
         name = row.get("name", "")
         if name.startswith(head) and row.get("state", "").upper() not in FINISHED_STATES:
-            for node in name[len(head):].split("+"):
+            for node in name[len(head) :].split("+"):
                 if node:
                     out[node] = row.get("job_id", "")
     return out
 
 
-FINISHED_STATES = frozenset({"COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "PREEMPTED", "NODE_FAIL",
-                             "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE"})
+FINISHED_STATES = frozenset(
+    {
+        "COMPLETED",
+        "CANCELLED",
+        "FAILED",
+        "TIMEOUT",
+        "PREEMPTED",
+        "NODE_FAIL",
+        "OUT_OF_MEMORY",
+        "BOOT_FAIL",
+        "DEADLINE",
+    }
+)

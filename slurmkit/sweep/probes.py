@@ -60,8 +60,14 @@ class StorageMeasurement:
         return self.bytes / GB / self.read_s if self.read_s > 0 else float("inf")
 
 
-def measure_storage(directory: str, size_mb: int = 1024, block_mb: int = 16, *,
-                    drop_cache: bool = True, deadline_s: Optional[float] = None) -> StorageMeasurement:
+def measure_storage(
+    directory: str,
+    size_mb: int = 1024,
+    block_mb: int = 16,
+    *,
+    drop_cache: bool = True,
+    deadline_s: Optional[float] = None,
+) -> StorageMeasurement:
     """Write, fsync, read back and delete a ``size_mb`` MiB file in ``directory``.
 
     Raises :class:`OSError` (with the path) when the directory is missing or not
@@ -130,39 +136,75 @@ def storage_checks(cfg: Mapping[str, Any], *, deadline_s: Optional[float] = None
     min_read = cfg.get("min_read_gbps")
     started = time.time()
     try:
-        m = measure_storage(path, cfg.get("size_mb", 1024), cfg.get("block_mb", 16),
-                            drop_cache=cfg.get("drop_cache", True), deadline_s=deadline_s)
+        m = measure_storage(
+            path,
+            cfg.get("size_mb", 1024),
+            cfg.get("block_mb", 16),
+            drop_cache=cfg.get("drop_cache", True),
+            deadline_s=deadline_s,
+        )
     except TimeoutError as exc:
-        return [CheckResult("storage_write", Status.FAIL, "STORAGE_TIMEOUT", str(exc), Action.MONITOR,
-                            seconds=time.time() - started)]
+        return [
+            CheckResult(
+                "storage_write",
+                Status.FAIL,
+                "STORAGE_TIMEOUT",
+                str(exc),
+                Action.MONITOR,
+                seconds=time.time() - started,
+            )
+        ]
     except OSError as exc:
         where = exc.filename or path
-        return [CheckResult("storage_write", Status.FAIL, "STORAGE_IO",
-                            f"{where}: {exc.strerror or exc}", Action.MONITOR, seconds=time.time() - started)]
+        return [
+            CheckResult(
+                "storage_write",
+                Status.FAIL,
+                "STORAGE_IO",
+                f"{where}: {exc.strerror or exc}",
+                Action.MONITOR,
+                seconds=time.time() - started,
+            )
+        ]
     details = {"path": path, "bytes": m.bytes, "write_s": round(m.write_s, 4), "read_s": round(m.read_s, 4)}
     results = []
-    for name, value, floor, code in (("storage_write", m.write_gbps, min_write, "STORAGE_WRITE_SLOW"),
-                                     ("storage_read", m.read_gbps, min_read, "STORAGE_READ_SLOW")):
+    for name, value, floor, code in (
+        ("storage_write", m.write_gbps, min_write, "STORAGE_WRITE_SLOW"),
+        ("storage_read", m.read_gbps, min_read, "STORAGE_READ_SLOW"),
+    ):
         value = round(value, 4)
         d = dict(details, floor_gbps=floor)
         if floor is not None and value < floor:
-            results.append(CheckResult(name, Status.FAIL, code,
-                                       f"{value:.3g} GB/s to {path}, need {floor:.3g} GB/s", Action.MONITOR,
-                                       value=value, unit="GB/s", details=d))
+            results.append(
+                CheckResult(
+                    name,
+                    Status.FAIL,
+                    code,
+                    f"{value:.3g} GB/s to {path}, need {floor:.3g} GB/s",
+                    Action.MONITOR,
+                    value=value,
+                    unit="GB/s",
+                    details=d,
+                )
+            )
         else:
-            results.append(CheckResult(name, Status.OK, "OK", f"{value:.3g} GB/s to {path}",
-                                       value=value, unit="GB/s", details=d))
+            results.append(
+                CheckResult(
+                    name, Status.OK, "OK", f"{value:.3g} GB/s to {path}", value=value, unit="GB/s", details=d
+                )
+            )
     return results
 
 
 # --------------------------------------------------------------------------- topology.conf
 
+
 @dataclass
 class Topology:
     """Leaf switches and the nodes under them, from ``topology.conf`` (tree plugin)."""
 
-    leaf_of: Dict[str, str]          # node -> leaf switch
-    parents: Dict[str, str]          # switch -> parent switch
+    leaf_of: Dict[str, str]  # node -> leaf switch
+    parents: Dict[str, str]  # switch -> parent switch
 
     def leaves(self) -> Dict[str, List[str]]:
         out: Dict[str, List[str]] = {}
@@ -206,8 +248,12 @@ def find_topology_conf(configured: Optional[str], slurm_conf: Optional[str]) -> 
     return candidate if os.path.exists(candidate) else None
 
 
-def select_pairs(idle_nodes: Iterable[str], last_pair_test: Mapping[str, Optional[float]],
-                 topology: Optional[Topology], max_pairs: int) -> List[Tuple[str, str]]:
+def select_pairs(
+    idle_nodes: Iterable[str],
+    last_pair_test: Mapping[str, Optional[float]],
+    topology: Optional[Topology],
+    max_pairs: int,
+) -> List[Tuple[str, str]]:
     """Pick up to ``max_pairs`` disjoint node pairs for 2-node all_reduce jobs.
 
     Nodes whose last pairwise test is oldest (never first) go first. Each is paired
@@ -215,6 +261,7 @@ def select_pairs(idle_nodes: Iterable[str], last_pair_test: Mapping[str, Optiona
     one, so the leaf uplinks and spine get exercised over time, not only the NIC and
     its leaf; without a ``topology.conf`` (or with a single leaf) with the next oldest.
     """
+
     def key(n: str) -> tuple:
         lp = last_pair_test.get(n)
         return (0 if lp is None else 1, lp or 0.0, n)
@@ -240,6 +287,7 @@ def select_pairs(idle_nodes: Iterable[str], last_pair_test: Mapping[str, Optiona
 
 # --------------------------------------------------------------------------- busbw formula
 
+
 def allreduce_busbw(size_bytes: float, seconds: float, ranks: int) -> float:
     """nccl-tests' all_reduce bus bandwidth in GB/s: ``size/t * 2(n-1)/n``."""
     if seconds <= 0 or ranks <= 0:
@@ -247,8 +295,14 @@ def allreduce_busbw(size_bytes: float, seconds: float, ranks: int) -> float:
     return size_bytes / seconds / GB * (2.0 * (ranks - 1) / ranks)
 
 
-def busbw_verdict(check: str, busbw: float, *, theoretical: Optional[float], floor: Optional[float],
-                  details: Optional[Dict[str, Any]] = None) -> CheckResult:
+def busbw_verdict(
+    check: str,
+    busbw: float,
+    *,
+    theoretical: Optional[float],
+    floor: Optional[float],
+    details: Optional[Dict[str, Any]] = None,
+) -> CheckResult:
     """Fail below ``floor`` or below 90% of ``theoretical`` (nccl-tests' MIN_BW x 0.9 rule)."""
     limits = []
     if floor is not None:
@@ -260,11 +314,19 @@ def busbw_verdict(check: str, busbw: float, *, theoretical: Optional[float], flo
         d["fraction_of_theoretical"] = round(busbw / theoretical, 4)
     for label, lim in limits:
         if busbw < lim:
-            return CheckResult(check, Status.FAIL, "ALLREDUCE_BUSBW_LOW",
-                               f"busbw {busbw:.3g} GB/s under {label} {lim:.3g} GB/s", Action.MONITOR,
-                               value=round(busbw, 4), unit="GB/s", details=d)
-    return CheckResult(check, Status.OK, "OK", f"busbw {busbw:.3g} GB/s", value=round(busbw, 4), unit="GB/s",
-                       details=d)
+            return CheckResult(
+                check,
+                Status.FAIL,
+                "ALLREDUCE_BUSBW_LOW",
+                f"busbw {busbw:.3g} GB/s under {label} {lim:.3g} GB/s",
+                Action.MONITOR,
+                value=round(busbw, 4),
+                unit="GB/s",
+                details=d,
+            )
+    return CheckResult(
+        check, Status.OK, "OK", f"busbw {busbw:.3g} GB/s", value=round(busbw, 4), unit="GB/s", details=d
+    )
 
 
 def pair_key(a: str, b: str) -> str:

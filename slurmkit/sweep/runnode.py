@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import copy
 import logging
-import os
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional
@@ -58,12 +57,20 @@ class NodeRun:
     outliers_skipped: List[str] = field(default_factory=list)
 
     def to_dict(self) -> Dict[str, Any]:
-        return {"node": self.node, "run_id": self.run_id, "gpu_model": self.gpu_model,
-                "status": self.status.value, "drained": self.drained, "resumed": self.resumed,
-                "resume_message": self.resume_message, "notified": self.notified,
-                "metrics_file": self.metrics_file, "seconds": round(self.seconds, 3),
-                "outliers_skipped": self.outliers_skipped,
-                "results": [r.to_dict() for r in self.results]}
+        return {
+            "node": self.node,
+            "run_id": self.run_id,
+            "gpu_model": self.gpu_model,
+            "status": self.status.value,
+            "drained": self.drained,
+            "resumed": self.resumed,
+            "resume_message": self.resume_message,
+            "notified": self.notified,
+            "metrics_file": self.metrics_file,
+            "seconds": round(self.seconds, 3),
+            "outliers_skipped": self.outliers_skipped,
+            "results": [r.to_dict() for r in self.results],
+        }
 
 
 def worst_status(results: List[CheckResult]) -> Status:
@@ -90,8 +97,9 @@ def heavy_tier(site_cfg, node: str, checks: Optional[List[str]]) -> List[CheckRe
         ctx.close()
 
 
-def annotate_references(results: List[CheckResult], health_cfg: Mapping[str, Any],
-                        gpu_model: Optional[str]) -> None:
+def annotate_references(
+    results: List[CheckResult], health_cfg: Mapping[str, Any], gpu_model: Optional[str]
+) -> None:
     """Give the all_reduce result the figure it was judged against (the model's expected
     busbw), so the metrics can carry it and the 90%-of-theoretical alert can compare."""
     if not gpu_model:
@@ -103,7 +111,11 @@ def annotate_references(results: List[CheckResult], health_cfg: Mapping[str, Any
     except Exception:  # an older health package: no reference, no harm
         return
     for r in results:
-        if r.check == "allreduce_busbw" and isinstance(r.details, dict) and r.details.get("backend") != "gloo":
+        if (
+            r.check == "allreduce_busbw"
+            and isinstance(r.details, dict)
+            and r.details.get("backend") != "gloo"
+        ):
             r.details.setdefault("expected_gbps", th.get("allreduce_busbw_gbps"))
 
 
@@ -120,24 +132,44 @@ def with_new_values(doc: Mapping[str, Any], results: List[CheckResult], run_id: 
     return out
 
 
-def judge_outliers(store: VerdictStore, node: str, results: List[CheckResult], run_id: str,
-                   gpu_model: Optional[str], cfg: Mapping[str, Any], now: float) -> List[CheckResult]:
+def judge_outliers(
+    store: VerdictStore,
+    node: str,
+    results: List[CheckResult],
+    run_id: str,
+    gpu_model: Optional[str],
+    cfg: Mapping[str, Any],
+    now: float,
+) -> List[CheckResult]:
     documents = store.documents()
     mine = documents.get(node) or {"history": {}, "meta": {}}
     mine = with_new_values(mine, results, run_id)
     if gpu_model:
         mine.setdefault("meta", {})["gpu_model"] = gpu_model
     documents[node] = mine
-    measured = [r.check for r in results
-                if isinstance(r.value, (int, float)) and not isinstance(r.value, bool)
-                and r.status is not Status.UNKNOWN]
+    measured = [
+        r.check
+        for r in results
+        if isinstance(r.value, (int, float))
+        and not isinstance(r.value, bool)
+        and r.status is not Status.UNKNOWN
+    ]
     wanted = cfg.get("checks")
     excluded = set(cfg.get("exclude") or ())
     names = [c for c in measured if (wanted is None or c in wanted) and c not in excluded]
-    return outlier_rule.judge(node, documents, now=now, k=cfg["k"], window_s=cfg["window_s"],
-                              min_peers=cfg["min_peers"], mad_floor_fraction=cfg["mad_floor_fraction"],
-                              action=cfg["action"], checks=names, lower_is_better=cfg.get("lower_is_better") or [],
-                              gpu_model=gpu_model)
+    return outlier_rule.judge(
+        node,
+        documents,
+        now=now,
+        k=cfg["k"],
+        window_s=cfg["window_s"],
+        min_peers=cfg["min_peers"],
+        mad_floor_fraction=cfg["mad_floor_fraction"],
+        action=cfg["action"],
+        checks=names,
+        lower_is_better=cfg.get("lower_is_better") or [],
+        gpu_model=gpu_model,
+    )
 
 
 def pick_drain_result(results: List[CheckResult]) -> Optional[CheckResult]:
@@ -159,10 +191,16 @@ def default_resume(site_cfg, node: str, results: List[CheckResult]) -> tuple:
     return report.get("action") == "resumed", str(report.get("message", ""))
 
 
-def run_node(site_cfg, node: str, run_id: str, gpu_model: Optional[str] = None, *,
-             heavy: Optional[Callable[[Any, str, Optional[List[str]]], List[CheckResult]]] = None,
-             resume: Optional[Callable[[Any, str, List[CheckResult]], tuple]] = None,
-             now: Optional[float] = None) -> NodeRun:
+def run_node(
+    site_cfg,
+    node: str,
+    run_id: str,
+    gpu_model: Optional[str] = None,
+    *,
+    heavy: Optional[Callable[[Any, str, Optional[List[str]]], List[CheckResult]]] = None,
+    resume: Optional[Callable[[Any, str, List[CheckResult]], tuple]] = None,
+    now: Optional[float] = None,
+) -> NodeRun:
     """Run one node's pass; see the module docstring. ``heavy`` and ``resume`` are the
     health gate's functions, injectable so the unit tests can drive this function with
     fixture results."""
@@ -181,11 +219,17 @@ def run_node(site_cfg, node: str, run_id: str, gpu_model: Optional[str] = None, 
         results.extend((heavy or heavy_tier)(site_cfg, node, sweep.get("checks")))
     except Exception as exc:  # the heavy tier could not run at all: unknown, never a drain
         log.error("heavy tier could not run on %s: %s: %s", node, type(exc).__name__, exc)
-        results.append(CheckResult("heavy_tier", Status.UNKNOWN, "HEAVY_TIER_ERROR",
-                                   f"{type(exc).__name__}: {exc}"[:300]))
+        results.append(
+            CheckResult(
+                "heavy_tier", Status.UNKNOWN, "HEAVY_TIER_ERROR", f"{type(exc).__name__}: {exc}"[:300]
+            )
+        )
     annotate_references(results, site_cfg.section("health"), gpu_model)
-    results.extend(storage_checks(sweep["storage"], deadline_s=float(site_cfg.section("health")
-                                                                       .get("heavy_check_timeout", 300.0))))
+    results.extend(
+        storage_checks(
+            sweep["storage"], deadline_s=float(site_cfg.section("health").get("heavy_check_timeout", 300.0))
+        )
+    )
     now = time.time() if now is None else now
     out_cfg = sweep["outliers"]
     if out_cfg["enabled"]:
@@ -238,10 +282,14 @@ def run_node(site_cfg, node: str, run_id: str, gpu_model: Optional[str] = None, 
         try:
             from slurmkit.sweep.metrics import write_node_metrics
 
-            run.metrics_file = write_node_metrics(site_cfg.section("paths")["metrics_dir"], node, results,
-                                                  gpu_model=gpu_model, finished_at=time.time())
+            run.metrics_file = write_node_metrics(
+                site_cfg.section("paths")["metrics_dir"],
+                node,
+                results,
+                gpu_model=gpu_model,
+                finished_at=time.time(),
+            )
         except Exception as exc:
             log.error("metrics failed: %s: %s", type(exc).__name__, exc)
     run.seconds = time.monotonic() - started
     return run
-

@@ -90,8 +90,16 @@ def _worst(statuses: Iterable[str]) -> str:
 
 
 def empty_doc(name: str) -> Dict[str, Any]:
-    return {"version": FORMAT_VERSION, "node": name, "checks": {}, "last_pass": None,
-            "last_pass_status": None, "passes": [], "history": {}, "meta": {}}
+    return {
+        "version": FORMAT_VERSION,
+        "node": name,
+        "checks": {},
+        "last_pass": None,
+        "last_pass_status": None,
+        "passes": [],
+        "history": {},
+        "meta": {},
+    }
 
 
 class VerdictStore:
@@ -112,8 +120,9 @@ class VerdictStore:
         try:
             os.makedirs(self.root, exist_ok=True)
         except OSError as exc:
-            raise ConfigError(f"cannot create the verdict store directory: {exc.strerror}",
-                              path=self.root) from None
+            raise ConfigError(
+                f"cannot create the verdict store directory: {exc.strerror}", path=self.root
+            ) from None
 
     def locked(self, name: str):
         """Hold the exclusive lock for one node's read-modify-write."""
@@ -136,7 +145,7 @@ class VerdictStore:
         """The node document, or ``None`` when there is none (or it is not one of ours)."""
         path = self.path(name)
         try:
-            with open(path, "r", encoding="utf-8") as fh:
+            with open(path, encoding="utf-8") as fh:
                 doc = json.load(fh)
         except FileNotFoundError:
             return None
@@ -179,8 +188,15 @@ class VerdictStore:
 
     # ----------------------------------------------------------------- shared API
 
-    def record(self, node: str, results: Iterable[CheckResult], valid_for_s: float, *,
-               tier: str = "heavy", run_id: Optional[str] = None) -> None:
+    def record(
+        self,
+        node: str,
+        results: Iterable[CheckResult],
+        valid_for_s: float,
+        *,
+        tier: str = "heavy",
+        run_id: Optional[str] = None,
+    ) -> None:
         """Merge ``results`` into ``node``'s verdicts, each valid for ``valid_for_s``
         seconds after it was measured.
 
@@ -200,9 +216,16 @@ class VerdictStore:
             for r in results:
                 ts = float(r.timestamp or now)
                 checks[r.check] = {
-                    "status": r.status.value, "code": r.code, "value": r.value, "unit": r.unit,
-                    "reason": r.reason, "action": r.action.value, "timestamp": ts,
-                    "valid_until": ts + float(valid_for_s), "tier": tier, "run_id": run_id,
+                    "status": r.status.value,
+                    "code": r.code,
+                    "value": r.value,
+                    "unit": r.unit,
+                    "reason": r.reason,
+                    "action": r.action.value,
+                    "timestamp": ts,
+                    "valid_until": ts + float(valid_for_s),
+                    "tier": tier,
+                    "run_id": run_id,
                 }
                 if r.value is not None and not isinstance(r.value, bool):
                     try:
@@ -217,13 +240,22 @@ class VerdictStore:
                 doc["last_pass"] = now
                 doc["last_pass_status"] = status
                 passes = doc.setdefault("passes", [])
-                passes.append({"run_id": run_id, "timestamp": now, "status": status, "tier": tier,
-                               "checks": sorted(r.check for r in results)})
+                passes.append(
+                    {
+                        "run_id": run_id,
+                        "timestamp": now,
+                        "status": status,
+                        "tier": tier,
+                        "checks": sorted(r.check for r in results),
+                    }
+                )
                 del passes[:-HISTORY_LEN]
 
         doc = self.update(node, apply)
         if tier in COMPLETE_PASS_TIERS:
-            self._update_summary({node: {"last_pass": doc.get("last_pass"), "status": doc.get("last_pass_status")}})
+            self._update_summary(
+                {node: {"last_pass": doc.get("last_pass"), "status": doc.get("last_pass_status")}}
+            )
 
     # ----------------------------------------------------------------- summary cache
 
@@ -233,15 +265,18 @@ class VerdictStore:
 
     def _read_summary(self) -> Optional[Dict[str, Dict[str, Any]]]:
         try:
-            with open(self.summary_path, "r", encoding="utf-8") as fh:
+            with open(self.summary_path, encoding="utf-8") as fh:
                 data = json.load(fh)
         except FileNotFoundError:
             return None
         except (OSError, ValueError) as exc:
             log.warning("verdict store: rebuilding unreadable %s: %s", self.summary_path, exc)
             return None
-        if not isinstance(data, dict) or data.get("version") != FORMAT_VERSION or \
-                not isinstance(data.get("nodes"), dict):
+        if (
+            not isinstance(data, dict)
+            or data.get("version") != FORMAT_VERSION
+            or not isinstance(data.get("nodes"), dict)
+        ):
             return None
         return data["nodes"]
 
@@ -268,8 +303,11 @@ class VerdictStore:
             self._write_json(self.summary_path, {"version": FORMAT_VERSION, "nodes": nodes})
 
     def _scan_summary(self) -> Dict[str, Dict[str, Any]]:
-        return {n: {"last_pass": d.get("last_pass"), "status": d.get("last_pass_status")}
-                for n, d in self.documents().items() if d.get("last_pass") is not None}
+        return {
+            n: {"last_pass": d.get("last_pass"), "status": d.get("last_pass_status")}
+            for n, d in self.documents().items()
+            if d.get("last_pass") is not None
+        }
 
     def summary(self) -> Dict[str, Dict[str, Any]]:
         """``{node: {"last_pass": ts, "status": worst status}}`` for every node with a
@@ -288,8 +326,11 @@ class VerdictStore:
     def node(self, name: str) -> Dict[str, Dict[str, Any]]:
         """``{check: {status, code, value, unit, reason, action, timestamp, valid_until, tier}}``."""
         checks = self.read(name).get("checks") or {}
-        return {c: {k: e.get(k) for k in (*_ENTRY_KEYS, "run_id")} for c, e in checks.items()
-                if isinstance(e, dict)}
+        return {
+            c: {k: e.get(k) for k in (*_ENTRY_KEYS, "run_id")}
+            for c, e in checks.items()
+            if isinstance(e, dict)
+        }
 
     def nodes(self) -> List[str]:
         """Names of the nodes that have a file in the store."""
@@ -298,8 +339,9 @@ class VerdictStore:
         except FileNotFoundError:
             return []
         with entries:
-            names = [e.name[:-5] for e in entries
-                     if e.name.endswith(".json") and not e.name.startswith((".", "_"))]
+            names = [
+                e.name[:-5] for e in entries if e.name.endswith(".json") and not e.name.startswith((".", "_"))
+            ]
         return sorted(n for n in names if _NODE_NAME_RE.match(n))
 
     def all(self) -> Dict[str, Dict[str, Dict[str, Any]]]:
@@ -320,14 +362,19 @@ class VerdictStore:
         return float(lp) if isinstance(lp, (int, float)) else None
 
     def last_passes(self) -> Dict[str, Optional[float]]:
-        return {n: (float(e["last_pass"]) if isinstance(e.get("last_pass"), (int, float)) else None)
-                for n, e in self.summary().items()}
+        return {
+            n: (float(e["last_pass"]) if isinstance(e.get("last_pass"), (int, float)) else None)
+            for n, e in self.summary().items()
+        }
 
     def valid(self, name: str, now: Optional[float] = None) -> Dict[str, Dict[str, Any]]:
         """Only the entries whose ``valid_until`` is after ``now``."""
         now = time.time() if now is None else now
-        return {c: e for c, e in self.node(name).items()
-                if isinstance(e.get("valid_until"), (int, float)) and e["valid_until"] > now}
+        return {
+            c: e
+            for c, e in self.node(name).items()
+            if isinstance(e.get("valid_until"), (int, float)) and e["valid_until"] > now
+        }
 
     # ----------------------------------------------------------------- extras
 
@@ -335,7 +382,9 @@ class VerdictStore:
         """Still-valid entries whose status is ``fail`` (for requeue-with-exclude)."""
         return {c: e for c, e in self.valid(name, now).items() if e.get("status") == Status.FAIL.value}
 
-    def invalidate(self, name: str, checks: Optional[Iterable[str]] = None, now: Optional[float] = None) -> int:
+    def invalidate(
+        self, name: str, checks: Optional[Iterable[str]] = None, now: Optional[float] = None
+    ) -> int:
         """End the validity of ``name``'s entries (all, or only ``checks``) now.
 
         For a repaired node: an admin who resumed it does not want the prolog to keep

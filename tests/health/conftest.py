@@ -5,7 +5,6 @@ devcluster in tests/integration/test_health*.py)."""
 
 from __future__ import annotations
 
-import copy
 import os
 import subprocess
 import sys
@@ -28,6 +27,7 @@ def healthy_fixture() -> Dict[str, Any]:
 def gpu_fixture(tmp_path):
     """``gpu_fixture(mutate=None, node="node1")`` writes ``<tmp>/gpu/<node>.yaml`` from the healthy
     fixture after ``mutate(data)``; returns the path."""
+
     def make(mutate: Optional[Callable[[Dict[str, Any]], None]] = None, node: str = "node1") -> Path:
         data = healthy_fixture()
         if mutate:
@@ -36,15 +36,24 @@ def gpu_fixture(tmp_path):
         path.parent.mkdir(exist_ok=True)
         path.write_text(yaml.safe_dump(data))
         return path
+
     return make
 
 
-def site_dict(tmp_path: Path, health: Optional[Dict[str, Any]] = None, slurm: Optional[Dict[str, Any]] = None):
+def site_dict(
+    tmp_path: Path, health: Optional[Dict[str, Any]] = None, slurm: Optional[Dict[str, Any]] = None
+):
     h = {"backend": "simulated", "simulated_fixture": str(tmp_path / "gpu" / "{node}.yaml")}
     h.update(health or {})
-    data = {"paths": {"state_dir": str(tmp_path / "state"), "shared_dir": str(tmp_path / "shared"),
-                      "metrics_dir": str(tmp_path / "metrics"), "log_dir": str(tmp_path / "log")},
-            "health": h}
+    data = {
+        "paths": {
+            "state_dir": str(tmp_path / "state"),
+            "shared_dir": str(tmp_path / "shared"),
+            "metrics_dir": str(tmp_path / "metrics"),
+            "log_dir": str(tmp_path / "log"),
+        },
+        "health": h,
+    }
     if slurm:
         data["slurm"] = slurm
     return data
@@ -53,10 +62,12 @@ def site_dict(tmp_path: Path, health: Optional[Dict[str, Any]] = None, slurm: Op
 @pytest.fixture
 def site(tmp_path):
     """``site(health={...}, slurm={...})`` -> path of a slurmkit.yaml under tmp_path."""
+
     def make(health=None, slurm=None) -> Path:
         path = tmp_path / "slurmkit.yaml"
         path.write_text(yaml.safe_dump(site_dict(tmp_path, health, slurm)))
         return path
+
     return make
 
 
@@ -75,6 +86,7 @@ def ctx_factory(tmp_path):
         ctx = Context.from_env(cfg.section("health"), cfg.section("paths"), hook, env=env or {}, node=node)
         made.append(ctx)
         return ctx
+
     yield make
     for c in made:
         c.close()
@@ -88,7 +100,8 @@ def fake_scontrol(tmp_path):
     bindir.mkdir()
     calls_file = tmp_path / "scontrol-calls.jsonl"
     script = bindir / "scontrol"
-    script.write_text(textwrap.dedent(f"""\
+    script.write_text(
+        textwrap.dedent(f"""\
         #!{sys.executable}
         import json, os, sys
         with open({str(calls_file)!r}, "a") as fh:
@@ -103,7 +116,8 @@ def fake_scontrol(tmp_path):
             sys.stderr.write("Node " + name + " not found\\n")
             sys.exit(1)
         sys.exit(0)
-        """))
+        """)
+    )
     script.chmod(0o755)
 
     class Fake:
@@ -112,6 +126,7 @@ def fake_scontrol(tmp_path):
 
         def calls(self):
             import json
+
             if not calls_file.exists():
                 return []
             return [json.loads(line) for line in calls_file.read_text().splitlines() if line.strip()]
@@ -121,6 +136,7 @@ def fake_scontrol(tmp_path):
             if reason:
                 line += f" Reason={reason} [root@2026-11-29T10:00:00]"
             (bindir / f"node-{name}.txt").write_text(line + "\n")
+
     return Fake()
 
 
@@ -130,13 +146,28 @@ def spawn_as(uid: int, argv, env=None, double_fork: bool = False) -> int:
     leftover). Returns the pid of the process that keeps running. ``argv`` must be
     runnable by that user (system binaries: the test venv may not be readable)."""
     if not double_fork:
-        p = subprocess.Popen(argv, env=env, user=uid, start_new_session=True,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        p = subprocess.Popen(
+            argv,
+            env=env,
+            user=uid,
+            start_new_session=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         return p.pid
     import shlex
+
     cmd = " ".join(shlex.quote(a) for a in argv)
-    out = subprocess.run(["/bin/sh", "-c", f"{cmd} </dev/null >/dev/null 2>&1 & echo $!"], env=env, user=uid,
-                         capture_output=True, text=True, timeout=30, check=True, start_new_session=True)
+    out = subprocess.run(
+        ["/bin/sh", "-c", f"{cmd} </dev/null >/dev/null 2>&1 & echo $!"],
+        env=env,
+        user=uid,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+        start_new_session=True,
+    )
     return int(out.stdout.strip())
 
 
@@ -146,6 +177,7 @@ def reap():
     pids = []
     yield pids.append
     import signal
+
     for pid in pids:
         try:
             os.kill(pid, signal.SIGKILL)

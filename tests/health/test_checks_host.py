@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import time
 
 import pytest
@@ -18,31 +17,50 @@ def run(ctx, name, timeout=2.0):
 
 
 def test_disk_space_good_and_fail(ctx_factory, tmp_path):
-    ok = run(ctx_factory(health={"checks": {"disk_space": {"paths": {str(tmp_path): {"min_free_gb": 0.001}}}}}),
-             "disk_space")
+    ok = run(
+        ctx_factory(health={"checks": {"disk_space": {"paths": {str(tmp_path): {"min_free_gb": 0.001}}}}}),
+        "disk_space",
+    )
     assert ok.status == Status.OK and ok.value > 0
-    bad = run(ctx_factory(health={"checks": {"disk_space": {"paths": {str(tmp_path): {"min_free_gb": 1e9}}}}}),
-              "disk_space")
+    bad = run(
+        ctx_factory(health={"checks": {"disk_space": {"paths": {str(tmp_path): {"min_free_gb": 1e9}}}}}),
+        "disk_space",
+    )
     assert bad.status == Status.FAIL and bad.code == "DISK_FREE_LOW" and str(tmp_path) in bad.reason
-    inodes = run(ctx_factory(health={"checks": {"disk_space": {"paths": {str(tmp_path): {"min_free_inodes_pct": 101}}}}}),
-                 "disk_space")
+    inodes_cfg = {"checks": {"disk_space": {"paths": {str(tmp_path): {"min_free_inodes_pct": 101}}}}}
+    inodes = run(ctx_factory(health=inodes_cfg), "disk_space")
     assert inodes.code == "DISK_INODES_LOW"
-    missing = run(ctx_factory(health={"checks": {"disk_space": {"paths": {"/nonexistent/scratch": {}}}}}), "disk_space")
+    missing = run(
+        ctx_factory(health={"checks": {"disk_space": {"paths": {"/nonexistent/scratch": {}}}}}), "disk_space"
+    )
     assert missing.code == "DISK_PATH_MISSING"
 
 
 def test_memory_available(ctx_factory):
-    assert run(ctx_factory(health={"checks": {"memory_available": {"min_available_gb": 0.01}}}),
-               "memory_available").status == Status.OK
-    r = run(ctx_factory(health={"checks": {"memory_available": {"min_available_gb": 1e6}}}), "memory_available")
+    assert (
+        run(
+            ctx_factory(health={"checks": {"memory_available": {"min_available_gb": 0.01}}}),
+            "memory_available",
+        ).status
+        == Status.OK
+    )
+    r = run(
+        ctx_factory(health={"checks": {"memory_available": {"min_available_gb": 1e6}}}), "memory_available"
+    )
     assert r.status == Status.FAIL and r.code == "MEMORY_LOW"
 
 
 def test_mounts(ctx_factory, tmp_path):
     assert run(ctx_factory(health={"checks": {"mounts": {"required": ["/"]}}}), "mounts").status == Status.OK
-    r = run(ctx_factory(health={"checks": {"mounts": {"required": [str(tmp_path / "not-a-mount")]}}}), "mounts")
+    r = run(
+        ctx_factory(health={"checks": {"mounts": {"required": [str(tmp_path / "not-a-mount")]}}}), "mounts"
+    )
     assert r.code == "MOUNT_MISSING"
-    ro = [line.split()[1] for line in open("/proc/self/mounts") if " ro," in line and line.split()[1].startswith("/")]
+    ro = [
+        line.split()[1]
+        for line in open("/proc/self/mounts")
+        if " ro," in line and line.split()[1].startswith("/")
+    ]
     if ro:
         r = run(ctx_factory(health={"checks": {"mounts": {"required": [ro[0]]}}}), "mounts")
         assert r.code == "MOUNT_READONLY"
@@ -60,24 +78,37 @@ def make_ib_tree(root, ports):
 
 
 def test_ib_ports_parse_and_active_ports(tmp_path):
-    root = make_ib_tree(tmp_path / "sys", {
-        ("mlx5_0", 1): ("4: ACTIVE", "400 Gb/sec (4X NDR)", "InfiniBand"),
-        ("mlx5_1", 1): ("1: DOWN", "10 Gb/sec (4X SDR)", "InfiniBand"),
-        ("mlx5_10", 1): ("4: ACTIVE", "200 Gb/sec (4X HDR)", "InfiniBand"),
-        ("mlx5_bond_0", 1): ("4: ACTIVE", "100 Gb/sec (4X EDR)", "Ethernet"),
-    })
+    root = make_ib_tree(
+        tmp_path / "sys",
+        {
+            ("mlx5_0", 1): ("4: ACTIVE", "400 Gb/sec (4X NDR)", "InfiniBand"),
+            ("mlx5_1", 1): ("1: DOWN", "10 Gb/sec (4X SDR)", "InfiniBand"),
+            ("mlx5_10", 1): ("4: ACTIVE", "200 Gb/sec (4X HDR)", "InfiniBand"),
+            ("mlx5_bond_0", 1): ("4: ACTIVE", "100 Gb/sec (4X EDR)", "Ethernet"),
+        },
+    )
     ports = ib_ports(str(root))
     assert [(p.device, p.state, p.rate_gbps) for p in ports] == [
-        ("mlx5_0", "ACTIVE", 400.0), ("mlx5_1", "DOWN", 10.0), ("mlx5_10", "ACTIVE", 200.0),
-        ("mlx5_bond_0", "ACTIVE", 100.0)]
-    assert [p.hca_spec for p in active_ib_ports(str(root), min_rate_gbps=200, link_layer="InfiniBand")] == \
-        ["mlx5_0:1", "mlx5_10:1"]
+        ("mlx5_0", "ACTIVE", 400.0),
+        ("mlx5_1", "DOWN", 10.0),
+        ("mlx5_10", "ACTIVE", 200.0),
+        ("mlx5_bond_0", "ACTIVE", 100.0),
+    ]
+    assert [p.hca_spec for p in active_ib_ports(str(root), min_rate_gbps=200, link_layer="InfiniBand")] == [
+        "mlx5_0:1",
+        "mlx5_10:1",
+    ]
     assert ib_ports(str(tmp_path / "empty")) == []
 
 
 def test_infiniband_check(ctx_factory, tmp_path):
-    root = make_ib_tree(tmp_path / "sys", {("mlx5_0", 1): ("4: ACTIVE", "400 Gb/sec (4X NDR)", "InfiniBand"),
-                                           ("mlx5_1", 1): ("4: ACTIVE", "200 Gb/sec (4X HDR)", "InfiniBand")})
+    root = make_ib_tree(
+        tmp_path / "sys",
+        {
+            ("mlx5_0", 1): ("4: ACTIVE", "400 Gb/sec (4X NDR)", "InfiniBand"),
+            ("mlx5_1", 1): ("4: ACTIVE", "200 Gb/sec (4X HDR)", "InfiniBand"),
+        },
+    )
     base = {"sysfs_root": str(root)}
     assert run(ctx_factory(health={"checks": {"infiniband": base}}), "infiniband").status == Status.OK
     r = run(ctx_factory(health={"checks": {"infiniband": dict(base, expected_rate_gbps=400)}}), "infiniband")
@@ -95,7 +126,9 @@ def test_infiniband_check(ctx_factory, tmp_path):
 
 def test_services(ctx_factory):
     me = open("/proc/self/comm").read().strip()
-    assert run(ctx_factory(health={"checks": {"services": {"required": [me]}}}), "services").status == Status.OK
+    assert (
+        run(ctx_factory(health={"checks": {"services": {"required": [me]}}}), "services").status == Status.OK
+    )
     r = run(ctx_factory(health={"checks": {"services": {"required": ["nv-fabricmanager"]}}}), "services")
     assert r.status == Status.FAIL and r.code == "SERVICE_DOWN" and "nv-fabricmanager" in r.reason
 
@@ -108,13 +141,26 @@ def test_heavy_cache_reports_valid_verdicts_and_fails_on_a_valid_fail(ctx_factor
     store.record("node1", [CheckResult("nvlink_bandwidth", Status.OK, value=390.0, unit="GB/s")], 3600)
     r = run(ctx_factory(), "heavy_cache")
     assert r.status == Status.OK and "nvlink_bandwidth" in r.reason and r.value == 1
-    store.record("node1", [CheckResult("gemm_tflops", Status.FAIL, "GEMM_TFLOPS_LOW", "gpu3: 400 < 550",
-                                       Action.RESET, value=400.0)], 3600)
+    store.record(
+        "node1",
+        [
+            CheckResult(
+                "gemm_tflops", Status.FAIL, "GEMM_TFLOPS_LOW", "gpu3: 400 < 550", Action.RESET, value=400.0
+            )
+        ],
+        3600,
+    )
     r = run(ctx_factory(), "heavy_cache")
     assert (r.status, r.code, r.action) == (Status.FAIL, "GEMM_TFLOPS_LOW", Action.RESET)
     assert "gemm_tflops (sweep" in r.reason
     # an expired failure is ignored: the prolog does not fail on stale news
-    store.record("node1", [CheckResult("gemm_tflops", Status.FAIL, "GEMM_TFLOPS_LOW", "old",
-                                       timestamp=time.time() - 7200)], 3600)
+    store.record(
+        "node1",
+        [CheckResult("gemm_tflops", Status.FAIL, "GEMM_TFLOPS_LOW", "old", timestamp=time.time() - 7200)],
+        3600,
+    )
     assert run(ctx_factory(), "heavy_cache").status == Status.OK
-    assert run(ctx_factory(health={"use_verdict_store": False}), "heavy_cache").reason == "verdict store disabled"
+    assert (
+        run(ctx_factory(health={"use_verdict_store": False}), "heavy_cache").reason
+        == "verdict store disabled"
+    )

@@ -31,12 +31,15 @@ def test_health_list_shows_every_check(runner, site):
     assert names["gpu_ecc"]["timeout_s"] == 2.0
 
 
-@pytest.mark.parametrize("mutate,code", [
-    (None, 0),
-    (lambda d: d["gpus"][0].update(power_w=700), 1),
-    (lambda d: d["gpus"][0]["ecc"].update(volatile_uncorrected=1), 2),
-    (lambda d: d.update(inject={"nvml_error": {"call": "any", "error": "UNKNOWN"}}), 3),
-])
+@pytest.mark.parametrize(
+    "mutate,code",
+    [
+        (None, 0),
+        (lambda d: d["gpus"][0].update(power_w=700), 1),
+        (lambda d: d["gpus"][0]["ecc"].update(volatile_uncorrected=1), 2),
+        (lambda d: d.update(inject={"nvml_error": {"call": "any", "error": "UNKNOWN"}}), 3),
+    ],
+)
 def test_health_run_nagios_exit_codes(runner, site, gpu_fixture, mutate, code):
     gpu_fixture(mutate)
     res = invoke(runner, site(), "health", "run", "--node", "node1", "--json")
@@ -57,8 +60,14 @@ def test_unknown_check_is_a_usage_error_in_one_line(site):
     import os
     import subprocess
     import sys
-    res = subprocess.run([sys.executable, "-m", "slurmkit.cli.main", "health", "run", "--check", "nope"],
-                         env=dict(os.environ, SLURMKIT_CONFIG=str(site())), capture_output=True, text=True, timeout=60)
+
+    res = subprocess.run(
+        [sys.executable, "-m", "slurmkit.cli.main", "health", "run", "--check", "nope"],
+        env=dict(os.environ, SLURMKIT_CONFIG=str(site())),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert res.returncode == 2
     assert res.stderr.startswith("slurmkit: error: unknown check(s) nope; valid: gpu_count")
     assert len(res.stderr.strip().splitlines()) == 1
@@ -74,7 +83,9 @@ def test_resume_refuses_an_admins_drain(runner, site, gpu_fixture, fake_scontrol
 
 def test_resume_after_the_fault_is_cleared(runner, site, gpu_fixture, fake_scontrol):
     cfg = site(slurm={"bin_dir": fake_scontrol.bin_dir})
-    fake_scontrol.set_node("node2", "IDLE+DRAIN", "slurmkit:GPU_ECC_UNCORRECTED gpu_ecc: GPU 3: 2 uncorrected")
+    fake_scontrol.set_node(
+        "node2", "IDLE+DRAIN", "slurmkit:GPU_ECC_UNCORRECTED gpu_ecc: GPU 3: 2 uncorrected"
+    )
     gpu_fixture(lambda d: d["gpus"][3]["ecc"].update(volatile_uncorrected=2), node="node2")
     res = invoke(runner, cfg, "node", "resume", "node2")
     assert res.exit_code == 2 and "still fails: slurmkit:GPU_ECC_UNCORRECTED" in res.stdout
@@ -84,7 +95,9 @@ def test_resume_after_the_fault_is_cleared(runner, site, gpu_fixture, fake_scont
     assert res.exit_code == 0 and "would resume" in res.stdout
     res = invoke(runner, cfg, "node", "resume", "node2")
     assert res.exit_code == 0 and "resumed" in res.stdout
-    assert [c for c in fake_scontrol.calls() if c[:1] == ["update"]] == [["update", "NodeName=node2", "State=RESUME"]]
+    assert [c for c in fake_scontrol.calls() if c[:1] == ["update"]] == [
+        ["update", "NodeName=node2", "State=RESUME"]
+    ]
 
 
 def test_resume_of_a_node_that_is_not_drained_does_nothing(runner, site, fake_scontrol):
@@ -96,9 +109,14 @@ def test_resume_of_a_node_that_is_not_drained_does_nothing(runner, site, fake_sc
 def test_resume_elsewhere_with_nvml_refuses_with_3(runner, site, fake_scontrol):
     fake_scontrol.set_node("gpu-node-77", "IDLE+DRAIN", "slurmkit:XID_79 xid: GPU 0: Xid 79")
     from slurmkit.health.nodeops import NotHere
-    res = runner.invoke(cli, ["node", "resume", "gpu-node-77"],
-                        env={"SLURMKIT_CONFIG": str(site(health={"backend": "nvml"},
-                                                            slurm={"bin_dir": fake_scontrol.bin_dir}))})
+
+    res = runner.invoke(
+        cli,
+        ["node", "resume", "gpu-node-77"],
+        env={
+            "SLURMKIT_CONFIG": str(site(health={"backend": "nvml"}, slurm={"bin_dir": fake_scontrol.bin_dir}))
+        },
+    )
     assert isinstance(res.exception, NotHere) and NotHere.exit_code == 3
     assert "ssh gpu-node-77" in str(res.exception)
 
@@ -116,7 +134,14 @@ def test_kill_leaks_cli_dry_run(runner, site, gpu_fixture, fake_scontrol, tmp_pa
     squeue.write_text("#!/bin/sh\nexit 0\n")
     squeue.chmod(0o755)
     gpu_fixture()
-    res = invoke(runner, site(slurm={"bin_dir": fake_scontrol.bin_dir}), "kill-leaks", "--dry-run", "--node",
-                 "node1", "--json")
+    res = invoke(
+        runner,
+        site(slurm={"bin_dir": fake_scontrol.bin_dir}),
+        "kill-leaks",
+        "--dry-run",
+        "--node",
+        "node1",
+        "--json",
+    )
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout)["leaks"] == []

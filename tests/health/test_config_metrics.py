@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 
 import pytest
-import yaml
 
 from slurmkit.config import load_site_config
 from slurmkit.errors import ConfigError
@@ -29,7 +28,9 @@ def test_unknown_key_names_file_line_and_valid_keys(tmp_path):
     with pytest.raises(ConfigError) as exc:
         load_site_config(str(p)).section("health")
     msg = str(exc.value)
-    assert msg.startswith(f"{p}:5: health.checks.gpu_ecc: unknown key 'enabeld'; valid keys: enabled, timeout")
+    assert msg.startswith(
+        f"{p}:5: health.checks.gpu_ecc: unknown key 'enabeld'; valid keys: enabled, timeout"
+    )
 
 
 def test_bad_values_are_rejected(tmp_path):
@@ -43,7 +44,8 @@ def test_bad_values_are_rejected(tmp_path):
 
 
 def test_threshold_overrides_merge_over_builtin_models(site):
-    h = load_site_config(str(site(health={"thresholds": {"H200": {"power_warn_w": 650}, "L40S": {"power_warn_w": 300}}}))).section("health")
+    over = {"thresholds": {"H200": {"power_warn_w": 650}, "L40S": {"power_warn_w": 300}}}
+    h = load_site_config(str(site(health=over))).section("health")
     assert thresholds_for(h, "NVIDIA H200")["power_warn_w"] == 650
     assert thresholds_for(h, "NVIDIA H200")["allreduce_busbw_gbps"] == 480.0  # built-in H200 value kept
     assert thresholds_for(h, "NVIDIA L40S")["power_warn_w"] == 300
@@ -68,6 +70,7 @@ def test_gpu_list_parsing():
     assert parse_gpu_list("0,1,5") == [0, 1, 5]
     assert parse_gpu_list("0-3,6") == [0, 1, 2, 3, 6]
     assert parse_gpu_list("") is None and parse_gpu_list(None) is None
+    assert parse_gpu_list("NoDevFiles") is None and parse_gpu_list("(null)") is None
 
 
 def test_metrics_textfile_parses_with_prometheus_client(tmp_path):
@@ -77,15 +80,22 @@ def test_metrics_textfile_parses_with_prometheus_client(tmp_path):
 
     path = tmp_path / "m" / file_name("slurmkit_health", "prolog", "node/1")
     assert path.name == "slurmkit_health_prolog_node_1.prom"
-    write_textfile(str(path), [Sample("slurmkit_x", "doc", {"node": 'we"ird\nname'}, 2),
-                               Sample("slurmkit_x", "doc", {"node": "b"}, 3.5),
-                               Sample("slurmkit_y", "no labels", {}, 1)])
+    write_textfile(
+        str(path),
+        [
+            Sample("slurmkit_x", "doc", {"node": 'we"ird\nname'}, 2),
+            Sample("slurmkit_x", "doc", {"node": "b"}, 3.5),
+            Sample("slurmkit_y", "no labels", {}, 1),
+        ],
+    )
     fams = {f.name: f for f in text_string_to_metric_families(path.read_text())}
     assert sorted(s.value for s in fams["slurmkit_x"].samples) == [2.0, 3.5]
     assert {s.labels["node"] for s in fams["slurmkit_x"].samples} == {'we"ird\nname', "b"}
     assert not [p for p in os.listdir(path.parent) if p != path.name]  # no temp file left behind
     with pytest.raises(ValueError, match="label names"):
-        write_textfile(str(path), [Sample("slurmkit_x", "d", {"a": "1"}, 1), Sample("slurmkit_x", "d", {"b": "1"}, 1)])
+        write_textfile(
+            str(path), [Sample("slurmkit_x", "d", {"a": "1"}, 1), Sample("slurmkit_x", "d", {"b": "1"}, 1)]
+        )
 
 
 def test_verdict_metrics_parse(tmp_path, gpu_fixture, ctx_factory):
@@ -99,7 +109,9 @@ def test_verdict_metrics_parse(tmp_path, gpu_fixture, ctx_factory):
     gpu_fixture(lambda d: d["gpus"][4].update(power_w=700))
     ctx = ctx_factory()
     results = run_checks(ctx, select(Tier.FAST, "manual", health_cfg=ctx.health))
-    path = write_verdict_metrics(str(tmp_path / "metrics"), "node1", "manual", Status.WARN, results, 0.1, False)
+    path = write_verdict_metrics(
+        str(tmp_path / "metrics"), "node1", "manual", Status.WARN, results, 0.1, False
+    )
     fams = {f.name: f for f in text_string_to_metric_families(open(path).read())}
     power = {s.labels["gpu"]: s.value for s in fams["slurmkit_gpu_power_watts"].samples}
     assert power["4"] == 700.0 and len(power) == 8

@@ -18,7 +18,7 @@ from tests.health.conftest import REPO, spawn_as
 
 EPILOG = str(REPO / "epilog" / "slurmkit-epilog")
 NOBODY = 65534
-SLEEPER = ["/bin/sh", "-c", "trap '' TERM; exec /bin/sleep 300"]   # ignores SIGTERM: needs SIGKILL
+SLEEPER = ["/bin/sh", "-c", "trap '' TERM; exec /bin/sleep 300"]  # ignores SIGTERM: needs SIGKILL
 POLITE = ["/bin/sleep", "300"]
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run processes as another user")
@@ -30,19 +30,26 @@ def alive(pid):
 
 
 def run_epilog(config, env_extra=None):
-    env = {"SLURMKIT_CONFIG": str(config), "SLURMD_NODENAME": "node1", "SLURM_JOB_ID": "4242",
-           "SLURM_JOB_UID": str(NOBODY), "SLURM_JOB_USER": "nobody", "SLURM_JOB_GPUS": "0,1",
-           "SLURM_JOB_EXIT_CODE2": "0:0"}
+    env = {
+        "SLURMKIT_CONFIG": str(config),
+        "SLURMD_NODENAME": "node1",
+        "SLURM_JOB_ID": "4242",
+        "SLURM_JOB_UID": str(NOBODY),
+        "SLURM_JOB_USER": "nobody",
+        "SLURM_JOB_GPUS": "0,1",
+        "SLURM_JOB_EXIT_CODE2": "0:0",
+    }
     env.update(env_extra or {})
     return subprocess.run([sys.executable, EPILOG], env=env, capture_output=True, text=True, timeout=60)
 
 
-def test_epilog_kills_double_forked_leftover_and_gpu_holder_but_not_other_jobs(gpu_fixture, site, fake_scontrol,
-                                                                                  tmp_path, reap):
+def test_epilog_kills_double_forked_leftover_and_gpu_holder_but_not_other_jobs(
+    gpu_fixture, site, fake_scontrol, tmp_path, reap
+):
     job_env = {"SLURM_JOB_ID": "4242", "PATH": "/usr/bin:/bin"}
-    leftover = spawn_as(NOBODY, SLEEPER, env=job_env, double_fork=True)        # ignores SIGTERM: needs SIGKILL
-    gpu_holder = spawn_as(NOBODY, POLITE, env={"PATH": "/usr/bin"})           # no job env; found via the GPU
-    other_job = spawn_as(NOBODY, POLITE, env={"SLURM_JOB_ID": "4243"})         # same user, another job
+    leftover = spawn_as(NOBODY, SLEEPER, env=job_env, double_fork=True)  # ignores SIGTERM: needs SIGKILL
+    gpu_holder = spawn_as(NOBODY, POLITE, env={"PATH": "/usr/bin"})  # no job env; found via the GPU
+    other_job = spawn_as(NOBODY, POLITE, env={"SLURM_JOB_ID": "4243"})  # same user, another job
     for pid in (leftover, gpu_holder, other_job):
         reap(pid)
     assert procs.read_proc(leftover).ppid != os.getpid()  # really reparented away from us
@@ -56,20 +63,26 @@ def test_epilog_kills_double_forked_leftover_and_gpu_holder_but_not_other_jobs(g
     rec = json.loads((tmp_path / "log" / "health.jsonl").read_text().splitlines()[-1])
     by_check = {r["check"]: r for r in rec["results"]}
     assert by_check["epilog_cleanup"]["code"] == "EPILOG_KILLED_LEFTOVERS"
-    assert leftover in rec["cleanup"]["killed"]              # SIGTERM was ignored
+    assert leftover in rec["cleanup"]["killed"]  # SIGTERM was ignored
     assert gpu_holder in rec["cleanup"]["terminated"]
     assert by_check["gpu_memory_released"]["status"] == "ok"
-    assert "gpu_leftover" not in by_check                   # the epilog checks memory after the kill instead
+    assert "gpu_leftover" not in by_check  # the epilog checks memory after the kill instead
 
 
 def test_gpu_memory_not_released_fails_and_drains(gpu_fixture, site, fake_scontrol, tmp_path):
     gpu_fixture(lambda d: d["gpus"][0].update(memory_used_mib=2048))  # no process to kill: stuck memory
     fake_scontrol.set_node("node1", "COMPLETING")
-    res = run_epilog(site(health={"memory_release_wait": 0.3, "clean_dev_shm": False},
-                          slurm={"bin_dir": fake_scontrol.bin_dir}))
+    res = run_epilog(
+        site(
+            health={"memory_release_wait": 0.3, "clean_dev_shm": False},
+            slurm={"bin_dir": fake_scontrol.bin_dir},
+        )
+    )
     assert res.returncode == 1
     upd = [c for c in fake_scontrol.calls() if c[:1] == ["update"]]
-    assert upd and upd[0][3].startswith("Reason=slurmkit:GPU_MEMORY_NOT_RELEASED gpu_memory_released: GPU 0: 2048 MiB")
+    assert upd and upd[0][3].startswith(
+        "Reason=slurmkit:GPU_MEMORY_NOT_RELEASED gpu_memory_released: GPU 0: 2048 MiB"
+    )
 
 
 def test_clean_dev_shm_only_when_the_user_has_no_other_job(tmp_path, reap):
@@ -103,9 +116,15 @@ def test_escalation_triggers(ctx_factory):
 
 
 def test_escalation_reboot_requests_scontrol_reboot(gpu_fixture, site, fake_scontrol):
-    gpu_fixture(lambda d: d.update(xid_events=[{"xid": 79, "gpu": 2, "timestamp": time.time(), "message": "m"}]))
-    res = run_epilog(site(health={"escalation": {"action": "reboot"}, "clean_dev_shm": False},
-                          slurm={"bin_dir": fake_scontrol.bin_dir}))
+    gpu_fixture(
+        lambda d: d.update(xid_events=[{"xid": 79, "gpu": 2, "timestamp": time.time(), "message": "m"}])
+    )
+    res = run_epilog(
+        site(
+            health={"escalation": {"action": "reboot"}, "clean_dev_shm": False},
+            slurm={"bin_dir": fake_scontrol.bin_dir},
+        )
+    )
     calls = fake_scontrol.calls()
     reboot = [c for c in calls if c[:1] == ["reboot"]]
     assert reboot and reboot[0][:3] == ["reboot", "ASAP", "nextstate=RESUME"] and reboot[0][-1] == "node1"
@@ -116,10 +135,14 @@ def test_escalation_reboot_requests_scontrol_reboot(gpu_fixture, site, fake_scon
 
 def test_escalation_heavy_runs_the_heavy_tier(ctx_factory, gpu_fixture):
     gpu_fixture()
-    ctx = ctx_factory(hook="epilog", env={"SLURM_JOB_ID": "1", "SLURM_JOB_EXIT_CODE2": "0:7"},
-                      health={"escalation": {"action": "heavy"}})
+    ctx = ctx_factory(
+        hook="epilog",
+        env={"SLURM_JOB_ID": "1", "SLURM_JOB_EXIT_CODE2": "0:7"},
+        health={"escalation": {"action": "heavy"}},
+    )
     extra = {}
     out = ep.escalate(ctx, [], extra)
     names = [r.check for r in out]
-    assert names[0] == "escalation" and {"nvlink_bandwidth", "allreduce_busbw", "gemm_tflops", "hbm_bandwidth"} <= set(names)
+    assert names[0] == "escalation"
+    assert {"nvlink_bandwidth", "allreduce_busbw", "gemm_tflops", "hbm_bandwidth"} <= set(names)
     assert all(r.status == Status.OK for r in out), out

@@ -11,7 +11,6 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-import pytest
 from hypothesis import given, settings, strategies as st
 
 from tests.health.conftest import REPO
@@ -22,8 +21,14 @@ HEALTHCHECK = str(REPO / "prolog" / "slurmkit-healthcheck")
 
 
 def hook(script, config, env_extra=None, timeout=30):
-    env = {"SLURMKIT_CONFIG": str(config), "SLURMD_NODENAME": "node1", "SLURM_JOB_ID": "4242",
-           "SLURM_JOB_UID": "65534", "SLURM_JOB_USER": "nobody", "SLURM_JOB_GPUS": "0,1"}
+    env = {
+        "SLURMKIT_CONFIG": str(config),
+        "SLURMD_NODENAME": "node1",
+        "SLURM_JOB_ID": "4242",
+        "SLURM_JOB_UID": "65534",
+        "SLURM_JOB_USER": "nobody",
+        "SLURM_JOB_GPUS": "0,1",
+    }
     env.update(env_extra or {})
     t0 = time.monotonic()
     res = subprocess.run([sys.executable, script], env=env, capture_output=True, text=True, timeout=timeout)
@@ -46,14 +51,22 @@ def test_healthy_node_passes_and_records(gpu_fixture, site, fake_scontrol, tmp_p
     assert 'slurmkit_health_status{hook="prolog",node="node1"} 0.0' in prom
 
 
-def test_ecc_fault_exits_nonzero_and_sets_a_machine_readable_drain_reason(gpu_fixture, site, fake_scontrol, tmp_path):
+def test_ecc_fault_exits_nonzero_and_sets_a_machine_readable_drain_reason(
+    gpu_fixture, site, fake_scontrol, tmp_path
+):
     gpu_fixture(lambda d: d["gpus"][3]["ecc"].update(volatile_uncorrected=2))
     fake_scontrol.set_node("node1", "ALLOCATED")
     res, _ = hook(PROLOG, site(slurm={"bin_dir": fake_scontrol.bin_dir}))
     assert res.returncode == 1
     update = [c for c in fake_scontrol.calls() if c[:1] == ["update"]]
-    assert update == [["update", "NodeName=node1", "State=DRAIN",
-                       "Reason=slurmkit:GPU_ECC_UNCORRECTED gpu_ecc: GPU 3: 2 uncorrected volatile ECC errors"]]
+    assert update == [
+        [
+            "update",
+            "NodeName=node1",
+            "State=DRAIN",
+            "Reason=slurmkit:GPU_ECC_UNCORRECTED gpu_ecc: GPU 3: 2 uncorrected volatile ECC errors",
+        ]
+    ]
     rec = log_records(tmp_path)[-1]
     assert rec["status"] == "fail" and rec["exit_code"] == 1
     assert rec["drain_reason"].startswith("slurmkit:GPU_ECC_UNCORRECTED")
@@ -92,8 +105,10 @@ def test_missing_fixture_fails_open_but_fail_closed_fails(site, fake_scontrol, t
 
 def test_nvml_hang_ends_the_prolog_within_its_budget(gpu_fixture, site, fake_scontrol, tmp_path):
     gpu_fixture(lambda d: d.update(inject={"hang": {"call": "ecc", "seconds": 120}}))
-    res, seconds = hook(PROLOG, site(health={"prolog_deadline": 3.0, "check_timeout": 1.0},
-                                     slurm={"bin_dir": fake_scontrol.bin_dir}))
+    res, seconds = hook(
+        PROLOG,
+        site(health={"prolog_deadline": 3.0, "check_timeout": 1.0}, slurm={"bin_dir": fake_scontrol.bin_dir}),
+    )
     assert res.returncode == 1
     assert seconds < 3.0 + 1.0  # budget, plus interpreter start
     rec = log_records(tmp_path)[-1]
@@ -102,17 +117,24 @@ def test_nvml_hang_ends_the_prolog_within_its_budget(gpu_fixture, site, fake_sco
 
 def test_a_hang_in_init_is_bounded_too(gpu_fixture, site, fake_scontrol):
     gpu_fixture(lambda d: d.update(inject={"hang": {"call": "init", "seconds": 120}}))
-    res, seconds = hook(PROLOG, site(health={"prolog_deadline": 2.0, "check_timeout": 0.5},
-                                     slurm={"bin_dir": fake_scontrol.bin_dir}))
+    res, seconds = hook(
+        PROLOG,
+        site(health={"prolog_deadline": 2.0, "check_timeout": 0.5}, slurm={"bin_dir": fake_scontrol.bin_dir}),
+    )
     assert res.returncode == 1 and seconds < 3.0
 
 
 def test_hooks_run_without_path_or_home(gpu_fixture, site, fake_scontrol):
     gpu_fixture()
     cfg = site(slurm={"bin_dir": fake_scontrol.bin_dir})
-    res = subprocess.run([sys.executable, PROLOG], env={"SLURMKIT_CONFIG": str(cfg), "SLURMD_NODENAME": "node1",
-                                                        "SLURM_JOB_ID": "1"}, capture_output=True, text=True,
-                         timeout=30, cwd="/")
+    res = subprocess.run(
+        [sys.executable, PROLOG],
+        env={"SLURMKIT_CONFIG": str(cfg), "SLURMD_NODENAME": "node1", "SLURM_JOB_ID": "1"},
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd="/",
+    )
     assert res.returncode == 0, res.stderr
 
 
@@ -132,26 +154,37 @@ def test_concurrent_prologs_lose_no_log_line(gpu_fixture, site, fake_scontrol, t
 def test_healthcheck_drains_itself_on_failure(gpu_fixture, site, fake_scontrol):
     gpu_fixture(lambda d: d["gpus"][2].update(nvlink={"links": 18, "inactive": [0, 1]}))
     fake_scontrol.set_node("node1", "IDLE")
-    res, _ = hook(HEALTHCHECK, site(slurm={"bin_dir": fake_scontrol.bin_dir}), {"SLURM_JOB_ID": "", "SLURM_JOB_GPUS": ""})
+    res, _ = hook(
+        HEALTHCHECK,
+        site(slurm={"bin_dir": fake_scontrol.bin_dir}),
+        {"SLURM_JOB_ID": "", "SLURM_JOB_GPUS": ""},
+    )
     assert res.returncode == 2  # Nagios: fail
-    assert any(c[:3] == ["update", "NodeName=node1", "State=DRAIN"] and "slurmkit:NVLINK_DOWN" in c[3]
-               for c in fake_scontrol.calls())
+    assert any(
+        c[:3] == ["update", "NodeName=node1", "State=DRAIN"] and "slurmkit:NVLINK_DOWN" in c[3]
+        for c in fake_scontrol.calls()
+    )
 
 
 @settings(max_examples=40, deadline=None)
 @given(st.text(min_size=0, max_size=300))
 def test_drain_reason_is_one_prefixed_line_for_any_text(text):
     from slurmkit.health.base import CheckResult, Status
+
     reason = CheckResult("gpu_ecc", Status.FAIL, "GPU_ECC_UNCORRECTED", text).drain_reason()
     assert reason.startswith("slurmkit:GPU_ECC_UNCORRECTED gpu_ecc: ")
     assert "\n" not in reason and "\r" not in reason and len(reason) < 260
 
 
 def test_hostile_reason_reaches_scontrol_as_one_argument(gpu_fixture, site, fake_scontrol):
-    hostile = "a'; touch /tmp/slurmkit-pwned; echo \"$(id)\" `x`"
-    gpu_fixture(lambda d: d.update(xid_events=[{"xid": 79, "gpu": None, "timestamp": time.time(), "message": hostile,
-                                                "pci": hostile}]))
-    gpu_fixture  # the Xid's text ends up in the drain reason
+    hostile = 'a\'; touch /tmp/slurmkit-pwned; echo "$(id)" `x`'
+    gpu_fixture(
+        lambda d: d.update(
+            xid_events=[
+                {"xid": 79, "gpu": None, "timestamp": time.time(), "message": hostile, "pci": hostile}
+            ]
+        )
+    )
     res, _ = hook(PROLOG, site(slurm={"bin_dir": fake_scontrol.bin_dir}))
     assert res.returncode == 1
     upd = [c for c in fake_scontrol.calls() if c[:1] == ["update"]][0]

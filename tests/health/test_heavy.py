@@ -32,8 +32,8 @@ def test_pair_below_floor_fails():
 
 
 def test_weak_link_above_floor_is_an_outlier():
-    m = full(8, 600.0)   # a B100-like matrix with a low global floor
-    m[3][4] = 380.0      # above a 335 floor, but 63 % of its row and column median
+    m = full(8, 600.0)  # a B100-like matrix with a low global floor
+    m[3][4] = 380.0  # above a 335 floor, but 63 % of its row and column median
     r = heavy.judge_nvlink_matrix(m, 335, 0.7)
     assert r.code == "NVLINK_BW_OUTLIER" and "3->4" in r.reason and "4->3" not in r.reason
 
@@ -45,7 +45,9 @@ def test_a_whole_slow_gpu_is_caught_by_the_column_medians():
             m[5][k] = m[k][5] = 200.0  # GPU 5's row median drops, its peers' do not
     r = heavy.judge_nvlink_matrix(m, floor_gbps=0, outlier_fraction=0.7)
     assert r.code == "NVLINK_BW_OUTLIER"
-    assert all(("5->" in part or "->5" in part) for part in r.reason.split(": ", 1)[1].split(", ") if "->" in part)
+    assert all(
+        ("5->" in part or "->5" in part) for part in r.reason.split(": ", 1)[1].split(", ") if "->" in part
+    )
 
 
 def test_simulated_matrix_from_fixture(gpu_fixture, ctx_factory):
@@ -72,7 +74,9 @@ def test_allreduce_judgement():
 
 def test_per_device_judgement():
     vals = {f"gpu{i}": 710.0 for i in range(8)}
-    assert heavy.judge_per_device("gemm_tflops", vals, 550, 0.1, "TFLOP/s", "LOW", "SPREAD").status == Status.OK
+    assert (
+        heavy.judge_per_device("gemm_tflops", vals, 550, 0.1, "TFLOP/s", "LOW", "SPREAD").status == Status.OK
+    )
     vals["gpu3"] = 600.0  # above the floor, 15 % below the best
     r = heavy.judge_per_device("gemm_tflops", vals, 550, 0.1, "TFLOP/s", "LOW", "SPREAD")
     assert r.code == "SPREAD" and "gpu3" in r.reason
@@ -90,8 +94,15 @@ def test_gemm_and_copy_measure_on_cpu_tensors():
 
 def test_heavy_checks_on_cpu_when_no_gpu(ctx_factory):
     pytest.importorskip("torch")
-    ctx = ctx_factory(health={"backend": "nvml", "checks": {"gemm_tflops": {"cpu_size": 128, "iterations": 2},
-                                                            "hbm_bandwidth": {"cpu_size_mb": 8, "iterations": 2}}})
+    ctx = ctx_factory(
+        health={
+            "backend": "nvml",
+            "checks": {
+                "gemm_tflops": {"cpu_size": 128, "iterations": 2},
+                "hbm_bandwidth": {"cpu_size_mb": 8, "iterations": 2},
+            },
+        }
+    )
     g = run_one(ctx, CATALOG["gemm_tflops"], 120)
     h = run_one(ctx, CATALOG["hbm_bandwidth"], 120)
     assert g.status == Status.OK and list(g.details["per_device"]) == ["cpu"]

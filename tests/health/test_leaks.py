@@ -33,8 +33,9 @@ def scene(tmp_path, gpu_fixture, reap):
     # a fake slurmstepd (a copy of sh, so its comm is "slurmstepd") with a nobody child: a live job step
     stepd = tmp_path / "slurmstepd"
     shutil.copy("/bin/sh", stepd)
-    step = subprocess.Popen([str(stepd), "-c", f"setpriv --reuid={NOBODY} --regid={NOBODY} --clear-groups "
-                             "/bin/sleep 304 & wait"])
+    step = subprocess.Popen(
+        [str(stepd), "-c", f"setpriv --reuid={NOBODY} --regid={NOBODY} --clear-groups /bin/sleep 304 & wait"]
+    )
     for pid in (leaked, small, running_job, root_proc, step.pid):
         reap(pid)
     deadline = time.monotonic() + 5
@@ -45,15 +46,27 @@ def scene(tmp_path, gpu_fixture, reap):
         time.sleep(0.05)
     assert step_child, "fake step child did not start"
     reap(step_child)
-    procs_by_gpu = {0: (leaked, 79000), 1: (small, 1000), 2: (step_child, 79500), 3: (running_job, 80000),
-                    4: (root_proc, 80000)}
+    procs_by_gpu = {
+        0: (leaked, 79000),
+        1: (small, 1000),
+        2: (step_child, 79500),
+        3: (running_job, 80000),
+        4: (root_proc, 80000),
+    }
 
     def mutate(d):
         for gpu, (pid, mib) in procs_by_gpu.items():
             d["gpus"][gpu]["processes"] = [{"pid": pid, "used_mib": mib}]
+
     path = gpu_fixture(mutate)
-    return {"leaked": leaked, "small": small, "running_job": running_job, "root": root_proc, "step": step_child,
-            "backend": SimulatedBackend(str(path))}
+    return {
+        "leaked": leaked,
+        "small": small,
+        "running_job": running_job,
+        "root": root_proc,
+        "step": step_child,
+        "backend": SimulatedBackend(str(path)),
+    }
 
 
 def health_cfg(**over):
@@ -68,10 +81,17 @@ def health_cfg(**over):
 
 def test_dry_run_lists_only_the_leak_and_kills_nothing(scene, tmp_path):
     paths = {"log_dir": str(tmp_path / "log"), "metrics_dir": str(tmp_path / "metrics")}
-    report = leaks.kill_leaks(health_cfg(), paths, "node1", dry_run=True, running={"555"}, backend=scene["backend"])
-    assert [l["pid"] for l in report["leaks"]] == [scene["leaked"]]
+    report = leaks.kill_leaks(
+        health_cfg(), paths, "node1", dry_run=True, running={"555"}, backend=scene["backend"]
+    )
+    assert [lk["pid"] for lk in report["leaks"]] == [scene["leaked"]]
     leak = report["leaks"][0]
-    assert leak["why"] == "gpu" and leak["gpu"] == 0 and leak["user"] == "nobody" and leak["outcome"] == "dry_run"
+    assert (
+        leak["why"] == "gpu"
+        and leak["gpu"] == 0
+        and leak["user"] == "nobody"
+        and leak["outcome"] == "dry_run"
+    )
     spared = {s["pid"]: s["why"] for s in report["spared"]}
     assert spared[scene["step"]].startswith("under slurmstepd")
     assert spared[scene["running_job"]] == "job 555 is running"
@@ -85,7 +105,9 @@ def test_dry_run_lists_only_the_leak_and_kills_nothing(scene, tmp_path):
 
 def test_real_run_kills_only_the_leak(scene, tmp_path):
     paths = {"log_dir": str(tmp_path / "log"), "metrics_dir": str(tmp_path / "metrics")}
-    report = leaks.kill_leaks(health_cfg(), paths, "node1", dry_run=False, running={"555"}, backend=scene["backend"])
+    report = leaks.kill_leaks(
+        health_cfg(), paths, "node1", dry_run=False, running={"555"}, backend=scene["backend"]
+    )
     time.sleep(0.2)
     assert not alive(scene["leaked"])
     assert all(alive(scene[k]) for k in ("small", "running_job", "root", "step"))
@@ -94,14 +116,18 @@ def test_real_run_kills_only_the_leak(scene, tmp_path):
     prom = (tmp_path / "metrics" / "slurmkit_kill_leaks_node1.prom").read_text()
     assert 'slurmkit_kill_leaks_killed{node="node1"} 1.0' in prom
     # a second run finds nothing
-    again = leaks.kill_leaks(health_cfg(), paths, "node1", dry_run=False, running={"555"}, backend=scene["backend"])
+    again = leaks.kill_leaks(
+        health_cfg(), paths, "node1", dry_run=False, running={"555"}, backend=scene["backend"]
+    )
     assert again["leaks"] == [] and leaks.exit_code(again) == 0
 
 
 def test_job_no_longer_running_makes_its_process_a_leak(scene, tmp_path):
     paths = {"log_dir": str(tmp_path / "log"), "metrics_dir": str(tmp_path / "metrics")}
-    report = leaks.kill_leaks(health_cfg(), paths, "node1", dry_run=True, running=set(), backend=scene["backend"])
-    assert sorted(l["pid"] for l in report["leaks"]) == sorted([scene["leaked"], scene["running_job"]])
+    report = leaks.kill_leaks(
+        health_cfg(), paths, "node1", dry_run=True, running=set(), backend=scene["backend"]
+    )
+    assert sorted(lk["pid"] for lk in report["leaks"]) == sorted([scene["leaked"], scene["running_job"]])
 
 
 def test_min_uid_protects_system_users(scene, tmp_path):
@@ -117,7 +143,10 @@ def test_squeue_failure_kills_nothing(monkeypatch):
     from slurmkit.slurm import runner
 
     def failing(argv, timeout, input, env):
-        return runner.Result(list(argv), 1, "", "slurm_load_jobs error: Unable to contact slurm controller", 0.01)
+        return runner.Result(
+            list(argv), 1, "", "slurm_load_jobs error: Unable to contact slurm controller", 0.01
+        )
+
     prev = runner.set_runner(failing)
     try:
         with pytest.raises(ExternalCommandError, match="Unable to contact"):

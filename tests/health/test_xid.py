@@ -31,8 +31,14 @@ def test_packaged_table_loads_cites_its_source_and_maps_the_anchor_xids():
 
 def test_xid_154_action_comes_from_its_message():
     table = xid.load_table()
-    assert table.action(154, "Recovery action changed from 0x0 (None) to 0x2 (Node Reboot Required)") == Action.REBOOT
-    assert table.action(154, "Recovery action changed from 0x0 (None) to 0x1 (GPU Reset Required)") == Action.RESET
+    assert (
+        table.action(154, "Recovery action changed from 0x0 (None) to 0x2 (Node Reboot Required)")
+        == Action.REBOOT
+    )
+    assert (
+        table.action(154, "Recovery action changed from 0x0 (None) to 0x1 (GPU Reset Required)")
+        == Action.RESET
+    )
 
 
 def test_bad_table_is_a_config_error_naming_the_key(tmp_path):
@@ -88,12 +94,16 @@ def test_concurrent_prologs_judge_each_event_exactly_once(gpu_fixture, site, tmp
 
 
 def test_kmsg_xid_records_parse_and_map_pci():
-    recs = ["6,1234,5000000,-;NVRM: Xid (PCI:0000:18:00): 79, pid=1234, name=python, GPU has fallen off the bus.",
-            "4,1235,6000000,-;usb 1-1: new device",
-            "3,1236,7000000,-;NVRM: Xid (PCI:0000:9a:00): 48, pid='<unknown>', name=<unknown>, DBE (0x1)"]
+    recs = [
+        "6,1234,5000000,-;NVRM: Xid (PCI:0000:18:00): 79, pid=1234, name=python, GPU has fallen off the bus.",
+        "4,1235,6000000,-;usb 1-1: new device",
+        "3,1236,7000000,-;NVRM: Xid (PCI:0000:9a:00): 48, pid='<unknown>', name=<unknown>, DBE (0x1)",
+    ]
     parsed = kmsg.xid_records(recs, btime=1000.0)
-    assert parsed == [(1005.0, "0000:18:00", 79, "pid=1234, name=python, GPU has fallen off the bus."),
-                      (1007.0, "0000:9a:00", 48, "pid='<unknown>', name=<unknown>, DBE (0x1)")]
+    assert parsed == [
+        (1005.0, "0000:18:00", 79, "pid=1234, name=python, GPU has fallen off the bus."),
+        (1007.0, "0000:9a:00", 48, "pid='<unknown>', name=<unknown>, DBE (0x1)"),
+    ]
     assert kmsg.short_pci("00000000:9A:00.0") == "0000:9a:00"
 
 

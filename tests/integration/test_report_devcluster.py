@@ -17,7 +17,6 @@ The jobs carry a job name unique to this run and the report is filtered with
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 import uuid
@@ -38,6 +37,13 @@ def _iso(epoch: float) -> str:
 def _squeue_state(devcluster, job_id):
     res = devcluster.run(["squeue", "-h", "-j", job_id, "-o", "%T"])
     return res.stdout.strip()
+
+
+def _release_if_held(devcluster, job_id):
+    """Another test's prolog failure may requeue-and-hold our job; let it run again."""
+    res = devcluster.run(["squeue", "-h", "-j", job_id, "-o", "%r"])
+    if "held" in res.stdout.lower():
+        devcluster.run(["scontrol", "release", job_id])
 
 
 def _attempts(devcluster, ids):
@@ -72,40 +78,48 @@ def test_report_matches_requested_gpu_seconds(devcluster, tmp_path):
         jobs[jid] = (user, account, gpus)
     requeued = list(jobs)[-1]
 
-    # requeue the long job once it has run for a moment
-    deadline = time.monotonic() + 90
-    while _squeue_state(devcluster, requeued) != "RUNNING":
-        assert time.monotonic() < deadline, f"job {requeued} never started"
+    # requeue the long job once it has run for a moment (retry: on a shared cluster another
+    # test may have requeued or held it in the meantime)
+    deadline = time.monotonic() + 120
+    while True:
+        assert time.monotonic() < deadline, f"could not requeue job {requeued} while it ran"
+        _release_if_held(devcluster, requeued)
+        if _squeue_state(devcluster, requeued) == "RUNNING":
+            time.sleep(3)
+            if devcluster.run(["scontrol", "requeue", requeued]).returncode == 0:
+                break
         time.sleep(0.5)
-    time.sleep(3)
-    res = devcluster.run(["scontrol", "requeue", requeued])
-    assert res.returncode == 0, res.stderr
 
+    deadline = time.monotonic() + 300
     for jid in jobs:
-        state = devcluster.wait_job(jid, timeout=240)
-        assert state == "COMPLETED", (jid, state)
+        while _squeue_state(devcluster, jid):
+            assert time.monotonic() < deadline, f"job {jid} did not finish"
+            _release_if_held(devcluster, jid)
+            time.sleep(0.5)
+        assert devcluster.wait_job(jid, timeout=60) == "COMPLETED", jid
 
     # What Slurm measured, and what we requested: GPUs x seconds per (account, user).
-    expected = {}
-    lost = {}
     deadline = time.monotonic() + 60
-    while True:
+    while True:  # accounting reaches slurmdbd asynchronously
         attempts = _attempts(devcluster, list(jobs))
-        n_requeued = sum(1 for a in attempts if a[0] == requeued and a[1] == "REQUEUED")
-        if len(attempts) == len(jobs) + 1 and n_requeued == 1:
+        final = {a[0] for a in attempts if a[1] == "COMPLETED"}
+        if final == set(jobs) and any(a[0] == requeued and a[1] == "REQUEUED" for a in attempts):
             break
-        assert time.monotonic() < deadline, f"sacct never showed both attempts: {attempts}"
+        assert time.monotonic() < deadline, f"sacct never showed every attempt: {attempts}"
         time.sleep(1)
-    for jid, state, start, end in attempts:
+    expected, lost, n_attempts = {}, {}, {}
+    plan_of = dict(zip(jobs, plan))
+    seen = set()
+    for jid, state, start, end in sorted(attempts, key=lambda a: (a[0], a[2])):
         user, account, gpus = jobs[jid]
         seconds = end - start
-        # the measured time is what each job slept, give or take the launch overhead
-        sleeps = dict((j, p) for j, p in zip(jobs, plan))[jid]
-        planned = sleeps[4] if state == "REQUEUED" or jid != requeued else sleeps[5]
-        if state != "REQUEUED":
+        if state == "COMPLETED":  # the measured time is what the job slept, plus launch overhead
+            planned = plan_of[jid][5] if jid in seen else plan_of[jid][4]
             assert planned <= seconds <= planned + 4, (jid, state, seconds)
+        seen.add(jid)
         expected[(account, user)] = expected.get((account, user), 0) + gpus * seconds
-        if state == "REQUEUED":
+        n_attempts[(account, user)] = n_attempts.get((account, user), 0) + 1
+        if state in ("REQUEUED", "NODE_FAIL", "PREEMPTED", "TIMEOUT"):
             lost[(account, user)] = lost.get((account, user), 0) + gpus * seconds
 
     until = time.time() + 5
@@ -119,10 +133,10 @@ def test_report_matches_requested_gpu_seconds(devcluster, tmp_path):
     for key, gpu_seconds in expected.items():
         assert got[key]["gpu_hours"] == pytest.approx(gpu_seconds / 3600, abs=1e-5), key
         assert got[key]["lost_gpu_hours"] == pytest.approx(lost.get(key, 0) / 3600, abs=1e-5), key
+        assert got[key]["attempts"] == n_attempts[key], key
     alice = got[("research", "alice")]
-    assert alice["jobs"] == 2 and alice["attempts"] == 3
-    assert alice["lost_by_cause"] == ({"REQUEUED": pytest.approx(lost[("research", "alice")] / 3600, abs=1e-5)}
-                                      if lost[("research", "alice")] else {})
+    assert alice["jobs"] == 2 and alice["attempts"] >= 3
+    assert alice["lost_by_cause"]["REQUEUED"] > 0
     assert data["totals"]["gpu_hours"] == pytest.approx(sum(expected.values()) / 3600, abs=1e-5)
     assert "-D" in data["meta"]["sacct_command"] and "-T" in data["meta"]["sacct_command"]
 
@@ -158,9 +172,9 @@ def test_report_capacity_on_devcluster(devcluster):
 def test_sacct_failure_is_exit_3(devcluster, tmp_path):
     """A broken accounting connection is a clear exit-3 error, not a traceback."""
     bad_conf = tmp_path / "slurm.conf"
-    text = open(os.environ.get("SLURM_CONF") or devcluster.env["SLURM_CONF"]).read()
+    text = open(devcluster.env["SLURM_CONF"]).read()
     # point sacct at a port where no slurmdbd listens
-    lines = [l for l in text.splitlines() if not l.startswith(("AccountingStoragePort", "AccountingStorageHost"))]
+    lines = [ln for ln in text.splitlines() if not ln.startswith(("AccountingStoragePort", "AccountingStorageHost"))]
     lines += ["AccountingStorageHost=127.0.0.1", "AccountingStoragePort=1"]
     bad_conf.write_text("\n".join(lines) + "\n")
     res = devcluster.run([sys.executable, "-m", "slurmkit.cli.main", "report", "--last", "1h"],

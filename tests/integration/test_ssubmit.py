@@ -73,11 +73,18 @@ def test_main_job_runs_preflight_and_trains_on_two_nodes(devcluster, tmp_path):
 def test_requeue_on_signal_resumes_from_checkpoint(devcluster, tmp_path):
     ck = ckpt_set(devcluster)
     res = ssubmit(devcluster, tmp_path, str(EXAMPLE), "--parsable", "--set", ck, "--set", "preflight.allreduce=false",
-                  "--set", args_set("--steps", "7", "--ckpt-every", "100", "--step-sleep", "1"))
+                  "--set", args_set("--steps", "7", "--ckpt-every", "100", "--step-sleep", "1",
+                                    "--attention", "sdpa"))
     assert res.returncode == 0, res.stderr
     job_id = res.stdout.strip()
     try:
-        wait_for(lambda: re.search(r"^step 2 loss", log_of(devcluster, job_id), re.M), 180, "step 2")
+        def at_step_2_or_gone():
+            if re.search(r"^step 2 loss", log_of(devcluster, job_id), re.M):
+                return True
+            queued = devcluster.run(["squeue", "-h", "-j", job_id, "-o", "%T"]).stdout.strip()
+            assert queued, f"job {job_id} ended before step 2:\n{log_of(devcluster, job_id)[-3000:]}"
+            return False
+        wait_for(at_step_2_or_gone, 180, "step 2")
         sig = ssubmit(devcluster, tmp_path, "cancel", "--signal", "USR2", job_id)
         assert sig.returncode == 0, sig.stderr
         state = devcluster.wait_job(job_id, timeout=240)
@@ -133,7 +140,10 @@ def test_wait_exit_codes(devcluster, tmp_path):
                   "--set", ckpt_set(devcluster))
     assert res.returncode == 1, res.stderr  # torchrun turns the worker's 3 into its own 1
     assert "ended FAILED" in res.stderr
-    assert "about to fail" in res.stderr  # the log tail is shown
+    assert "training step ended with exit code 1" in res.stderr  # the log tail is shown
+    job_id = re.search(r"Submitted job (\d+)", res.stdout).group(1)
+    logs = ssubmit(devcluster, tmp_path, "logs", job_id, "-n", "500")
+    assert logs.returncode == 0 and "about to fail" in logs.stdout
     ok = tmp_path / "ok.yaml"
     ok.write_text(spec.read_text().replace("echo about to fail; exit 3", "echo fine"))
     res = ssubmit(devcluster, tmp_path, str(ok), "--wait", "--json", "--wait-timeout", "120",

@@ -30,8 +30,14 @@ SLURMKIT = [sys.executable, "-m", "slurmkit.cli.main"]
 class SweepEnv:
     """A private slurmkit config + fixtures for one test on the shared cluster."""
 
-    def __init__(self, cluster, *, cluster_store: bool = False, sweep: Optional[Dict[str, Any]] = None,
-                 health: Optional[Dict[str, Any]] = None):
+    def __init__(
+        self,
+        cluster,
+        *,
+        cluster_store: bool = False,
+        sweep: Optional[Dict[str, Any]] = None,
+        health: Optional[Dict[str, Any]] = None,
+    ):
         self.cluster = cluster
         self.root = Path(cluster.shared_dir) / f"sweeptest-{uuid.uuid4().hex[:8]}"
         self.gpu = self.root / "gpu"
@@ -47,9 +53,14 @@ class SweepEnv:
         health_cfg = dict(base.get("health") or {})
         health_cfg.update(backend="simulated", simulated_fixture=str(self.gpu / "{node}.yaml"))
         health_cfg.update(health or {})
-        sweep_cfg = {"partition": "sweep", "min_interval_s": 0, "max_concurrent": 4, "time_limit": "5",
-                     "storage": {"path": str(self.root), "size_mb": 16, "block_mb": 4},
-                     "outliers": {"min_peers": 1}}
+        sweep_cfg = {
+            "partition": "sweep",
+            "min_interval_s": 0,
+            "max_concurrent": 4,
+            "time_limit": "5",
+            "storage": {"path": str(self.root), "size_mb": 16, "block_mb": 4},
+            "outliers": {"min_peers": 1},
+        }
         sweep_cfg.update(sweep or {})
         self.store_dir = Path(paths["shared_dir"])
         self.config = self.root / "slurmkit.yaml"
@@ -65,7 +76,9 @@ class SweepEnv:
         return self.cluster.run([*SLURMKIT, *args, "--config", str(self.config)], timeout=timeout)
 
     def sweep(self, *args: str) -> Dict[str, Any]:
-        res = self.cluster.run([*SLURMKIT, "sweep", "--config", str(self.config), "--json", *args], timeout=120)
+        res = self.cluster.run(
+            [*SLURMKIT, "sweep", "--config", str(self.config), "--json", *args], timeout=120
+        )
         assert res.returncode == 0, res.stderr
         return json.loads(res.stdout)
 
@@ -87,7 +100,7 @@ def sweep_env(devcluster, request):
         envs.append(env)
         return env
 
-    devcluster.wait_nodes_idle(timeout=120)
+    wait_all_idle(devcluster)
     yield make
     # leave no sweep job of ours behind, and no node drained by a test
     for env in envs:
@@ -100,6 +113,21 @@ def sweep_env(devcluster, request):
     for node in devcluster.nodes:
         if devcluster.node_reason(node).startswith("slurmkit:"):
             devcluster.run(["scontrol", "update", f"NodeName={node}", "State=RESUME"])
+
+
+def wait_all_idle(cluster, timeout: float = 180) -> None:
+    """Wait until every node is plainly ``idle`` (the cluster helper also accepts mixed and
+    allocated; a sweep only takes idle nodes, and other tests' jobs may hold them)."""
+    cluster.wait_nodes_idle(timeout=timeout)  # resumes nodes an earlier test left drained
+    deadline = time.monotonic() + timeout
+    states: Dict[str, str] = {}
+    while time.monotonic() < deadline:
+        res = cluster.run(["sinfo", "-h", "-N", "-o", "%N %T"])
+        states = dict(line.split()[:2] for line in res.stdout.splitlines() if line.strip())
+        if all(states.get(n) == "idle" for n in cluster.nodes):
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"nodes not idle within {timeout:g}s: {states}")
 
 
 def submitted(report: Dict[str, Any]) -> List[tuple]:
@@ -119,22 +147,38 @@ def wait_state(cluster, job: str, wanted: str, timeout: float = 60) -> None:
 
 
 def test_sweep_covers_idle_nodes_in_rotation(devcluster, sweep_env):
+    """Successive runs pick never-checked nodes first, then the oldest pass. Other tests
+    may hold a node at any moment (then the planner rightly skips it), so a run counts
+    for the rotation only when both nodes were idle at planning time."""
     env = sweep_env()
     seen = []
-    for _ in range(3):
+    for _ in range(12):
+        wait_all_idle(devcluster)
+        last = {n: env.store().last_pass(n) for n in devcluster.nodes}
+        expected = min(devcluster.nodes, key=lambda n: (last[n] is not None, last[n] or 0.0, n))
         report = env.sweep("--max-nodes", "1")
         jobs = submitted(report)
-        assert len(jobs) == 1, report
-        node, job = jobs[0]
-        assert devcluster.wait_job(job, timeout=180) == "COMPLETED"
-        seen.append(node)
+        assert len(jobs) <= 1, report
+        for node, job in jobs:
+            assert devcluster.wait_job(job, timeout=180) == "COMPLETED"
+            if report["plan"]["idle_nodes"] == len(devcluster.nodes):
+                assert node == expected, (last, report["plan"])
+                seen.append(node)
+        if len(seen) == 3:
+            break
     # never-checked first (by name), then the oldest pass: node1, node2, node1
     assert seen == ["node1", "node2", "node1"]
     store = env.store()
     assert store.last_pass("node1") > store.last_pass("node2") > 0
     entries = store.node("node2")
-    assert {"nvlink_bandwidth", "allreduce_busbw", "gemm_tflops", "hbm_bandwidth", "storage_write",
-            "storage_read"} <= set(entries)
+    assert {
+        "nvlink_bandwidth",
+        "allreduce_busbw",
+        "gemm_tflops",
+        "hbm_bandwidth",
+        "storage_write",
+        "storage_read",
+    } <= set(entries)
     assert all(e["status"] == "ok" for c, e in entries.items() if not c.startswith("outlier.")), entries
     assert entries["storage_write"]["value"] > 0  # measured on the real shared directory
     # status shows both, valid, with their verdict
@@ -160,8 +204,13 @@ def test_metrics_files_parse(devcluster, sweep_env):
         for fam in text_string_to_metric_families(f.read_text()):
             names.add(fam.name)
             assert fam.samples, fam.name
-    assert {"slurmkit_sweep_check_value", "slurmkit_sweep_pass_status", "slurmkit_sweep_nvlink_gpu_gbps",
-            "slurmkit_sweep_node_last_pass_timestamp_seconds", "slurmkit_sweep_run_submitted"} <= names
+    assert {
+        "slurmkit_sweep_check_value",
+        "slurmkit_sweep_pass_status",
+        "slurmkit_sweep_nvlink_gpu_gbps",
+        "slurmkit_sweep_node_last_pass_timestamp_seconds",
+        "slurmkit_sweep_run_submitted",
+    } <= names
 
 
 def test_real_job_preempts_a_sweep_job(devcluster, sweep_env):
@@ -176,8 +225,11 @@ def test_real_job_preempts_a_sweep_job(devcluster, sweep_env):
     assert node == "node1"
     wait_state(devcluster, sweep_job, "RUNNING", timeout=60)
     time.sleep(2)  # inside the probe
-    real = devcluster.submit("#!/bin/sh\nhostname\n", ["-p", "debug", "-w", "node1", "--exclusive",
-                                                       "-o", "/dev/null"], user="alice")
+    real = devcluster.submit(
+        "#!/bin/sh\nhostname\n",
+        ["-p", "debug", "-w", "node1", "--exclusive", "-o", "/dev/null"],
+        user="alice",
+    )
     t0 = time.monotonic()
     assert devcluster.wait_job(real, timeout=120) == "COMPLETED"
     assert time.monotonic() - t0 < 80  # it did not wait for the 90 s sweep
@@ -187,7 +239,7 @@ def test_real_job_preempts_a_sweep_job(devcluster, sweep_env):
     assert devcluster.run(["squeue", "-h", "-j", sweep_job]).stdout.strip() == ""
     assert env.store().last_pass("node1") is None
     # so the next run plans node1 again, once the real job has left it
-    devcluster.wait_nodes_idle(timeout=60)
+    wait_all_idle(devcluster)
     assert [j["node"] for j in env.sweep("--dry-run", "--max-nodes", "1")["jobs"]] == ["node1"]
 
 
@@ -199,16 +251,20 @@ def test_outlier_flagged_by_fleet_rule_not_by_fixed_floor(devcluster, sweep_env)
     slow["nvlink_bandwidth_gbps"] = {"default": 390.0 * 0.7, "pairs": {}}
     env.set_fixture("node2", slow)
     for expected in ("node1", "node2"):  # one at a time: node2 is judged against node1's pass
+        wait_all_idle(devcluster)
         [(node, job)] = submitted(env.sweep("--max-nodes", "1"))
         assert node == expected
         assert devcluster.wait_job(job, timeout=180) == "COMPLETED"
     n2 = env.store().node("node2")
-    assert n2["nvlink_bandwidth"]["status"] == "ok" and n2["nvlink_bandwidth"]["value"] == pytest.approx(273.0)
+    assert n2["nvlink_bandwidth"]["status"] == "ok" and n2["nvlink_bandwidth"]["value"] == pytest.approx(
+        273.0
+    )
     assert n2["outlier.nvlink_bandwidth"]["status"] == "warn"
     assert n2["outlier.nvlink_bandwidth"]["code"] == "OUTLIER_NVLINK_BANDWIDTH"
     assert "-30%" in n2["outlier.nvlink_bandwidth"]["reason"]
     assert not devcluster.node_reason("node2").startswith("slurmkit:")  # action: warn, no drain
     # the node that passed first is judged fine against node2 on a later pass
+    wait_all_idle(devcluster)
     [(node, job)] = submitted(env.sweep("--max-nodes", "1"))
     assert node == "node1" and devcluster.wait_job(job, timeout=180) == "COMPLETED"
     assert env.store().node("node1")["outlier.nvlink_bandwidth"]["status"] == "ok"
@@ -247,8 +303,25 @@ def test_prolog_after_a_passing_sweep_reports_the_cached_verdict(devcluster, swe
     if not (REPO / "prolog" / "slurmkit-prolog").exists():
         pytest.skip("the health gate's prolog is not installed in this checkout")
     env = sweep_env(cluster_store=True)
+    # this test writes to the cluster's own store (the prolog reads it): put it back after
+    files = [env.store_dir / f"{n}.json" for n in devcluster.nodes]
+    files += [env.store_dir / "_notify" / f"{n}.json" for n in devcluster.nodes]
+    saved = {f: f.read_bytes() if f.exists() else None for f in files}
+    try:
+        _prolog_reports_cached_verdict(devcluster, env)
+    finally:
+        for path, data in saved.items():
+            if data is None:
+                path.unlink(missing_ok=True)
+            else:
+                path.write_bytes(data)
+        (env.store_dir / "_summary.json").unlink(missing_ok=True)  # a cache: rebuilt on the next read
+
+
+def _prolog_reports_cached_verdict(devcluster, env) -> None:
     # pass node1 (the cluster store may hold other tests' passes: sweep until node1 has ours)
     for _ in range(2):
+        wait_all_idle(devcluster)
         jobs = submitted(env.sweep("--max-nodes", "2"))
         for _, job in jobs:
             assert devcluster.wait_job(job, timeout=180) == "COMPLETED"
@@ -256,7 +329,9 @@ def test_prolog_after_a_passing_sweep_reports_the_cached_verdict(devcluster, swe
             break
     valid = env.store().valid("node1")
     assert valid.get("nvlink_bandwidth", {}).get("status") == "ok", valid
-    job = devcluster.submit("#!/bin/sh\ntrue\n", ["-p", "debug", "-w", "node1", "-o", "/dev/null"], user="alice")
+    job = devcluster.submit(
+        "#!/bin/sh\ntrue\n", ["-p", "debug", "-w", "node1", "-o", "/dev/null"], user="alice"
+    )
     assert devcluster.wait_job(job, timeout=120) == "COMPLETED"
     deadline = time.monotonic() + 20
     records = _prolog_records(devcluster, job)
@@ -275,8 +350,18 @@ def test_prolog_after_a_passing_sweep_reports_the_cached_verdict(devcluster, swe
 def test_pairwise_allreduce_between_two_nodes(devcluster, sweep_env):
     """A 2-node all_reduce job (gloo on CPU: the devcluster has no CUDA) over the nodes'
     own addresses; busbw is recorded for both nodes as a pair verdict, not a full pass."""
-    env = sweep_env(sweep={"max_nodes": 0, "pairs": {"enabled": True, "backend": "gloo", "size_mb": 4,
-                                                    "iterations": 3, "min_busbw_gbps": 0.0001}})
+    env = sweep_env(
+        sweep={
+            "max_nodes": 0,
+            "pairs": {
+                "enabled": True,
+                "backend": "gloo",
+                "size_mb": 4,
+                "iterations": 3,
+                "min_busbw_gbps": 0.0001,
+            },
+        }
+    )
     report = env.sweep()
     assert report["jobs"] == []
     [pair] = report["pair_jobs"]
@@ -288,3 +373,32 @@ def test_pairwise_allreduce_between_two_nodes(devcluster, sweep_env):
         entry = store.node(node)["pair_allreduce_busbw"]
         assert entry["status"] == "ok" and entry["value"] > 0 and entry["tier"] == "pair"
         assert store.last_pass(node) is None  # a pair test is not a complete pass
+
+
+@pytest.mark.parametrize(
+    "reason,resumed", [("slurmkit:XID_79 xid: test drain", True), ("admin: fan replacement", False)]
+)
+def test_clean_pass_resumes_only_a_slurmkit_drain(devcluster, sweep_env, reason, resumed):
+    """A node drained while its sweep pass runs: a clean pass resumes it through the
+    health gate's guarded resume when the drain is slurmkit's, never when it is an admin's."""
+    env = sweep_env(health={"checks": {"nvlink_bandwidth": {"timeout": 60}}})
+    slow = env.fixture("node1")
+    slow["inject"] = {"hang": {"call": "nvlink_bandwidth", "seconds": 6}}
+    env.set_fixture("node1", slow)
+    [(node, job)] = submitted(env.sweep("--max-nodes", "1"))
+    assert node == "node1"
+    try:
+        wait_state(devcluster, job, "RUNNING", timeout=60)
+        res = devcluster.run(["scontrol", "update", "NodeName=node1", "State=DRAIN", f"Reason={reason}"])
+        assert res.returncode == 0, res.stderr
+        assert devcluster.wait_job(job, timeout=120) == "COMPLETED"
+        state, got_reason = devcluster.node_state("node1"), devcluster.node_reason("node1")
+        if resumed:
+            assert not state.startswith("drain") and not got_reason.startswith("slurmkit:"), (
+                state,
+                got_reason,
+            )
+        else:
+            assert state.startswith("drain") and got_reason == reason, (state, got_reason)
+    finally:
+        devcluster.run(["scontrol", "update", "NodeName=node1", "State=RESUME"])

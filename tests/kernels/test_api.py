@@ -8,9 +8,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
 
-import torch.nn.functional as F  # noqa: E402
-
 import slurmkit_kernels  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
 from slurmkit_kernels import (  # noqa: E402
     FlashAttention,
     attention_flops,
@@ -29,7 +28,13 @@ def rand(*shape, dtype=torch.float32, device="cpu"):
 
 
 def good(device):
-    return rand(1, 4, 8, 16, device=device), rand(1, 2, 8, 16, device=device), rand(1, 2, 8, 16, device=device)
+    q = rand(1, 4, 8, 16, device=device)
+    return q, like(q, 1, 2, 8, 16), like(q, 1, 2, 8, 16)
+
+
+def like(t, *shape):
+    """Random data on ``t``'s device, so each case fails for its own reason on any device."""
+    return rand(*shape, device=t.device)
 
 
 BAD_INPUTS = {
@@ -38,19 +43,28 @@ BAD_INPUTS = {
     "float64": (lambda q, k, v: (q.double(), k.double(), v.double()), {}, "dtype"),
     "int": (lambda q, k, v: (q.long(), k.long(), v.long()), {}, "dtype"),
     "mixed-dtype": (lambda q, k, v: (q.half(), k, v), {}, "share a dtype"),
-    "head-dim-48": (lambda q, k, v: (rand(1, 4, 8, 48), rand(1, 2, 8, 48), rand(1, 2, 8, 48)), {}, "head_dim 48"),
-    "head-dim-256": (lambda q, k, v: (rand(1, 1, 8, 256),) * 3, {}, "head_dim 256"),
-    "head-dim-mismatch": (lambda q, k, v: (q, rand(1, 2, 8, 32), rand(1, 2, 8, 32)), {}, "head dims differ"),
-    "non-dividing-heads": (lambda q, k, v: (rand(1, 3, 8, 16), k, v), {}, "multiple"),
-    "more-kv-heads": (lambda q, k, v: (rand(1, 2, 8, 16), rand(1, 4, 8, 16), rand(1, 4, 8, 16)), {}, "multiple"),
-    "batch-mismatch": (lambda q, k, v: (rand(2, 4, 8, 16), k, v), {}, "batch sizes differ"),
-    "k-v-shape": (lambda q, k, v: (q, k, rand(1, 2, 9, 16)), {}, "same shape"),
-    "empty-seq": (lambda q, k, v: (rand(1, 4, 0, 16), k, v), {}, "empty"),
+    "head-dim-48": (lambda q, k, v: (like(q, 1, 4, 8, 48), like(q, 1, 2, 8, 48), like(q, 1, 2, 8, 48)),
+                    {}, "head_dim 48"),
+    "head-dim-256": (lambda q, k, v: (like(q, 1, 1, 8, 256),) * 3, {}, "head_dim 256"),
+    "head-dim-mismatch": (lambda q, k, v: (q, like(q, 1, 2, 8, 32), like(q, 1, 2, 8, 32)), {},
+                          "head dims differ"),
+    "non-dividing-heads": (lambda q, k, v: (like(q, 1, 3, 8, 16), k, v), {}, "multiple"),
+    "more-kv-heads": (lambda q, k, v: (like(q, 1, 2, 8, 16), like(q, 1, 4, 8, 16), like(q, 1, 4, 8, 16)),
+                      {}, "multiple"),
+    "batch-mismatch": (lambda q, k, v: (like(q, 2, 4, 8, 16), k, v), {}, "batch sizes differ"),
+    "k-v-shape": (lambda q, k, v: (q, k, like(q, 1, 2, 9, 16)), {}, "same shape"),
+    "empty-seq": (lambda q, k, v: (like(q, 1, 4, 0, 16), k, v), {}, "empty"),
     "not-a-tensor": (lambda q, k, v: (q.tolist(), k, v), {}, "torch.Tensor"),
     "scale-nan": (lambda q, k, v: (q, k, v), {"scale": math.nan}, "scale"),
     "scale-str": (lambda q, k, v: (q, k, v), {"scale": "0.1"}, "scale"),
     "precision": (lambda q, k, v: (q, k, v), {"precision": "fp8"}, "precision"),
     "causal-not-bool": (lambda q, k, v: (q, k, v), {"causal": "yes"}, "causal"),
+    "window-int": (lambda q, k, v: (q, k, v), {"window": 4}, "window"),
+    "window-short": (lambda q, k, v: (q, k, v), {"window": (4,)}, "window"),
+    "window-negative": (lambda q, k, v: (q, k, v), {"window": (-2, 0)}, "window"),
+    "window-float": (lambda q, k, v: (q, k, v), {"window": (4.0, 0)}, "window"),
+    "causal-window-right": (lambda q, k, v: (q, k, v), {"causal": True, "window": (4, 2)}, "contradicts"),
+    "config-dict": (lambda q, k, v: (q, k, v), {"config": {"fwd": {}}}, "KernelConfig"),
 }
 
 
@@ -107,7 +121,12 @@ def test_lookup_prefers_specific_entries():
 
 @pytest.mark.parametrize(
     "device_name, expected",
-    [("NVIDIA H100 80GB HBM3", "h100"), ("NVIDIA H200", "h200"), ("NVIDIA A100-SXM4-80GB", "default"), (None, "default")],
+    [
+        ("NVIDIA H100 80GB HBM3", "h100"),
+        ("NVIDIA H200", "h200"),
+        ("NVIDIA A100-SXM4-80GB", "default"),
+        (None, "default"),
+    ],
 )
 def test_config_for_device(device_name, expected, monkeypatch):
     monkeypatch.delenv(config_mod.CONFIG_ENV, raising=False)
@@ -196,7 +215,11 @@ def test_sdpa_dropin_refuses_what_it_cannot_honour(device):
 def test_swap_sdpa_routes_and_restores(device, monkeypatch):
     calls = []
     real = slurmkit_kernels.nn.flash_attention
-    monkeypatch.setattr(slurmkit_kernels.nn, "flash_attention", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    def counting(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(slurmkit_kernels.nn, "flash_attention", counting)
     original = F.scaled_dot_product_attention
     q, k, v = (rand(1, 2, 16, 16, device=device) for _ in range(3))
     with swap_sdpa():

@@ -8,11 +8,11 @@ half an ulp for fp16/bf16, ~8 ulps for fp32): for fp32 both errors are ~1e-7 rel
 their ratio is noise, and with a single key the exact dK is 0, which PyTorch reproduces
 exactly while the kernel's dP - delta leaves rounding residue.
 
-Under the interpreter, fp32->bf16 casts truncate instead of rounding, which roughly
-doubles the kernel's bf16 rounding error compared with a GPU; the rule still holds
-because the naive bf16 baseline rounds scores and probabilities to bf16 as well.
+Under the interpreter the kernels emulate the GPU's bf16 arithmetic (EMULATE_BF16 in
+_kernels.py: fp32 dots, round-to-nearest-even casts); without it, bf16 errors would be
+about twice the GPU's and sit right at the 2x budget.
 
-The parameter space (dtype x causal x head dim x lengths x heads x layout x tiles) is
+The parameter space (dtype x mask x head dim x lengths x heads x layout x tiles) is
 covered pairwise, not as a full product, to keep the suite at about a minute on 2 cores.
 """
 
@@ -61,7 +61,7 @@ def pairwise(factors: dict[str, list]) -> list[dict]:
     used = {(name, repr(val)): 0 for name in names for val in factors[name]}
     while uncovered:
         # Seed with an uncovered pair, then fill the other factors greedily: most newly
-        # covered pairs first, then the least used value (keeps e.g. causal balanced).
+        # covered pairs first, then the least used value (keeps e.g. masks balanced).
         a, va, b, vb = min(uncovered, key=repr)
         case = {a: va, b: vb}
         for name in names:
@@ -87,7 +87,8 @@ def pairwise(factors: dict[str, list]) -> list[dict]:
 
 FACTORS = {
     "dtype": [torch.float32, torch.float16, torch.bfloat16],
-    "causal": [False, True],
+    # (causal, window): full, causal, two-sided sliding window, causal sliding window
+    "mask": [(False, None), (True, None), (False, (20, 7)), (True, (33, 0))],
     "head_dim": [16, 32, 64, 128],
     "lengths": [(1, 1), (17, 100), (100, 17), (129, 200), (200, 129), (200, 1)],
     # (batch, heads_q, heads_kv): MHA, GQA 4:1 with two groups (checks the head mapping), MQA 8:1
@@ -98,11 +99,16 @@ FACTORS = {
 CASES = pairwise(FACTORS)
 
 
+def mask_id(causal, window) -> str:
+    name = "causal" if causal else "full"
+    return name if window is None else f"{name}-window{window[0]}_{window[1]}"
+
+
 def case_id(case: dict) -> str:
     b, hq, hkv = case["heads"]
     nq, nk = case["lengths"]
     return (
-        f"{str(case['dtype']).removeprefix('torch.')}-{'causal' if case['causal'] else 'full'}"
+        f"{str(case['dtype']).removeprefix('torch.')}-{mask_id(*case['mask'])}"
         f"-d{case['head_dim']}-q{nq}k{nk}-b{b}h{hq}kv{hkv}-{case['layout']}-{case['tiles']}"
     )
 
@@ -121,20 +127,28 @@ def make_tensor(shape, dtype, layout, device, gen):
     return view.requires_grad_()
 
 
-def naive_attention(q, k, v, causal, scale):
+def naive_attention(q, k, v, causal, scale, window=None):
     """Textbook attention in the inputs' dtype (the same-precision baseline and, in fp64,
-    the reference). Rows without a visible key produce 0, like the kernel."""
+    the reference), with the mask written out as its definition in docs/kernels.md:
+    query i sees key j iff j <= i + off (causal) and i + off - left <= j <= i + off + right
+    (window; -1 = unbounded), off = n_k - n_q. Rows without a visible key produce 0."""
     group = q.shape[1] // k.shape[1]
     k = k.repeat_interleave(group, dim=1)
     v = v.repeat_interleave(group, dim=1)
     s = (q @ k.transpose(-1, -2)) * scale
     n_q, n_k = s.shape[-2:]
+    i = torch.arange(n_q, device=s.device)[:, None]
+    j = torch.arange(n_k, device=s.device)[None, :]
+    off = n_k - n_q
+    visible = torch.ones(n_q, n_k, dtype=torch.bool, device=s.device)
     if causal:
-        i = torch.arange(n_q, device=s.device)[:, None]
-        j = torch.arange(n_k, device=s.device)[None, :]
-        visible = j <= i + (n_k - n_q)
-    else:
-        visible = torch.ones(n_q, n_k, dtype=torch.bool, device=s.device)
+        visible &= j <= i + off
+    if window is not None:
+        left, right = window
+        if left >= 0:
+            visible &= j >= i + off - left
+        if right >= 0:
+            visible &= j <= i + off + right
     has_key = visible.any(dim=-1, keepdim=True)
     # Empty rows get finite scores (so softmax has no NaN) and are zeroed afterwards.
     s = s.masked_fill(~visible & has_key, float("-inf"))
@@ -171,7 +185,8 @@ def check_against_budget(kernel, same_dtype, reference, floor, label):
 
 @pytest.mark.parametrize("case", CASES, ids=[case_id(c) for c in CASES])
 def test_matches_reference_within_error_budget(case, device, poison_outputs):
-    dtype, causal, d = case["dtype"], case["causal"], case["head_dim"]
+    dtype, d = case["dtype"], case["head_dim"]
+    causal, window = case["mask"]
     b, hq, hkv = case["heads"]
     nq, nk = case["lengths"]
     gen = torch.Generator().manual_seed(zlib.crc32(case_id(case).encode()))
@@ -183,12 +198,13 @@ def test_matches_reference_within_error_budget(case, device, poison_outputs):
     config = TILES[case["tiles"]]
 
     got = run_with_grads(
-        lambda q_, k_, v_: flash_attention(q_, k_, v_, causal=causal, config=config), q, k, v, do
+        lambda q_, k_, v_: flash_attention(q_, k_, v_, causal=causal, window=window, config=config),
+        q, k, v, do,
     )
-    same = run_with_grads(lambda q_, k_, v_: naive_attention(q_, k_, v_, causal, scale), q, k, v, do)
+    same = run_with_grads(lambda q_, k_, v_: naive_attention(q_, k_, v_, causal, scale, window), q, k, v, do)
     q64, k64, v64 = (t.detach().double().requires_grad_() for t in (q, k, v))
     ref = run_with_grads(
-        lambda q_, k_, v_: naive_attention(q_, k_, v_, causal, scale), q64, k64, v64, do.double()
+        lambda q_, k_, v_: naive_attention(q_, k_, v_, causal, scale, window), q64, k64, v64, do.double()
     )
     floor = ERROR_FLOOR[dtype] * max(r.abs().max().item() for r in ref)
     for label, g, s, r in zip(("out", "dq", "dk", "dv"), got, same, ref):
@@ -255,3 +271,34 @@ def test_pairwise_cover_is_complete():
             for vb in FACTORS[b]:
                 assert (a, va, b, vb) in seen
     assert len(CASES) < 40
+
+
+@pytest.mark.parametrize(
+    "window, causal, n_q, n_k",
+    [
+        ((0, 0), False, 50, 50),  # only the diagonal: narrower than any tile
+        ((5, -1), False, 40, 70),  # left edge only
+        ((-1, 3), False, 70, 40),  # right edge only
+        ((3, 2), False, 70, 30),  # first rows see no key at all
+        ((0, -1), True, 33, 33),  # causal + left 0: each query sees only its own key
+    ],
+)
+def test_window_edges(window, causal, n_q, n_k, device, poison_outputs):
+    """Windows narrower than a tile, one-sided windows and windows that leave rows empty."""
+    gen = torch.Generator().manual_seed(zlib.crc32(repr((window, causal, n_q, n_k)).encode()))
+    q = torch.randn((1, 4, n_q, 16), generator=gen).to(device).requires_grad_()
+    k = torch.randn((1, 2, n_k, 16), generator=gen).to(device).requires_grad_()
+    v = torch.randn((1, 2, n_k, 16), generator=gen).to(device).requires_grad_()
+    do = torch.randn((1, 4, n_q, 16), generator=gen).to(device)
+    got = run_with_grads(
+        lambda a, b_, c: flash_attention(a, b_, c, causal=causal, window=window, config=SMALL_TILES),
+        q, k, v, do,
+    )
+    same = run_with_grads(lambda a, b_, c: naive_attention(a, b_, c, causal, 0.25, window), q, k, v, do)
+    q64, k64, v64 = (t.detach().double().requires_grad_() for t in (q, k, v))
+    ref = run_with_grads(
+        lambda a, b_, c: naive_attention(a, b_, c, causal, 0.25, window), q64, k64, v64, do.double()
+    )
+    floor = ERROR_FLOOR[torch.float32] * max(r.abs().max().item() for r in ref)
+    for label, g, s, r in zip(("out", "dq", "dk", "dv"), got, same, ref):
+        check_against_budget(g, s, r, floor, label)

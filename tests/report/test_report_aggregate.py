@@ -185,3 +185,25 @@ def test_no_prices_no_cost_column(fixture_path):
 def test_empty_input():
     rep = aggregate([], ["user"])
     assert rep.rows == [] and rep.totals["gpu_hours"] == 0.0 and rep.totals["share_pct"] == 0.0
+
+
+def test_health_log_written_by_the_health_hooks(fixture_path, tmp_path):
+    """The join reads the records slurmkit.health.record writes (``time``, ``drain_reason``)."""
+    from slurmkit.health.base import Action, CheckResult, Status
+    from slurmkit.health.record import append_jsonl, verdict_record
+
+    attempts, w = load(fixture_path)
+    log = tmp_path / "health.jsonl"
+    bad = CheckResult("gpu_ecc", Status.FAIL, "GPU_ECC_DBE", "GPU 3: 2 uncorrected errors", Action.ISOLATE)
+    drained = verdict_record("node2", "epilog", Status.FAIL, [bad], job_id="112", seconds=0.1, exit_code=1,
+                             drain_reason=bad.drain_reason())
+    drained["time"] = time.mktime((2026, 11, 7, 12, 0, 0, 0, 0, -1))
+    healthy = verdict_record("node1", "prolog", Status.OK, [], job_id="113", seconds=0.1, exit_code=0)
+    healthy["time"] = drained["time"]
+    append_jsonl(str(log), drained)
+    append_jsonl(str(log), healthy)
+    hl = read_health_log(str(log))
+    (ev,) = hl.events
+    assert (ev.node, ev.code, ev.check) == ("node2", "GPU_ECC_DBE", "gpu_ecc")
+    # job 112 (TIMEOUT, node2, 11-07 10:00-11:00, 4 GPUs) ran within 6 h before the drain
+    assert {attempts[i].job_id for i in find_suspect(attempts, hl.events, 6)} == {"112"}

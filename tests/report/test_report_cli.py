@@ -71,7 +71,7 @@ def test_plain_table_when_not_a_tty(cli, fixture_path):
     assert lines[0].startswith("GPU-hours by user")
     assert lines[1].split()[:4] == ["user", "rank", "gpu_hours", "share_%"]
     assert "cost_USD" in lines[1]
-    bob = next(l for l in lines if l.startswith("bob"))
+    bob = next(line for line in lines if line.startswith("bob"))
     assert bob.split()[1:3] == ["1", "41.00"]
     total = lines[-1].split()
     assert total[0] == "TOTAL" and total[1] == "62.00" and total[-1] == "155.00"  # 62 x 2.50
@@ -317,3 +317,42 @@ def test_build_vs_rent_errors(cli, tmp_path):
     bad.write_text("hardware: 1\ngpus: 1\nrent_per_gpu_hour: 1\nelectricity: 5\n")
     res = cli("report", "build-vs-rent", "--config", str(bad))
     assert res.exit_code == 2 and "unknown key 'electricity'" in res.stderr and "b.yaml:4" in res.stderr
+
+
+def test_options_before_the_lost_subcommand_apply(cli, fixture_path):
+    res = cli("report", "--sacct-file", fixture_path("basic.txt"), *NOV, "--by", "account", "lost", "--json")
+    assert res.exit_code == 0, res.stderr
+    data = json.loads(res.stdout)
+    assert data["by"] == ["account"] and data["totals"]["lost_gpu_hours"] == 9.0
+
+
+def test_report_does_not_import_matplotlib_unless_plotting(fixture_path, site_config):
+    import subprocess
+    import sys
+
+    code = ("import sys, runpy\n"
+            f"sys.argv = ['slurmkit', 'report', '--sacct-file', {fixture_path('basic.txt')!r}, '--json']\n"
+            "try:\n    runpy.run_module('slurmkit.cli.main', run_name='__main__')\n"
+            "except SystemExit:\n    pass\n"
+            "print('HEAVY:' + ','.join(sorted(m for m in sys.modules if m.split('.')[0] in "
+            "('matplotlib', 'pandas', 'torch', 'numpy'))))\n")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip().splitlines()[-1] == "HEAVY:"
+
+
+def test_rich_table_on_a_terminal(fixture_path):
+    """On a TTY the table is drawn by rich; the numbers are the same."""
+    from slurmkit.report import sacct
+    from slurmkit.report.aggregate import aggregate
+    from slurmkit.report.render import render_table
+    from slurmkit.report.window import resolve_window
+
+    w = resolve_window(since="2026-11-01", until="2026-12-01")
+    attempts, _, _ = sacct.read_sacct_file(fixture_path("basic.txt"), window=w, now=1796095800)
+    rep = aggregate(attempts, ["user"], window_start=w.start)
+    rep.meta = {"title": "GPU-hours by user"}
+    buf = io.StringIO()
+    render_table(rep, "usage", buf, color=True)
+    text = buf.getvalue()
+    assert "GPU-hours by user" in text and "41.00" in text and "62.00" in text and "TOTAL" in text

@@ -3,7 +3,6 @@ the fixture comments (tests/report/fixtures/*.txt)."""
 
 from __future__ import annotations
 
-import io
 import time
 
 import pytest
@@ -272,3 +271,12 @@ def test_fuzz_structured_rows(rows):
         assert w.start <= a.start <= a.end <= w.end
         assert "." not in a.job_id
     assert stats.step_rows == sum(1 for r in rows if "." in r[0])
+
+
+def test_blank_and_separatorless_lines():
+    cols = ["JobID", "State", "AllocTRES", "Start", "End"]
+    lines = ["\n", "   \n", "no.separator.here\n", "1|COMPLETED|gres/gpu=1|10|20\n", "1.batch|COMPLETED|x|10|20\n"]
+    attempts, stats = sacct.parse_rows(lines, cols, sep="|", window=resolve_window(default_unbounded=True),
+                                       first_line=5)
+    assert [a.gpu_seconds for a in attempts] == [10]
+    assert stats.rows == 3 and stats.step_rows == 1 and stats.malformed_lines == [7]

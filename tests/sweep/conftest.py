@@ -15,11 +15,16 @@ from slurmkit.slurm import runner
 from slurmkit.slurm.runner import Result
 
 
-def write_site_config(tmp_path: Path, sweep: Optional[Dict[str, Any]] = None,
-                      health: Optional[Dict[str, Any]] = None) -> Path:
+def write_site_config(
+    tmp_path: Path, sweep: Optional[Dict[str, Any]] = None, health: Optional[Dict[str, Any]] = None
+) -> Path:
     data: Dict[str, Any] = {
-        "paths": {"state_dir": str(tmp_path / "state"), "shared_dir": str(tmp_path / "shared"),
-                  "metrics_dir": str(tmp_path / "metrics"), "log_dir": str(tmp_path / "log")},
+        "paths": {
+            "state_dir": str(tmp_path / "state"),
+            "shared_dir": str(tmp_path / "shared"),
+            "metrics_dir": str(tmp_path / "metrics"),
+            "log_dir": str(tmp_path / "log"),
+        },
         "sweep": sweep or {},
     }
     if health:
@@ -32,10 +37,12 @@ def write_site_config(tmp_path: Path, sweep: Optional[Dict[str, Any]] = None,
 @pytest.fixture
 def site_config(tmp_path):
     """``site_config(**sweep_keys)`` -> a loaded SiteConfig with paths under tmp_path."""
+
     def make(health=None, **sweep):
         from slurmkit.config import load_site_config
 
         return load_site_config(str(write_site_config(tmp_path, sweep, health)))
+
     return make
 
 
@@ -45,7 +52,7 @@ class FakeSlurm:
     def __init__(self):
         self.sinfo = ""
         self.squeue = ""
-        self.nodes: Dict[str, str] = {}   # scontrol show node answers
+        self.nodes: Dict[str, str] = {}  # scontrol show node answers
         self.calls: List[List[str]] = []
         self.inputs: List[Optional[str]] = []
         self.next_job = 1000

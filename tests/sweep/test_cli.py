@@ -13,13 +13,18 @@ from slurmkit.cli.main import cli
 from slurmkit.health.base import CheckResult, Status
 from slurmkit.sweep.store import VerdictStore
 
-SINFO = "\n".join([
-    "node1|idle|gpu:h100:8(S:0-1)|sweep|64|512000|none",
-    "node2|idle|gpu:h100:8(S:0-1)|sweep|64|512000|none",
-    "node3|mixed|gpu:h100:8(S:0-1)|sweep|64|512000|none",
-    "node4|drained|gpu:h100:8(S:0-1)|sweep|64|512000|slurmkit:GPU_ECC_UNCORRECTED gpu_ecc: 2 errors",
-    "node5|idle|gpu:h100:8(S:0-1)|sweep|64|512000|none",
-]) + "\n"
+SINFO = (
+    "\n".join(
+        [
+            "node1|idle|gpu:h100:8(S:0-1)|sweep|64|512000|none",
+            "node2|idle|gpu:h100:8(S:0-1)|sweep|64|512000|none",
+            "node3|mixed|gpu:h100:8(S:0-1)|sweep|64|512000|none",
+            "node4|drained|gpu:h100:8(S:0-1)|sweep|64|512000|slurmkit:GPU_ECC_UNCORRECTED gpu_ecc: 2 errors",
+            "node5|idle|gpu:h100:8(S:0-1)|sweep|64|512000|none",
+        ]
+    )
+    + "\n"
+)
 
 
 @pytest.fixture
@@ -84,12 +89,16 @@ def test_bad_config_key_is_exit_2_with_valid_keys(tmp_path, fake_slurm):
 def test_status_json_and_table(env):
     cfg, fake = env
     store = VerdictStore(cfg.section("paths")["shared_dir"])
-    store.record("node1", [CheckResult("nvlink_bandwidth", Status.FAIL, "NVLINK_BW_FLOOR", value=100.0)], 3600)
+    store.record(
+        "node1", [CheckResult("nvlink_bandwidth", Status.FAIL, "NVLINK_BW_FLOOR", value=100.0)], 3600
+    )
     res = invoke(cfg, "status", "--json")
     assert res.exit_code == 0, res.output
     rows = {r["node"]: r for r in json.loads(res.stdout)}
     assert set(rows) == {"node1", "node2", "node3", "node4", "node5"}
-    assert rows["node1"]["verdict"] == "fail" and rows["node1"]["problems"] == ["nvlink_bandwidth:NVLINK_BW_FLOOR"]
+    assert rows["node1"]["verdict"] == "fail" and rows["node1"]["problems"] == [
+        "nvlink_bandwidth:NVLINK_BW_FLOOR"
+    ]
     assert rows["node1"]["valid"] and rows["node1"]["valid_until"] > time.time()
     assert rows["node2"]["verdict"] == "never" and rows["node2"]["overdue"]
     assert rows["node4"]["state"] == "drained"
@@ -101,3 +110,23 @@ def test_negative_max_nodes_is_a_usage_error(env):
     cfg, _ = env
     res = CliRunner().invoke(cli, ["sweep", "--config", cfg.path, "--max-nodes", "-1"], standalone_mode=False)
     assert res.exception.exit_code == 2
+
+
+def test_unknown_partition_is_a_config_error(env):
+    cfg, fake = env
+    fake.sinfo = ""  # what `sinfo -p bogus` answers: nothing, exit 0
+    res = CliRunner().invoke(cli, ["sweep", "--config", cfg.path, "--dry-run"], standalone_mode=False)
+    assert res.exception.exit_code == 2
+    assert "sweep.partition: partition 'sweep' has no nodes" in str(res.exception)
+
+
+def test_unusable_node_names_from_sinfo_are_skipped(env):
+    cfg, fake = env
+    fake.sinfo = (
+        "node1|idle|gpu:h100:8|sweep|1|1|none\n"
+        "$(reboot)|idle|gpu:8|sweep|1|1|none\n"
+        "../x|idle||sweep|1|1|none\n"
+    )
+    res = invoke(cfg, "--dry-run", "--json")
+    assert res.exit_code == 0, res.output
+    assert [j["node"] for j in json.loads(res.stdout)["jobs"]] == ["node1"]

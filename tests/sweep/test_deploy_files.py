@@ -22,22 +22,55 @@ DASHBOARD = REPO / "etc/grafana/slurmkit-dashboard.json"
 
 #: every metric name slurmkit writes (sweep + health) plus dcgm-exporter's power metric
 KNOWN_METRICS = {
-    "slurmkit_sweep_check_value", "slurmkit_sweep_check_status", "slurmkit_sweep_check_reference",
-    "slurmkit_sweep_outlier_mads", "slurmkit_sweep_pass_status", "slurmkit_sweep_pass_timestamp_seconds",
-    "slurmkit_sweep_nvlink_gpu_gbps", "slurmkit_sweep_node_last_pass_timestamp_seconds",
-    "slurmkit_sweep_node_pass_status", "slurmkit_sweep_run_timestamp_seconds", "slurmkit_sweep_run_submitted",
-    "slurmkit_sweep_running_jobs", "slurmkit_sweep_nodes_overdue", "slurmkit_sweep_period_seconds",
-    "slurmkit_health_status", "slurmkit_health_internal_error", "slurmkit_gpu_power_watts",
+    "slurmkit_sweep_check_value",
+    "slurmkit_sweep_check_status",
+    "slurmkit_sweep_check_reference",
+    "slurmkit_sweep_outlier_mads",
+    "slurmkit_sweep_pass_status",
+    "slurmkit_sweep_pass_timestamp_seconds",
+    "slurmkit_sweep_nvlink_gpu_gbps",
+    "slurmkit_sweep_node_last_pass_timestamp_seconds",
+    "slurmkit_sweep_node_pass_status",
+    "slurmkit_sweep_run_timestamp_seconds",
+    "slurmkit_sweep_run_submitted",
+    "slurmkit_sweep_running_jobs",
+    "slurmkit_sweep_nodes_overdue",
+    "slurmkit_sweep_period_seconds",
+    "slurmkit_health_status",
+    "slurmkit_health_internal_error",
+    "slurmkit_gpu_power_watts",
     "DCGM_FI_DEV_POWER_USAGE",
 }
-PROMQL_WORDS = {"max", "min", "count", "sum", "by", "on", "time", "vector", "group_left", "or", "and",
-                "label_values", "avg", "node", "gpu", "hook", "check", "unit", "gpu_model", "instance", "job",
-                "code", "Hostname"}
+PROMQL_WORDS = {
+    "max",
+    "min",
+    "count",
+    "sum",
+    "by",
+    "on",
+    "time",
+    "vector",
+    "group_left",
+    "or",
+    "and",
+    "label_values",
+    "avg",
+    "node",
+    "gpu",
+    "hook",
+    "check",
+    "unit",
+    "gpu_model",
+    "instance",
+    "job",
+    "code",
+    "Hostname",
+}
 
 
 def metric_names(expr: str) -> set:
-    expr = re.sub(r'"[^"]*"', '""', expr)   # label values
-    expr = re.sub(r"\{[^}]*\}", "", expr)   # label matchers
+    expr = re.sub(r'"[^"]*"', '""', expr)  # label values
+    expr = re.sub(r"\{[^}]*\}", "", expr)  # label matchers
     return {w for w in re.findall(r"[A-Za-z_:][A-Za-z0-9_:]*", expr) if w not in PROMQL_WORDS}
 
 
@@ -58,24 +91,40 @@ def test_rules_structure_and_required_alerts():
             assert not unknown, f"{rule['alert']}: unknown metrics {unknown}"
             names.add(rule["alert"])
     # the source material's alerts (issue 6)
-    assert {"SlurmkitNvlinkBandwidthUnderFloor", "SlurmkitGpuPowerHigh", "SlurmkitAllreduceBusbwLow",
-            "SlurmkitNodeFailingHealth", "SlurmkitSweepStale"} <= names
+    assert {
+        "SlurmkitNvlinkBandwidthUnderFloor",
+        "SlurmkitGpuPowerHigh",
+        "SlurmkitAllreduceBusbwLow",
+        "SlurmkitNodeFailingHealth",
+        "SlurmkitSweepStale",
+    } <= names
     exprs = {r["alert"]: r["expr"] for g in data["groups"] for r in g["rules"]}
     assert "< 800" in exprs["SlurmkitNvlinkBandwidthUnderFloor"] and "> 680" in exprs["SlurmkitGpuPowerHigh"]
     assert "0.9 *" in exprs["SlurmkitAllreduceBusbwLow"]
 
 
-@pytest.mark.skipif(not shutil.which("promtool"), reason="promtool not installed (apt-get install prometheus)")
+@pytest.mark.skipif(
+    not shutil.which("promtool"), reason="promtool not installed (apt-get install prometheus)"
+)
 def test_promtool_check_rules():
-    res = subprocess.run(["promtool", "check", "rules", str(RULES)], capture_output=True, text=True, timeout=60)
+    res = subprocess.run(
+        ["promtool", "check", "rules", str(RULES)], capture_output=True, text=True, timeout=60
+    )
     assert res.returncode == 0, res.stdout + res.stderr
     assert "SUCCESS" in res.stdout
 
 
-@pytest.mark.skipif(not shutil.which("promtool"), reason="promtool not installed (apt-get install prometheus)")
+@pytest.mark.skipif(
+    not shutil.which("promtool"), reason="promtool not installed (apt-get install prometheus)"
+)
 def test_promtool_rule_unit_tests_fire_and_stay_quiet():
-    res = subprocess.run(["promtool", "test", "rules", "rules_test.yml"], cwd=Path(__file__).parent,
-                         capture_output=True, text=True, timeout=60)
+    res = subprocess.run(
+        ["promtool", "test", "rules", "rules_test.yml"],
+        cwd=Path(__file__).parent,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert res.returncode == 0, res.stdout + res.stderr
 
 
@@ -93,13 +142,20 @@ def test_grafana_dashboard_queries_known_metrics():
         if var["type"] == "query":
             used |= metric_names(var["query"]["query"])
     assert used <= KNOWN_METRICS, used - KNOWN_METRICS
-    assert {"slurmkit_sweep_nvlink_gpu_gbps", "slurmkit_gpu_power_watts", "slurmkit_health_status",
-            "slurmkit_sweep_node_last_pass_timestamp_seconds"} <= used
+    assert {
+        "slurmkit_sweep_nvlink_gpu_gbps",
+        "slurmkit_gpu_power_watts",
+        "slurmkit_health_status",
+        "slurmkit_sweep_node_last_pass_timestamp_seconds",
+    } <= used
 
 
 def test_cron_entry_runs_the_sweep():
-    lines = [ln for ln in (REPO / "etc/cron.d/slurmkit").read_text().splitlines()
-             if ln.strip() and not ln.startswith("#") and "=" not in ln.split()[0]]
+    lines = [
+        ln
+        for ln in (REPO / "etc/cron.d/slurmkit").read_text().splitlines()
+        if ln.strip() and not ln.startswith("#") and "=" not in ln.split()[0]
+    ]
     assert lines
     for ln in lines:
         fields = ln.split(None, 6)
@@ -112,7 +168,9 @@ def test_systemd_timer_and_service():
 
     timer = configparser.ConfigParser(strict=False)
     timer.read(REPO / "etc/systemd/slurmkit-sweep.timer")
-    assert timer["Timer"]["Unit"] == "slurmkit-sweep.service" and timer["Install"]["WantedBy"] == "timers.target"
+    assert (
+        timer["Timer"]["Unit"] == "slurmkit-sweep.service" and timer["Install"]["WantedBy"] == "timers.target"
+    )
     service = configparser.ConfigParser(strict=False)
     service.read(REPO / "etc/systemd/slurmkit-sweep.service")
     assert service["Service"]["Type"] == "oneshot" and "slurmkit sweep" in service["Service"]["ExecStart"]

@@ -25,9 +25,13 @@ def check_golden(name: str, text: str) -> None:
         path.write_text(text)
     expected = path.read_text() if path.exists() else ""
     if text != expected:
-        diff = "".join(difflib.unified_diff(expected.splitlines(True), text.splitlines(True), str(path), "rendered"))
-        pytest.fail(f"{name} differs from its golden file:\n{diff}\nRegenerate: "
-                    f"SLURMKIT_UPDATE_GOLDENS=1 pytest {__file__}")
+        diff = "".join(
+            difflib.unified_diff(expected.splitlines(True), text.splitlines(True), str(path), "rendered")
+        )
+        pytest.fail(
+            f"{name} differs from its golden file:\n{diff}\nRegenerate: "
+            f"SLURMKIT_UPDATE_GOLDENS=1 pytest {__file__}"
+        )
 
 
 @pytest.fixture
@@ -38,19 +42,40 @@ def cfg(site_config):
 def test_default_sweep_job_golden(cfg):
     c = cfg()
     args = sbatch_args("node1", c, "20260101T000000Z-42", "/var/log/slurmkit/sweep-%j.out")
-    argv = run_node_argv("node1", "20260101T000000Z-42", python="/opt/slurmkit/bin/python",
-                         config_path="/etc/slurmkit/slurmkit.yaml", gpu_model="h100")
+    argv = run_node_argv(
+        "node1",
+        "20260101T000000Z-42",
+        python="/opt/slurmkit/bin/python",
+        config_path="/etc/slurmkit/slurmkit.yaml",
+        gpu_model="h100",
+    )
     check_golden("sweep-job-default.json", json.dumps({"sbatch": args, "argv": argv}, indent=2) + "\n")
     check_golden("sweep-job-default.sh", render_script("node1", "20260101T000000Z-42", argv))
 
 
 def test_qos_requeue_and_extra_args(cfg):
-    c = cfg(partition=None, qos="scavenger", account="ops", requeue=True, time_limit="1:30:00",
-            extra_sbatch_args=["--reservation=maint"])
+    c = cfg(
+        partition=None,
+        qos="scavenger",
+        account="ops",
+        requeue=True,
+        time_limit="1:30:00",
+        extra_sbatch_args=["--reservation=maint"],
+    )
     args = sbatch_args("gpu-a01", c, "r1", "/out/%j")
-    assert args == ["--account=ops", "--comment=slurmkit-sweep run=r1", "--exclusive", "--job-name=slurmkit-sweep.gpu-a01",
-                    "--nodelist=gpu-a01", "--nodes=1", "--output=/out/%j", "--qos=scavenger", "--requeue",
-                    "--time=1:30:00", "--reservation=maint"]
+    assert args == [
+        "--account=ops",
+        "--comment=slurmkit-sweep run=r1",
+        "--exclusive",
+        "--job-name=slurmkit-sweep.gpu-a01",
+        "--nodelist=gpu-a01",
+        "--nodes=1",
+        "--output=/out/%j",
+        "--qos=scavenger",
+        "--requeue",
+        "--time=1:30:00",
+        "--reservation=maint",
+    ]
 
 
 @pytest.mark.parametrize("hostile", ["a 0", 'a"=0"', "a'; echo foo", "a\n0", "ümlaut dir", "$(touch pwned)"])

@@ -24,16 +24,16 @@ def notifier(tmp_path, **cfg):
 def test_only_changes_and_renotify_period(tmp_path):
     n = notifier(tmp_path)
     t = 1_000_000.0
-    assert n.observe("node1", OK, now=t) is None                   # first seen, fine: not news
+    assert n.observe("node1", OK, now=t) is None  # first seen, fine: not news
     assert n.observe("node1", BAD, now=t + 10).kind == "change"
-    assert n.observe("node1", BAD, now=t + 20) is None             # unchanged: silent
+    assert n.observe("node1", BAD, now=t + 20) is None  # unchanged: silent
     assert n.observe("node1", WORSE, now=t + 30).kind == "change"  # a new failing code is a change
     assert n.observe("node1", WORSE, now=t + 100) is None
     assert n.observe("node1", WORSE, now=t + 30 + 3600).kind == "renotify"
     assert n.observe("node1", WORSE, now=t + 40 + 3600) is None
     note = n.observe("node1", OK, now=t + 5000)
     assert note.kind == "recovered" and note.previous_status == "fail"
-    assert n.observe("node1", OK, now=t + 100000) is None          # ok is never re-announced
+    assert n.observe("node1", OK, now=t + 100000) is None  # ok is never re-announced
     lines = [json.loads(x) for x in (tmp_path / "n.jsonl").read_text().splitlines()]
     assert [x["kind"] for x in lines] == ["change", "change", "renotify", "recovered"]
     assert "NVLINK_BW_FLOOR" in lines[0]["message"]
@@ -47,8 +47,11 @@ def test_first_seen_bad_is_announced():
 
 def test_hook_command_gets_message_and_environment(tmp_path):
     out = tmp_path / "hook.out"
-    script = ("import os,sys; open(sys.argv[1],'w').write(sys.stdin.read() + '|' + "
-              "os.environ['SLURMKIT_NODE'] + '|' + os.environ['SLURMKIT_STATUS'] + '|' + os.environ['SLURMKIT_CODES'])")
+    script = (
+        "import os,sys; open(sys.argv[1],'w').write(sys.stdin.read() + '|' + "
+        "os.environ['SLURMKIT_NODE'] + '|' + os.environ['SLURMKIT_STATUS'] + '|' + "
+        "os.environ['SLURMKIT_CODES'])"
+    )
     n = notifier(tmp_path, command=[sys.executable, "-c", script, str(out)])
     hostile = "node-1"  # node names are validated; the reason text is hostile instead
     bad = [CheckResult("x", Status.FAIL, "CODE_A", "$(touch pwned); `id`; 'q\"")]
@@ -67,6 +70,8 @@ def test_hanging_hook_is_killed_and_does_not_fail(tmp_path):
 
 def test_string_command_is_split_like_a_shell(tmp_path):
     out = tmp_path / "o"
-    n = notifier(tmp_path, command=[f"{sys.executable} -c 'import sys; open(sys.argv[1],\"w\").write(\"hi\")' {out}"])
+    n = notifier(
+        tmp_path, command=[f'{sys.executable} -c \'import sys; open(sys.argv[1],"w").write("hi")\' {out}']
+    )
     n.observe("node1", BAD, now=1.0)
     assert out.read_text() == "hi"

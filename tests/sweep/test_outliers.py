@@ -10,8 +10,10 @@ from slurmkit.sweep.outliers import fleet_table, judge, median_mad
 
 def doc(model, **values):
     now = time.time()
-    return {"meta": {"gpu_model": model},
-            "history": {check: [[now - 60, v, "r"]] for check, v in values.items()}}
+    return {
+        "meta": {"gpu_model": model},
+        "history": {check: [[now - 60, v, "r"]] for check, v in values.items()},
+    }
 
 
 def judge_default(node, docs, **kw):

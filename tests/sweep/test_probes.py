@@ -8,8 +8,15 @@ import pytest
 
 from slurmkit.errors import ConfigError
 from slurmkit.health.base import Status
-from slurmkit.sweep.probes import (allreduce_busbw, busbw_verdict, measure_storage, needed_gbps,
-                                   parse_topology_conf, select_pairs, storage_checks)
+from slurmkit.sweep.probes import (
+    allreduce_busbw,
+    busbw_verdict,
+    measure_storage,
+    needed_gbps,
+    parse_topology_conf,
+    select_pairs,
+    storage_checks,
+)
 
 
 def test_sizing_rule_from_the_source_material():
@@ -28,12 +35,22 @@ def test_storage_probe_measures_a_real_directory(tmp_path):
 
 def test_storage_checks_pass_and_fail_against_the_floor(tmp_path):
     ok = storage_checks({"enabled": True, "path": str(tmp_path), "size_mb": 4, "block_mb": 1})
-    assert [(r.check, r.status, r.unit) for r in ok] == [("storage_write", Status.OK, "GB/s"),
-                                                        ("storage_read", Status.OK, "GB/s")]
+    assert [(r.check, r.status, r.unit) for r in ok] == [
+        ("storage_write", Status.OK, "GB/s"),
+        ("storage_read", Status.OK, "GB/s"),
+    ]
     assert all(r.value > 0 for r in ok)
     # the sizing rule as the floor: a 1 PB model in 1 s is out of reach of any disk
-    slow = storage_checks({"enabled": True, "path": str(tmp_path), "size_mb": 4, "block_mb": 1,
-                           "model_size_gb": 1e6, "checkpoint_window_s": 1.0})
+    slow = storage_checks(
+        {
+            "enabled": True,
+            "path": str(tmp_path),
+            "size_mb": 4,
+            "block_mb": 1,
+            "model_size_gb": 1e6,
+            "checkpoint_window_s": 1.0,
+        }
+    )
     assert slow[0].status is Status.FAIL and slow[0].code == "STORAGE_WRITE_SLOW"
     assert slow[0].details["floor_gbps"] == pytest.approx(1e6)
 
@@ -82,7 +99,7 @@ def test_pairs_without_topology_and_limits():
 def test_busbw_formula_and_ninety_percent_rule():
     # nccl-tests: 8 ranks, 1 GB in 4 ms -> algbw 250 GB/s, busbw 437.5 GB/s
     assert allreduce_busbw(1e9, 0.004, 8) == pytest.approx(437.5)
-    assert busbw_verdict("ar", 420.0, theoretical=460.0, floor=None).status is Status.OK   # 91%
-    low = busbw_verdict("ar", 400.0, theoretical=460.0, floor=None)                      # 87%
+    assert busbw_verdict("ar", 420.0, theoretical=460.0, floor=None).status is Status.OK  # 91%
+    low = busbw_verdict("ar", 400.0, theoretical=460.0, floor=None)  # 87%
     assert low.status is Status.FAIL and "90% of theoretical" in low.reason
     assert low.details["fraction_of_theoretical"] == pytest.approx(0.8696, abs=1e-4)

@@ -6,8 +6,6 @@ scontrol is canned; the real path runs in tests/integration/test_sweep.py.
 
 from __future__ import annotations
 
-import time
-
 from slurmkit.health.base import Action, CheckResult, Status
 from slurmkit.sweep.runnode import open_store, run_node
 
@@ -15,13 +13,18 @@ from slurmkit.sweep.runnode import open_store, run_node
 def heavy_returning(**values):
     def heavy(site_cfg, node, checks):
         return [CheckResult(name, Status.OK, value=v, unit="GB/s") for name, v in values.items()]
+
     return heavy
 
 
 def failing_heavy(site_cfg, node, checks):
-    return [CheckResult("nvlink_bandwidth", Status.OK, value=400.0),
-            CheckResult("gpu_ecc", Status.FAIL, "GPU_ECC_UNCORRECTED", "2 uncorrected errors on GPU 3", Action.RESET),
-            CheckResult("hbm_bandwidth", Status.FAIL, "HBM_BW_LOW", "GPU 1 at 1000 GB/s", Action.MONITOR)]
+    return [
+        CheckResult("nvlink_bandwidth", Status.OK, value=400.0),
+        CheckResult(
+            "gpu_ecc", Status.FAIL, "GPU_ECC_UNCORRECTED", "2 uncorrected errors on GPU 3", Action.RESET
+        ),
+        CheckResult("hbm_bandwidth", Status.FAIL, "HBM_BW_LOW", "GPU 1 at 1000 GB/s", Action.MONITOR),
+    ]
 
 
 def scontrol_updates(fake):
@@ -38,7 +41,9 @@ def test_clean_pass_is_recorded_with_metrics(site_config, fake_slurm, tmp_path):
     assert entries["storage_write"]["value"] > 0 and entries["nvlink_bandwidth"]["run_id"] == "r1"
     assert open_store(cfg).read("node1")["meta"] == {"gpu_model": "h100"}
     assert open_store(cfg).last_pass("node1") is not None
-    assert run.metrics_file and 'slurmkit_sweep_pass_status{node="node1"} 0.0' in open(run.metrics_file).read()
+    assert (
+        run.metrics_file and 'slurmkit_sweep_pass_status{node="node1"} 0.0' in open(run.metrics_file).read()
+    )
     assert scontrol_updates(fake_slurm) == []
     assert run.outliers_skipped  # a one-node fleet has no peers to compare with
 
@@ -105,3 +110,42 @@ def test_outlier_flagged_by_fleet_rule_not_by_fixed_floor(site_config, fake_slur
     cfg2 = site_config(outliers={"min_peers": 3, "k": 3.0, "action": "drain"})
     slow = run_node(cfg2, "node9", "r2", "h100", heavy=heavy_returning(nvlink_bandwidth=280.0))
     assert slow.drained.startswith("slurmkit:OUTLIER_NVLINK_BANDWIDTH outlier.nvlink_bandwidth:")
+
+
+def test_run_node_cli_runs_the_health_catalogs_heavy_tier(tmp_path, fake_slurm, site_config):
+    """Through the real health engine and simulated backend (a fixture with one weak
+    NVLink pair): Nagios exit 2, drain issued with the health check's own code."""
+    import json
+    import shutil
+    from pathlib import Path
+
+    import yaml
+    from click.testing import CliRunner
+
+    from slurmkit.cli.main import cli
+
+    healthy = Path(__file__).resolve().parents[2] / "etc" / "gpu-fixtures" / "healthy-h100x8.yaml"
+    fixture = tmp_path / "node7.yaml"
+    shutil.copy(healthy, fixture)
+    data = yaml.safe_load(fixture.read_text())
+    data["nvlink_bandwidth_gbps"] = {"default": 390.0, "pairs": {"2-5": 90.0}}
+    fixture.write_text(yaml.safe_dump(data))
+    cfg = site_config(health={"backend": "simulated", "simulated_fixture": str(tmp_path / "{node}.yaml")})
+    res = CliRunner().invoke(
+        cli, ["sweep", "run-node", "--config", cfg.path, "--node", "node7", "--gpu-model", "h100", "--json"]
+    )
+    assert res.exit_code == 2, res.output
+    out = json.loads(res.stdout)
+    checks = {r["check"]: r for r in out["results"]}
+    assert {"nvlink_bandwidth", "allreduce_busbw", "gemm_tflops", "hbm_bandwidth"} <= set(checks)
+    assert checks["nvlink_bandwidth"]["code"] == "NVLINK_BW_FLOOR"
+    assert checks["nvlink_bandwidth"]["value"] == 90.0
+    assert checks["allreduce_busbw"]["details"]["expected_gbps"] == 460.0  # reference for the 90% alert
+    assert out["drained"].startswith("slurmkit:NVLINK_BW_FLOOR nvlink_bandwidth:")
+    [drain] = scontrol_updates(fake_slurm)
+    assert drain[4] == "Reason=" + out["drained"]
+    ok = CliRunner().invoke(
+        cli,
+        ["sweep", "run-node", "--config", cfg.path, "--node", "node7", "--exit-zero"],
+    )
+    assert ok.exit_code == 0  # the job's form: verdict in the store, exit 0

@@ -8,7 +8,8 @@ import os
 import time
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from slurmkit.errors import UsageError
 from slurmkit.health.base import Action, CheckResult, Status
@@ -22,9 +23,22 @@ def r(check, status=Status.OK, value=None, ts=None, **kw):
 def test_record_then_read_every_field(tmp_path):
     store = VerdictStore(str(tmp_path))
     ts = time.time() - 10
-    store.record("node1", [r("nvlink_bandwidth", value=390.5, ts=ts, unit="GB/s"),
-                           r("gpu_ecc", Status.FAIL, ts=ts, code="GPU_ECC_DBE", reason="2 DBE on GPU 3",
-                             action=Action.RESET)], 3600, run_id="run-1")
+    store.record(
+        "node1",
+        [
+            r("nvlink_bandwidth", value=390.5, ts=ts, unit="GB/s"),
+            r(
+                "gpu_ecc",
+                Status.FAIL,
+                ts=ts,
+                code="GPU_ECC_DBE",
+                reason="2 DBE on GPU 3",
+                action=Action.RESET,
+            ),
+        ],
+        3600,
+        run_id="run-1",
+    )
     entries = store.node("node1")
     assert set(entries) == {"nvlink_bandwidth", "gpu_ecc"}
     e = entries["gpu_ecc"]
@@ -109,7 +123,9 @@ def test_concurrent_writers_lose_no_update(tmp_path):
     assert len(checks) == 75
 
 
-@pytest.mark.parametrize("name", ["../etc/passwd", "a/b", ".hidden", "", "x" * 200, "a b", "a\n0", "_notify", "-x"])
+@pytest.mark.parametrize(
+    "name", ["../etc/passwd", "a/b", ".hidden", "", "x" * 200, "a b", "a\n0", "_notify", "-x"]
+)
 def test_hostile_node_names_are_rejected(tmp_path, name):
     store = VerdictStore(str(tmp_path))
     with pytest.raises(UsageError):

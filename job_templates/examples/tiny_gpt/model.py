@@ -16,9 +16,8 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from torch import nn
-
 from slurmkit_kernels import FlashAttention
+from torch import nn
 
 VOCAB_SIZE = 256  # byte-level tokens
 

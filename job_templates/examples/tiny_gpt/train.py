@@ -52,7 +52,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seq-len", type=int, default=64, help="context length in bytes")
     p.add_argument("--n-layer", type=int, default=2)
     p.add_argument("--n-embd", type=int, default=64)
-    p.add_argument("--n-head", type=int, default=4, help="head_dim = n_embd / n_head must be 16, 32, 64 or 128")
+    p.add_argument("--n-head", type=int, default=4,
+                   help="head_dim = n_embd / n_head must be 16, 32, 64 or 128")
     p.add_argument("--lr", type=float, default=3e-3, help="AdamW learning rate (constant)")
     p.add_argument("--seed", type=int, default=1337)
     p.add_argument("--step-sleep", type=float, default=0.0, metavar="SECONDS",
@@ -182,7 +183,8 @@ def main(argv: list[str] | None = None) -> int:
                        n_embd=args.n_embd, attention=args.attention)
     model = GPT(config).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
-    log(f"model: {model.num_params()} parameters, attention={args.attention}, world size {world}, device {device}")
+    log(f"model: {model.num_params()} parameters, attention={args.attention}, "
+        f"world size {world}, device {device}")
 
     step = 0
     if ckpt_dir is not None and (ckpt_dir / CHECKPOINT_NAME).exists():
@@ -224,7 +226,8 @@ def main(argv: list[str] | None = None) -> int:
             if is_main and stop.request_file is not None and stop.request_file.exists():
                 stop.request_file.unlink()
             if ckpt_dir is None:
-                log(f"slurmkit: stop requested at step {step} but SLURMKIT_CHECKPOINT_DIR is unset; nothing saved")
+                log(f"slurmkit: stop requested at step {step} but SLURMKIT_CHECKPOINT_DIR is unset; "
+                    "nothing saved")
             else:
                 log(f"slurmkit: checkpoint saved at step {step} (requested)")
             if distributed:

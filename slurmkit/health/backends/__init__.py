@@ -20,10 +20,10 @@ from typing import Any, Dict, List, Optional
 
 @dataclass
 class GpuInfo:
-    index: int                 # host numbering (device minor number)
-    name: str                  # NVML name, e.g. "NVIDIA H100 80GB HBM3"
+    index: int  # host numbering (device minor number)
+    name: str  # NVML name, e.g. "NVIDIA H100 80GB HBM3"
     uuid: str = ""
-    pci_bus_id: str = ""       # "00000000:18:00.0"
+    pci_bus_id: str = ""  # "00000000:18:00.0"
     memory_total_mib: float = 0.0
     serial: str = ""
 
@@ -31,14 +31,19 @@ class GpuInfo:
 @dataclass
 class XidEvent:
     xid: int
-    timestamp: float           # wall clock, seconds since the epoch
+    timestamp: float  # wall clock, seconds since the epoch
     gpu: Optional[int] = None  # host index when the PCI address maps to a GPU
     pci: str = ""
     message: str = ""
 
     def to_dict(self) -> Dict[str, Any]:
-        return {"xid": self.xid, "timestamp": self.timestamp, "gpu": self.gpu, "pci": self.pci,
-                "message": self.message}
+        return {
+            "xid": self.xid,
+            "timestamp": self.timestamp,
+            "gpu": self.gpu,
+            "pci": self.pci,
+            "message": self.message,
+        }
 
 
 @dataclass
@@ -58,8 +63,9 @@ class BackendError(Exception):
     problem and make the check UNKNOWN, which the gate treats as fail-open.
     """
 
-    def __init__(self, message: str, *, code: str = "BACKEND_ERROR", hardware: bool = False,
-                 gpu: Optional[int] = None):
+    def __init__(
+        self, message: str, *, code: str = "BACKEND_ERROR", hardware: bool = False, gpu: Optional[int] = None
+    ):
         super().__init__(message)
         self.code = code
         self.hardware = hardware
@@ -71,8 +77,9 @@ class BackendUnavailable(BackendError):
 
 
 #: NVML error names that mean the GPU itself is in trouble.
-HARDWARE_ERRORS = frozenset({"GPU_IS_LOST", "RESET_REQUIRED", "GPU_NOT_FOUND", "MEMORY",
-                             "CORRUPTED_INFOROM", "IRQ_ISSUE"})
+HARDWARE_ERRORS = frozenset(
+    {"GPU_IS_LOST", "RESET_REQUIRED", "GPU_NOT_FOUND", "MEMORY", "CORRUPTED_INFOROM", "IRQ_ISSUE"}
+)
 
 #: Bits of nvmlClocksEventReasons (nvml.h), in the names the fixture and config use.
 THROTTLE_BITS = {
@@ -165,8 +172,9 @@ def open_backend(health_cfg: Dict[str, Any], node: str) -> GpuBackend:
 
         template = health_cfg.get("simulated_fixture")
         if not template:
-            raise BackendUnavailable("health.backend is simulated but health.simulated_fixture is not set",
-                                     code="CONFIG")
+            raise BackendUnavailable(
+                "health.backend is simulated but health.simulated_fixture is not set", code="CONFIG"
+            )
         return SimulatedBackend(template.replace("{node}", node))
     from slurmkit.health.backends.nvml import NvmlBackend
 

@@ -13,8 +13,16 @@ from __future__ import annotations
 
 from typing import Any, Dict, List
 
-from slurmkit.health.backends import (HARDWARE_ERRORS, BackendError, BackendUnavailable, GpuBackend,
-                                      GpuInfo, GpuProcess, XidEvent, throttle_names)
+from slurmkit.health.backends import (
+    HARDWARE_ERRORS,
+    BackendError,
+    BackendUnavailable,
+    GpuBackend,
+    GpuInfo,
+    GpuProcess,
+    XidEvent,
+    throttle_names,
+)
 
 MIB = 1024 * 1024
 
@@ -25,7 +33,7 @@ def _error_name(exc: Exception) -> str:
     value = getattr(exc, "value", None)
     for attr in dir(pynvml):
         if attr.startswith("NVML_ERROR_") and getattr(pynvml, attr) == value:
-            return attr[len("NVML_ERROR_"):]
+            return attr[len("NVML_ERROR_") :]
     return str(exc).upper().replace(" ", "_") or "UNKNOWN"
 
 
@@ -36,15 +44,17 @@ class NvmlBackend(GpuBackend):
         try:
             import pynvml
         except ImportError:
-            raise BackendUnavailable("nvidia-ml-py is not installed (pip install 'slurmkit[gpu]')",
-                                     code="NO_NVML") from None
+            raise BackendUnavailable(
+                "nvidia-ml-py is not installed (pip install 'slurmkit[gpu]')", code="NO_NVML"
+            ) from None
         self.nv = pynvml
         try:
             pynvml.nvmlInit()
         except pynvml.NVMLError as exc:
             name = _error_name(exc)
-            raise BackendUnavailable(f"NVML init failed: NVML_ERROR_{name}", code=f"NVML_{name}",
-                                     hardware=name in HARDWARE_ERRORS) from None
+            raise BackendUnavailable(
+                f"NVML init failed: NVML_ERROR_{name}", code=f"NVML_{name}", hardware=name in HARDWARE_ERRORS
+            ) from None
         self._handles: Dict[int, Any] = {}
         self._info: List[GpuInfo] = []
         try:
@@ -63,12 +73,16 @@ class NvmlBackend(GpuBackend):
                 pci = pci.decode() if isinstance(pci, bytes) else pci
                 total = pynvml.nvmlDeviceGetMemoryInfo(h).total / MIB
                 self._handles[minor] = h
-                self._info.append(GpuInfo(index=minor, name=name, uuid=uuid, pci_bus_id=pci,
-                                          memory_total_mib=total))
+                self._info.append(
+                    GpuInfo(index=minor, name=name, uuid=uuid, pci_bus_id=pci, memory_total_mib=total)
+                )
         except pynvml.NVMLError as exc:
             name = _error_name(exc)
-            raise BackendError(f"NVML enumeration failed: NVML_ERROR_{name}", code=f"NVML_{name}",
-                               hardware=name in HARDWARE_ERRORS) from None
+            raise BackendError(
+                f"NVML enumeration failed: NVML_ERROR_{name}",
+                code=f"NVML_{name}",
+                hardware=name in HARDWARE_ERRORS,
+            ) from None
         self._info.sort(key=lambda g: g.index)
 
     def _call(self, what: str, index: int, fn, *args):
@@ -76,16 +90,21 @@ class NvmlBackend(GpuBackend):
         try:
             h = self._handles[index]
         except KeyError:
-            raise BackendError(f"no GPU with minor number {index}", code="NVML_INVALID_ARGUMENT",
-                               gpu=index) from None
+            raise BackendError(
+                f"no GPU with minor number {index}", code="NVML_INVALID_ARGUMENT", gpu=index
+            ) from None
         try:
             return fn(h, *args)
         except nv.NVMLError as exc:
             name = _error_name(exc)
             if name == "NOT_SUPPORTED":
                 raise _NotSupported() from None
-            raise BackendError(f"NVML_ERROR_{name} in {what} on GPU {index}", code=f"NVML_{name}",
-                               hardware=name in HARDWARE_ERRORS, gpu=index) from None
+            raise BackendError(
+                f"NVML_ERROR_{name} in {what} on GPU {index}",
+                code=f"NVML_{name}",
+                hardware=name in HARDWARE_ERRORS,
+                gpu=index,
+            ) from None
 
     def gpus(self) -> List[GpuInfo]:
         return list(self._info)
@@ -93,10 +112,20 @@ class NvmlBackend(GpuBackend):
     def ecc(self, index: int) -> Dict[str, int]:
         nv = self.nv
         try:
-            unc = self._call("ecc", index, nv.nvmlDeviceGetTotalEccErrors,
-                             nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nv.NVML_VOLATILE_ECC)
-            cor = self._call("ecc", index, nv.nvmlDeviceGetTotalEccErrors,
-                             nv.NVML_MEMORY_ERROR_TYPE_CORRECTED, nv.NVML_VOLATILE_ECC)
+            unc = self._call(
+                "ecc",
+                index,
+                nv.nvmlDeviceGetTotalEccErrors,
+                nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
+                nv.NVML_VOLATILE_ECC,
+            )
+            cor = self._call(
+                "ecc",
+                index,
+                nv.nvmlDeviceGetTotalEccErrors,
+                nv.NVML_MEMORY_ERROR_TYPE_CORRECTED,
+                nv.NVML_VOLATILE_ECC,
+            )
         except _NotSupported:
             return {}
         return {"volatile_uncorrected": int(unc), "volatile_corrected": int(cor)}
@@ -104,10 +133,18 @@ class NvmlBackend(GpuBackend):
     def retired_pages(self, index: int) -> Dict[str, Any]:
         nv = self.nv
         try:
-            sbe = self._call("retired_pages", index, nv.nvmlDeviceGetRetiredPages,
-                             nv.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS)
-            dbe = self._call("retired_pages", index, nv.nvmlDeviceGetRetiredPages,
-                             nv.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR)
+            sbe = self._call(
+                "retired_pages",
+                index,
+                nv.nvmlDeviceGetRetiredPages,
+                nv.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS,
+            )
+            dbe = self._call(
+                "retired_pages",
+                index,
+                nv.nvmlDeviceGetRetiredPages,
+                nv.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR,
+            )
             pending = self._call("retired_pages", index, nv.nvmlDeviceGetRetiredPagesPendingStatus)
         except _NotSupported:
             return {}
@@ -118,22 +155,33 @@ class NvmlBackend(GpuBackend):
             corr, unc, pending, failed = self._call("remapped_rows", index, self.nv.nvmlDeviceGetRemappedRows)
         except _NotSupported:
             return {}
-        return {"correctable": int(corr), "uncorrectable": int(unc), "pending": bool(pending),
-                "failed": bool(failed)}
+        return {
+            "correctable": int(corr),
+            "uncorrectable": int(unc),
+            "pending": bool(pending),
+            "failed": bool(failed),
+        }
 
     def temperature(self, index: int) -> float:
-        return float(self._call("temperature", index, self.nv.nvmlDeviceGetTemperature,
-                                self.nv.NVML_TEMPERATURE_GPU))
+        return float(
+            self._call("temperature", index, self.nv.nvmlDeviceGetTemperature, self.nv.NVML_TEMPERATURE_GPU)
+        )
 
     def power(self, index: int) -> float:
         return self._call("power", index, self.nv.nvmlDeviceGetPowerUsage) / 1000.0
 
     def persistence(self, index: int) -> bool:
-        return self._call("persistence", index, self.nv.nvmlDeviceGetPersistenceMode) == self.nv.NVML_FEATURE_ENABLED
+        return (
+            self._call("persistence", index, self.nv.nvmlDeviceGetPersistenceMode)
+            == self.nv.NVML_FEATURE_ENABLED
+        )
 
     def throttle(self, index: int) -> List[str]:
         nv = self.nv
-        fn = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None) or nv.nvmlDeviceGetCurrentClocksThrottleReasons
+        fn = (
+            getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None)
+            or nv.nvmlDeviceGetCurrentClocksThrottleReasons
+        )
         try:
             return throttle_names(int(self._call("throttle", index, fn)))
         except _NotSupported:
@@ -144,8 +192,9 @@ class NvmlBackend(GpuBackend):
         states = []
         for link in range(getattr(nv, "NVML_NVLINK_MAX_LINKS", 18)):
             try:
-                states.append(self._call("nvlink", index, nv.nvmlDeviceGetNvLinkState, link)
-                              == nv.NVML_FEATURE_ENABLED)
+                states.append(
+                    self._call("nvlink", index, nv.nvmlDeviceGetNvLinkState, link) == nv.NVML_FEATURE_ENABLED
+                )
             except _NotSupported:
                 break
             except BackendError as exc:

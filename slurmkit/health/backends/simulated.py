@@ -12,7 +12,12 @@ Two things make it more than a static file:
   kill it and watch the memory come back;
 * ``inject`` makes a call hang (``hang: {call: ecc, seconds: 30}``) or raise an NVML
   error (``nvml_error: {call: temperature, error: GPU_IS_LOST, gpu: 2}``), to prove
-  the deadlines and the error paths.
+  the deadlines and the error paths;
+* ``scoped`` patches apply only in a process whose environment carries
+  ``SLURM_JOB_ID`` (or ``SLURMKIT_SIM_SCOPE``) equal to the patch's ``scope``: a fault
+  seen by one test job's prolog and epilog, and by a re-check run with
+  ``SLURMKIT_SIM_SCOPE`` set, but not by the other jobs of a devcluster that other
+  tests share.
 
 The file is read once per process (the prolog is a fresh process per job).
 """
@@ -23,16 +28,41 @@ import os
 import time
 from typing import Any, Dict, List, Optional
 
-from slurmkit.health.backends import (HARDWARE_ERRORS, BackendError, BackendUnavailable, GpuBackend,
-                                      GpuInfo, GpuProcess, XidEvent)
+from slurmkit.health.backends import (
+    HARDWARE_ERRORS,
+    BackendError,
+    BackendUnavailable,
+    GpuBackend,
+    GpuInfo,
+    GpuProcess,
+    XidEvent,
+)
 
 #: Memory totals (MiB) by model when a fixture leaves it out.
 MODEL_MEMORY_MIB = {"H100": 81559, "H200": 143771, "B100": 196608, "A100": 81920}
-MODEL_NAMES = {"H100": "NVIDIA H100 80GB HBM3", "H200": "NVIDIA H200", "B100": "NVIDIA B100",
-               "A100": "NVIDIA A100-SXM4-80GB"}
+MODEL_NAMES = {
+    "H100": "NVIDIA H100 80GB HBM3",
+    "H200": "NVIDIA H200",
+    "B100": "NVIDIA B100",
+    "A100": "NVIDIA A100-SXM4-80GB",
+}
 
-CALLS = ("init", "gpus", "ecc", "retired_pages", "remapped_rows", "temperature", "power", "persistence",
-         "throttle", "nvlink", "processes", "memory", "xid", "nvlink_bandwidth")
+CALLS = (
+    "init",
+    "gpus",
+    "ecc",
+    "retired_pages",
+    "remapped_rows",
+    "temperature",
+    "power",
+    "persistence",
+    "throttle",
+    "nvlink",
+    "processes",
+    "memory",
+    "xid",
+    "nvlink_bandwidth",
+)
 
 
 def _load_yaml(path: str) -> Any:
@@ -54,7 +84,7 @@ def pid_alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat", "rb") as fh:
             stat = fh.read()
-        return stat[stat.rfind(b")") + 2:][:1] != b"Z"
+        return stat[stat.rfind(b")") + 2 :][:1] != b"Z"
     except OSError:
         return False
 
@@ -69,14 +99,16 @@ class SimulatedBackend(GpuBackend):
         except FileNotFoundError:
             raise BackendUnavailable(f"simulated GPU fixture not found: {path}", code="FIXTURE") from None
         except OSError as exc:
-            raise BackendUnavailable(f"cannot read simulated GPU fixture {path}: {exc.strerror}",
-                                     code="FIXTURE") from None
+            raise BackendUnavailable(
+                f"cannot read simulated GPU fixture {path}: {exc.strerror}", code="FIXTURE"
+            ) from None
         except Exception as exc:  # yaml.YAMLError and friends
-            raise BackendUnavailable(f"invalid simulated GPU fixture {path}: {str(exc).splitlines()[0]}",
-                                     code="FIXTURE") from None
+            raise BackendUnavailable(
+                f"invalid simulated GPU fixture {path}: {str(exc).splitlines()[0]}", code="FIXTURE"
+            ) from None
         if not isinstance(data, dict) or not isinstance(data.get("gpus", []), list):
             raise BackendUnavailable(f"{path}: expected a mapping with a 'gpus' list", code="FIXTURE")
-        self.data = data
+        self.data = data = _apply_scoped(data, os.environ)
         defaults = data.get("defaults") or {}
         self._gpus: List[Dict[str, Any]] = []
         for pos, raw in enumerate(data.get("gpus") or []):
@@ -98,17 +130,21 @@ class SimulatedBackend(GpuBackend):
         for err in _as_list(inject.get("nvml_error")):
             if err.get("call", "any") in (call, "any") and err.get("gpu") in (None, index):
                 name = str(err.get("error", "UNKNOWN")).upper().replace("NVML_ERROR_", "")
-                raise BackendError(f"NVML_ERROR_{name} in {call}" + (f" on GPU {index}" if index is not None
-                                                                      else ""),
-                                   code=f"NVML_{name}", hardware=name in HARDWARE_ERRORS, gpu=index)
+                raise BackendError(
+                    f"NVML_ERROR_{name} in {call}" + (f" on GPU {index}" if index is not None else ""),
+                    code=f"NVML_{name}",
+                    hardware=name in HARDWARE_ERRORS,
+                    gpu=index,
+                )
 
     def _gpu(self, call: str, index: int) -> Dict[str, Any]:
         self._inject(call, index)
         try:
             return self._by_index[index]
         except KeyError:
-            raise BackendError(f"no GPU with index {index} in {self.path}", code="NVML_INVALID_ARGUMENT",
-                               gpu=index) from None
+            raise BackendError(
+                f"no GPU with index {index} in {self.path}", code="NVML_INVALID_ARGUMENT", gpu=index
+            ) from None
 
     # ------------------------------------------------------------------ interface
 
@@ -117,13 +153,18 @@ class SimulatedBackend(GpuBackend):
         out = []
         for g in self._gpus:
             model = str(g.get("model", "H100"))
-            out.append(GpuInfo(index=int(g["index"]), name=str(g.get("name") or MODEL_NAMES.get(model.upper(),
-                                                                                           f"NVIDIA {model}")),
-                               uuid=str(g.get("uuid", f"GPU-sim-{g['index']}")),
-                               pci_bus_id=str(g.get("pci_bus_id", "")),
-                               memory_total_mib=float(g.get("memory_total_mib")
-                                                      or MODEL_MEMORY_MIB.get(model.upper(), 81559)),
-                               serial=str(g.get("serial", ""))))
+            out.append(
+                GpuInfo(
+                    index=int(g["index"]),
+                    name=str(g.get("name") or MODEL_NAMES.get(model.upper(), f"NVIDIA {model}")),
+                    uuid=str(g.get("uuid", f"GPU-sim-{g['index']}")),
+                    pci_bus_id=str(g.get("pci_bus_id", "")),
+                    memory_total_mib=float(
+                        g.get("memory_total_mib") or MODEL_MEMORY_MIB.get(model.upper(), 81559)
+                    ),
+                    serial=str(g.get("serial", "")),
+                )
+            )
         return out
 
     def ecc(self, index: int) -> Dict[str, int]:
@@ -131,8 +172,10 @@ class SimulatedBackend(GpuBackend):
         if g.get("ecc_enabled", True) is False:
             return {}
         ecc = g.get("ecc") or {}
-        return {"volatile_uncorrected": int(ecc.get("volatile_uncorrected", 0)),
-                "volatile_corrected": int(ecc.get("volatile_corrected", 0))}
+        return {
+            "volatile_uncorrected": int(ecc.get("volatile_uncorrected", 0)),
+            "volatile_corrected": int(ecc.get("volatile_corrected", 0)),
+        }
 
     def retired_pages(self, index: int) -> Dict[str, Any]:
         rp = self._gpu("retired_pages", index).get("retired_pages")
@@ -140,8 +183,11 @@ class SimulatedBackend(GpuBackend):
             return {"single_bit": 0, "double_bit": 0, "pending": False}
         if rp == "unsupported":
             return {}
-        return {"single_bit": int(rp.get("single_bit", 0)), "double_bit": int(rp.get("double_bit", 0)),
-                "pending": bool(rp.get("pending", False))}
+        return {
+            "single_bit": int(rp.get("single_bit", 0)),
+            "double_bit": int(rp.get("double_bit", 0)),
+            "pending": bool(rp.get("pending", False)),
+        }
 
     def remapped_rows(self, index: int) -> Dict[str, Any]:
         rr = self._gpu("remapped_rows", index).get("remapped_rows")
@@ -149,8 +195,12 @@ class SimulatedBackend(GpuBackend):
             return {"correctable": 0, "uncorrectable": 0, "pending": False, "failed": False}
         if rr == "unsupported":
             return {}
-        return {"correctable": int(rr.get("correctable", 0)), "uncorrectable": int(rr.get("uncorrectable", 0)),
-                "pending": bool(rr.get("pending", False)), "failed": bool(rr.get("failed", False))}
+        return {
+            "correctable": int(rr.get("correctable", 0)),
+            "uncorrectable": int(rr.get("uncorrectable", 0)),
+            "pending": bool(rr.get("pending", False)),
+            "failed": bool(rr.get("failed", False)),
+        }
 
     def temperature(self, index: int) -> float:
         return float(self._gpu("temperature", index).get("temperature_c", 35))
@@ -181,7 +231,9 @@ class SimulatedBackend(GpuBackend):
         for p in g.get("processes") or []:
             pid = int(p["pid"])
             if pid_alive(pid):
-                out.append(GpuProcess(pid=pid, used_mib=float(p.get("used_mib", 0)), name=str(p.get("name", ""))))
+                out.append(
+                    GpuProcess(pid=pid, used_mib=float(p.get("used_mib", 0)), name=str(p.get("name", "")))
+                )
         return out
 
     def memory_used_mib(self, index: int) -> float:
@@ -190,8 +242,11 @@ class SimulatedBackend(GpuBackend):
         return base + sum(p.used_mib for p in self._live(g))
 
     def _live(self, g: Dict[str, Any]) -> List[GpuProcess]:
-        return [GpuProcess(pid=int(p["pid"]), used_mib=float(p.get("used_mib", 0)))
-                for p in g.get("processes") or [] if pid_alive(int(p["pid"]))]
+        return [
+            GpuProcess(pid=int(p["pid"]), used_mib=float(p.get("used_mib", 0)))
+            for p in g.get("processes") or []
+            if pid_alive(int(p["pid"]))
+        ]
 
     def xid_events(self, since: float) -> List[XidEvent]:
         self._inject("xid", None)
@@ -199,8 +254,15 @@ class SimulatedBackend(GpuBackend):
         for ev in self.data.get("xid_events") or []:
             ts = float(ev.get("timestamp", 0))
             if ts > since:
-                out.append(XidEvent(xid=int(ev["xid"]), timestamp=ts, gpu=ev.get("gpu"),
-                                    pci=str(ev.get("pci", "")), message=str(ev.get("message", ""))))
+                out.append(
+                    XidEvent(
+                        xid=int(ev["xid"]),
+                        timestamp=ts,
+                        gpu=ev.get("gpu"),
+                        pci=str(ev.get("pci", "")),
+                        message=str(ev.get("message", "")),
+                    )
+                )
         return sorted(out, key=lambda e: e.timestamp)
 
     def nvlink_bandwidth_matrix(self) -> Optional[List[List[float]]]:
@@ -229,6 +291,34 @@ class SimulatedBackend(GpuBackend):
 
     def heavy_value(self, name: str) -> Any:
         return (self.data.get("heavy") or {}).get(name)
+
+
+def _apply_scoped(data: Dict[str, Any], env) -> Dict[str, Any]:
+    """Merge the ``scoped`` patches whose ``scope`` matches this process's job (or
+    ``SLURMKIT_SIM_SCOPE``). A patch is merged key by key over the fixture; its
+    ``gpus`` is a mapping ``index -> partial GPU`` merged over that GPU."""
+    scopes = {str(env.get("SLURM_JOB_ID", "")), str(env.get("SLURMKIT_SIM_SCOPE", ""))} - {""}
+    patches = [
+        p.get("patch") or {}
+        for p in data.get("scoped") or []
+        if isinstance(p, dict) and str(p.get("scope", "")) in scopes
+    ]
+    if not patches:
+        return data
+    out = dict(data)
+    for patch in patches:
+        gpus_patch = patch.get("gpus") or {}
+        rest = {k: v for k, v in patch.items() if k != "gpus"}
+        out = _merge(out, rest)
+        if gpus_patch:
+            gpus = [dict(g) for g in out.get("gpus") or []]
+            for pos, g in enumerate(gpus):
+                idx = g.get("index", pos)
+                over = gpus_patch.get(idx, gpus_patch.get(str(idx)))
+                if isinstance(over, dict):
+                    gpus[pos] = _merge(g, over)
+            out["gpus"] = gpus
+    return out
 
 
 def _merge(base: Dict[str, Any], over: Dict[str, Any]) -> Dict[str, Any]:

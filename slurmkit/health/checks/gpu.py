@@ -29,13 +29,15 @@ class _Verdicts:
     def result(self, ok_reason: str, value: Optional[float] = None, unit: str = "") -> CheckResult:
         bad = [f for f in self.findings if f[0] != Status.OK]
         if not bad:
-            return CheckResult(self.check, Status.OK, "OK", ok_reason, value=value, unit=unit,
-                               details=self.details)
+            return CheckResult(
+                self.check, Status.OK, "OK", ok_reason, value=value, unit=unit, details=self.details
+            )
         top = max(bad, key=lambda f: (f[0].severity, f[3].severity))
         same = [f for f in bad if f[1] == top[1]]
         reason = "; ".join(f[2] for f in same[:4]) + (f"; +{len(same) - 4} more" if len(same) > 4 else "")
-        return CheckResult(self.check, top[0], top[1], reason, top[3], value=value, unit=unit,
-                           details=self.details)
+        return CheckResult(
+            self.check, top[0], top[1], reason, top[3], value=value, unit=unit, details=self.details
+        )
 
 
 def _gpus(ctx):
@@ -91,25 +93,45 @@ def check_gpu_count(ctx, params) -> CheckResult:
         expected = gres_gpu_count(ctx.node, os.path.join(os.path.dirname(conf), "gres.conf"))
         source = "gres.conf"
     v = _Verdicts("gpu_count")
-    v.details = {"found": found, "expected": expected, "expected_from": source if expected is not None else None,
-                 "indices": [g.index for g in gpus]}
+    v.details = {
+        "found": found,
+        "expected": expected,
+        "expected_from": source if expected is not None else None,
+        "indices": [g.index for g in gpus],
+    }
     if expected is not None and found < expected:
-        v.add(Status.FAIL, "GPU_COUNT_LOW", f"{found} GPUs visible, {expected} expected ({source})",
-              Action.REBOOT)
+        v.add(
+            Status.FAIL,
+            "GPU_COUNT_LOW",
+            f"{found} GPUs visible, {expected} expected ({source})",
+            Action.REBOOT,
+        )
     elif expected is not None and found > expected:
-        v.add(Status.WARN, "GPU_COUNT_HIGH", f"{found} GPUs visible, only {expected} configured ({source})",
-              Action.MONITOR)
+        v.add(
+            Status.WARN,
+            "GPU_COUNT_HIGH",
+            f"{found} GPUs visible, only {expected} configured ({source})",
+            Action.MONITOR,
+        )
     if ctx.job_gpus:
         present = {g.index for g in gpus}
         missing = [i for i in ctx.job_gpus if i not in present]
         v.details["job_gpus"] = ctx.job_gpus
         if missing:
-            v.add(Status.FAIL, "GPU_JOB_MISSING", f"job GPU(s) {','.join(map(str, missing))} not visible "
-                  f"(SLURM_JOB_GPUS={','.join(map(str, ctx.job_gpus))})", Action.REBOOT)
-    return v.result(f"{found} GPUs" + (f" (expected {expected})" if expected is not None else ""), found, "gpus")
+            v.add(
+                Status.FAIL,
+                "GPU_JOB_MISSING",
+                f"job GPU(s) {','.join(map(str, missing))} not visible "
+                f"(SLURM_JOB_GPUS={','.join(map(str, ctx.job_gpus))})",
+                Action.REBOOT,
+            )
+    return v.result(
+        f"{found} GPUs" + (f" (expected {expected})" if expected is not None else ""), found, "gpus"
+    )
 
 
 # ---------------------------------------------------------------- counters
+
 
 def check_gpu_ecc(ctx, params) -> CheckResult:
     b = ctx.backend()
@@ -124,11 +146,19 @@ def check_gpu_ecc(ctx, params) -> CheckResult:
         unc, cor = ecc["volatile_uncorrected"], ecc["volatile_corrected"]
         total_unc += unc
         if unc > th["ecc_uncorrected_max"]:
-            v.add(Status.FAIL, "GPU_ECC_UNCORRECTED", f"GPU {g.index}: {unc} uncorrected volatile ECC errors",
-                  Action.RESET)
+            v.add(
+                Status.FAIL,
+                "GPU_ECC_UNCORRECTED",
+                f"GPU {g.index}: {unc} uncorrected volatile ECC errors",
+                Action.RESET,
+            )
         elif cor > th["ecc_corrected_warn"]:
-            v.add(Status.WARN, "GPU_ECC_CORRECTED", f"GPU {g.index}: {cor} corrected volatile ECC errors",
-                  Action.MONITOR)
+            v.add(
+                Status.WARN,
+                "GPU_ECC_CORRECTED",
+                f"GPU {g.index}: {cor} corrected volatile ECC errors",
+                Action.MONITOR,
+            )
     return v.result("no uncorrected ECC errors", total_unc, "errors")
 
 
@@ -145,17 +175,34 @@ def check_gpu_memory_errors(ctx, params) -> CheckResult:
             pages = rp["single_bit"] + rp["double_bit"]
             worst_pages = max(worst_pages, pages)
             if pages >= th["retired_pages_max"]:
-                v.add(Status.FAIL, "GPU_RETIRED_PAGES", f"GPU {g.index}: {pages} retired pages "
-                      f"(limit {th['retired_pages_max']})", Action.ISOLATE)
+                v.add(
+                    Status.FAIL,
+                    "GPU_RETIRED_PAGES",
+                    f"GPU {g.index}: {pages} retired pages (limit {th['retired_pages_max']})",
+                    Action.ISOLATE,
+                )
             if rp["pending"]:
-                v.add(Status.FAIL, "GPU_RETIREMENT_PENDING", f"GPU {g.index}: page retirement pending "
-                      "(reset to apply)", Action.RESET)
+                v.add(
+                    Status.FAIL,
+                    "GPU_RETIREMENT_PENDING",
+                    f"GPU {g.index}: page retirement pending (reset to apply)",
+                    Action.RESET,
+                )
         if rr:
             if rr["failed"]:
-                v.add(Status.FAIL, "GPU_ROW_REMAP_FAILED", f"GPU {g.index}: row remapping failed", Action.ISOLATE)
+                v.add(
+                    Status.FAIL,
+                    "GPU_ROW_REMAP_FAILED",
+                    f"GPU {g.index}: row remapping failed",
+                    Action.ISOLATE,
+                )
             if rr["pending"]:
-                v.add(Status.FAIL, "GPU_ROW_REMAP_PENDING", f"GPU {g.index}: row remap pending (reset to apply)",
-                      Action.RESET)
+                v.add(
+                    Status.FAIL,
+                    "GPU_ROW_REMAP_PENDING",
+                    f"GPU {g.index}: row remap pending (reset to apply)",
+                    Action.RESET,
+                )
     return v.result("no retired-page or row-remap problems", worst_pages, "pages")
 
 
@@ -169,11 +216,19 @@ def check_gpu_temperature(ctx, params) -> CheckResult:
         v.details[str(g.index)] = t
         hottest = t if hottest is None else max(hottest, t)
         if t >= th["temperature_fail_c"]:
-            v.add(Status.FAIL, "GPU_TEMPERATURE", f"GPU {g.index}: {t:.0f} C >= {th['temperature_fail_c']:.0f} C",
-                  Action.ISOLATE)
+            v.add(
+                Status.FAIL,
+                "GPU_TEMPERATURE",
+                f"GPU {g.index}: {t:.0f} C >= {th['temperature_fail_c']:.0f} C",
+                Action.ISOLATE,
+            )
         elif t >= th["temperature_warn_c"]:
-            v.add(Status.WARN, "GPU_TEMPERATURE", f"GPU {g.index}: {t:.0f} C >= {th['temperature_warn_c']:.0f} C",
-                  Action.MONITOR)
+            v.add(
+                Status.WARN,
+                "GPU_TEMPERATURE",
+                f"GPU {g.index}: {t:.0f} C >= {th['temperature_warn_c']:.0f} C",
+                Action.MONITOR,
+            )
     return v.result(f"hottest GPU {hottest:.0f} C" if hottest is not None else "no GPUs", hottest, "celsius")
 
 
@@ -187,9 +242,19 @@ def check_gpu_power(ctx, params) -> CheckResult:
         v.details[str(g.index)] = w
         top = w if top is None else max(top, w)
         if th["power_fail_w"] and w >= th["power_fail_w"]:
-            v.add(Status.FAIL, "GPU_POWER", f"GPU {g.index}: {w:.0f} W >= {th['power_fail_w']:.0f} W", Action.ISOLATE)
+            v.add(
+                Status.FAIL,
+                "GPU_POWER",
+                f"GPU {g.index}: {w:.0f} W >= {th['power_fail_w']:.0f} W",
+                Action.ISOLATE,
+            )
         elif w >= th["power_warn_w"]:
-            v.add(Status.WARN, "GPU_POWER", f"GPU {g.index}: {w:.0f} W >= {th['power_warn_w']:.0f} W", Action.MONITOR)
+            v.add(
+                Status.WARN,
+                "GPU_POWER",
+                f"GPU {g.index}: {w:.0f} W >= {th['power_warn_w']:.0f} W",
+                Action.MONITOR,
+            )
     return v.result(f"highest draw {top:.0f} W" if top is not None else "no GPUs", top, "watts")
 
 
@@ -204,8 +269,12 @@ def check_gpu_persistence(ctx, params) -> CheckResult:
         if not on:
             off.append(g.index)
     if off:
-        v.add(status, "GPU_PERSISTENCE_OFF", f"persistence mode off on GPU(s) {','.join(map(str, off))}",
-              Action.RESET if status == Status.FAIL else Action.MONITOR)
+        v.add(
+            status,
+            "GPU_PERSISTENCE_OFF",
+            f"persistence mode off on GPU(s) {','.join(map(str, off))}",
+            Action.RESET if status == Status.FAIL else Action.MONITOR,
+        )
     return v.result("persistence mode on", len(off), "gpus")
 
 
@@ -233,8 +302,12 @@ def check_nvlink_state(ctx, params) -> CheckResult:
         v.details[str(g.index)] = {"links": len(states), "inactive": down}
         if down:
             down_total += len(down)
-            v.add(Status.FAIL, "NVLINK_DOWN", f"GPU {g.index}: NVLink link(s) {','.join(map(str, down))} inactive",
-                  Action.RESET)
+            v.add(
+                Status.FAIL,
+                "NVLINK_DOWN",
+                f"GPU {g.index}: NVLink link(s) {','.join(map(str, down))} inactive",
+                Action.RESET,
+            )
     return v.result("all NVLink links active", down_total, "links")
 
 
@@ -246,8 +319,9 @@ def check_gpu_leftover(ctx, params) -> CheckResult:
     if ctx.hook == "prolog" and ctx.job_id:
         indices = [i for i in (ctx.job_gpus or []) if i in gpus]
         if not indices:
-            return CheckResult("gpu_leftover", Status.OK, "OK", "the job has no GPUs on this node", value=0,
-                               unit="MiB")
+            return CheckResult(
+                "gpu_leftover", Status.OK, "OK", "the job has no GPUs on this node", value=0, unit="MiB"
+            )
     else:
         indices = sorted(gpus)
     most = 0.0
@@ -258,15 +332,24 @@ def check_gpu_leftover(ctx, params) -> CheckResult:
         most = max(most, used)
         v.details[str(i)] = {"used_mib": used, "pids": [p.pid for p in procs]}
         if procs:
-            v.add(Status.FAIL, "GPU_LEFTOVER_PROCESS", f"GPU {i}: process(es) {','.join(str(p.pid) for p in procs)} "
-                  f"hold {used:.0f} MiB", Action.RESET)
+            v.add(
+                Status.FAIL,
+                "GPU_LEFTOVER_PROCESS",
+                f"GPU {i}: process(es) {','.join(str(p.pid) for p in procs)} hold {used:.0f} MiB",
+                Action.RESET,
+            )
         elif used > th["leftover_memory_mib"]:
-            v.add(Status.FAIL, "GPU_LEFTOVER_MEMORY", f"GPU {i}: {used:.0f} MiB in use with no process "
-                  f"(> {th['leftover_memory_mib']:.0f} MiB)", Action.RESET)
+            v.add(
+                Status.FAIL,
+                "GPU_LEFTOVER_MEMORY",
+                f"GPU {i}: {used:.0f} MiB in use with no process (> {th['leftover_memory_mib']:.0f} MiB)",
+                Action.RESET,
+            )
     return v.result(f"GPU(s) {','.join(map(str, indices))} free", most, "MiB")
 
 
 # ---------------------------------------------------------------- xid
+
 
 def check_xid(ctx, params) -> CheckResult:
     """New Xid events since the node's cursor. Hooks advance the cursor under a lock, so

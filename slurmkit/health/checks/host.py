@@ -25,17 +25,42 @@ def check_disk_space(ctx, params) -> CheckResult:
         details[path] = {"free_gb": round(free_gb, 3), "free_inodes_pct": round(inodes_pct, 2)}
         least = free_gb if least is None else min(least, free_gb)
         if free_gb < float(limits.get("min_free_gb", 0)):
-            problems.append((Status.FAIL, "DISK_FREE_LOW",
-                             f"{path}: {free_gb:.2f} GB free < {float(limits['min_free_gb']):g} GB"))
+            problems.append(
+                (
+                    Status.FAIL,
+                    "DISK_FREE_LOW",
+                    f"{path}: {free_gb:.2f} GB free < {float(limits['min_free_gb']):g} GB",
+                )
+            )
         if inodes_pct < float(limits.get("min_free_inodes_pct", 0)):
-            problems.append((Status.FAIL, "DISK_INODES_LOW",
-                             f"{path}: {inodes_pct:.2f}% inodes free < {float(limits['min_free_inodes_pct']):g}%"))
+            problems.append(
+                (
+                    Status.FAIL,
+                    "DISK_INODES_LOW",
+                    f"{path}: {inodes_pct:.2f}% inodes free < {float(limits['min_free_inodes_pct']):g}%",
+                )
+            )
     if problems:
         st, code, _ = problems[0]
-        return CheckResult("disk_space", st, code, "; ".join(p[2] for p in problems if p[1] == code),
-                           Action.MONITOR, value=least, unit="GB", details=details)
-    return CheckResult("disk_space", Status.OK, "OK", f"{len(details)} path(s) have room", value=least,
-                       unit="GB", details=details)
+        return CheckResult(
+            "disk_space",
+            st,
+            code,
+            "; ".join(p[2] for p in problems if p[1] == code),
+            Action.MONITOR,
+            value=least,
+            unit="GB",
+            details=details,
+        )
+    return CheckResult(
+        "disk_space",
+        Status.OK,
+        "OK",
+        f"{len(details)} path(s) have room",
+        value=least,
+        unit="GB",
+        details=details,
+    )
 
 
 def meminfo() -> Dict[str, int]:
@@ -54,10 +79,18 @@ def check_memory_available(ctx, params) -> CheckResult:
     avail_gb = info.get("MemAvailable", info.get("MemFree", 0)) / 1e9
     floor = float(params.get("min_available_gb", 0))
     if avail_gb < floor:
-        return CheckResult("memory_available", Status.FAIL, "MEMORY_LOW",
-                           f"{avail_gb:.2f} GB available < {floor:g} GB", Action.MONITOR, value=avail_gb, unit="GB")
-    return CheckResult("memory_available", Status.OK, "OK", f"{avail_gb:.1f} GB available", value=avail_gb,
-                       unit="GB")
+        return CheckResult(
+            "memory_available",
+            Status.FAIL,
+            "MEMORY_LOW",
+            f"{avail_gb:.2f} GB available < {floor:g} GB",
+            Action.MONITOR,
+            value=avail_gb,
+            unit="GB",
+        )
+    return CheckResult(
+        "memory_available", Status.OK, "OK", f"{avail_gb:.1f} GB available", value=avail_gb, unit="GB"
+    )
 
 
 def _mount_table() -> Dict[str, List[str]]:
@@ -82,7 +115,9 @@ def check_mounts(ctx, params) -> CheckResult:
         if norm not in table:
             return CheckResult("mounts", Status.FAIL, "MOUNT_MISSING", f"{mp} is not mounted", Action.MONITOR)
         if "ro" in table[norm]:
-            return CheckResult("mounts", Status.FAIL, "MOUNT_READONLY", f"{mp} is mounted read-only", Action.MONITOR)
+            return CheckResult(
+                "mounts", Status.FAIL, "MOUNT_READONLY", f"{mp} is mounted read-only", Action.MONITOR
+            )
         if params.get("write_test", True):
             probe = os.path.join(norm, f".slurmkit-write-test.{os.getpid()}")
             try:
@@ -90,10 +125,12 @@ def check_mounts(ctx, params) -> CheckResult:
                 os.close(fd)
                 os.unlink(probe)
             except OSError as exc:
-                return CheckResult("mounts", Status.FAIL, "MOUNT_NOT_WRITABLE", f"{mp}: {exc.strerror}",
-                                   Action.MONITOR)
-    return CheckResult("mounts", Status.OK, "OK", f"{len(required)} mount(s) present and writable",
-                       value=len(required))
+                return CheckResult(
+                    "mounts", Status.FAIL, "MOUNT_NOT_WRITABLE", f"{mp}: {exc.strerror}", Action.MONITOR
+                )
+    return CheckResult(
+        "mounts", Status.OK, "OK", f"{len(required)} mount(s) present and writable", value=len(required)
+    )
 
 
 def check_infiniband(ctx, params) -> CheckResult:
@@ -102,27 +139,58 @@ def check_infiniband(ctx, params) -> CheckResult:
     ports = ib_ports(params.get("sysfs_root") or "/sys", params.get("devices") or ())
     expected = params.get("expected_rate_gbps")
     need = int(params.get("min_active_ports") or 0)
-    details = {p.hca_spec: {"state": p.state, "rate_gbps": p.rate_gbps, "link_layer": p.link_layer} for p in ports}
+    details = {
+        p.hca_spec: {"state": p.state, "rate_gbps": p.rate_gbps, "link_layer": p.link_layer} for p in ports
+    }
     if not ports and need == 0:
-        return CheckResult("infiniband", Status.OK, "OK", "no InfiniBand HCA (none required)", value=0, unit="ports")
+        return CheckResult(
+            "infiniband", Status.OK, "OK", "no InfiniBand HCA (none required)", value=0, unit="ports"
+        )
     down = [p for p in ports if not p.active]
     slow = [p for p in ports if p.active and expected and (p.rate_gbps or 0) < expected]
     active = [p for p in ports if p.active]
     if down:
-        return CheckResult("infiniband", Status.FAIL, "IB_PORT_DOWN",
-                           ", ".join(f"{p.hca_spec} {p.state}" for p in down), Action.MONITOR,
-                           value=len(active), unit="ports", details=details)
+        return CheckResult(
+            "infiniband",
+            Status.FAIL,
+            "IB_PORT_DOWN",
+            ", ".join(f"{p.hca_spec} {p.state}" for p in down),
+            Action.MONITOR,
+            value=len(active),
+            unit="ports",
+            details=details,
+        )
     if slow:
-        return CheckResult("infiniband", Status.FAIL, "IB_RATE_LOW",
-                           ", ".join(f"{p.hca_spec} at {p.rate_gbps:g} Gb/s < {expected:g}" for p in slow),
-                           Action.MONITOR, value=len(active), unit="ports", details=details)
+        return CheckResult(
+            "infiniband",
+            Status.FAIL,
+            "IB_RATE_LOW",
+            ", ".join(f"{p.hca_spec} at {p.rate_gbps:g} Gb/s < {expected:g}" for p in slow),
+            Action.MONITOR,
+            value=len(active),
+            unit="ports",
+            details=details,
+        )
     if len(active) < need:
-        return CheckResult("infiniband", Status.FAIL, "IB_TOO_FEW_PORTS",
-                           f"{len(active)} ACTIVE port(s), {need} required", Action.MONITOR,
-                           value=len(active), unit="ports", details=details)
-    return CheckResult("infiniband", Status.OK, "OK", f"{len(active)} port(s) ACTIVE"
-                       + (f" at >= {expected:g} Gb/s" if expected else ""), value=len(active), unit="ports",
-                       details=details)
+        return CheckResult(
+            "infiniband",
+            Status.FAIL,
+            "IB_TOO_FEW_PORTS",
+            f"{len(active)} ACTIVE port(s), {need} required",
+            Action.MONITOR,
+            value=len(active),
+            unit="ports",
+            details=details,
+        )
+    return CheckResult(
+        "infiniband",
+        Status.OK,
+        "OK",
+        f"{len(active)} port(s) ACTIVE" + (f" at >= {expected:g} Gb/s" if expected else ""),
+        value=len(active),
+        unit="ports",
+        details=details,
+    )
 
 
 def running_process_names() -> set:
@@ -150,9 +218,21 @@ def check_services(ctx, params) -> CheckResult:
     names = running_process_names()
     missing = [s for s in required if s not in names and s[:15] not in names]
     if missing:
-        return CheckResult("services", Status.FAIL, "SERVICE_DOWN", f"not running: {', '.join(missing)}",
-                           Action.RESET, value=len(required) - len(missing))
-    return CheckResult("services", Status.OK, "OK", f"{len(required)} service(s) running", value=len(required))
+        return CheckResult(
+            "services",
+            Status.FAIL,
+            "SERVICE_DOWN",
+            f"not running: {', '.join(missing)}",
+            Action.RESET,
+            value=len(required) - len(missing),
+        )
+    return CheckResult(
+        "services", Status.OK, "OK", f"{len(required)} service(s) running", value=len(required)
+    )
+
+
+def _iso(ts) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(float(ts or 0)))
 
 
 def check_heavy_cache(ctx, params) -> CheckResult:
@@ -168,33 +248,64 @@ def check_heavy_cache(ctx, params) -> CheckResult:
     try:
         from slurmkit.sweep.store import VerdictStore
     except Exception as exc:  # not there yet, or broken: not a node fault
-        return CheckResult("heavy_cache", Status.OK, "OK", f"no verdict store ({type(exc).__name__})", value=0,
-                           details={"store": None})
+        return CheckResult(
+            "heavy_cache",
+            Status.OK,
+            "OK",
+            f"no verdict store ({type(exc).__name__})",
+            value=0,
+            details={"store": None},
+        )
     root = ctx.paths["shared_dir"]
     try:
         entries = VerdictStore(root).node(ctx.node) or {}
     except Exception as exc:
-        return CheckResult("heavy_cache", Status.UNKNOWN, "STORE_UNREADABLE", f"{root}: {exc}",
-                           details={"internal": True})
+        return CheckResult(
+            "heavy_cache", Status.UNKNOWN, "STORE_UNREADABLE", f"{root}: {exc}", details={"internal": True}
+        )
     now = time.time()
-    valid = {name: e for name, e in entries.items()
-             if e.get("tier", "heavy") == "heavy" and float(e.get("valid_until") or 0) > now}
-    details = {name: {k: e.get(k) for k in ("status", "code", "value", "timestamp", "valid_until")}
-               for name, e in valid.items()}
+    valid = {
+        name: e
+        for name, e in entries.items()
+        if e.get("tier", "heavy") == "heavy" and float(e.get("valid_until") or 0) > now
+    }
+    details = {
+        name: {k: e.get(k) for k in ("status", "code", "value", "timestamp", "valid_until")}
+        for name, e in valid.items()
+    }
     fails = {n: e for n, e in valid.items() if e.get("status") == "fail"}
     warns = {n: e for n, e in valid.items() if e.get("status") == "warn"}
     if fails:
         name, e = sorted(fails.items())[0]
-        return CheckResult("heavy_cache", Status.FAIL, str(e.get("code") or "HEAVY_FAIL"),
-                           f"{name} (sweep, valid until {time.strftime('%Y-%m-%dT%H:%M:%S', time.localtime(float(e['valid_until'])))}): "
-                           f"{e.get('reason', '')}", Action(e.get("action") or "isolate"), value=len(valid),
-                           details=details)
+        return CheckResult(
+            "heavy_cache",
+            Status.FAIL,
+            str(e.get("code") or "HEAVY_FAIL"),
+            f"{name} (sweep, valid until {_iso(e['valid_until'])}): {e.get('reason', '')}",
+            Action(e.get("action") or "isolate"),
+            value=len(valid),
+            details=details,
+        )
     if warns:
         name, e = sorted(warns.items())[0]
-        return CheckResult("heavy_cache", Status.WARN, str(e.get("code") or "HEAVY_WARN"),
-                           f"{name} (sweep): {e.get('reason', '')}", Action.MONITOR, value=len(valid), details=details)
+        return CheckResult(
+            "heavy_cache",
+            Status.WARN,
+            str(e.get("code") or "HEAVY_WARN"),
+            f"{name} (sweep): {e.get('reason', '')}",
+            Action.MONITOR,
+            value=len(valid),
+            details=details,
+        )
     if valid:
-        return CheckResult("heavy_cache", Status.OK, "OK", f"{len(valid)} valid heavy verdict(s) pass: "
-                           + ", ".join(sorted(valid)), value=len(valid), details=details)
-    return CheckResult("heavy_cache", Status.OK, "OK", "no valid heavy verdicts (no recent sweep)", value=0,
-                       details=details)
+        return CheckResult(
+            "heavy_cache",
+            Status.OK,
+            "OK",
+            f"{len(valid)} valid heavy verdict(s) pass: " + ", ".join(sorted(valid)),
+            value=len(valid),
+            details=details,
+        )
+    return CheckResult(
+        "heavy_cache", Status.OK, "OK", "no valid heavy verdicts (no recent sweep)", value=0, details=details
+    )
