@@ -129,7 +129,8 @@ def main() -> None:
         f"max {summary['wall_max_s'] * 1000:7.1f} ms   (whole process, as slurmd sees it)"
     )
     print(
-        f"  inside p50 {summary['in_process_p50_s'] * 1000:7.1f} ms   p95 {summary['in_process_p95_s'] * 1000:7.1f} ms"
+        f"  inside p50 {summary['in_process_p50_s'] * 1000:7.1f} ms   "
+        f"p95 {summary['in_process_p95_s'] * 1000:7.1f} ms"
         "   (config load to verdict recorded, from the JSON log)"
     )
     print(

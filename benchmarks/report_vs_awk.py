@@ -44,6 +44,17 @@ from slurmkit.report.sacct import FIELDS  # noqa: E402
 WINDOW_START = 1790812800  # 2026-10-01T00:00:00Z
 WINDOW_DAYS = 30
 
+#: awk cannot subtract ISO times; with --times iso it multiplies by ElapsedRaw ($8) instead,
+#: which equals End - Start for the generated (finished, in-window) jobs.
+AWK_PROGRAM_ISO = r"""
+NR > 1 && $1 !~ /\./ {
+    g = 0
+    if (match($4, /gres\/gpu=[0-9]+/)) g = substr($4, RSTART + 9, RLENGTH - 9) + 0
+    s += g * $8
+}
+END { printf "%.6f\n", s / 3600 }
+"""
+
 AWK_PROGRAM = r"""
 NR > 1 && $1 !~ /\./ {
     g = 0
@@ -54,7 +65,7 @@ END { printf "%.6f\n", s / 3600 }
 """
 
 
-def generate(path: str, rows: int, seed: int = 7) -> float:
+def generate(path: str, rows: int, seed: int = 7, iso: bool = False) -> float:
     """Write ``rows`` sacct rows to ``path`` (plus the header); return the expected
     GPU-hours. The last job's step rows are cut off at ``rows``."""
     rng = random.Random(seed)
@@ -66,6 +77,8 @@ def generate(path: str, rows: int, seed: int = 7) -> float:
                                    "OUT_OF_MEMORY"]
     gpu_seconds = 0
     written = 0
+    # ISO local times, as sacct prints them without SLURM_TIME_FORMAT=%s
+    fmt = (lambda t: time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(t))) if iso else str
     job = 1_000_000
     with open(path, "w", buffering=1 << 20) as fh:
         fh.write("|".join(FIELDS) + "\n")
@@ -96,16 +109,16 @@ def generate(path: str, rows: int, seed: int = 7) -> float:
                 end = start + rng.randrange(1, 3600)
                 state = "REQUEUED" if attempt < attempts - 1 else rng.choice(states)
                 jid = f"{job}_{rng.randrange(100)}" if array else str(job)
-                fh.write(f"{jid}|{job}|{state}|{tres}|{submit}|{start}|{end}|{end - start}|{user}|{account}|"
-                         f"{part}|{nodelist}|None|{name}\n")
+                fh.write(f"{jid}|{job}|{state}|{tres}|{fmt(submit)}|{fmt(start)}|{fmt(end)}|{end - start}|"
+                         f"{user}|{account}|{part}|{nodelist}|None|{name}\n")
                 gpu_seconds += gpus * (end - start)
                 written += 1
                 step_tres = f"cpu={cpus},gres/gpu:{gt}={gpus},gres/gpu={gpus},mem={cpus * 4}G,node={nodes}"
                 for step in ("batch", "extern") + (("0",) if rng.random() < 0.5 else ()):
                     if written >= rows:
                         break
-                    fh.write(f"{jid}.{step}|{job}.{step}|{state}|{step_tres}|{submit}|{start}|{end}|"
-                             f"{end - start}||{account}||{nodelist}||{step}\n")
+                    fh.write(f"{jid}.{step}|{job}.{step}|{state}|{step_tres}|{fmt(submit)}|{fmt(start)}|"
+                             f"{fmt(end)}|{end - start}||{account}||{nodelist}||{step}\n")
                     written += 1
                 submit = end
     return gpu_seconds / 3600
@@ -137,15 +150,18 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=1_000_000)
     ap.add_argument("--keep", help="write the generated file here and keep it")
     ap.add_argument("--repeat", type=int, default=3, help="best of N runs for each side")
+    ap.add_argument("--times", choices=("epoch", "iso"), default="epoch",
+                    help="epoch: what slurmkit's own sacct call returns (SLURM_TIME_FORMAT=%%s); "
+                         "iso: local ISO times, as in a dump saved without it")
     args = ap.parse_args()
 
     tmpdir = tempfile.mkdtemp(prefix="slurmkit-bench-")
     path = args.keep or os.path.join(tmpdir, "sacct-1m.txt")
     t0 = time.perf_counter()
-    expected = generate(path, args.rows)
+    expected = generate(path, args.rows, iso=args.times == "iso")
     gen_s = time.perf_counter() - t0
     size_mb = os.path.getsize(path) / 1e6
-    print(f"file: {path} ({args.rows:,} rows, {size_mb:.0f} MB, generated in {gen_s:.1f}s); "
+    print(f"file: {path} ({args.rows:,} rows, {args.times} times, {size_mb:.0f} MB, generated in {gen_s:.1f}s); "
           f"expected {expected:,.3f} GPU-hours")
 
     env_python = sys.executable
@@ -157,7 +173,8 @@ def main() -> None:
         exe = shutil.which(awk)
         if exe and os.path.realpath(exe) not in names.values():
             names[awk] = os.path.realpath(exe)
-            dt, cpu, out = timed([awk, "-F", "|", AWK_PROGRAM, path], args.repeat)
+            program = AWK_PROGRAM_ISO if args.times == "iso" else AWK_PROGRAM
+            dt, cpu, out = timed([awk, "-F", "|", program, path], args.repeat)
             results[awk] = (dt, cpu, float(out.strip()))
     dt, cpu, out = timed(report_argv, args.repeat)
     data = json.loads(out)

@@ -49,17 +49,21 @@ def main() -> int:
     ap.add_argument("--spec", default=str(DEFAULT_SPEC))
     ap.add_argument("--runs", type=int, default=10)
     ap.add_argument("--config", default=None, help="site config (default: $SLURMKIT_CONFIG)")
+    ap.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                    help="spec overrides, as for ssubmit (e.g. nodes=1 when a node is drained)")
     args = ap.parse_args()
     env = dict(os.environ)
     if args.config:
         env["SLURMKIT_CONFIG"] = args.config
     cmd = [sys.executable, "-m", "slurmkit.cli.ssubmit", args.spec, "--dry-run", "-q"]
+    for item in args.sets:
+        cmd += ["--set", item]
     first = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120)
     if first.returncode != 0:
         print(f"ssubmit --dry-run failed ({first.returncode}): {first.stderr.strip()}", file=sys.stderr)
         return 1
     script = first.stdout
-    print(f"spec: {args.spec}")
+    print(f"spec: {args.spec}" + (f" with --set {' '.join(args.sets)}" if args.sets else ""))
     show("ssubmit --dry-run (new process, incl. sinfo)",
          timed(lambda: subprocess.run(cmd, capture_output=True, env=env, timeout=120), args.runs))
 
@@ -72,7 +76,7 @@ def main() -> int:
     site, paths = cfg.section("submit"), cfg.section("paths")
 
     def in_process():
-        spec = load_spec(args.spec, site_defaults=site["defaults"])
+        spec = load_spec(args.spec, site_defaults=site["defaults"], sets=args.sets)
         render(spec, site=site, paths=paths, spec_path=args.spec)
 
     in_process()
@@ -91,7 +95,8 @@ def main() -> int:
         print(f"sbatch --test-only failed: {res.stderr.strip()}")
         return 0
     show("bare sbatch --test-only (same script)",
-         timed(lambda: subprocess.run(test_cmd, input=script, capture_output=True, env=env, timeout=60), args.runs))
+         timed(lambda: subprocess.run(test_cmd, input=script, capture_output=True, text=True, env=env, timeout=60),
+               args.runs))
     return 0
 
 

@@ -2,7 +2,7 @@
 
 Public API
 ----------
-flash_attention(q, k, v, *, causal=False, scale=None, precision="ieee", config=None)
+flash_attention(q, k, v, *, causal=False, window=None, scale=None, precision="ieee", config=None)
     The kernel, differentiable, (batch, heads, seq, head_dim) like SDPA.
 FlashAttention
     ``nn.Module`` wrapper holding ``causal``/``scale``/``precision``.
@@ -13,6 +13,9 @@ swap_sdpa
     Context manager that routes ``F.scaled_dot_product_attention`` to the kernel.
 attention_flops
     The FLOP-counting rule used by the benchmark and the autotune tool.
+
+Tools: ``python -m slurmkit_kernels.autotune`` (GPU; writes a launch-config file) and
+``python -m slurmkit_kernels.compile_check`` (no GPU; compiles a config for an arch).
 
 To run on a CPU (tests), set ``TRITON_INTERPRET=1`` before triton is first imported.
 """

@@ -5,6 +5,7 @@ See :func:`flash_attention`. The Triton kernels themselves live in ``_kernels.py
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import torch
@@ -107,8 +108,8 @@ def _band(causal: bool, window, n_q: int, n_k: int) -> tuple[int, int]:
             f"causal=True contradicts window right={right}: a causal mask sees no key to the right"
         )
     offset = n_k - n_q
-    d_lo = offset - left if left >= 0 else -_UNBOUNDED
-    d_hi = offset if causal else (offset + right if right >= 0 else _UNBOUNDED)
+    d_lo = max(offset - left, -_UNBOUNDED) if left >= 0 else -_UNBOUNDED
+    d_hi = offset if causal else (min(offset + right, _UNBOUNDED) if right >= 0 else _UNBOUNDED)
     return d_lo, d_hi
 
 
@@ -131,6 +132,11 @@ def _empty(shape, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     """Allocate a kernel output. The tests replace this to fill outputs with NaN, which
     proves that the kernels write every element instead of leaving stale memory."""
     return torch.empty(shape, dtype=dtype, device=device)
+
+
+def _on_device(t: torch.Tensor):
+    """Triton launches on the *current* CUDA device; make it the tensors' device."""
+    return torch.cuda.device(t.device) if t.device.type == "cuda" else contextlib.nullcontext()
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -199,7 +205,8 @@ def _backward(do, q, k, v, o, lse, band, scale, precision, config):
 class _FlashAttentionFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, band, scale, precision, config):
-        o, lse = _forward(q, k, v, band, scale, precision, config)
+        with _on_device(q):
+            o, lse = _forward(q, k, v, band, scale, precision, config)
         ctx.save_for_backward(q, k, v, o, lse)
         ctx.band, ctx.scale, ctx.precision, ctx.config = band, scale, precision, config
         return o
@@ -212,7 +219,8 @@ class _FlashAttentionFunction(torch.autograd.Function):
             raise ValueError(
                 f"grad_output has dtype {do.dtype} on {do.device}; expected {q.dtype} on {q.device}"
             )
-        dq, dk, dv = _backward(do, q, k, v, o, lse, ctx.band, ctx.scale, ctx.precision, ctx.config)
+        with _on_device(q):
+            dq, dk, dv = _backward(do, q, k, v, o, lse, ctx.band, ctx.scale, ctx.precision, ctx.config)
         return dq, dk, dv, None, None, None, None
 
 

@@ -34,7 +34,7 @@ from typing import Any, Dict, List, Optional
 import click
 
 from slurmkit.cli.common import common_options, load_config, print_json, run_main, setup_logging
-from slurmkit.errors import ConfigError, JobFailed, SlurmCommandError, SlurmkitError, UsageError
+from slurmkit.errors import ConfigError, SlurmCommandError, SlurmkitError, UsageError
 
 SUBCOMMANDS = ("status", "cancel", "logs", "schema", "submit")
 ACTIVE_STATES = {"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED", "REQUEUE_HOLD",
@@ -57,8 +57,9 @@ class SsubmitGroup(click.Group):
         return super().parse_args(ctx, args)
 
     def format_usage(self, ctx, formatter):
-        formatter.write_usage("ssubmit", "SPEC [--dry-run] [--parsable] [--json] [--set K=V ...] [--wait]\n"
-                              "       ssubmit status|cancel|logs JOBID\n       ssubmit schema")
+        formatter.write("Usage: ssubmit SPEC [--dry-run] [--parsable] [--json] [--set K=V ...] [--wait]\n"
+                        "       ssubmit status|cancel|logs JOBID\n"
+                        "       ssubmit schema\n")
 
 
 @click.group(cls=SsubmitGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -115,7 +116,7 @@ def _load_spec_and_render(spec_path: str, sets, config_path):
     return cfg, site, spec, rendered
 
 
-def _check_cluster(spec: Dict[str, Any], site: Dict[str, Any], dry_run: bool) -> Optional[str]:
+def _check_cluster(spec: Dict[str, Any], site: Dict[str, Any]) -> Optional[str]:
     """Refuse impossible GPU/node requests when sinfo can tell; tolerate sinfo failing."""
     if not site["check_partition"]:
         return None
@@ -164,7 +165,18 @@ def _log_path(job_id: str, site: Dict[str, Any]) -> Optional[str]:
     if job and job.get("StdOut"):
         return job["StdOut"]
     record = _read_record(job_id, site)
-    return record.get("log") if record else None
+    if record:
+        return record.get("log")
+    # Not ours and gone from scontrol: the default log name in the job's working dir.
+    try:
+        rows = client.sacct(["JobID", "WorkDir"], ["-j", job_id, "-X"])
+    except SlurmCommandError:
+        rows = []
+    for row in rows:
+        guess = os.path.join(row.get("WorkDir") or "", f"slurmkit-{job_id}.out")
+        if row.get("WorkDir") and os.path.exists(guess):
+            return guess
+    return None
 
 
 def _read_record(job_id: str, site: Dict[str, Any]) -> Optional[Dict[str, Any]]:
@@ -244,7 +256,7 @@ def submit_cmd(spec_path, dry_run, test_only, parsable, as_json, sets, wait, wai
     if not os.path.exists(spec_path):
         raise UsageError(f"{spec_path}: no such spec file (subcommands: status, cancel, logs, schema)")
     cfg, site, spec, rendered = _load_spec_and_render(spec_path, sets, config_path)
-    note = _check_cluster(spec, site, dry_run or test_only)
+    note = _check_cluster(spec, site)
     if note and not quiet:
         click.echo(f"ssubmit: warning: {note}", err=True)
     from slurmkit.slurm import client
@@ -329,12 +341,24 @@ def status_cmd(job_id, as_json, config_path, verbose, quiet) -> None:
         info.update({"restarts": job.get("Restarts", ""), "exclude": job.get("ExcNodeList", ""),
                      "time_limit": job.get("TimeLimit", ""), "name": job.get("JobName", "")})
     info["log"] = _log_path(job_id, site)
+    record = _read_record(job_id, site)
+    if record and record.get("settings", {}).get("checkpoint_dir"):
+        state_file = os.path.join(record["settings"]["checkpoint_dir"].replace("{job_id}", job_id), ".slurmkit",
+                                  "requeue-state.json")
+        try:
+            with open(state_file, encoding="utf-8") as fh:
+                counts = json.load(fh)
+            info["requeues"] = (f"time limit {counts.get('timeout', 0)}, preemption {counts.get('preempt', 0)}, "
+                                f"node failures {counts.get('node', 0)}")
+        except (OSError, ValueError):
+            pass
     if state["source"] == "none" and not job:
         raise UsageError(f"job {job_id}: Slurm knows no such job")
     if as_json:
         print_json(info)
     else:
-        for key in ("job_id", "name", "state", "reason", "nodes", "restarts", "exclude", "exit_code", "log"):
+        for key in ("job_id", "name", "state", "reason", "nodes", "restarts", "requeues", "exclude", "exit_code",
+                    "log"):
             if info.get(key) not in (None, "", "None", "(null)"):
                 click.echo(f"{key:10} {info[key]}")
 

@@ -88,7 +88,9 @@ class ClusterSpec:
 
     def comparable(self) -> dict:
         d = asdict(self)
-        d.pop("created_users", None)
+        # Which interpreter started it does not make it a different cluster.
+        for volatile in ("created_users", "python"):
+            d.pop(volatile, None)
         return d
 
 
@@ -513,6 +515,8 @@ class DevCluster:
         for i, n in enumerate(spec.node_names, start=1):
             ns = f"sk-{n}"
             if ns not in existing.split():
+                # A veth left over from an interrupted run would block the new pair.
+                subprocess.run(["ip", "link", "del", f"skv{i}"], capture_output=True, timeout=20)
                 _run(["ip", "netns", "add", ns], what=f"creating namespace {ns}")
                 _run(["ip", "link", "add", f"skv{i}", "type", "veth", "peer", "name", "eth0", "netns", ns],
                      what=f"creating the veth pair for {n}")
@@ -742,8 +746,9 @@ class DevCluster:
             return
         self.stop_daemons(spec)
         if spec.mode == "netns":
-            for n in spec.node_names:
+            for i, n in enumerate(spec.node_names, start=1):
                 subprocess.run(["ip", "netns", "del", f"sk-{n}"], capture_output=True, timeout=20)
+                subprocess.run(["ip", "link", "del", f"skv{i}"], capture_output=True, timeout=20)
             subprocess.run(["ip", "link", "del", BRIDGE], capture_output=True, timeout=20)
             hosts = Path("/etc/hosts")
             lines = [ln for ln in hosts.read_text().splitlines() if HOSTS_TAG not in ln]

@@ -239,7 +239,8 @@ def kill_leaks(dry_run, node, fmt, as_json, config_path, verbose, quiet) -> None
     setup_logging(verbose, quiet)
     from slurmkit.health.backends import BackendError
     from slurmkit.health.engine import Context
-    from slurmkit.health.leaks import exit_code, kill_leaks as run_kill, write_metrics
+    from slurmkit.health.leaks import exit_code, write_metrics
+    from slurmkit.health.leaks import kill_leaks as run_kill
 
     health_cfg, paths = _sections(config_path)
     node = _local_or_simulated(node, health_cfg)

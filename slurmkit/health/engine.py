@@ -47,7 +47,8 @@ def parse_gpu_list(text: Optional[str]) -> Optional[List[int]]:
 
 
 def node_name(env: Optional[Dict[str, str]] = None) -> str:
-    """This node's Slurm name: ``SLURMD_NODENAME`` (several slurmd may share a host), else the short hostname."""
+    """This node's Slurm name: ``SLURMD_NODENAME`` (several slurmd may share a host), else
+    the short hostname."""
     env = os.environ if env is None else env
     name = env.get("SLURMD_NODENAME")
     if name:

@@ -45,6 +45,16 @@ def cleanup(ctx, deadline: float, extra: Dict[str, Any]) -> List[CheckResult]:
                 details={"internal": True},
             )
         ]
+    if not ctx.job_id.isdigit():  # it goes into cgroup paths: never a pattern or a '..'
+        return [
+            CheckResult(
+                "epilog_cleanup",
+                Status.UNKNOWN,
+                "BAD_JOB_ID",
+                f"SLURM_JOB_ID {ctx.job_id!r} is not a number",
+                details={"internal": True},
+            )
+        ]
     table = {p.pid: p for p in procs.iter_procs()}
     cg = procs.cgroup_job_pids(ctx.job_id)
     envp = procs.environ_job_pids(ctx.job_id, ctx.job_uid, list(table.values()))

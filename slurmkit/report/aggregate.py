@@ -20,8 +20,9 @@ Per group:
 * ``share_pct`` = 100 x gpu_hours / total; ``rank`` 1 = largest;
 * ``jobs`` = distinct JobIDRaw (array tasks and het components are distinct);
   ``attempts`` counts every requeued run separately;
-* ``mean_wait_s`` = mean of Start - Submit over attempts whose Start lies inside the
-  window (a start clipped by ``-T`` hides the real wait; sacct resets Submit on
+* ``mean_wait_s`` = mean of Start - Submit over attempts whose Start lies strictly
+  inside the window (a start clipped by ``-T`` shows up as exactly the window start
+  and hides the real wait; sacct resets Submit on
   requeue, so each attempt's wait is its own). Attributed to the period/group where
   the attempt started;
 * ``gpu_hours_by_state`` keyed by the attempt's final state (``CANCELLED by 0`` →
@@ -160,7 +161,7 @@ class _Acc:
         if count_wait:
             self.attempts += 1
             sub = a.submit
-            if sub is not None and a.raw_start >= lo and a.raw_start >= sub:
+            if sub is not None and a.raw_start > lo and a.raw_start >= sub:
                 self.wait_sum += a.raw_start - sub
                 self.wait_n += 1
 
@@ -278,7 +279,7 @@ def _aggregate_fields(attempts: Sequence[Attempt], by: Sequence[str], groups: Di
             sub = a[submit_i]
             if sub is not None:
                 rs = a[raw_start_i]
-                if rs >= lo and rs >= sub:
+                if rs > lo and rs >= sub:
                     acc[3] += rs - sub
                     acc[4] += 1
     else:
@@ -291,7 +292,7 @@ def _aggregate_fields(attempts: Sequence[Attempt], by: Sequence[str], groups: Di
             sub = a[submit_i]
             if sub is not None:
                 rs = a[raw_start_i]
-                if rs >= lo and rs >= sub:
+                if rs > lo and rs >= sub:
                     acc[3] += rs - sub
                     acc[4] += 1
     jids = [a[jid_i] for a in attempts]

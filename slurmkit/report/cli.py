@@ -10,6 +10,7 @@ window or config; 3 sacct or sinfo failed (missing, timed out, slurmdbd down).
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import logging
 import os
@@ -38,8 +39,9 @@ def period_options(f: Callable) -> Callable:
         click.option("--until", help="End of the window (exclusive); default now."),
         click.option("--month", help="A calendar month, YYYY-MM (local time)."),
         click.option("--last", help="The last period up to --until/now: 12h, 7d, 2w."),
-        click.option("--sacct-file", type=click.Path(dir_okay=False),
-                     help="Read saved `sacct --parsable2` output (with header) instead of calling sacct."),
+        click.option("--sacct-file", type=click.Path(dir_okay=False, allow_dash=True),
+                     help="Read saved `sacct --parsable2` output (with header) instead of calling sacct; "
+                          "- reads stdin."),
         click.option("--now", "now_opt", hidden=True, help="Pretend the time is this (tests)."),
     ]):
         f = opt(f)
@@ -93,11 +95,25 @@ def _window(since, until, month, last, sacct_file, now_opt):
                           default_unbounded=bool(sacct_file)), now
 
 
+@contextlib.contextmanager
+def gc_paused():
+    """Pause the cyclic GC for the body of a report command: it builds 10^5-10^6
+    acyclic tuples, and generational passes over them cost more than the grouping
+    (see sacct.parse_rows). Re-enabled afterwards, so in-process callers (tests)
+    keep a normal interpreter."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
 def load_attempts(*, window, now, filters, sacct_file: Optional[str], need_columns=(), timeout: float):
     """Attempts from a saved file or a live sacct call; prints the malformed-row warning."""
     from slurmkit.report import sacct
 
-    gc.disable()  # a short-lived command building ~10^5-10^6 acyclic tuples; see sacct.parse_rows
     if sacct_file:
         attempts, stats, _ = sacct.read_sacct_file(sacct_file, window=window, now=now, filters=filters,
                                                    need_columns=need_columns)
@@ -117,9 +133,14 @@ def load_attempts(*, window, now, filters, sacct_file: Optional[str], need_colum
     return attempts, stats, command
 
 
-def run_usage(*, config_path, verbose, quiet, since, until, month, last, sacct_file, now_opt, by, users,
-              accounts, partitions, states, names, fmt, as_json, view, plot_path, price, health_log,
-              no_health_log, lost_window_hours, show_command, default_view: str = "usage") -> int:
+def run_usage(**kwargs: Any) -> int:
+    with gc_paused():
+        return _run_usage(**kwargs)
+
+
+def _run_usage(*, config_path, verbose, quiet, since, until, month, last, sacct_file, now_opt, by, users,
+               accounts, partitions, states, names, fmt, as_json, view, plot_path, price, health_log,
+               no_health_log, lost_window_hours, show_command, default_view: str = "usage") -> int:
     from slurmkit.report import sacct
     from slurmkit.report.aggregate import aggregate, parse_by
     from slurmkit.report.cost import price_table
@@ -282,8 +303,9 @@ def report_capacity(config_path, verbose, quiet, since, until, month, last, sacc
 
         inventory = node_inventory(client.nodes())
     filters = sacct.Filters(partitions=parts)
-    attempts, stats, command = load_attempts(window=window, now=now, filters=filters, sacct_file=sacct_file,
-                                             timeout=rcfg["sacct_timeout"])
+    with gc_paused():
+        attempts, stats, command = load_attempts(window=window, now=now, filters=filters,
+                                                 sacct_file=sacct_file, timeout=rcfg["sacct_timeout"])
     data = capacity_rows(attempts, window, by=by, inventory=inventory, gpus_override=gpus_override,
                          partitions=parts, now=now)
     data["meta"]["sacct_command"] = command

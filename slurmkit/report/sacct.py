@@ -33,6 +33,7 @@ import io
 import operator
 import os
 import shlex
+import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -160,6 +161,15 @@ class ParseStats:
 # --------------------------------------------------------------------------- time parsing
 
 _hour_cache: Dict[str, int] = {}
+#: "YYYY-MM-DDTHH:MM" -> epoch of that minute, filled by parse_time and read by the
+#: parser's ISO fast path (a month has 43,200 minutes: small).
+_minute_cache: Dict[str, int] = {}
+
+
+def clear_time_caches() -> None:
+    """Forget cached local-time conversions (after changing ``TZ`` in-process)."""
+    _hour_cache.clear()
+    _minute_cache.clear()
 
 
 def parse_time(text: str) -> Optional[int]:
@@ -169,6 +179,8 @@ def parse_time(text: str) -> Optional[int]:
     ISO times are converted through a cache keyed by the hour (``YYYY-MM-DDTHH``):
     one ``mktime`` per distinct hour instead of a datetime per row. DST shifts happen
     on hour boundaries, so adding minutes and seconds to the hour's epoch is exact.
+    Each minute seen is also remembered for the parser's ISO fast path. The caches
+    assume ``TZ`` does not change in the process (see :func:`clear_time_caches`).
     Raises :class:`ValueError` for anything else.
     """
     if text.isdigit():
@@ -189,7 +201,9 @@ def parse_time(text: str) -> Optional[int]:
     mi, s = text[14:16], text[17:19]
     if not (mi.isdigit() and s.isdigit()) or int(mi) > 59 or int(s) > 60:
         raise ValueError(text)
-    return base + int(mi) * 60 + int(s)
+    minute = base + int(mi) * 60
+    _minute_cache[text[:16]] = minute
+    return minute + int(s)
 
 
 def parse_gpu_tres(text: str) -> Tuple[int, Tuple[Tuple[str, int], ...]]:
@@ -275,6 +289,8 @@ def _parse_rows(lines: Iterable[str], columns: Sequence[str], *, sep: str, windo
     running_states = RUNNING_STATES
     slow_time = parse_time
     new_attempt = _new_attempt
+    minute_of = _minute_cache
+    epoch_times = True
     out: List[Attempt] = []
     append = out.append
     bad = stats.bad
@@ -310,9 +326,9 @@ def _parse_rows(lines: Iterable[str], columns: Sequence[str], *, sep: str, windo
                     f = split_parsable2(line.rstrip("\r\n"), nf, free_idx, sep)
                 if len(f) != nf:
                     continue
-            if not jobid_first and "." in f[i_jobid]:
-                step_rows += 1
-                continue
+        if not jobid_first and "." in f[i_jobid]:
+            step_rows += 1
+            continue
         job_rows += 1
         if need_pad:
             f.append("")
@@ -327,13 +343,34 @@ def _parse_rows(lines: Iterable[str], columns: Sequence[str], *, sep: str, windo
                     or (names is not None and f[i_name].rstrip("\r\n") not in names):
                 filtered += 1
                 continue
-        # --- times: the fast path is three epoch integers; anything else goes slow.
+        # --- times: the fast path is three epoch integers (slurmkit's own sacct call) or,
+        # once a file has shown ISO times, three ISO times looked up by their minute;
+        # anything else (Unknown, None, a new minute, garbage) takes the slow path.
         running = False
         try:
-            start = int(f[i_start])
-            end = int(f[i_end])
-            submit = int(f[i_submit]) if has_submit else None
-        except ValueError:
+            if epoch_times:
+                start = int(f[i_start])
+                end = int(f[i_end])
+                submit = int(f[i_submit]) if has_submit else None
+            else:
+                t1, t2 = f[i_start], f[i_end]
+                if len(t1) != 19 or len(t2) != 19:
+                    raise ValueError
+                start = minute_of[t1[:16]] + int(t1[17:])
+                end = minute_of[t2[:16]] + int(t2[17:])
+                if has_submit:
+                    t3 = f[i_submit]
+                    if len(t3) != 19:
+                        raise ValueError
+                    submit = minute_of[t3[:16]] + int(t3[17:])
+                else:
+                    submit = None
+        except (ValueError, KeyError):
+            s_txt = f[i_start]
+            if len(s_txt) == 19 and s_txt[4] == "-":
+                epoch_times = False
+            elif s_txt.isdigit():
+                epoch_times = True
             try:
                 start = slow_time(f[i_start])
                 if start is None:
@@ -429,9 +466,13 @@ def _strip_trailing(lines: Iterable[str], sep: str) -> Iterator[str]:
 def read_sacct_file(path: str, *, window: Window, now: Optional[float] = None,
                     filters: Optional[Filters] = None,
                     need_columns: Iterable[str] = ()) -> Tuple[List[Attempt], ParseStats, List[str]]:
-    """Parse a saved ``sacct --parsable2`` file (with its header line), streaming."""
+    """Parse a saved ``sacct --parsable2`` file (with its header line), streaming.
+    ``-`` reads standard input (``sacct ... | slurmkit report --sacct-file -``)."""
     try:
-        fh = open(path, "r", encoding="utf-8", errors="replace", newline=None)
+        if path == "-":
+            fh = io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace", newline=None)
+        else:
+            fh = open(path, "r", encoding="utf-8", errors="replace", newline=None)
     except OSError as exc:
         raise UsageError(f"--sacct-file {path}: {exc.strerror}") from None
     with fh:
@@ -520,4 +561,6 @@ def run_query(query: SacctQuery, *, window: Window, now: Optional[float] = None,
         raise SlurmCommandError(res.argv, f"sacct could not reach the accounting database: "
                                 f"{res.stderr.strip()[-300:]} (is slurmdbd running?)",
                                 returncode=res.returncode, stderr=res.stderr)
-    return parse_rows(io.StringIO(res.stdout), FIELDS, sep="\x1f", window=window, now=now, filters=filters)
+    # str.split, not io.StringIO: StringIO keeps a 4-byte-per-character copy of the
+    # whole output (600 MB for a million-row month); the line list costs a third of that.
+    return parse_rows(res.stdout.split("\n"), FIELDS, sep="\x1f", window=window, now=now, filters=filters)

@@ -26,7 +26,6 @@ import argparse
 import glob
 import json
 import os
-import re
 import signal
 import socket
 import subprocess
@@ -127,7 +126,9 @@ def detect_summary(fabric: str, sysfs_root: str, link_layer: Optional[str],
 
 
 def cmd_detect(args: argparse.Namespace) -> int:
-    summary = detect_summary(args.fabric, args.sysfs_root, args.link_layer, args.expected_rate_gbps)
+    # {node} lets a test point every node at its own fixture tree (simulated HCAs).
+    root = args.sysfs_root.replace("{node}", node_name())
+    summary = detect_summary(args.fabric, root, args.link_layer, args.expected_rate_gbps)
     for w in summary["warnings"]:
         log(f"{summary['node']}: warning: {w}")
     write_json(os.path.join(args.out, f"{summary['node']}.json"), summary)
@@ -506,7 +507,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--fabric", default="auto")
     p.add_argument("--link-layer", default=None)
     p.add_argument("--expected-rate-gbps", type=float, default=None)
-    p.add_argument("--sysfs-root", default=os.environ.get("SLURMKIT_SYSFS_INFINIBAND", "/sys/class/infiniband"))
+    p.add_argument("--sysfs-root", default=os.environ.get("SLURMKIT_SYSFS_INFINIBAND", "/sys/class/infiniband"),
+                   help="InfiniBand sysfs class dir; $SLURMKIT_SYSFS_INFINIBAND (with {node}) points it at "
+                        "fixture trees for tests")
     p.set_defaults(fn=cmd_detect)
 
     p = sub.add_parser("node-launch")

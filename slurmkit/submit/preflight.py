@@ -129,7 +129,11 @@ def run(args: argparse.Namespace) -> int:
                  "hook_failed": hook_failed})
     reports: List[Optional[Dict[str, Any]]] = [None] * world
     dist.all_gather_object(reports, mine)
-    nodes = sorted({r["node"] for r in reports if r}, key=lambda n: min(r["rank"] for r in reports if r and r["node"] == n))
+    first_rank = {}
+    for r in reports:
+        if r:
+            first_rank[r["node"]] = min(first_rank.get(r["node"], r["rank"]), r["rank"])
+    nodes = sorted(first_rank, key=first_rank.get)
 
     bad: Dict[str, str] = {}
     for r in reports:

@@ -416,8 +416,6 @@ def check_against_cluster(spec: Dict[str, Any], nodes_rows: List[Dict[str, str]]
     ``nodes_rows`` is :func:`slurmkit.slurm.client.nodes` output for the partition.
     Returns an error message, or ``None`` when the request fits (or sinfo told nothing).
     """
-    from slurmkit.slurm.parse import parse_tres  # noqa: F401  (keeps the import local and cheap)
-
     want = spec["gpus_per_node"]
     if not nodes_rows:
         return None

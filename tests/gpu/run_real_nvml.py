@@ -108,7 +108,8 @@ def main() -> int:
     try:
         drv = b.nv.nvmlSystemGetDriverVersion()
         print(
-            f"driver {drv.decode() if isinstance(drv, bytes) else drv}, nvidia-ml-py {getattr(b.nv, '__version__', '?')}"
+            f"driver {drv.decode() if isinstance(drv, bytes) else drv}, "
+            f"nvidia-ml-py {getattr(b.nv, '__version__', '?')}"
         )
     except Exception:
         pass
@@ -215,7 +216,8 @@ def main() -> int:
         walls.append(time.perf_counter() - t0)
         codes.append(res.returncode)
     print(
-        f"wall p50 {statistics.median(walls) * 1000:.0f} ms, max {max(walls) * 1000:.0f} ms; exit codes {codes}"
+        f"wall p50 {statistics.median(walls) * 1000:.0f} ms, max {max(walls) * 1000:.0f} ms; "
+        f"exit codes {codes}"
         f" (1 = the node itself fails a check; budget 5 s)"
     )
     out["prolog_wall_s"] = walls

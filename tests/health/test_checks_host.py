@@ -164,3 +164,24 @@ def test_heavy_cache_reports_valid_verdicts_and_fails_on_a_valid_fail(ctx_factor
         run(ctx_factory(health={"use_verdict_store": False}), "heavy_cache").reason
         == "verdict store disabled"
     )
+
+
+@pytest.mark.parametrize(
+    "name,target,health",
+    [
+        ("disk_space", "os.statvfs", {}),
+        ("memory_available", "slurmkit.health.checks.host.meminfo", {}),
+        ("mounts", "slurmkit.health.checks.host._mount_table", {"checks": {"mounts": {"required": ["/"]}}}),
+        ("infiniband", "slurmkit.health.sysfs.ib_ports", {}),
+        ("services", "slurmkit.health.checks.host.running_process_names",
+         {"checks": {"services": {"required": ["x"]}}}),
+    ],
+)
+def test_a_hung_host_probe_fails_naming_the_check(ctx_factory, monkeypatch, name, target, health):
+    """A stuck NFS statvfs or /proc read must not hang the prolog: the check fails at its deadline."""
+    monkeypatch.setattr(target, lambda *a, **k: time.sleep(30))
+    t0 = time.monotonic()
+    r = run(ctx_factory(health=health), name, timeout=0.3)
+    assert time.monotonic() - t0 < 1.5
+    assert (r.status, r.code, r.action) == (Status.FAIL, "CHECK_TIMEOUT", Action.ISOLATE)
+    assert name in r.reason

@@ -11,7 +11,8 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.health.conftest import REPO
 

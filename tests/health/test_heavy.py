@@ -115,3 +115,14 @@ def test_allreduce_over_gloo_is_correct_and_measured():
     pytest.importorskip("torch")
     res = heavy.allreduce_busbw(None, ranks=2, backend="gloo", cpu_size_mb=1, iterations=2, timeout=120)
     assert res["wrong"] == 0 and res["ranks"] == 2 and res["busbw_gbps"] > 0
+
+
+def test_a_hung_heavy_probe_fails_at_its_deadline(ctx_factory, monkeypatch):
+    import time
+
+    monkeypatch.setattr(heavy, "gemm_tflops", lambda *a, **k: time.sleep(30))
+    ctx = ctx_factory(health={"backend": "nvml"})
+    t0 = time.monotonic()
+    r = run_one(ctx, CATALOG["gemm_tflops"], 0.5)
+    assert time.monotonic() - t0 < 5
+    assert r.status == Status.FAIL and r.code == "CHECK_TIMEOUT" and "gemm_tflops" in r.reason

@@ -152,18 +152,17 @@ def test_ecc_fault_drains_node2_holds_the_job_then_resume_after_clearing(devclus
             devcluster, "node2", scoped(job, {"gpus": {3: {"ecc": {"volatile_uncorrected": 2}}}})
         ):
             devcluster.run(["scontrol", "release", job])
-            node = wait_for(lambda: drained(devcluster, "node2"), 60, "node2 to drain")
-            assert node["Reason"].startswith("slurmkit:GPU_ECC_UNCORRECTED gpu_ecc: GPU 3: 2 uncorrected"), (
-                node
-            )
-            held = wait_for(lambda: held_job(devcluster, job), 60, "the job to be requeued and held")
-            assert held["Restarts"] == "1"
-            pro = [r for r in records_for(devcluster, job, "prolog")]
+            # the job may wait for node2 behind other tests' jobs: key on its own prolog
+            pro = wait_for(lambda: records_for(devcluster, job, "prolog"), 180, "the job's prolog")
             assert [r["node"] for r in pro] == ["node2"] and pro[0]["exit_code"] == 1
-            assert "DRAIN" not in show_node(devcluster, "node1").get("State", "")  # node1 untouched
+            reason = pro[0]["drain_reason"]
+            assert reason.startswith("slurmkit:GPU_ECC_UNCORRECTED gpu_ecc: GPU 3: 2 uncorrected"), reason
+            held = wait_for(lambda: held_job(devcluster, job), 120, "the job to be requeued and held")
+            assert held["Restarts"] == "1"
+            n1 = [r for r in health_log(devcluster) if r.get("job_id") == job and r["node"] == "node1"]
+            assert n1 == []  # node1 was never involved
             # Slurm's own 'Prolog error' did not replace the reason (unless another test
             # sharing the cluster resumed node2 meanwhile: then re-create the drain)
-            reason = node["Reason"].split(" [")[0]
             now = show_node(devcluster, "node2")
             if "DRAIN" in now.get("State", ""):
                 assert now["Reason"].startswith("slurmkit:GPU_ECC_UNCORRECTED"), now
@@ -223,14 +222,12 @@ def test_nvml_hang_ends_the_prolog_within_its_budget(devcluster):
         with edited_fixture(
             devcluster, "node2", scoped(job, {"inject": {"hang": {"call": "ecc", "seconds": 60}}})
         ):
-            t0 = time.monotonic()
             devcluster.run(["scontrol", "release", job])
-            rec = wait_for(lambda: records_for(devcluster, job, "prolog"), 60, "the prolog record")[-1]
+            rec = wait_for(lambda: records_for(devcluster, job, "prolog"), 180, "the prolog record")[-1]
             assert rec["exit_code"] == 1 and rec["node"] == "node2"
             assert rec["drain_reason"].startswith("slurmkit:CHECK_TIMEOUT gpu_ecc: gpu_ecc did not finish")
             assert rec["seconds"] <= 5.0 + 0.5  # prolog_deadline, never slurmd's 8 s "Prolog hung"
-            assert time.monotonic() - t0 < 30
-            wait_for(lambda: held_job(devcluster, job), 60, "the job to be requeued and held")
+            wait_for(lambda: held_job(devcluster, job), 120, "the job to be requeued and held")
             node = show_node(devcluster, "node2")
             if "DRAIN" in node.get("State", ""):
                 assert node["Reason"].startswith("slurmkit:CHECK_TIMEOUT gpu_ecc"), node

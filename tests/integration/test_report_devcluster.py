@@ -140,6 +140,23 @@ def test_report_matches_requested_gpu_seconds(devcluster, tmp_path):
     assert data["totals"]["gpu_hours"] == pytest.approx(sum(expected.values()) / 3600, abs=1e-5)
     assert "-D" in data["meta"]["sacct_command"] and "-T" in data["meta"]["sacct_command"]
 
+    # A window that cuts through jobs: -T plus slurmkit's own clip must give GPUs x the
+    # overlap of each attempt with the window.
+    cut_start = min(a[2] for a in attempts) + 1
+    cut_end = max(a[3] for a in attempts) - 1
+    clipped = {}
+    for jid, _state, start, end in attempts:
+        user, account, gpus = jobs[jid]
+        overlap = max(0, min(end, cut_end) - max(start, cut_start))
+        clipped[(account, user)] = clipped.get((account, user), 0) + gpus * overlap
+    res_cut = devcluster.run([sys.executable, "-m", "slurmkit.cli.main", "report", "--since", f"@{cut_start}",
+                              "--until", f"@{cut_end}", "--by", "account,user", "--json", "--name", name,
+                              "--no-health-log"], env={"SLURMKIT_CONFIG": str(devcluster.config_path)})
+    assert res_cut.returncode == 0, res_cut.stderr
+    cut = {(r["account"], r["user"]): r["gpu_hours"] for r in json.loads(res_cut.stdout)["rows"]}
+    for key, gpu_seconds in clipped.items():
+        assert cut.get(key, 0.0) == pytest.approx(gpu_seconds / 3600, abs=1e-5), (key, cut, clipped)
+
     # The same numbers from a saved dump through --sacct-file (the recommended command).
     dump = tmp_path / "dump.txt"
     rec = devcluster.run(["sacct", "-a", "-D", "-T", "-S", _iso(since), "-E", _iso(until), "--parsable2",

@@ -72,7 +72,7 @@ def test_main_job_runs_preflight_and_trains_on_two_nodes(devcluster, tmp_path):
 
 def test_requeue_on_signal_resumes_from_checkpoint(devcluster, tmp_path):
     ck = ckpt_set(devcluster)
-    res = ssubmit(devcluster, tmp_path, str(EXAMPLE), "--parsable", "--set", ck, "--set", "preflight.allreduce=false",
+    res = ssubmit(devcluster, tmp_path, str(EXAMPLE), "--parsable", "--set", ck,
                   "--set", args_set("--steps", "7", "--ckpt-every", "100", "--step-sleep", "1",
                                     "--attention", "sdpa"))
     assert res.returncode == 0, res.stderr
@@ -95,6 +95,7 @@ def test_requeue_on_signal_resumes_from_checkpoint(devcluster, tmp_path):
     saved = int(re.search(r"slurmkit: checkpoint saved at step (\d+) \(requested\)", log).group(1))
     assert "checkpoint taken (preemption); requeueing job" in log
     assert f"job {job_id} restart 1 on" in log
+    assert log.count("pre-flight ok") == 2  # the pre-flight runs again after the requeue
     assert f"resumed from step {saved}" in log
     steps = [int(s) for s in re.findall(r"^step (\d+) loss", log, re.M)]
     assert steps == list(range(1, 8)), steps  # every step exactly once across the two runs
@@ -103,6 +104,8 @@ def test_requeue_on_signal_resumes_from_checkpoint(devcluster, tmp_path):
     state_file = Path(ck.split("=", 1)[1].replace("{job_id}", job_id)) / ".slurmkit" / "requeue-state.json"
     counts = json.loads(state_file.read_text())
     assert (counts["preempt"], counts["timeout"], counts["node"]) == (1, 0, 0)
+    status = ssubmit(devcluster, tmp_path, "status", job_id)
+    assert "time limit 0, preemption 1, node failures 0" in status.stdout, status.stdout + status.stderr
 
 
 def test_preflight_failure_excludes_the_node_and_requeues(devcluster, tmp_path):
@@ -118,8 +121,8 @@ def test_preflight_failure_excludes_the_node_and_requeues(devcluster, tmp_path):
             out = devcluster.run(["scontrol", "-o", "show", "job", job_id]).stdout
             m = re.search(r"ExcNodeList=(\S+)", out)
             r = re.search(r"Restarts=(\d+)", out)
-            return (m.group(1), int(r.group(1)), out) if m and m.group(1) == "node[1-2]" and r and int(r.group(1)) >= 1 \
-                else None
+            done = m and m.group(1) == "node[1-2]" and r and int(r.group(1)) >= 1
+            return (m.group(1), int(r.group(1)), out) if done else None
         exc, restarts, record = wait_for(excluded, 150, "ExcNodeList=node[1-2] after the requeue")
         assert "JobState=PENDING" in record and "Priority=0" not in record  # released, not left held
         log = log_of(devcluster, job_id)
@@ -151,3 +154,45 @@ def test_wait_exit_codes(devcluster, tmp_path):
     assert res.returncode == 0, res.stderr
     data = json.loads(res.stdout)
     assert data["state"] == "COMPLETED" and data["exit"] == 0 and "fine" in "\n".join(data["log_tail"])
+
+
+def _fixture_hcas(root: Path, node: str, down: tuple = ()) -> None:
+    """Simulated HCAs: a sysfs-like tree per node (the nodes have no InfiniBand)."""
+    for dev in ("mlx5_0", "mlx5_1"):
+        d = root / node / dev / "ports" / "1"
+        d.mkdir(parents=True)
+        (d / "state").write_text("1: DOWN\n" if dev in down else "4: ACTIVE\n")
+        (d / "rate").write_text("400 Gb/sec (4X NDR)\n")
+        (d / "link_layer").write_text("InfiniBand\n")
+
+
+def test_fabric_auto_detects_hcas_and_excludes_a_node_with_a_port_down(devcluster, tmp_path):
+    sysfs = devcluster.shared_dir / f"ssubmit-sysfs-{uuid.uuid4().hex[:8]}"
+    spec = tmp_path / "fabric.yaml"
+    spec.write_text("name: fabric\nnodes: 2\ntime: '5'\nfabric: auto\ndevice: cpu\n"
+                    "command: [bash, -c, 'echo \"hca=$NCCL_IB_HCA ifname=$NCCL_SOCKET_IFNAME\"']\n"
+                    "preflight: {allreduce: false}\n"
+                    f"env: {{SLURMKIT_SYSFS_INFINIBAND: '{sysfs}/{{node}}'}}\n")
+    _fixture_hcas(sysfs, "node1")
+    _fixture_hcas(sysfs, "node2")
+    res = ssubmit(devcluster, tmp_path, str(spec), "--wait", "--wait-timeout", "120", "--log-lines", "200",
+                  "--set", ckpt_set(devcluster))
+    assert res.returncode == 0, res.stderr
+    assert "fabric ok: node1: infiniband mlx5_0:1,mlx5_1:1, node2: infiniband mlx5_0:1,mlx5_1:1" in res.stderr
+    assert "hca==mlx5_0:1,mlx5_1:1 ifname==eth0" in res.stderr
+    assert "NCCL_IB_TIMEOUT=22" in res.stderr  # the detected fabric's profile was applied per node
+
+    # node2 loses a port: the nodes disagree, node2 is excluded and the job requeued.
+    (sysfs / "node2" / "mlx5_1" / "ports" / "1" / "state").write_text("1: DOWN\n")
+    res = ssubmit(devcluster, tmp_path, str(spec), "--parsable", "--set", ckpt_set(devcluster))
+    job_id = res.stdout.strip()
+    try:
+        def requeued():
+            out = devcluster.run(["scontrol", "-o", "show", "job", job_id]).stdout
+            return out if "ExcNodeList=node2" in out and "Restarts=1" in out else None
+        wait_for(requeued, 120, "ExcNodeList=node2 after the fabric check")
+        log = log_of(devcluster, job_id)
+        assert "fabric check failed on node2: mlx5_1:1 is DOWN" in log
+        assert "hca=" not in log  # the command never ran
+    finally:
+        devcluster.run(["scancel", job_id])

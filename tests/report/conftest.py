@@ -20,11 +20,11 @@ def utc(monkeypatch):
 
     monkeypatch.setenv("TZ", "UTC")
     time.tzset()
-    sacct._hour_cache.clear()
+    sacct.clear_time_caches()
     yield
     monkeypatch.undo()
     time.tzset()
-    sacct._hour_cache.clear()
+    sacct.clear_time_caches()
 
 
 @pytest.fixture

@@ -207,3 +207,15 @@ def test_health_log_written_by_the_health_hooks(fixture_path, tmp_path):
     assert (ev.node, ev.code, ev.check) == ("node2", "GPU_ECC_DBE", "gpu_ecc")
     # job 112 (TIMEOUT, node2, 11-07 10:00-11:00, 4 GPUs) ran within 6 h before the drain
     assert {attempts[i].job_id for i in find_suspect(attempts, hl.events, 6)} == {"112"}
+
+
+def test_wait_of_a_start_truncated_by_T_is_not_counted():
+    """With -T sacct reports Start = -S for a job that started earlier; its wait is unknown."""
+    w = resolve_window(since="2026-11-01", until="2026-12-01")
+    cols = ["JobID", "State", "AllocTRES", "Submit", "Start", "End", "User"]
+    rows = [f"1|COMPLETED|gres/gpu=1|{w.start - 7200}|{w.start}|{w.start + 3600}|u\n",   # truncated start
+            f"2|COMPLETED|gres/gpu=1|{w.start + 100}|{w.start + 400}|{w.start + 500}|u\n"]  # wait 300 s
+    attempts, _ = sacct.parse_rows(rows, cols, sep="|", window=w)
+    rep = aggregate(attempts, ["user"], window_start=w.start)
+    assert rep.rows[0]["mean_wait_s"] == 300.0
+    assert rep.rows[0]["gpu_hours"] == pytest.approx((3600 + 100) / 3600)

@@ -356,3 +356,14 @@ def test_rich_table_on_a_terminal(fixture_path):
     render_table(rep, "usage", buf, color=True)
     text = buf.getvalue()
     assert "GPU-hours by user" in text and "41.00" in text and "62.00" in text and "TOTAL" in text
+
+
+def test_sacct_file_from_stdin(cli, fixture_path, monkeypatch):
+    import subprocess
+    import sys
+
+    text = open(fixture_path("basic.txt")).read()
+    res = subprocess.run([sys.executable, "-m", "slurmkit.cli.main", "report", "--sacct-file", "-", *NOV, "--json"],
+                         input=text, capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["totals"]["gpu_hours"] == 62.0

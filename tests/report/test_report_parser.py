@@ -207,7 +207,7 @@ def test_parse_time_forms():
 def test_iso_parsing_follows_local_time(monkeypatch):
     monkeypatch.setenv("TZ", "Europe/Berlin")
     time.tzset()
-    sacct._hour_cache.clear()
+    sacct.clear_time_caches()
     # 2026-10-25 03:30 CET (after the DST change at 03:00 CEST -> 02:00 CET) = 02:30 UTC
     assert sacct.parse_time("2026-10-25T03:30:00") == 1792895400
     # 2026-07-01 12:00 CEST = 10:00 UTC
@@ -280,3 +280,14 @@ def test_blank_and_separatorless_lines():
                                        first_line=5)
     assert [a.gpu_seconds for a in attempts] == [10]
     assert stats.rows == 3 and stats.step_rows == 1 and stats.malformed_lines == [7]
+
+
+def test_steps_skipped_when_jobid_is_not_the_first_column(tmp_path):
+    f = tmp_path / "s.txt"
+    f.write_text("State|JobID|AllocTRES|Start|End|JobName\n"
+                 "COMPLETED|8|gres/gpu=2|2026-11-10T10:00:00|2026-11-10T10:30:00|a|b\n"
+                 "COMPLETED|8.batch|gres/gpu=2|2026-11-10T10:00:00|2026-11-10T10:30:00|batch\n"
+                 "COMPLETED|8.0|gres/gpu=2|2026-11-10T10:00:00|2026-11-10T10:30:00|x\n")
+    attempts, stats, _ = sacct.read_sacct_file(str(f), window=resolve_window(default_unbounded=True))
+    assert [a.gpu_seconds for a in attempts] == [3600] and stats.step_rows == 2
+    assert attempts[0].job_name == "a|b"

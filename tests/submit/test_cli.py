@@ -214,3 +214,21 @@ def test_cli_does_not_import_torch():
     code = ("import sys; from slurmkit.cli import ssubmit; from slurmkit.submit import spec, render, nccl, jobside;"
             "assert 'torch' not in sys.modules and 'triton' not in sys.modules, 'heavy import'")
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60).returncode == 0
+
+
+def test_wait_json_prints_one_json_object(fake):
+    fake.sacct_state, fake.exit_code = "FAILED", "5:0"
+    res = invoke(str(SPECS / "minimal.yaml"), "--wait", "--json")
+    assert res.exit_code == 5
+    data = json.loads(res.stdout)
+    assert data["state"] == "FAILED" and data["exit"] == 5 and data["job_id"] == "4242"
+
+
+def test_docs_cover_every_spec_key_and_exit_code():
+    from slurmkit.submit.spec import SPEC_FIELDS
+
+    doc = (REPO / "docs" / "ssubmit.md").read_text()
+    missing = [k for k in SPEC_FIELDS if f"`{k}`" not in doc]
+    assert not missing, f"docs/ssubmit.md does not mention: {missing}"
+    for code in ("| 0 |", "| 1 |", "| 2 |", "| 3 |", "| 4 |"):
+        assert code in doc

@@ -34,7 +34,7 @@ env_names = st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,8}", fullmatch=True).filter(
      "LANG", "LC_ALL", "LC_CTYPE", "POSIXLY_CORRECT", "ENV", "CDPATH", "GLOBIGNORE", "TMOUT", "MAIL",
      "MAILPATH", "MAILCHECK", "PROMPT_COMMAND", "TERM", "SHELL", "HISTFILE", "INPUTRC", "PS1", "PS2", "PS3",
      "FIGNORE", "HISTSIZE", "HISTFILESIZE", "HISTCONTROL", "HISTIGNORE", "OPTERR", "COMP_WORDBREAKS",
-     "READLINE_LINE", "EXECIGNORE", "BASHOPTS", "COPROC", "DIRSTACK", "BASH_ENV", "OLDPWD"})
+     "READLINE_LINE", "EXECIGNORE", "BASHOPTS", "COPROC", "DIRSTACK", "BASH_ENV"})
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -62,8 +62,11 @@ def test_hostile_values_are_inert_and_preserved(name, env, args, ckpt):
 @settings(max_examples=40, deadline=None)
 @given(value=text)
 def test_hostile_values_round_trip_through_the_yaml_file(value):
-    """What a user writes in the YAML file is what reaches the spec (then the script)."""
-    doc = yaml.safe_dump({"script": "/t.py", "name": value, "env": {"V": value}, "args": [value]},
-                         allow_unicode=True)
+    """What a user writes in the YAML file is what reaches the spec (then the script).
+
+    The document is written with escapes for non-ASCII: PyYAML writes a raw U+0085 (NEL)
+    that its own reader then folds into a space, a YAML line-break rule, not ours.
+    """
+    doc = yaml.safe_dump({"script": "/t.py", "name": value, "env": {"V": value}, "args": [value]})
     spec = validate_spec(load_yaml_text(doc, "s.yaml"), "s.yaml")
     assert spec["name"] == value and spec["env"]["V"] == value and spec["args"] == [value]

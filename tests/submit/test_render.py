@@ -125,7 +125,7 @@ def test_ib_profile_values_and_exact_hca_prefix():
 
 def test_container_flags_go_on_srun():
     _, rendered = render_file(SPECS / "roce-container.yaml")
-    srun_line = next(l for l in rendered.script.splitlines() if l.startswith("SK_SRUN=("))
+    srun_line = next(line for line in rendered.script.splitlines() if line.startswith("SK_SRUN=("))
     assert "--container-image=nvcr.io/nvidia/pytorch:24.05-py3" in srun_line
     assert "--container-mounts=/shared:/shared" in srun_line
 

@@ -116,7 +116,8 @@ class GpuBackend:
         raise NotImplementedError
 
     def remapped_rows(self, index: int) -> Dict[str, Any]:
-        """``{"correctable": n, "uncorrectable": n, "pending": bool, "failed": bool}``; ``{}`` if unsupported."""
+        """``{"correctable": n, "uncorrectable": n, "pending": bool, "failed": bool}``;
+        ``{}`` if unsupported."""
         raise NotImplementedError
 
     def temperature(self, index: int) -> float:
