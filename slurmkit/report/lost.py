@@ -17,10 +17,14 @@ cause                          rule
 =============================  ==============================================================
 
 A prolog-failure requeue is recognised from the data sacct keeps: an attempt that
-ended ``REQUEUED`` whose ``Reason`` mentions ``launch_failed`` or ``Prolog``
-(Slurm holds such jobs with ``launch_failed_requeued_held``), or that ran for at most
-``prolog_requeue_seconds`` (a prolog failure kills the attempt before the user's
-program does any work). The previous attempt must be in the same sacct output;
+ended ``REQUEUED`` and either ran for at most ``prolog_requeue_seconds`` (a prolog
+failure ends the attempt before the user's program does any work) or whose
+``Reason`` mentions ``launch_failed`` or ``Prolog``; or the FAILED attempt's own
+``Reason`` mentions ``launch`` (sacct's Reason is the last reason the job waited for,
+so the hold ``launch_failed_requeued_held`` lands on the attempt after the requeue).
+Observed on 22.05: the REQUEUED row of a prolog failure kept the job's earlier
+pending reason (``ReqNodeNotAvail``) and lasted 2 s, so the duration rule is the
+one that fires in practice. The previous attempt must be in the same sacct output;
 one that lies before the report window is not seen.
 
 Health-log join ("suspect" GPU-hours): where slurmkit's health log is available
@@ -81,7 +85,9 @@ def find_lost(attempts: Sequence[Attempt],
     for indices in by_job.values():
         indices.sort(key=lambda j: (attempts[j].raw_start, attempts[j].line))
         for prev, cur in zip(indices, indices[1:]):
-            if attempts[cur].state == "FAILED" and is_prolog_requeue(attempts[prev], prolog_requeue_seconds):
+            if attempts[cur].state == "FAILED" and attempts[prev].state == "REQUEUED" and (
+                    is_prolog_requeue(attempts[prev], prolog_requeue_seconds)
+                    or "launch" in attempts[cur].reason.lower()):
                 lost[cur] = PROLOG_CAUSE
     return lost
 

@@ -407,7 +407,9 @@ def cmd_finish_requeue(args: argparse.Namespace) -> int:
 
     deadline = time.time() + args.timeout
     while time.time() < deadline:
-        job = client.show_job(args.job_id) or {}
+        job = client.show_job(args.job_id)
+        if job is None or job.get("JobState") in ("CANCELLED", "COMPLETED", "FAILED", "TIMEOUT"):
+            return 1  # gone or ended meanwhile (e.g. cancelled): nothing to release
         if job.get("JobState") == "PENDING":
             res = _scontrol(["update", f"JobId={args.job_id}", f"ExcNodeList={args.exclude}"], check=False)
             if res.returncode == 0:

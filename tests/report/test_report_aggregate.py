@@ -129,11 +129,12 @@ def test_prolog_requeue_detection(fixture_path):
     causes = {(attempts[i].job_id, attempts[i].state): c for i, c in lost.items()}
     assert causes == {("300", "REQUEUED"): "REQUEUED", ("300", "FAILED"): "FAILED_AFTER_PROLOG_REQUEUE",
                       ("301", "REQUEUED"): "REQUEUED", ("303", "REQUEUED"): "REQUEUED",
-                      ("303", "FAILED"): "FAILED_AFTER_PROLOG_REQUEUE"}
+                      ("303", "FAILED"): "FAILED_AFTER_PROLOG_REQUEUE", ("304", "REQUEUED"): "REQUEUED",
+                      ("304", "FAILED"): "FAILED_AFTER_PROLOG_REQUEUE"}
     rep = aggregate(attempts, [], window_start=w.start, lost=lost)
-    assert rep.totals["gpu_hours"] == pytest.approx(8.021111, abs=1e-5)
-    assert rep.totals["lost_gpu_hours"] == pytest.approx(6.021111, abs=1e-5)
-    assert rep.totals["lost_by_cause"]["FAILED_AFTER_PROLOG_REQUEUE"] == 5.0
+    assert rep.totals["gpu_hours"] == pytest.approx(10.021111, abs=1e-5)
+    assert rep.totals["lost_gpu_hours"] == pytest.approx(8.021111, abs=1e-5)
+    assert rep.totals["lost_by_cause"]["FAILED_AFTER_PROLOG_REQUEUE"] == 6.0
 
 
 def test_health_log_join(fixture_path, tmp_path):

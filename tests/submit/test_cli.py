@@ -6,17 +6,15 @@ import json
 import subprocess
 import sys
 
-import pytest
 import click
+import pytest
 from click.testing import CliRunner
+from ssubmit_helpers import REPO, SPECS
 
 from slurmkit.cli.common import run_main
-
 from slurmkit.cli.ssubmit import cli, expand_output
 from slurmkit.slurm import runner
 from slurmkit.slurm.runner import Result
-
-from ssubmit_helpers import REPO, SPECS
 
 
 class FakeSlurm:

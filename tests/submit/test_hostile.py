@@ -15,11 +15,10 @@ from pathlib import Path
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from ssubmit_helpers import render_dict, run_with_stubs
 
 from slurmkit.core.yamlload import load_yaml_text
 from slurmkit.submit.spec import validate_spec
-
-from ssubmit_helpers import render_dict, run_with_stubs
 
 HOSTILE_BITS = ["$(id)", "`id`", "'", '"', "\\", "\n", ";", "&&", "|", "$HOME", "${X:-y}", "!", "#", "*",
                 "~", " ", "\t", "%j", "{job_id}", "ü", "\u2028", "\r", "--", "-x", "=", ">", "<"]

@@ -210,3 +210,23 @@ def test_node_env_never_overrides_user_values(tmp_path, monkeypatch):
     assert add["NCCL_SOCKET_IFNAME"] == "=eth0" and add["GLOO_SOCKET_IFNAME"] == "eth0"
     assert "NCCL_IB_TIMEOUT" not in add  # user's 19 stays
     assert add["CUDA_VISIBLE_DEVICES"] == ""
+
+
+def test_finish_requeue_waits_for_pending_then_sets_excludes_and_releases(monkeypatch):
+    states = iter(["COMPLETING", "PENDING"])
+    calls = []
+
+    def fake(argv, timeout, input, env):
+        args = list(argv[1:])
+        calls.append(args)
+        if args[:3] == ["-o", "show", "job"]:
+            return Result(argv, 0, f"JobId=77 JobState={next(states)} ExcNodeList=(null)\n", "", 0)
+        return Result(argv, 0, "", "", 0)
+
+    prev = runner.set_runner(fake)
+    monkeypatch.setattr(jobside.time, "sleep", lambda s: None)
+    try:
+        assert jobside.main(["finish-requeue", "--job-id", "77", "--exclude", "node[1-2]", "--timeout", "30"]) == 0
+    finally:
+        runner.set_runner(prev)
+    assert calls[-2:] == [["update", "JobId=77", "ExcNodeList=node[1-2]"], ["release", "77"]]

@@ -9,7 +9,6 @@ import shutil
 import subprocess
 
 import pytest
-
 from ssubmit_helpers import GOLDEN, SPECS, make_site, render_dict, render_file
 
 SPEC_FILES = sorted(p.name for p in SPECS.glob("*.yaml"))
@@ -184,3 +183,16 @@ def test_hostile_spec_never_executes_anything(tmp_path):
     assert result.env["SLURMKIT_JOB_NAME"] == spec["name"]
     assert result.env["SLURMKIT_CHECKPOINT_DIR"] == ckpt.replace("{job_id}", "4242")
     assert os.path.isdir(result.env["SLURMKIT_CHECKPOINT_DIR"] + "/.slurmkit")
+
+
+def test_golden_mismatch_prints_diff_and_regenerate_command(tmp_path, monkeypatch):
+    import test_render as me
+
+    (tmp_path / "minimal.sbatch").write_text("#!/bin/bash\necho stale\n")
+    monkeypatch.setattr(me, "GOLDEN", tmp_path)
+    monkeypatch.setattr(me, "UPDATE", False)
+    with pytest.raises(pytest.fail.Exception) as exc:
+        me.test_golden("minimal.yaml")
+    text = str(exc.value)
+    assert "-echo stale" in text and "+#SBATCH --nodes=1" in text
+    assert "SLURMKIT_UPDATE_GOLDENS=1" in text

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from ssubmit_helpers import SPECS
 
 from slurmkit.errors import ConfigError
 from slurmkit.submit.spec import check_against_cluster, load_spec, validate_spec
-
-from ssubmit_helpers import SPECS
 
 
 def load_text(write_spec, text, **kw):
