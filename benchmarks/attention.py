@@ -11,8 +11,9 @@ Time is the median of ``triton.testing.do_bench``. FLOPs follow
 2.5x and fwd+bwd 3.5x of that; H counts query heads.
 
 Needs a CUDA GPU: without one it prints why and exits with code 2. Each provider's
-output is checked against SDPA before it is timed; a mismatch exits with code 1. The
-whole sweep stops adding rows after --budget-s seconds (default 270) so it always
+output is checked against SDPA before it is timed; a mismatch or any other failure marks
+that provider's rows "error", is listed on stderr, and makes the exit code 1 after the
+table is printed. The whole sweep stops adding rows after --budget-s seconds (default 270) so it always
 finishes in under 5 minutes; skipped rows are listed. The table is printed last.
 """
 
@@ -86,16 +87,15 @@ def make_call(provider, q, k, v, causal, torch, flash_attention):
     return call
 
 
-def time_mode(mode, call, grads, torch, triton) -> float:
+def time_mode(mode, call, grads, torch, bench) -> float:
     """Median milliseconds of one forward, one backward, or one forward+backward."""
     if mode == "fwd":
-        return triton.testing.do_bench(call, return_mode="median")
+        return bench(call)
     do = torch.randn_like(call())
     if mode == "bwd":
         out = call()
-        return triton.testing.do_bench(lambda: out.backward(do, retain_graph=True),
-                                       grad_to_none=grads, return_mode="median")
-    return triton.testing.do_bench(lambda: call().backward(do), grad_to_none=grads, return_mode="median")
+        return bench(lambda: out.backward(do, retain_graph=True), grad_to_none=grads)
+    return bench(lambda: call().backward(do), grad_to_none=grads)
 
 
 def check_against_sdpa(out, q, k, v, causal, torch) -> float:
@@ -111,12 +111,61 @@ def format_table(rows: list[dict], peak: float | None) -> str:
         lines.append([
             r["provider"], r["mode"], "yes" if r["causal"] else "no", str(r["head_dim"]), str(r["seq_len"]),
             str(r["batch"]), str(r["heads"]),
-            "n/a" if r["ms"] is None else f"{r['ms']:.3f}",
-            "n/a" if r["tflops"] is None else f"{r['tflops']:.1f}",
+            r["status"] if r["ms"] is None else f"{r['ms']:.3f}",
+            r["status"] if r["tflops"] is None else f"{r['tflops']:.1f}",
             "" if r["tflops"] is None or not peak else f"{100 * r['tflops'] / peak:.1f}",
         ])
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
     return "\n".join("  ".join(cell.rjust(w) for cell, w in zip(line, widths)) for line in lines)
+
+
+def sweep(args, device: str, bench, torch, flash_attention, attention_flops):
+    """Check and time every (head dim, causal, length, provider); returns rows, skipped, failures.
+
+    ``bench(fn, grad_to_none=None) -> ms`` is ``triton.testing.do_bench`` on a GPU; the
+    tests pass a plain timer and run the loop on a CPU through the interpreter.
+    """
+    start = time.monotonic()
+    rows, skipped, failures = [], [], []
+    causal_values = {"both": (False, True), "on": (True,), "off": (False,)}[args.causal]
+    for head_dim in args.head_dims:
+        heads = args.hidden // head_dim
+        for causal in causal_values:
+            for seq_len in args.seq_lens:
+                batch = max(1, args.tokens // seq_len)
+                gen = torch.Generator(device=device).manual_seed(0)
+                q, k, v = (
+                    torch.randn((batch, heads, seq_len, head_dim), device=device, dtype=torch.bfloat16,
+                                generator=gen).requires_grad_()
+                    for _ in range(3)
+                )
+                for provider in args.providers:
+                    label = f"{provider}-d{head_dim}-causal={causal}-N{seq_len}"
+                    if time.monotonic() - start > args.budget_s:
+                        skipped.append(label)
+                        continue
+                    try:
+                        call = make_call(provider, q, k, v, causal, torch, flash_attention)
+                        if call is not None:
+                            err = check_against_sdpa(call().detach(), q, k, v, causal, torch)
+                            if err > 0.05:  # never time a wrong kernel
+                                raise RuntimeError(f"output differs from SDPA by {err:.3g}")
+                        timings = {m: None if call is None else time_mode(m, call, [q, k, v], torch, bench)
+                                   for m in MODES}
+                        status = "ok" if call is not None else "n/a"
+                    except Exception as e:  # noqa: BLE001 (report it, keep the rest of the sweep)
+                        failures.append(f"{label}: {type(e).__name__}: {e}")
+                        timings, status = dict.fromkeys(MODES), "error"
+                    for mode, ms in timings.items():
+                        flops = attention_flops(batch, heads, seq_len, seq_len, head_dim, causal, mode)
+                        rows.append({
+                            "provider": provider, "mode": mode, "causal": causal, "head_dim": head_dim,
+                            "seq_len": seq_len, "batch": batch, "heads": heads, "ms": ms, "status": status,
+                            "tflops": None if ms is None else flops / (ms * 1e-3) / 1e12,
+                        })
+                    print(f"done {label} ({time.monotonic() - start:.0f} s)", file=sys.stderr)
+                del q, k, v
+    return rows, skipped, failures
 
 
 def main(argv=None) -> int:
@@ -136,53 +185,24 @@ def main(argv=None) -> int:
     env["peak_tflops"] = peak
     print("# " + ", ".join(f"{k}={v}" for k, v in env.items()), file=sys.stderr)
 
-    start = time.monotonic()
-    rows, skipped = [], []
-    causal_values = {"both": (False, True), "on": (True,), "off": (False,)}[args.causal]
-    for head_dim in args.head_dims:
-        heads = args.hidden // head_dim
-        for causal in causal_values:
-            for seq_len in args.seq_lens:
-                batch = max(1, args.tokens // seq_len)
-                shape = (batch, heads, seq_len, head_dim)
-                gen = torch.Generator(device="cuda").manual_seed(0)
-                q, k, v = (
-                    torch.randn(shape, device="cuda", dtype=torch.bfloat16, generator=gen).requires_grad_()
-                    for _ in range(3)
-                )
-                for provider in args.providers:
-                    label = f"{provider}-d{head_dim}-causal={causal}-N{seq_len}"
-                    if time.monotonic() - start > args.budget_s:
-                        skipped.append(label)
-                        continue
-                    call = make_call(provider, q, k, v, causal, torch, flash_attention)
-                    if call is not None:
-                        err = check_against_sdpa(call().detach(), q, k, v, causal, torch)
-                        if err > 0.05:
-                            print(f"{label}: output differs from SDPA by {err:.3g}; "
-                                  "not timing a wrong kernel", file=sys.stderr)
-                            return 1
-                    for mode in MODES:
-                        ms = None if call is None else time_mode(mode, call, [q, k, v], torch, triton)
-                        flops = attention_flops(batch, heads, seq_len, seq_len, head_dim, causal, mode)
-                        rows.append({
-                            "provider": provider, "mode": mode, "causal": causal, "head_dim": head_dim,
-                            "seq_len": seq_len, "batch": batch, "heads": heads, "ms": ms,
-                            "tflops": None if ms is None else flops / (ms * 1e-3) / 1e12,
-                        })
-                    print(f"done {label} ({time.monotonic() - start:.0f} s)", file=sys.stderr)
-                del q, k, v
+    def bench(fn, grad_to_none=None):
+        return triton.testing.do_bench(fn, grad_to_none=grad_to_none, return_mode="median")
+
+    rows, skipped, failures = sweep(args, "cuda", bench, torch, flash_attention, attention_flops)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
-            json.dump({"environment": env, "rows": rows, "skipped": skipped}, f, indent=2)
+            json.dump({"environment": env, "rows": rows, "skipped": skipped, "failures": failures},
+                      f, indent=2)
     if skipped:
         print(f"# time budget of {args.budget_s:.0f} s reached; skipped: {', '.join(skipped)}",
               file=sys.stderr)
+    for failure in failures:
+        print(f"# FAILED {failure}", file=sys.stderr)
     print(f"# {env['gpu']}, torch {env['torch']}, triton {env['triton']}, CUDA {env['cuda']}, "
           f"cuDNN {env['cudnn']}, bf16, B*N={args.tokens}, H*D={args.hidden}, peak={peak} TFLOP/s; "
-          "n/a = backend unavailable")
+          "n/a = backend unavailable, error = see FAILED lines")
     print(format_table(rows, peak))
-    return 0
+    return 1 if failures else 0
 
 
 if __name__ == "__main__":

@@ -25,7 +25,6 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from slurmkit.health.base import CheckResult, Status  # noqa: E402
 from slurmkit.slurm.client import JOB_FIELDS, NODE_FIELDS  # noqa: E402
 from slurmkit.slurm.parse import parse_parsable2  # noqa: E402
 from slurmkit.sweep.planner import plan, sweep_job_nodes  # noqa: E402
@@ -62,16 +61,49 @@ def generate_squeue(n: int, running: int, rng: random.Random) -> str:
 
 
 def populate(store: VerdictStore, n: int, rng: random.Random) -> None:
+    """Node files as three heavy passes would leave them, written directly (recording
+    10,000 passes one by one would also rewrite the summary 10,000 times, which a real
+    fleet spreads over a week), then the summary rebuilt once from the files."""
+    from slurmkit.sweep.store import empty_doc
+
     now = time.time()
     for i in range(n):
         if i % 10 == 0:
             continue  # 10 % never checked
+        name = f"gpu{i:05d}"
         t = now - rng.uniform(0, 14 * 86400)
-        results = [
-            CheckResult(c, Status.OK, value=rng.uniform(300, 500), unit="GB/s", timestamp=t) for c in HEAVY
+        doc = empty_doc(name)
+        for check in HEAVY:
+            value = rng.uniform(300, 500)
+            doc["checks"][check] = {
+                "status": "ok",
+                "code": "OK",
+                "value": value,
+                "unit": "GB/s",
+                "reason": "",
+                "action": "none",
+                "timestamp": t,
+                "valid_until": t + 7 * 86400,
+                "tier": "heavy",
+                "run_id": "bench",
+            }
+            doc["history"][check] = [[t - d * 86400, value, "bench"] for d in (2, 1, 0)]
+        doc["last_pass"] = t
+        doc["last_pass_status"] = "fail" if i % 97 == 0 else "ok"
+        doc["passes"] = [
+            {
+                "run_id": "bench",
+                "timestamp": t,
+                "status": doc["last_pass_status"],
+                "tier": "heavy",
+                "checks": HEAVY,
+            }
         ]
-        for _ in range(3):  # a little history per node
-            store.record(f"gpu{i:05d}", results, 7 * 86400, run_id="bench")
+        doc["meta"] = {"gpu_model": "h100"}
+        store._write(name, doc)
+    if os.path.exists(store.summary_path):
+        os.unlink(store.summary_path)
+    store.summary()
 
 
 def main() -> None:

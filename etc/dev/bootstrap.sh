@@ -14,7 +14,7 @@ if [ "$(id -u)" -ne 0 ]; then
   exit 2
 fi
 
-APT_PACKAGES=(python3 python3-venv python3-dev gcc iproute2 util-linux procps
+APT_PACKAGES=(python3 python3-venv python3-dev gcc iproute2 util-linux procps prometheus
               slurm-wlm slurmctld slurmd slurm-client slurmdbd munge mariadb-server)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do

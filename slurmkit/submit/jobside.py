@@ -10,9 +10,10 @@
 * ``node-launch --phase P -- CMD...`` - on every node: derive the per-node NCCL/Gloo
   variables (HCA list, bootstrap interface), create the node-local caches, record
   that the node started, run CMD, record its exit code, forward signals to it.
-* ``verdict --phase fabric|preflight`` - after a step: decide whether a node is to
-  blame; if so, add it to the job's exclude list and requeue (exit 10), else exit 0
-  (all good) or 1 (failed, not requeued).
+* ``verdict --phase fabric|preflight|postmortem`` - after a step: decide whether a
+  node is to blame; if so, add it to the job's exclude list and requeue (exit 10),
+  else exit 0 (all good) or 1 (failed, not requeued). ``postmortem`` is the pre-flight
+  re-run after a failed training step (an NCCL error, a node that died).
 * ``requeue`` - after the checkpoint signal: requeue the job if retries remain for
   the cause (time limit or preemption, counted separately); exit 10 when requeued.
 
@@ -251,7 +252,8 @@ def fabric_verdict(round_dir: str, nodes: Sequence[str], expected_rate: Optional
     return bad, desc
 
 
-def preflight_verdict(round_dir: str, nodes: Sequence[str], step_rc: int) -> Tuple[Dict[str, str], str, bool]:
+def preflight_verdict(round_dir: str, nodes: Sequence[str], step_rc: int, phase: str = "preflight"
+                      ) -> Tuple[Dict[str, str], str, bool]:
     """Attribute a pre-flight outcome to nodes.
 
     Returns ``(bad_nodes, summary_text, ok)``. Evidence, in order: the rank-0 summary
@@ -260,7 +262,7 @@ def preflight_verdict(round_dir: str, nodes: Sequence[str], step_rc: int) -> Tup
     joined the rendezvous); and when nobody got past the rendezvous, the node whose
     torchrun failed first.
     """
-    pdir = os.path.join(round_dir, "preflight")
+    pdir = os.path.join(round_dir, phase)
     summary = read_json(os.path.join(pdir, "summary.json"))
     if summary and summary.get("ok") and step_rc == 0:
         return {}, summary.get("message", "pre-flight ok"), True
@@ -454,14 +456,17 @@ def cmd_verdict(args: argparse.Namespace) -> int:
             return 0
         log(f"fabric check failed: {desc}")
         return requeue_for_nodes(args, bad, "fabric check")
-    bad, message, ok = preflight_verdict(args.round_dir, nodes, args.step_rc)
+    bad, message, ok = preflight_verdict(args.round_dir, nodes, args.step_rc, args.phase)
+    what = "pre-flight" if args.phase == "preflight" else "post-failure pre-flight"
     if ok:  # rank 0 of the pre-flight already printed its summary
+        if args.phase == "postmortem":
+            log("the post-failure pre-flight passed: the failure is not attributed to a node")
         return 0
     log(message)
     if not bad:
-        log("pre-flight failed and no node could be blamed: not requeueing")
+        log(f"{what} failed and no node could be blamed: not requeueing")
         return 1
-    return requeue_for_nodes(args, bad, "pre-flight")
+    return requeue_for_nodes(args, bad, what)
 
 
 def cmd_requeue(args: argparse.Namespace) -> int:
@@ -526,7 +531,7 @@ def parser() -> argparse.ArgumentParser:
     p.set_defaults(fn=cmd_node_launch)
 
     p = sub.add_parser("verdict")
-    p.add_argument("--phase", choices=["fabric", "preflight"], required=True)
+    p.add_argument("--phase", choices=["fabric", "preflight", "postmortem"], required=True)
     p.add_argument("--round-dir", required=True)
     p.add_argument("--step-rc", type=int, default=0)
     p.add_argument("--expected-rate-gbps", type=float, default=None)

@@ -233,6 +233,7 @@ def build_context(spec: Dict[str, Any], *, site: Dict[str, Any], paths: Dict[str
         "requeue_args": requeue_args,
         "srun_extra": srun_extra,
         "preflight": pre["allreduce"],
+        "recheck_on_failure": spec["requeue"]["enabled"] and spec["requeue"]["recheck_on_failure"],
         "preflight_args": ["--min-busbw-gbps", f"{pre['min_busbw_gbps']:g}", "--size-mb", f"{pre['size_mb']:g}",
                            "--iters", str(pre["iters"]), "--timeout", str(pre["timeout"])],
         "preflight_minutes": preflight_minutes,

@@ -223,6 +223,9 @@ SPEC_FIELDS: Dict[str, Field] = {
         "max_node_failures": Field("int", 2, "Requeues after node-attributed failures (pre-flight, "
                                    "fabric mismatch), each adding the node to the exclude list.",
                                    min=0, max=1000, nullable=False),
+        "recheck_on_failure": Field("bool", True, "When the training step fails, re-run the pre-flight; "
+                                    "a node it blames is excluded and the job requeued (counted as a node "
+                                    "failure). A failure no node is blamed for ends the job.", nullable=False),
         "signal": Field("str", "USR2", "Signal Slurm sends to the batch shell before the end "
                         "(--signal=B:SIG@grace). Not USR1: NCCL catches it.", choices=list(SIGNALS),
                         nullable=False),

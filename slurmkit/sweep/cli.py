@@ -266,7 +266,7 @@ def sweep(ctx, config_path, verbose, quiet, dry_run, max_nodes, fmt, as_json) ->
 
     Picks up to K idle nodes, never-checked and oldest pass first, within the
     concurrency cap, and submits one exclusive, preemptible sweep job per node.
-    Subcommands: status, run-node (inside a sweep job).
+    Subcommands: status, invalidate; run-node and run-pair run inside sweep jobs.
     """
     if ctx.invoked_subcommand is not None:
         ctx.obj = {"config_path": config_path, "verbose": verbose, "quiet": quiet}
@@ -484,3 +484,30 @@ def run_pair_cmd(ctx, config_path, verbose, quiet, nodes, run_id) -> None:
     if result is not None:
         click.echo(f"{result.check}: {result.status.value} {result.code} {result.reason}")
         ctx.exit(0)
+
+
+@sweep.command("invalidate")
+@common_options
+@dry_run_option
+@click.argument("nodes", nargs=-1, required=True)
+@click.option("--check", "checks", multiple=True, help="Only this check (repeatable); default: all.")
+@click.pass_context
+def invalidate_cmd(ctx, config_path, verbose, quiet, dry_run, nodes, checks) -> None:
+    """End the validity of NODES' sweep verdicts now (after a repair), so the prolog stops
+    reporting them; the next sweep re-validates a node whose last pass failed first."""
+    from slurmkit.sweep.runnode import open_store
+    from slurmkit.sweep.store import check_node_name
+
+    config_path, verbose, quiet = _ctx_opts(ctx, config_path, verbose, quiet)
+    setup_logging(verbose, quiet)
+    store = open_store(load_config(config_path))
+    for node in nodes:
+        check_node_name(node)
+        wanted = set(checks) if checks else None
+        valid = [c for c in store.valid(node) if wanted is None or c in wanted]
+        if not dry_run:
+            store.invalidate(node, checks or None)
+        if not quiet:
+            verb = "would end" if dry_run else "ended"
+            listed = ": " + ", ".join(sorted(valid)) if valid else ""
+            click.echo(f"{node}: {verb} {len(valid)} valid verdict(s){listed}")

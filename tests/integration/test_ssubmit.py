@@ -196,3 +196,50 @@ def test_fabric_auto_detects_hcas_and_excludes_a_node_with_a_port_down(devcluste
         assert "hca=" not in log  # the command never ran
     finally:
         devcluster.run(["scancel", job_id])
+
+
+def test_training_failure_rechecks_and_excludes_the_blamed_node(devcluster, tmp_path):
+    """The training step fails (think: an NCCL error); the pre-flight re-run blames node2
+    (test hook), so node2 joins the exclude list and the job is requeued."""
+    spec = tmp_path / "crash.yaml"
+    spec.write_text("name: crash\nnodes: 1\nexclude: [node1]\ntime: '5'\nfabric: ethernet\ndevice: cpu\n"
+                    "nccl: {socket_ifname: auto}\ncommand: [bash, -c, 'echo training blew up; exit 3']\n"
+                    "preflight: {allreduce: false, size_mb: 1, iters: 2, timeout: 60}\n"
+                    "env: {SLURMKIT_PREFLIGHT_FAIL_NODE: node2, OMP_NUM_THREADS: '1'}\n")
+    res = ssubmit(devcluster, tmp_path, str(spec), "--parsable", "--set", ckpt_set(devcluster))
+    assert res.returncode == 0, res.stderr
+    job_id = res.stdout.strip()
+    try:
+        def requeued():
+            out = devcluster.run(["scontrol", "-o", "show", "job", job_id]).stdout
+            return out if "ExcNodeList=node[1-2]" in out and "Restarts=1" in out else None
+        wait_for(requeued, 150, "ExcNodeList=node[1-2] after the post-failure pre-flight")
+        log = log_of(devcluster, job_id)
+        assert "training blew up" in log and "training step ended with exit code 1" in log
+        assert "re-running the pre-flight to see whether a node is to blame" in log
+        assert "post-failure pre-flight failed on node2: failed by the test hook" in log
+    finally:
+        devcluster.run(["scancel", job_id])
+
+
+def test_time_limit_signal_requeues_once_then_stops_at_a_checkpoint(devcluster, tmp_path):
+    """The real `--signal=B:USR2@90` at a 2-minute limit: counted as a time-limit requeue,
+    bounded by max_retries (1), then the job stops at its checkpoint with exit 75."""
+    res = ssubmit(devcluster, tmp_path, str(EXAMPLE), "--parsable", "--set", ckpt_set(devcluster),
+                  "--set", "time=2", "--set", "requeue.max_retries=1", "--set", "preflight.allreduce=false",
+                  "--set", args_set("--steps", "500", "--step-sleep", "1", "--attention", "sdpa"))
+    assert res.returncode == 0, res.stderr
+    job_id = res.stdout.strip()
+    try:
+        state = devcluster.wait_job(job_id, timeout=300)
+    finally:
+        devcluster.run(["scancel", job_id])
+    log = log_of(devcluster, job_id)
+    assert state == "FAILED", log
+    saved = re.findall(r"checkpoint saved at step (\d+) \(requested\)", log)
+    assert len(saved) == 2, log
+    assert "checkpoint taken (time limit); requeueing job" in log
+    assert f"resumed from step {saved[0]}" in log
+    assert "checkpoint taken (time limit); not requeueing: 1 time limit requeues already (max_retries=1)" in log
+    acct = devcluster.run(["sacct", "-D", "-X", "-n", "-P", "-j", job_id, "--format=State,ExitCode"]).stdout.split()
+    assert acct == ["REQUEUED|0:0", "FAILED|75:0"], acct

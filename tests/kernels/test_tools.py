@@ -30,9 +30,9 @@ def test_benchmark_table_marks_unavailable_backends():
     bench = load_benchmark()
     rows = [
         dict(provider="slurmkit", mode="fwd", causal=True, head_dim=64, seq_len=1024, batch=16, heads=32,
-             ms=2.0, tflops=400.0),
+             ms=2.0, tflops=400.0, status="ok"),
         dict(provider="sdpa-cudnn", mode="bwd", causal=False, head_dim=128, seq_len=16384, batch=1, heads=16,
-             ms=None, tflops=None),
+             ms=None, tflops=None, status="n/a"),
     ]
     lines = bench.format_table(rows, peak=1000.0).splitlines()
     assert lines[0].split() == ["provider", "mode", "causal", "d", "N", "B", "H", "ms", "TFLOP/s", "%peak"]
@@ -64,3 +64,32 @@ def test_compile_check_refuses_the_interpreter(monkeypatch, capsys):
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     assert compile_check.main([]) == 2
     assert "TRITON_INTERPRET" in capsys.readouterr().err
+
+
+def test_benchmark_sweep_runs_end_to_end_on_cpu():
+    """The sweep loop (correctness gate, timing of each mode, FLOP rows) through the
+    interpreter with a plain timer. On CPU, SDPA has a flash backend but no cuDNN one."""
+    import time
+
+    from slurmkit_kernels import attention_flops, flash_attention, interpreter_active
+
+    if not interpreter_active():
+        pytest.skip("runs the sweep on CPU tensors, which needs the interpreter")
+
+    bench = load_benchmark()
+    args = bench.parse_args(["--seq-lens", "32", "--head-dims", "16", "--tokens", "64", "--hidden", "32",
+                             "--causal", "on"])
+
+    def timer(fn, grad_to_none=None):
+        t = time.perf_counter()
+        fn()
+        return (time.perf_counter() - t) * 1e3
+
+    rows, skipped, failures = bench.sweep(args, "cpu", timer, torch, flash_attention, attention_flops)
+    assert failures == [] and skipped == []
+    ours = [r for r in rows if r["provider"] == "slurmkit"]
+    assert [r["mode"] for r in ours] == ["fwd", "bwd", "fwd_bwd"]
+    assert all(r["status"] == "ok" and r["ms"] > 0 and r["tflops"] > 0 for r in ours)
+    assert ours[0]["batch"] == 2 and ours[0]["heads"] == 2
+    status = {r["provider"]: r["status"] for r in rows}
+    assert status == {"slurmkit": "ok", "sdpa-flash": "ok", "sdpa-cudnn": "n/a"}

@@ -230,3 +230,23 @@ def test_finish_requeue_waits_for_pending_then_sets_excludes_and_releases(monkey
     finally:
         runner.set_runner(prev)
     assert calls[-2:] == [["update", "JobId=77", "ExcNodeList=node[1-2]"], ["release", "77"]]
+
+
+def test_postmortem_verdict_reads_its_own_directory(tmp_path):
+    write(tmp_path / "preflight" / "summary.json", {"ok": True, "message": "initial ok"})
+    write(tmp_path / "postmortem" / "summary.json", {"ok": False, "bad_nodes": {"node2": "slow"}, "message": "m"})
+    assert jobside.preflight_verdict(str(tmp_path), ["node1", "node2"], 1, "postmortem")[0] == {"node2": "slow"}
+    assert jobside.preflight_verdict(str(tmp_path), ["node1", "node2"], 0)[2] is True
+
+
+def test_real_sweep_store_failures_are_excluded(tmp_path):
+    """Against the sweep engineer's real VerdictStore (skipped while it is absent)."""
+    store_mod = pytest.importorskip("slurmkit.sweep.store")
+    from slurmkit.health.base import CheckResult, Status
+
+    store = store_mod.VerdictStore(str(tmp_path))
+    store.record("node2", [CheckResult("nccl_allreduce", Status.FAIL, code="NCCL_SLOW", reason="busbw 80 < 350")],
+                 valid_for_s=3600)
+    store.record("node1", [CheckResult("nccl_allreduce", Status.OK)], valid_for_s=3600)
+    got = jobside.failed_verdict_nodes(str(tmp_path), ["node1", "node2", "node3"])
+    assert list(got) == ["node2"] and "nccl_allreduce" in got["node2"]

@@ -28,7 +28,7 @@ def test_defaults_and_derived_values(write_spec):
     assert spec["nodes"] == 1
     assert spec["nproc_per_node"] == 4
     assert spec["requeue"] == {"enabled": True, "max_retries": 3, "max_node_failures": 2,
-                               "signal": "USR2", "grace": 90}
+                               "recheck_on_failure": True, "signal": "USR2", "grace": 90}
     assert spec["preflight"]["allreduce"] is True
 
 

@@ -130,3 +130,25 @@ def test_unusable_node_names_from_sinfo_are_skipped(env):
     res = invoke(cfg, "--dry-run", "--json")
     assert res.exit_code == 0, res.output
     assert [j["node"] for j in json.loads(res.stdout)["jobs"]] == ["node1"]
+
+
+def test_invalidate_command(env):
+    cfg, _ = env
+    store = VerdictStore(cfg.section("paths")["shared_dir"])
+    store.record(
+        "node1",
+        [
+            CheckResult("nvlink_bandwidth", Status.FAIL, "NVLINK_BW_FLOOR"),
+            CheckResult("gemm_tflops", Status.OK),
+        ],
+        3600,
+    )
+    dry = invoke(cfg, "invalidate", "node1", "--check", "nvlink_bandwidth", "--dry-run")
+    assert dry.exit_code == 0 and "would end 1 valid verdict(s): nvlink_bandwidth" in dry.stdout
+    assert set(store.valid("node1")) == {"nvlink_bandwidth", "gemm_tflops"}
+    res = invoke(cfg, "invalidate", "node1", "--check", "nvlink_bandwidth")
+    assert res.exit_code == 0 and set(store.valid("node1")) == {"gemm_tflops"}
+    bad = CliRunner().invoke(
+        cli, ["sweep", "--config", cfg.path, "invalidate", "../etc"], standalone_mode=False
+    )
+    assert bad.exception.exit_code == 2

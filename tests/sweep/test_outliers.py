@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import statistics
 import time
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from slurmkit.health.base import Status
 from slurmkit.sweep.outliers import fleet_table, judge, median_mad
@@ -95,3 +99,24 @@ def test_median_mad_and_fleet_table():
     assert median_mad([5, 5, 5], 0.1) == (5, 0.5)
     table = fleet_table(fleet(), now=time.time(), window_s=86400)
     assert [(s.gpu_model, s.check, s.peers) for s in table] == [("h100", "nvlink_bandwidth", 6)]
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.floats(1.0, 1000.0), min_size=3, max_size=12), st.floats(0.0, 1.0))
+def test_a_node_at_or_above_its_peers_median_is_never_flagged(peers, above):
+    docs = {f"p{i}": doc("h100", bw=v) for i, v in enumerate(peers)}
+    med = statistics.median(peers)
+    docs["me"] = doc("h100", bw=med * (1 + above))
+    r = judge_default("me", docs)["outlier.bw"]
+    assert r.status is Status.OK
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.floats(100.0, 1000.0), min_size=3, max_size=12))
+def test_a_node_far_below_tight_peers_is_always_flagged(peers):
+    spread = list(peers)
+    med = statistics.median(spread)
+    docs = {f"p{i}": doc("h100", bw=v) for i, v in enumerate(spread)}
+    mad = statistics.median(abs(v - med) for v in spread)
+    docs["me"] = doc("h100", bw=med - 3.5 * max(mad, 0.02 * med) - 1e-6)
+    assert judge_default("me", docs)["outlier.bw"].status is Status.WARN
