@@ -9,7 +9,6 @@
 
 from __future__ import annotations
 
-import functools
 import importlib
 import json
 import logging
@@ -136,25 +135,6 @@ def load_config(config_path: Optional[str]):
     s = cfg.section("slurm")
     client.configure(s["bin_dir"], s["timeout"])
     return cfg
-
-
-def handle_errors(prog: str) -> Callable:
-    """Decorator for a CLI entry point: map exceptions to one line + exit code."""
-    def deco(fn: Callable) -> Callable:
-        @functools.wraps(fn)
-        def wrapper(*args, **kwargs):
-            try:
-                return fn(*args, **kwargs)
-            except SlurmkitError as exc:
-                click.echo(f"{prog}: error: {exc}", err=True)
-                sys.exit(exc.exit_code)
-            except KeyboardInterrupt:
-                click.echo(f"{prog}: interrupted", err=True)
-                sys.exit(130)
-            except BrokenPipeError:
-                sys.exit(0)
-        return wrapper
-    return deco
 
 
 def run_main(cli: click.Command, prog: str, args: Optional[Iterable[str]] = None) -> None:

@@ -393,6 +393,8 @@ class DevCluster:
             "health:",
             "  backend: simulated",
             f"  simulated_fixture: {r}/gpu/{{node}}.yaml",
+            "submit:",
+            f"  checkpoint_root: {r}/shared/checkpoints",
         ]) + "\n"
 
     def _hook_wrapper(self, spec: ClusterSpec, name: str, target: Optional[str]) -> str:
@@ -439,7 +441,9 @@ class DevCluster:
         shared = self.root / "shared"
         shared.mkdir(exist_ok=True)
         shared.chmod(0o1777)
-        (shared / "verdicts").mkdir(exist_ok=True)
+        for sub in ("verdicts", "checkpoints"):
+            (shared / sub).mkdir(exist_ok=True)
+            (shared / sub).chmod(0o1777)
         for i in range(spec.gpus_per_node):
             dev = self.root / "fakegpu" / f"nvidia{i}"
             if not dev.exists():
