@@ -15,16 +15,18 @@ import fcntl
 import json
 import os
 import re
+import sys
 import time
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from slurmkit.health.base import Action
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
-#: Where the packaged table is looked for, in order: package data, then the source tree.
+#: Where the table is looked for, in order: the source tree, then an installed wheel's
+#: share/slurmkit (see slurmkit.resources; spelled out here to keep the prolog's imports small).
 TABLE_CANDIDATES = (
-    os.path.join(_HERE, "..", "data", "xid-actions.yaml"),
     os.path.join(_HERE, "..", "..", "etc", "xid-actions.yaml"),
+    os.path.join(sys.prefix, "share", "slurmkit", "etc", "xid-actions.yaml"),
 )
 
 

@@ -24,7 +24,6 @@ import os
 import re
 from collections import Counter
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from slurmkit.core.schema import Field, Section, validate
@@ -46,7 +45,9 @@ PROFILE_SCHEMA = Section({
 
 def default_profiles_dir() -> str:
     """``etc/nccl`` of the slurmkit source tree (site config may point elsewhere)."""
-    return str(Path(__file__).resolve().parents[2] / "etc" / "nccl")
+    from slurmkit.resources import data_path
+
+    return str(data_path("etc", "nccl"))
 
 
 def load_profile(name: str, profiles_dir: Optional[str] = None) -> Dict[str, Any]:

@@ -20,7 +20,6 @@ import re
 import shlex
 import sys
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 import jinja2
@@ -37,7 +36,9 @@ _SBATCH_SAFE = re.compile(r"[A-Za-z0-9_@%:.,/+=\-\[\]*&|()!~^]+")
 
 
 def default_template_dir() -> str:
-    return str(Path(__file__).resolve().parents[2] / "job_templates")
+    from slurmkit.resources import data_path
+
+    return str(data_path("job_templates"))
 
 
 def shquote(value: Any) -> str:

@@ -1,6 +1,5 @@
 """devcluster config rendering and refusals, without starting daemons."""
 
-import os
 import subprocess
 import sys
 
