@@ -9,7 +9,7 @@ import shutil
 import subprocess
 
 import pytest
-from ssubmit_helpers import GOLDEN, SPECS, make_site, render_dict, render_file
+from ssubmit_helpers import GOLDEN, REPO, SPECS, make_site, render_dict, render_file
 
 SPEC_FILES = sorted(p.name for p in SPECS.glob("*.yaml"))
 UPDATE = bool(os.environ.get("SLURMKIT_UPDATE_GOLDENS"))
@@ -21,10 +21,15 @@ def bash_n(script: str) -> subprocess.CompletedProcess:
 
 
 def golden_text(rendered) -> str:
-    """The golden file: the script, plus the sbatch arguments that travel on argv."""
+    """The golden file: the script, plus the sbatch arguments that travel on argv.
+
+    The checkout's own path is replaced by ``<repo>``, so the goldens hold wherever the
+    repository is cloned (CI clones it elsewhere).
+    """
     extra = "".join(f"# sbatch-argv: {a!r}\n" for a in rendered.sbatch_args)
-    return rendered.script + ("\n# ---- sbatch command-line arguments (not part of the script)\n" + extra
+    text = rendered.script + ("\n# ---- sbatch command-line arguments (not part of the script)\n" + extra
                               if extra else "")
+    return text.replace(str(REPO), "<repo>")
 
 
 @pytest.mark.parametrize("spec_name", SPEC_FILES)
