@@ -29,9 +29,7 @@ torch is imported here, inside the job; the ssubmit CLI never imports this modul
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import socket
 import sys
 import time
 from datetime import timedelta
@@ -61,16 +59,9 @@ def blame_slow_pairs(nodes: Sequence[str], pair_gbps: Dict[tuple, float], floor:
     return bad
 
 
-def _node() -> str:
-    return os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
-
-
-def _write(path: str, data: Any) -> None:
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = f"{path}.tmp.{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(data, fh, indent=1, sort_keys=True)
-    os.replace(tmp, path)
+# The same node naming and atomic JSON writes as the batch script's helpers, so the
+# verdict step reads exactly what this wrote.
+from slurmkit.submit.jobside import node_name as _node, write_json as _write  # noqa: E402
 
 
 def _time_allreduce(dist, torch, tensor, iters: int, group=None, device=None) -> float:

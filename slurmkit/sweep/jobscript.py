@@ -59,6 +59,13 @@ def sbatch_args(node: str, cfg: Mapping[str, Any], run_id: str, output: str) -> 
         "--output": output,
         "--time": str(cfg["time_limit"]),
     }
+    return finish_sbatch_args(opts, cfg)
+
+
+def finish_sbatch_args(opts: Dict[str, Optional[str]], cfg: Mapping[str, Any]) -> List[str]:
+    """Add what every sweep job shares (partition, QOS, account, requeue policy) to
+    ``opts`` and return them as sorted ``--key=value`` arguments, then the site's extras."""
+    opts = dict(opts)
     if cfg.get("partition"):
         opts["--partition"] = cfg["partition"]
     if cfg.get("qos"):

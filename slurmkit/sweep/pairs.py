@@ -31,6 +31,7 @@ from slurmkit.sweep.probes import (
     parse_topology_conf,
     select_pairs,
 )
+from slurmkit.sweep.jobscript import finish_sbatch_args
 from slurmkit.sweep.store import check_node_name
 
 log = logging.getLogger("slurmkit.sweep.pairs")
@@ -85,16 +86,7 @@ def pair_sbatch_args(
         "--output": output,
         "--time": str(cfg["time_limit"]),
     }
-    if cfg.get("partition"):
-        opts["--partition"] = cfg["partition"]
-    if cfg.get("qos"):
-        opts["--qos"] = cfg["qos"]
-    if cfg.get("account"):
-        opts["--account"] = cfg["account"]
-    opts["--requeue" if cfg.get("requeue") else "--no-requeue"] = None
-    return [k if v is None else f"{k}={v}" for k, v in sorted(opts.items())] + list(
-        cfg.get("extra_sbatch_args") or []
-    )
+    return finish_sbatch_args(opts, cfg)
 
 
 def pair_argv(
