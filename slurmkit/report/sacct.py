@@ -543,7 +543,7 @@ def run_query(query: SacctQuery, *, window: Window, now: Optional[float] = None,
 
     A missing sacct or an unreachable slurmdbd raises an exit-3 error that says so.
     """
-    from slurmkit.slurm import client
+    from slurmkit.slurm import client, runner
 
     env = dict(os.environ)
     env.update(query.env)
@@ -559,7 +559,7 @@ def run_query(query: SacctQuery, *, window: Window, now: Optional[float] = None,
     err = res.stderr.lower()
     if "problem talking to the database" in err or "slurmdbd" in err and "error" in err:
         raise SlurmCommandError(res.argv, f"sacct could not reach the accounting database: "
-                                f"{res.stderr.strip()[-300:]} (is slurmdbd running?)",
+                                f"{runner.tail(res.stderr)} (is slurmdbd running?)",
                                 returncode=res.returncode, stderr=res.stderr)
     # str.split, not io.StringIO: StringIO keeps a 4-byte-per-character copy of the
     # whole output (600 MB for a million-row month); the line list costs a third of that.

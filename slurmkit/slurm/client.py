@@ -97,7 +97,7 @@ def show_job(job_id: str) -> Optional[Dict[str, str]]:
         if "Invalid job id" in res.stderr:
             return None
         raise SlurmCommandError(res.argv, f"`scontrol show job {job_id}` exited {res.returncode}: "
-                                f"{res.stderr.strip()[-300:]}", returncode=res.returncode, stderr=res.stderr)
+                                f"{runner.tail(res.stderr)}", returncode=res.returncode, stderr=res.stderr)
     line = next((ln for ln in res.stdout.splitlines() if ln.strip()), "")
     return parse_scontrol_record(line) if line else None
 
@@ -192,7 +192,7 @@ def jobs(*, user: Optional[str] = None, job_ids: Iterable[str] = (), states: Ite
     if res.returncode != 0:
         if ids and "Invalid job id" in res.stderr:
             return []
-        raise SlurmCommandError(res.argv, f"`squeue` exited {res.returncode}: {res.stderr.strip()[-300:]}",
+        raise SlurmCommandError(res.argv, f"`squeue` exited {res.returncode}: {runner.tail(res.stderr)}",
                                 returncode=res.returncode, stderr=res.stderr)
     return parse_parsable2(res.stdout, JOB_FIELDS, free_field="name")
 

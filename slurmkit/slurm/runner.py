@@ -38,7 +38,8 @@ class Result:
     seconds: float
 
 
-def _tail(text: str, lines: int = 3, chars: int = 400) -> str:
+def tail(text: str, lines: int = 3, chars: int = 400) -> str:
+    """The last lines of a command's output, joined into one line for an error message."""
     tail = " | ".join(line.strip() for line in text.strip().splitlines()[-lines:] if line.strip())
     return tail[-chars:]
 
@@ -65,7 +66,7 @@ def _real_run(argv: Sequence[str], timeout: float, input: Optional[str],
             pass
         out, err = proc.communicate()
         raise CommandTimeout(argv, f"`{shlex.join(argv)}` timed out after {timeout:g}s"
-                             + (f": {_tail(err)}" if err.strip() else ""),
+                             + (f": {tail(err)}" if err.strip() else ""),
                              returncode=None, stderr=err) from None
     return Result(list(argv), proc.returncode, out, err, time.monotonic() - start)
 
@@ -98,7 +99,7 @@ def run(argv: Sequence[str], *, timeout: float = DEFAULT_TIMEOUT, input: Optiona
     result = _runner(list(argv), float(timeout), input, env)
     if check and result.returncode != 0:
         cls = SlurmCommandError if os.path.basename(argv[0]) in SLURM_COMMANDS else ExternalCommandError
-        detail = _tail(result.stderr) or _tail(result.stdout) or "no output"
+        detail = tail(result.stderr) or tail(result.stdout) or "no output"
         raise cls(argv, f"`{shlex.join(argv)}` exited {result.returncode}: {detail}",
                   returncode=result.returncode, stderr=result.stderr)
     return result
