@@ -61,9 +61,8 @@ def test_model_matching_is_by_word():
 
 def test_shipped_example_config_validates():
     path = os.path.join(os.path.dirname(__file__), "..", "..", "etc", "slurmkit.yaml")
-    if not os.path.exists(path):
-        pytest.skip("etc/slurmkit.yaml not written yet")
-    load_site_config(path).section("health")
+    cfg = load_site_config(path, full=True)  # every section, not just health
+    assert cfg.section("health")["prolog_deadline"] <= 8.0  # below slurmd's "Prolog hung"
 
 
 def test_gpu_list_parsing():

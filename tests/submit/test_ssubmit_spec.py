@@ -142,8 +142,11 @@ def test_relative_script_resolves_against_spec_dir(write_spec):
 def test_all_example_specs_load():
     from ssubmit_helpers import REPO
 
-    for path in [*SPECS.glob("*.yaml"), *(REPO / "job_templates" / "examples").glob("*.yaml")]:
-        load_spec(str(path))
+    paths = [*SPECS.glob("*.yaml"), *(REPO / "job_templates" / "examples").glob("*.yaml")]
+    assert len(paths) >= 6
+    for path in paths:
+        spec = load_spec(str(path))  # raises ConfigError naming file:line on any problem
+        assert spec["name"], path
 
 
 SINFO_ROWS = [{"name": "node1", "gres": "gpu:h100:8(S:0-1)", "partition": "debug*"},
