@@ -35,6 +35,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, List, Optional
 
+from slurmkit.core.files import write_json_atomic
 from slurmkit.errors import DevclusterError
 
 DEFAULT_STATE_DIR = "/var/lib/slurmkit-devcluster"
@@ -195,9 +196,7 @@ class DevCluster:
         return ClusterSpec(**{k: v for k, v in data.items() if k in known})
 
     def save_spec(self, spec: ClusterSpec) -> None:
-        tmp = self.spec_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps(asdict(spec), indent=2, sort_keys=True))
-        os.replace(tmp, self.spec_file)
+        write_json_atomic(str(self.spec_file), asdict(spec), indent=2)
 
     def env(self) -> Dict[str, str]:
         """Environment for Slurm clients talking to this cluster."""

@@ -22,6 +22,7 @@ from slurmkit.health.backends import BackendError, BackendUnavailable, GpuBacken
 from slurmkit.health.base import Action, CheckResult, Status, Tier
 from slurmkit.health.catalog import CheckSpec
 from slurmkit.health.deadline import ProbeTimeout, call_with_deadline
+from slurmkit.slurm.node import this_node
 
 log = logging.getLogger("slurmkit.health")
 
@@ -46,14 +47,7 @@ def parse_gpu_list(text: Optional[str]) -> Optional[List[int]]:
     return out or None
 
 
-def node_name(env: Optional[Dict[str, str]] = None) -> str:
-    """This node's Slurm name: ``SLURMD_NODENAME`` (several slurmd may share a host), else
-    the short hostname."""
-    env = os.environ if env is None else env
-    name = env.get("SLURMD_NODENAME")
-    if name:
-        return name
-    return os.uname().nodename.split(".")[0]
+node_name = this_node  # kept under its old name for callers in slurmkit.health
 
 
 @dataclass

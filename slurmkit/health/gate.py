@@ -28,6 +28,7 @@ import time
 from typing import Any, Dict, List, Optional, Tuple
 
 from slurmkit.health.base import DRAIN_REASON_PREFIX, Action, CheckResult, Status, Tier
+from slurmkit.slurm.node import this_node
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 DEFAULT_DEADLINES = {"prolog": 5.0, "epilog": 30.0, "healthcheck": 30.0}
@@ -131,7 +132,7 @@ def _record(
 ) -> None:
     from slurmkit.health import record
 
-    node = ctx.node if ctx else os.environ.get("SLURMD_NODENAME", os.uname().nodename.split(".")[0])
+    node = ctx.node if ctx else this_node()
     job = ctx.job_id if ctx else os.environ.get("SLURM_JOB_ID")
     try:
         record.append_jsonl(

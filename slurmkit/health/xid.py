@@ -19,6 +19,7 @@ import sys
 import time
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
+from slurmkit.core.files import write_json_atomic
 from slurmkit.health.base import Action
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -146,7 +147,4 @@ class Cursor:
             "updated": time.time(),
             "events_seen": int(self.data.get("events_seen", 0)) + seen,
         }
-        tmp = f"{self.path}.{os.getpid()}.tmp"
-        with open(tmp, "w", encoding="utf-8") as fh:
-            json.dump(self.data, fh)
-        os.replace(tmp, self.path)
+        write_json_atomic(self.path, self.data)

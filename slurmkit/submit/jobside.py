@@ -34,6 +34,9 @@ import sys
 import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from slurmkit.core.files import write_json_atomic
+from slurmkit.slurm.node import this_node
+
 REQUEUED_EXIT = 10
 STATE_FILE = "requeue-state.json"
 
@@ -42,17 +45,13 @@ def log(message: str) -> None:
     print(f"slurmkit: {message}", file=sys.stderr, flush=True)
 
 
-def node_name() -> str:
-    return os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+node_name = this_node
 
 
 def write_json(path: str, data: Any) -> None:
     """Atomic write (rename), so a reader on another node never sees half a file."""
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = f"{path}.tmp.{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(data, fh, indent=1, sort_keys=True)
-    os.replace(tmp, path)
+    write_json_atomic(path, data, indent=1)
 
 
 def read_json(path: str) -> Optional[Any]:

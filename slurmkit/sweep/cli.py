@@ -27,6 +27,7 @@ from slurmkit.cli.common import (
     setup_logging,
 )
 from slurmkit.errors import SlurmCommandError, UsageError
+from slurmkit.slurm.node import this_node
 
 log = logging.getLogger("slurmkit.sweep")
 
@@ -438,7 +439,7 @@ def run_node_cmd(ctx, config_path, verbose, quiet, fmt, as_json, node, run_id, g
     config_path, verbose, quiet = _ctx_opts(ctx, config_path, verbose, quiet)
     setup_logging(verbose, quiet)
     site_cfg = load_config(config_path)
-    node = node or os.environ.get("SLURMD_NODENAME") or os.uname().nodename.split(".")[0]
+    node = node or this_node()
     run_id = run_id or new_run_id(time.time())
     result = run_node(site_cfg, node, run_id, gpu_model)
     if resolve_format(fmt, as_json) == "json":

@@ -46,11 +46,11 @@ import json
 import logging
 import os
 import re
-import tempfile
 import time
 from typing import Any, Dict, Iterable, Iterator, List, Optional
 
 from slurmkit.errors import ConfigError, UsageError
+from slurmkit.core.files import write_json_atomic
 from slurmkit.health.base import CheckResult, Status, Tier
 
 log = logging.getLogger("slurmkit.sweep.store")
@@ -165,18 +165,7 @@ class VerdictStore:
 
     def _write(self, name: str, doc: Dict[str, Any]) -> None:
         self._ensure_root()
-        fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=self.root)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                json.dump(doc, fh, sort_keys=True, separators=(",", ":"))
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.chmod(tmp, 0o644)
-            os.replace(tmp, self.path(name))
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+        write_json_atomic(self.path(name), doc, fsync=True, mode=0o644)
 
     def update(self, name: str, fn) -> Dict[str, Any]:
         """Apply ``fn(doc) -> None`` to a node document under its lock; return the new doc."""
@@ -281,18 +270,7 @@ class VerdictStore:
         return data["nodes"]
 
     def _write_json(self, path: str, data: Any) -> None:
-        fd, tmp = tempfile.mkstemp(prefix=".summary.", suffix=".tmp", dir=self.root)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                json.dump(data, fh, sort_keys=True, separators=(",", ":"))
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.chmod(tmp, 0o644)
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+        write_json_atomic(path, data, fsync=True, mode=0o644)
 
     def _update_summary(self, entries: Dict[str, Dict[str, Any]]) -> None:
         with self._lock(os.path.join(self.root, SUMMARY_LOCK)):
