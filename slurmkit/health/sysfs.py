@@ -10,6 +10,7 @@ ACTIVE at the expected rate) and ``ssubmit``, which builds ``NCCL_IB_HCA`` as
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from typing import List, Optional, Sequence
 
@@ -21,6 +22,7 @@ class IbPort:
     state: str  # ACTIVE, DOWN, INIT, ARMED, ...
     rate_gbps: Optional[float]
     link_layer: str = ""  # InfiniBand or Ethernet (RoCE)
+    has_netdev: bool = True  # False for phantom HCAs with no net device behind them
 
     @property
     def active(self) -> bool:
@@ -53,11 +55,16 @@ def _parse_rate(text: str) -> Optional[float]:
         return None
 
 
-def ib_ports(root: str = "/sys", devices: Sequence[str] = ()) -> List[IbPort]:
-    """Every port of every HCA under ``<root>/class/infiniband``, sorted by device then port."""
-    base = os.path.join(root, "class", "infiniband")
+def _natural_key(text: str) -> list:
+    # mlx5_2 before mlx5_10
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", text)]
+
+
+def read_ib_class(class_dir: str, devices: Sequence[str] = ()) -> List[IbPort]:
+    """Every port of every HCA under ``class_dir`` (``/sys/class/infiniband``), in
+    natural order (device, then port). A missing directory (no InfiniBand) gives ``[]``."""
     try:
-        hcas = sorted(os.listdir(base))
+        hcas = sorted(os.listdir(class_dir), key=_natural_key)
     except OSError:
         return []
     wanted = set(devices)
@@ -65,14 +72,14 @@ def ib_ports(root: str = "/sys", devices: Sequence[str] = ()) -> List[IbPort]:
     for hca in hcas:
         if wanted and hca not in wanted:
             continue
-        ports_dir = os.path.join(base, hca, "ports")
+        ports_dir = os.path.join(class_dir, hca, "ports")
         try:
-            ports = sorted(os.listdir(ports_dir), key=lambda p: int(p) if p.isdigit() else 0)
+            ports = sorted((p for p in os.listdir(ports_dir) if p.isdigit()), key=int)
         except OSError:
             continue
+        netdir = os.path.join(class_dir, hca, "device", "net")
+        has_netdev = os.path.isdir(netdir) and bool(os.listdir(netdir))
         for p in ports:
-            if not p.isdigit():
-                continue
             d = os.path.join(ports_dir, p)
             out.append(
                 IbPort(
@@ -81,9 +88,15 @@ def ib_ports(root: str = "/sys", devices: Sequence[str] = ()) -> List[IbPort]:
                     state=_parse_state(_read(os.path.join(d, "state"))),
                     rate_gbps=_parse_rate(_read(os.path.join(d, "rate"))),
                     link_layer=_read(os.path.join(d, "link_layer")),
+                    has_netdev=has_netdev,
                 )
             )
     return out
+
+
+def ib_ports(root: str = "/sys", devices: Sequence[str] = ()) -> List[IbPort]:
+    """Every port of every HCA under ``<root>/class/infiniband`` (``root`` lets tests use fixture trees)."""
+    return read_ib_class(os.path.join(root, "class", "infiniband"), devices)
 
 
 def active_ib_ports(

@@ -141,43 +141,17 @@ class HcaPort:
         return asdict(self)
 
 
-def _read(path: str) -> str:
-    try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            return fh.read().strip()
-    except OSError:
-        return ""
-
-
-def _natural_key(text: str) -> List[Any]:
-    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", text)]
-
-
 def detect_hca_ports(root: str = SYSFS_INFINIBAND) -> List[HcaPort]:
     """Every port under ``root`` (``/sys/class/infiniband``), in natural order.
 
-    A missing ``root`` (a host without InfiniBand) gives ``[]``.
+    Reads sysfs through :func:`slurmkit.health.sysfs.read_ib_class`, the one reader of
+    those files, and normalises what ssubmit's selection expects: an unreadable rate is
+    0 and a missing link layer is InfiniBand. A missing ``root`` gives ``[]``.
     """
-    ports: List[HcaPort] = []
-    if not os.path.isdir(root):
-        return ports
-    for device in sorted(os.listdir(root), key=_natural_key):
-        ports_dir = os.path.join(root, device, "ports")
-        if not os.path.isdir(ports_dir):
-            continue
-        netdir = os.path.join(root, device, "device", "net")
-        has_netdev = os.path.isdir(netdir) and bool(os.listdir(netdir))
-        for port in sorted(os.listdir(ports_dir), key=_natural_key):
-            if not port.isdigit():
-                continue
-            pdir = os.path.join(ports_dir, port)
-            state_raw = _read(os.path.join(pdir, "state"))
-            state = state_raw.split(":", 1)[-1].strip().upper() if state_raw else "UNKNOWN"
-            rate_m = re.match(r"\s*([\d.]+)\s*Gb/sec", _read(os.path.join(pdir, "rate")))
-            rate = float(rate_m.group(1)) if rate_m else 0.0
-            link_layer = _read(os.path.join(pdir, "link_layer")) or "InfiniBand"
-            ports.append(HcaPort(device, int(port), state, rate, link_layer, has_netdev))
-    return ports
+    from slurmkit.health.sysfs import read_ib_class
+
+    return [HcaPort(p.device, p.port, p.state, p.rate_gbps or 0.0, p.link_layer or "InfiniBand", p.has_netdev)
+            for p in read_ib_class(root)]
 
 
 @dataclass
