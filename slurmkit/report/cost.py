@@ -29,11 +29,11 @@ Build versus rent
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
 from slurmkit.errors import ConfigError, UsageError
+from slurmkit.slurm import parse
 
 HOURS_PER_MONTH = 8760 / 12  # 730
 
@@ -111,17 +111,9 @@ def price_table(config: Mapping[str, Any], option: Optional[str] = None) -> Pric
 
 # --------------------------------------------------------------------------- capacity
 
-_GRES_GPU = re.compile(r"(?:^|,)gpu(?::([A-Za-z0-9_.\-]+))?:(\d+)")
-
-
 def gpus_from_gres(gres: str) -> Dict[str, int]:
-    """``{type: count}`` from an sinfo Gres column (``gpu:h100:8(S:0-1)``,
-    ``gpu:8``, ``gpu:h100:4,gpu:a100:4``); untyped GPUs under ``untyped``."""
-    out: Dict[str, int] = {}
-    for m in _GRES_GPU.finditer(gres or ""):
-        t = m.group(1) or UNTYPED
-        out[t] = out.get(t, 0) + int(m.group(2))
-    return out
+    """``{type: count}`` from an sinfo Gres column; untyped GPUs under ``untyped``."""
+    return parse.gpus_from_gres(gres, untyped=UNTYPED)
 
 
 @dataclass

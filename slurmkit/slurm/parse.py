@@ -203,6 +203,23 @@ def gpus_from_tres(tres: Dict[str, str]) -> Tuple[int, Dict[str, int]]:
     return total, typed
 
 
+_GRES_GPU = re.compile(r"(?:^|,)gpu(?::([A-Za-z0-9_.\-]+))?:(\d+)")
+
+
+def gpus_from_gres(gres: str, untyped: str = "") -> Dict[str, int]:
+    """``{type: count}`` from a node's Gres (sinfo ``%G``, ``scontrol show node``).
+
+    ``gpu:h100:8(S:0-1)`` gives ``{"h100": 8}``; ``gpu:8`` gives ``{untyped: 8}``;
+    ``gpu:h100:4,gpu:a100:4`` both; other gres (``shard:4``) and ``(null)`` nothing.
+    Types keep their order of appearance.
+    """
+    out: Dict[str, int] = {}
+    for m in _GRES_GPU.finditer(gres or ""):
+        t = m.group(1) or untyped
+        out[t] = out.get(t, 0) + int(m.group(2))
+    return out
+
+
 # --------------------------------------------------------------------------- parsable2
 
 def split_parsable2(line: str, nfields: int, free_field: Optional[int] = None,

@@ -27,7 +27,7 @@ from typing import Any, Dict, List, Optional
 from slurmkit.core.schema import Field, Section, deep_merge, parse_set_option, validate
 from slurmkit.core.yamlload import LineDict, load_yaml_file
 from slurmkit.errors import ConfigError
-from slurmkit.slurm.parse import ParseError, parse_time_limit
+from slurmkit.slurm.parse import ParseError, gpus_from_gres, parse_time_limit
 
 # --------------------------------------------------------------------------- value checks
 
@@ -425,16 +425,10 @@ def check_against_cluster(spec: Dict[str, Any], nodes_rows: List[Dict[str, str]]
     best = 0
     types = set()
     for row in nodes_rows:
-        count = 0
-        for item in (row.get("gres") or "").split(","):
-            m = re.match(r"gpu(?::([A-Za-z0-9_.-]+))?:(\d+)", item.strip())
-            if m:
-                if spec["gpu_type"] and m.group(1) and m.group(1) != spec["gpu_type"]:
-                    types.add(m.group(1))
-                    continue
-                if m.group(1):
-                    types.add(m.group(1))
-                count += int(m.group(2))
+        by_type = gpus_from_gres(row.get("gres") or "")
+        types.update(t for t in by_type if t)
+        # untyped GPUs, and typed ones of the requested type (any type when none is asked for)
+        count = sum(n for t, n in by_type.items() if not (spec["gpu_type"] and t and t != spec["gpu_type"]))
         best = max(best, count)
     part = spec["partition"] or "the default partition"
     if want > best:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import datetime as _dt
 import logging
 import os
-import re
 import time
 from typing import Any, Dict, List, Optional
 
@@ -28,6 +27,7 @@ from slurmkit.cli.common import (
 )
 from slurmkit.errors import SlurmCommandError, UsageError
 from slurmkit.slurm.node import this_node
+from slurmkit.slurm.parse import gpus_from_gres
 
 log = logging.getLogger("slurmkit.sweep")
 
@@ -224,8 +224,7 @@ def _submit_pairs(
     for a, b in pairs.plan_pairs(store, idle, cfg, cfg["max_concurrent"] - p.running - len(p.selected)):
         tasks = 1
         if cfg["pairs"]["backend"] in ("auto", "nccl"):
-            m = re.search(r"gpu(?::[^:,(]+)?:(\d+)", gres.get(a, ""))
-            tasks = int(m.group(1)) if m else 1
+            tasks = sum(gpus_from_gres(gres.get(a, "")).values()) or 1
         args = pairs.pair_sbatch_args(a, b, cfg, run_id, output, tasks)
         argv = pairs.pair_argv(
             a, b, run_id, python=cfg.get("python"), config_path=config_path, tasks=2 * tasks

@@ -35,6 +35,8 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Set
 
+from slurmkit.slurm.parse import gpus_from_gres
+
 ELIGIBLE_STATES = frozenset({"idle"})
 
 
@@ -183,11 +185,7 @@ def plan(
 
 def gpu_model_from_gres(gres: str) -> Optional[str]:
     """``gpu:h100:8(S:0-1)`` -> ``h100``; ``gpu:8`` or no GPU -> ``None``."""
-    for item in (gres or "").split(","):
-        parts = item.strip().split(":")
-        if len(parts) >= 3 and parts[0] == "gpu":
-            return parts[1].lower()
-    return None
+    return next((t.lower() for t in gpus_from_gres(gres) if t), None)
 
 
 def sweep_job_nodes(job_rows: Sequence[Mapping[str, str]], prefix: str) -> Dict[str, str]:

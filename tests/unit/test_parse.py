@@ -121,3 +121,14 @@ def test_format_minutes():
     assert format_minutes(90) == "01:30:00"
     assert format_minutes(1590) == "1-02:30:00"
     assert format_minutes(None) == "UNLIMITED"
+
+
+def test_gpus_from_gres():
+    from slurmkit.slurm.parse import gpus_from_gres
+
+    assert gpus_from_gres("gpu:h100:8(S:0-1)") == {"h100": 8}
+    assert gpus_from_gres("gpu:8") == {"": 8}
+    assert gpus_from_gres("gpu:8", untyped="untyped") == {"untyped": 8}
+    assert gpus_from_gres("gpu:h100:4,gpu:a100:2(S:1)") == {"h100": 4, "a100": 2}
+    assert gpus_from_gres("shard:4,gpu:h100:2") == {"h100": 2}
+    assert gpus_from_gres("(null)") == {} and gpus_from_gres("") == {}
