@@ -38,6 +38,24 @@ def _iso(ts: Optional[float]) -> str:
     return _dt.datetime.fromtimestamp(ts, _dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def _submit_or_show(entry: Dict[str, Any], script: str, args: List[str], dry_run: bool,
+                    errors: List[str], label: str) -> None:
+    """Submit one sweep job and note its id in ``entry``; with ``dry_run`` note the
+    script instead. A failed sbatch is recorded (entry and ``errors``), not raised, so
+    one bad node does not stop the rest of the run."""
+    from slurmkit.slurm import client
+
+    if dry_run:
+        entry["script"] = script
+        return
+    try:
+        entry["job_id"] = client.submit(script, args)
+    except SlurmCommandError as exc:
+        entry["error"] = str(exc)
+        errors.append(f"{label}: {exc}")
+        log.error("sbatch for %s failed: %s", label, exc)
+
+
 def _age(seconds: Optional[float]) -> str:
     if seconds is None:
         return "never"
@@ -140,15 +158,7 @@ def plan_and_submit(
             "revalidate": cand.revalidate,
             "sbatch": args,
         }
-        if dry_run:
-            entry["script"] = script
-        else:
-            try:
-                entry["job_id"] = client.submit(script, args)
-            except SlurmCommandError as exc:
-                entry["error"] = str(exc)
-                errors.append(f"{node}: {exc}")
-                log.error("sbatch for %s failed: %s", node, exc)
+        _submit_or_show(entry, script, args, dry_run, errors, node)
         jobs.append(entry)
     pair_jobs = _submit_pairs(
         site_cfg,
@@ -207,7 +217,6 @@ def _submit_pairs(
     site_cfg, cfg, store, rows, sweep_jobs, p, run_id, output, *, config_path, dry_run, errors
 ) -> List[Dict[str, Any]]:
     """Pairwise 2-node all_reduce jobs on idle nodes the single-node plan left free."""
-    from slurmkit.slurm import client
     from slurmkit.sweep import jobscript, pairs, planner
 
     if not cfg["pairs"]["enabled"]:
@@ -235,14 +244,7 @@ def _submit_pairs(
             "sbatch": args,
             "gpu_model": planner.gpu_model_from_gres(gres.get(a)),
         }
-        if dry_run:
-            entry["script"] = script
-        else:
-            try:
-                entry["job_id"] = client.submit(script, args)
-            except SlurmCommandError as exc:
-                entry["error"] = str(exc)
-                errors.append(f"{a}+{b}: {exc}")
+        _submit_or_show(entry, script, args, dry_run, errors, f"{a}+{b}")
         out.append(entry)
     return out
 
