@@ -95,9 +95,3 @@ class DevclusterError(SlurmkitError):
     """The local development cluster could not be started or stopped."""
 
     exit_code = 4
-
-
-class JobFailed(SlurmkitError):
-    """A job followed with ``--wait`` ended in a failure state."""
-
-    exit_code = 1

@@ -36,7 +36,6 @@ import click
 from slurmkit.cli.common import common_options, load_config, print_json, run_main, setup_logging
 from slurmkit.errors import ConfigError, SlurmCommandError, SlurmkitError, UsageError
 
-SUBCOMMANDS = ("status", "cancel", "logs", "schema", "submit")
 ACTIVE_STATES = {"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED", "REQUEUE_HOLD",
                  "REQUEUE_FED", "RESIZING", "SUSPENDED", "STAGE_OUT", "SIGNALING", "STOPPED",
                  "RESV_DEL_HOLD", "SPECIAL_EXIT"}

@@ -66,14 +66,6 @@ class CheckResult:
         d["action"] = self.action.value
         return d
 
-    @classmethod
-    def from_dict(cls, d: Dict[str, Any]) -> "CheckResult":
-        kw = dict(d)
-        kw["status"] = Status(kw.get("status", "unknown"))
-        kw["action"] = Action(kw.get("action", "none"))
-        known = set(cls.__dataclass_fields__)
-        return cls(**{k: v for k, v in kw.items() if k in known})
-
     def drain_reason(self) -> str:
         """The machine-readable Slurm drain reason: ``slurmkit:<CODE> <check>: <detail>``."""
         detail = " ".join(self.reason.split())[:180]

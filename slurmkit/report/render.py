@@ -11,7 +11,6 @@ with a totals row. The table uses rich only when stdout is a terminal and
 from __future__ import annotations
 
 import csv
-import io
 import json
 import os
 import sys
@@ -186,9 +185,3 @@ def render(report: Report, fmt: str, view: str = "usage", out: Optional[TextIO] 
         render_markdown(report, view, out)
     else:
         render_table(report, view, out)
-
-
-def render_to_string(report: Report, fmt: str, view: str = "usage") -> str:
-    buf = io.StringIO()
-    render(report, fmt, view, buf)
-    return buf.getvalue()

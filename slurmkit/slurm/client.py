@@ -110,11 +110,6 @@ def show_node(node: str) -> Optional[Dict[str, str]]:
     return parse_scontrol_record(line) if line else None
 
 
-def update_node(node: str, **fields: str) -> None:
-    args = ["update", f"NodeName={node}"] + [f"{k}={v}" for k, v in fields.items()]
-    call("scontrol", args)
-
-
 def drain_node(node: str, reason: str) -> None:
     """Drain ``node`` with ``reason`` (Slurm stores it verbatim; it is one argv item)."""
     call("scontrol", ["update", f"NodeName={node}", "State=DRAIN", f"Reason={reason}"])
@@ -130,14 +125,6 @@ def requeue_job(job_id: str, hold: bool = False) -> None:
 
 def update_job(job_id: str, **fields: str) -> None:
     call("scontrol", ["update", f"JobId={job_id}"] + [f"{k}={v}" for k, v in fields.items()])
-
-
-def release_job(job_id: str) -> None:
-    call("scontrol", ["release", str(job_id)])
-
-
-def ping() -> bool:
-    return call("scontrol", ["ping"], check=False, timeout=10).returncode == 0
 
 
 # --------------------------------------------------------------------------- scancel

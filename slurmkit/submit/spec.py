@@ -409,10 +409,6 @@ def spec_json_schema() -> Dict[str, Any]:
     return schema
 
 
-def time_limit_minutes(spec: Dict[str, Any]) -> Optional[int]:
-    return parse_time_limit(spec["time"])
-
-
 def check_against_cluster(spec: Dict[str, Any], nodes_rows: List[Dict[str, str]]) -> Optional[str]:
     """Refuse ``gpus_per_node`` above what every node of the partition has.
 

@@ -327,7 +327,3 @@ def busbw_verdict(
     return CheckResult(
         check, Status.OK, "OK", f"busbw {busbw:.3g} GB/s", value=round(busbw, 4), unit="GB/s", details=d
     )
-
-
-def pair_key(a: str, b: str) -> str:
-    return ",".join(sorted((a, b)))

@@ -47,23 +47,6 @@ MODEL_NAMES = {
     "A100": "NVIDIA A100-SXM4-80GB",
 }
 
-CALLS = (
-    "init",
-    "gpus",
-    "ecc",
-    "retired_pages",
-    "remapped_rows",
-    "temperature",
-    "power",
-    "persistence",
-    "throttle",
-    "nvlink",
-    "processes",
-    "memory",
-    "xid",
-    "nvlink_bandwidth",
-)
-
 
 def _load_yaml(path: str) -> Any:
     import yaml
