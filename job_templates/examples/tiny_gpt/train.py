@@ -191,10 +191,9 @@ def main(argv: list[str] | None = None) -> int:
     if ckpt_dir is not None and (ckpt_dir / CHECKPOINT_NAME).exists():
         step = load_checkpoint(ckpt_dir / CHECKPOINT_NAME, model, optimizer, device)
         log(f"resumed from step {step}")
-    if is_main and stop.request_file is not None and stop.request_file.exists():
-        # Left over from the run that was requeued; honouring it would stop at once, forever.
-        stop.request_file.unlink()
-        log(f"slurmkit: removed stale checkpoint request {stop.request_file}")
+    # A request file that exists already is honoured at the first step boundary: the
+    # launcher gives every run its own path (ssubmit: per job and restart count), so it
+    # was sent to this run, e.g. while the model was still loading.
     if distributed:
         dist.barrier()
 
