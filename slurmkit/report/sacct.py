@@ -41,7 +41,7 @@ from typing import Dict, FrozenSet, Iterable, Iterator, List, NamedTuple, Option
 
 from slurmkit.errors import ExternalCommandError, SlurmCommandError, UsageError
 from slurmkit.report.window import Window, iso_local
-from slurmkit.slurm.parse import ParseError, gpus_from_tres, parse_tres, split_parsable2
+from slurmkit.slurm.parse import SACCT_DELIMITER, ParseError, gpus_from_tres, parse_tres, split_parsable2
 
 #: The columns slurmkit asks sacct for, in this order (free-text JobName last).
 FIELDS: Tuple[str, ...] = ("JobID", "JobIDRaw", "State", "AllocTRES", "Submit", "Start", "End",
@@ -446,7 +446,7 @@ def read_header(first_line: str) -> Tuple[List[str], str, bool]:
     ``trailing`` is true for ``--parsable`` output (a ``|`` after the last field).
     """
     line = first_line.rstrip("\r\n")
-    sep = "\x1f" if "\x1f" in line else "|"
+    sep = SACCT_DELIMITER if SACCT_DELIMITER in line else "|"
     cols = line.split(sep)
     trailing = len(cols) > 1 and cols[-1] == ""
     if trailing:
@@ -510,8 +510,8 @@ class SacctQuery:
         env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(self.env.items()))
         words = []
         for arg in [binary, *self.args]:
-            if "\x1f" in arg:
-                words.append(shlex.quote(arg.split("\x1f")[0]) + "$'\\x1f'")
+            if SACCT_DELIMITER in arg:
+                words.append(shlex.quote(arg.split(SACCT_DELIMITER)[0]) + "$'\\x1f'")
             else:
                 words.append(shlex.quote(arg))
         return f"{env} {' '.join(words)}".strip()
@@ -524,7 +524,7 @@ def build_query(window: Window, filters: Optional[Filters] = None) -> SacctQuery
     ("jobs in this state during the window")."""
     filters = filters or Filters()
     args = ["-a", "-D", "-T", "-S", iso_local(window.start), "-E", iso_local(window.end),
-            "--parsable2", "--noheader", "--delimiter=\x1f", "--format=" + ",".join(FIELDS)]
+            "--parsable2", "--noheader", f"--delimiter={SACCT_DELIMITER}", "--format=" + ",".join(FIELDS)]
     if filters.users is not None:
         args += ["-u", ",".join(sorted(filters.users))]
     if filters.accounts is not None:
@@ -563,4 +563,4 @@ def run_query(query: SacctQuery, *, window: Window, now: Optional[float] = None,
                                 returncode=res.returncode, stderr=res.stderr)
     # str.split, not io.StringIO: StringIO keeps a 4-byte-per-character copy of the
     # whole output (600 MB for a million-row month); the line list costs a third of that.
-    return parse_rows(res.stdout.split("\n"), FIELDS, sep="\x1f", window=window, now=now, filters=filters)
+    return parse_rows(res.stdout.split("\n"), FIELDS, sep=SACCT_DELIMITER, window=window, now=now, filters=filters)

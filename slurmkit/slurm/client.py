@@ -17,7 +17,7 @@ from typing import Dict, Iterable, List, Mapping, Optional, Sequence
 
 from slurmkit.errors import SlurmCommandError
 from slurmkit.slurm import runner
-from slurmkit.slurm.parse import expand_hostlist, parse_parsable2
+from slurmkit.slurm.parse import SACCT_DELIMITER, expand_hostlist, parse_parsable2
 
 _bin_dir: Optional[str] = None
 _timeout: float = runner.DEFAULT_TIMEOUT
@@ -190,7 +190,6 @@ def job_nodes(nodelist: str) -> List[str]:
 
 # --------------------------------------------------------------------------- sacct
 
-SACCT_DELIMITER = "\x1f"  # unit separator: cannot appear in job names typed by users
 
 
 def sacct(fields: Sequence[str], args: Sequence[str] = (), *, timeout: Optional[float] = None,

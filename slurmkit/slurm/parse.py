@@ -222,6 +222,10 @@ def gpus_from_gres(gres: str, untyped: str = "") -> Dict[str, int]:
 
 # --------------------------------------------------------------------------- parsable2
 
+#: slurmkit's own sacct calls use the unit separator as delimiter (``--delimiter``): a user
+#: cannot type it into a job name, so a ``|`` in a name never shifts the fields.
+SACCT_DELIMITER = "\x1f"
+
 def split_parsable2(line: str, nfields: int, free_field: Optional[int] = None,
                     sep: str = "|") -> List[str]:
     """Split one ``--parsable2`` row into exactly ``nfields`` fields.
