@@ -563,4 +563,5 @@ def run_query(query: SacctQuery, *, window: Window, now: Optional[float] = None,
                                 returncode=res.returncode, stderr=res.stderr)
     # str.split, not io.StringIO: StringIO keeps a 4-byte-per-character copy of the
     # whole output (600 MB for a million-row month); the line list costs a third of that.
-    return parse_rows(res.stdout.split("\n"), FIELDS, sep=SACCT_DELIMITER, window=window, now=now, filters=filters)
+    return parse_rows(res.stdout.split("\n"), FIELDS, sep=SACCT_DELIMITER, window=window, now=now,
+                      filters=filters)
