@@ -128,3 +128,32 @@ def devcluster():
     finally:
         if not reused and not os.environ.get("SLURMKIT_TEST_KEEP_CLUSTER"):
             cluster.down()
+
+
+# Two ordinary accounts for attack tests (tests/security): the hostile user and the
+# victim. Created once per machine (idempotent), never given a home directory or a shell.
+ATTACKER = "sk-mallory"
+VICTIM = "sk-alice"
+
+
+def _ensure_user(name: str) -> None:
+    import pwd
+
+    try:
+        pwd.getpwnam(name)
+    except KeyError:
+        subprocess.run(["useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", name],
+                       check=True, capture_output=True, timeout=30)
+
+
+@pytest.fixture(scope="session")
+def unprivileged_users():
+    """``(attacker, victim)``: two unprivileged accounts that exist on this machine (and so,
+    with the shared /etc/passwd, on every devcluster node). Needs root."""
+    if os.geteuid() != 0:
+        if os.environ.get("SLURMKIT_REQUIRE_DEVCLUSTER"):
+            pytest.fail("attack tests need root to create the unprivileged test users")
+        pytest.skip("attack tests need root to create the unprivileged test users")
+    for name in (ATTACKER, VICTIM):
+        _ensure_user(name)
+    return ATTACKER, VICTIM
