@@ -1,7 +1,7 @@
 """The ``health`` section of ``slurmkit.yaml``: backend, checks, thresholds, budgets.
 
 Every default is chosen for an 8-GPU HGX node and a prolog that must finish well
-under slurmd's 8 s "Prolog hung" notice (slurm-and-fleet-facts.md §1): the whole
+under slurmd's 8 s "Prolog hung" notice (slurmd_common.c: max(2, MessageTimeout - 2) s): the whole
 prolog gets 5 s, each check 2 s, and a site that configures nothing still gets every
 fast GPU check. Thresholds live per GPU model because a healthy B100 idles at a power
 an H100 would only reach under load; a GPU whose model matches no entry uses
@@ -30,11 +30,11 @@ def _fixture_template(value: Any) -> Optional[str]:
     return None
 
 
-#: Thresholds per GPU model. Sources: power warn 680 W (H100; our source material),
+#: Thresholds per GPU model. Sources: power warn 680 W (H100; the article "How to Build a GPU Cluster for AI Training (No BS Guide)"),
 #: memory left on an idle GPU <= 15 MiB and retired pages 10 (Meta gcm check-nvidia-smi),
 #: NVLink pair floor 335 GB/s (Azure ND H200 v5 P2P gate), all_reduce busbw 90 % of
 #: 460/480 GB/s (Azure H100/H200 expectations, nccl-tests' 0.9 rule), GEMM and HBM
-#: floors at about 70-75 % of measured-achievable (slurm-and-fleet-facts.md §9-§13).
+#: floors at about 70-75 % of measured-achievable (stas00/ml-engineering, compute/accelerator).
 MODEL_THRESHOLD_FIELDS: Dict[str, Field] = {
     "temperature_warn_c": Field("float", 85.0, "GPU core temperature that warns (deg C)."),
     "temperature_fail_c": Field("float", 92.0, "GPU core temperature that fails (deg C)."),

@@ -1,7 +1,7 @@
 """The hook programs: Prolog, Epilog and HealthCheckProgram, as functions returning an exit code.
 
 ``prolog/slurmkit-prolog`` and friends are three-line scripts that call these. What a
-hook may do is dictated by Slurm (slurm-and-fleet-facts.md §3): a non-zero Prolog
+hook may do is dictated by Slurm (https://slurm.schedmd.com/prolog_epilog.html): a non-zero Prolog
 exit drains the node and requeues+holds the job; a non-zero Epilog exit drains the
 node; HealthCheckProgram's exit status is ignored, it must drain by itself.
 

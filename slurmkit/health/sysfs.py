@@ -4,7 +4,8 @@
 ``400 Gb/sec (4X NDR)``. Two users: the ``infiniband`` health check (every port
 ACTIVE at the expected rate) and ``ssubmit``, which builds ``NCCL_IB_HCA`` as
 ``=mlx5_X:1,...`` from the ports that are ACTIVE (never a bare prefix: NCCL matches
-``mlx5_1`` against ``mlx5_10`` too; slurm-and-fleet-facts.md §12).
+``mlx5_1`` against ``mlx5_10`` too; NCCL's environment docs,
+https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html).
 """
 
 from __future__ import annotations

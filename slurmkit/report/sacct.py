@@ -1,6 +1,6 @@
 """The sacct command line and the streaming row parser behind ``slurmkit report``.
 
-What the command asks for, and why (slurm-and-fleet-facts.md §8):
+What the command asks for, and why (sacct(1), https://slurm.schedmd.com/sacct.html):
 
 * ``-a`` every user; ``-D`` every attempt of a requeued job (without it sacct shows
   only the last one, but the earlier attempts held GPUs too); ``-T`` clip each row's

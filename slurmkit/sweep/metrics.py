@@ -100,7 +100,8 @@ def nvlink_matrix(r: CheckResult) -> Optional[List[List[float]]]:
 
 
 def weakest_bidirectional(matrix: List[List[float]]) -> List[float]:
-    """Per GPU: its weakest peer's ``a->b + b->a`` bandwidth (the source material's
+    """Per GPU: its weakest peer's ``a->b + b->a`` bandwidth (the article
+    "How to Build a GPU Cluster for AI Training (No BS Guide)"'s
     "800 GB/s on H100" reads as bidirectional per GPU: NVLink4 is 900 GB/s that way)."""
     n = len(matrix)
     return [min((matrix[i][j] + matrix[j][i] for j in range(n) if j != i), default=0.0) for i in range(n)]

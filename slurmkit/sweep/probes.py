@@ -3,7 +3,7 @@ choice of node pairs for the 2-node all_reduce from ``topology.conf``.
 
 Checkpoint storage
 ------------------
-Our source material's rule: a node must write its checkpoint within the checkpoint
+The rule of the article "How to Build a GPU Cluster for AI Training (No BS Guide)": a node must write its checkpoint within the checkpoint
 window, so the needed throughput is *model size / window*. It also says ">10 GB/s per
 node" and, for a 200 GB model and a 5-minute window, "2 GB/s"; the arithmetic gives
 200 / 300 = 0.67 GB/s, which is what :func:`needed_gbps` returns (the 10 GB/s figure

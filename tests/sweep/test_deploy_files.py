@@ -90,7 +90,7 @@ def test_rules_structure_and_required_alerts():
             unknown = metric_names(rule["expr"]) - KNOWN_METRICS
             assert not unknown, f"{rule['alert']}: unknown metrics {unknown}"
             names.add(rule["alert"])
-    # the source material's alerts (issue 6)
+    # the alerts of "How to Build a GPU Cluster for AI Training (No BS Guide)"
     assert {
         "SlurmkitNvlinkBandwidthUnderFloor",
         "SlurmkitGpuPowerHigh",
