@@ -132,8 +132,9 @@ def load_table(path: Optional[str] = None) -> XidTable:
             ok = isinstance(rec, dict) and rec.get("action") in {a.value for a in Action}
             code = rec.get("code") if isinstance(rec, dict) else None
             if not ok or (code is not None and (isinstance(code, bool) or not isinstance(code, int))):
+                valid = "|".join(a.value for a in Action)
                 raise ConfigError(
-                    "expected {code: <int>, match: <label>, action: <" + "|".join(a.value for a in Action) + ">}",
+                    "expected {code: <int>, match: <label>, action: <" + valid + ">}",
                     path=p,
                     key=f"xid154_recovery_actions[{i}]",
                 )
