@@ -51,7 +51,8 @@ def test_bad_table_is_a_config_error_naming_the_key(tmp_path):
 
 def test_bad_xid154_state_is_a_config_error(tmp_path):
     bad = tmp_path / "xid.yaml"
-    bad.write_text("version: x\nxids: {}\nxid154_recovery_actions:\n  - {code: two, match: x, action: reboot}\n")
+    bad.write_text("version: x\nxids: {}\n"
+                   "xid154_recovery_actions:\n  - {code: two, match: x, action: reboot}\n")
     with pytest.raises(ConfigError, match=r"xid.yaml: xid154_recovery_actions\[0\]: expected"):
         xid.load_table(str(bad))
 

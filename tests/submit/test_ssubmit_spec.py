@@ -61,7 +61,8 @@ def test_time_limits_slurm_would_reject(write_spec, bad):
 
 
 # Slurm's time_str2mins takes fields past their clock range ("25:99", "1-25:00", "0:90:00")
-@pytest.mark.parametrize("good", ["30", "1:30:00", "2-12", "7-00:00:00", "UNLIMITED", "25:99", "1-25:00", "0:90:00"])
+@pytest.mark.parametrize("good", ["30", "1:30:00", "2-12", "7-00:00:00", "UNLIMITED",
+                                  "25:99", "1-25:00", "0:90:00"])
 def test_time_limits_slurm_accepts(write_spec, good):
     assert load_text(write_spec, f"script: /t.py\ntime: '{good}'\n")["time"] == good
 
