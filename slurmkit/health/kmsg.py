@@ -9,6 +9,14 @@ its time since boot in microseconds, without running ``dmesg``.
 Record format (Documentation/ABI/testing/dev-kmsg)::
 
     6,1234,5678901234,-;NVRM: Xid (PCI:0000:18:00): 79, pid=1234, name=python, GPU has fallen off the bus.
+
+A GPU that is lost before or outside an Xid report is printed without an ``NVRM: Xid``
+line: at probe time (open-gpu-kernel-modules ``RmInitAdapter``: "NVRM: The NVIDIA GPU
+0000:b3:00.0 (PCI ID: 10de:26b5) installed in this system has fallen off the bus and is not
+responding to commands.", one record with embedded newlines, escaped ``\x0a`` in /dev/kmsg)
+or as "NVRM: GPU 0000:29:00.0: GPU has fallen off the bus.". NVIDIA's NVSentinel and
+leptonai/gpud treat both as Xid 79, and so does slurmkit; when the same GPU also has a real
+Xid 79 record within a minute, only that one is kept.
 """
 
 from __future__ import annotations
@@ -23,6 +31,19 @@ XID_RE = re.compile(
     r"NVRM: Xid \((?:PCI:)?([0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})[^)]*\):\s*(\d+)"
     r"(?:,\s*(.*))?"
 )
+
+#: "NVRM: The NVIDIA GPU 0000:b3:00.0 ... fallen off the bus ..." and
+#: "NVRM: GPU 0000:29:00.0: GPU has fallen off the bus." (domain optional, as gpud accepts).
+FALLEN_RE = re.compile(
+    r"NVRM: (?:The NVIDIA )?GPU (?:at )?(?:PCI:)?((?:[0-9a-fA-F]{4,8}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2})"
+    r"(?:\.[0-7])?\b.{0,300}?fallen off the bus",
+    re.DOTALL,
+)
+
+#: Xid number NVIDIA's catalog gives a lost GPU (ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS).
+XID_FALLEN_OFF_THE_BUS = 79
+#: A "fallen off the bus" line this close to a real Xid 79 of the same GPU is the same event.
+FALLEN_DEDUP_SECONDS = 60.0
 
 
 def short_pci(bus_id: str) -> str:
@@ -40,20 +61,45 @@ def boot_time() -> float:
     return time.time() - float(open("/proc/uptime").read().split()[0])
 
 
-def parse_record(record: str, btime: float) -> Optional[Tuple[float, str, int, str]]:
-    """``(wall_timestamp, pci 'dddd:bb:dd', xid, rest)`` for an Xid record, else ``None``."""
+def parse_message(message: str) -> Optional[Tuple[str, int, str, bool]]:
+    """``(pci 'dddd:bb:dd', xid, rest, from_text)`` for one kernel message, else ``None``.
+
+    ``from_text`` is true for a "fallen off the bus" message without an Xid line, reported as
+    Xid 79. Works on a /dev/kmsg record's text and on a ``dmesg`` line (any prefix).
+    """
+    m = XID_RE.search(message)
+    if m:
+        return m.group(1).lower(), int(m.group(2)), (m.group(3) or "").strip(), False
+    f = FALLEN_RE.search(message)
+    if not f:
+        return None
+    addr = f.group(1).lower()
+    if addr.count(":") == 1:
+        addr = "0000:" + addr
+    dom, bus, dev = addr.split(":")
+    text = re.sub(r"(\\x0a|\n)\s*", " ", message[f.start():]).strip()
+    return f"{dom[-4:].rjust(4, '0')}:{bus}:{dev}", XID_FALLEN_OFF_THE_BUS, text, True
+
+
+def _parse(record: str, btime: float) -> Optional[Tuple[float, str, int, str, bool]]:
     head, sep, message = record.partition(";")
     if not sep:
         return None
-    m = XID_RE.search(message)
-    if not m:
+    hit = parse_message(message)
+    if hit is None:
         return None
     fields = head.split(",")
     try:
         usec = int(fields[2])
     except (IndexError, ValueError):
         return None
-    return btime + usec / 1e6, m.group(1).lower(), int(m.group(2)), (m.group(3) or "").strip()
+    return (btime + usec / 1e6,) + hit
+
+
+def parse_record(record: str, btime: float) -> Optional[Tuple[float, str, int, str]]:
+    """``(wall_timestamp, pci 'dddd:bb:dd', xid, rest)`` for an Xid record, else ``None``."""
+    hit = _parse(record, btime)
+    return None if hit is None else hit[:4]
 
 
 def read_kmsg_records(path: str = "/dev/kmsg", max_records: int = 200_000) -> List[str]:
@@ -82,4 +128,14 @@ def read_kmsg_records(path: str = "/dev/kmsg", max_records: int = 200_000) -> Li
 
 
 def xid_records(records: Iterable[str], btime: float) -> List[Tuple[float, str, int, str]]:
-    return [r for r in (parse_record(rec, btime) for rec in records) if r is not None]
+    """Every Xid in ``records``; a "fallen off the bus" message counts unless the same GPU has a
+    real Xid 79 within ``FALLEN_DEDUP_SECONDS`` (the driver often prints both)."""
+    hits = [h for h in (_parse(rec, btime) for rec in records) if h is not None]
+    real79 = [(ts, pci) for ts, pci, xid, _, from_text in hits
+              if xid == XID_FALLEN_OFF_THE_BUS and not from_text]
+    out = []
+    for ts, pci, xid, rest, from_text in hits:
+        if from_text and any(p == pci and abs(t - ts) <= FALLEN_DEDUP_SECONDS for t, p in real79):
+            continue
+        out.append((ts, pci, xid, rest))
+    return out

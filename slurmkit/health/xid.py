@@ -38,8 +38,10 @@ class XidTable:
         self.entries: Dict[int, Dict[str, Any]] = {}
         for key, entry in (data.get("xids") or {}).items():
             self.entries[int(key)] = dict(entry or {})
-        self.recovery: List[Tuple[str, str]] = [
-            (str(r["match"]), str(r["action"])) for r in data.get("xid154_recovery_actions") or []
+        #: (code or None, label, action) per Xid 154 recovery state.
+        self.recovery: List[Tuple[Optional[int], str, str]] = [
+            (None if r.get("code") is None else int(r["code"]), str(r.get("match", "")), str(r["action"]))
+            for r in data.get("xid154_recovery_actions") or []
         ]
 
     def action(self, xid: int, message: str = "", unknown: str = "monitor") -> Action:
@@ -48,15 +50,53 @@ class XidTable:
             return Action(unknown)
         act = str(entry.get("action", unknown))
         if act == "from_message":
-            for phrase, a in self.recovery:
-                if phrase.lower() in message.lower():
-                    return Action(a)
-            return Action(unknown)
+            return self.recovery_action(message, unknown)
         return Action(act)
+
+    def recovery_action(self, message: str, unknown: str = "monitor") -> Action:
+        """The action for an Xid 154 message, judged on its target state only.
+
+        "changed from 0x2 (Node Reboot Required) to 0x0 (None)" means the reboot is no longer
+        needed: the "from" part must not decide. The numeric code is NVML's
+        ``nvmlDeviceGpuRecoveryAction_t`` and wins over the label when both are there.
+        """
+        target = xid154_target(message)
+        if target is None:
+            return Action(unknown)
+        code, label = target
+        if code is not None:
+            for c, _, a in self.recovery:
+                if c == code:
+                    return Action(a)
+        if label:
+            for _, phrase, a in self.recovery:
+                if phrase and phrase.lower() == label.lower():
+                    return Action(a)
+        return Action(unknown)
 
     def describe(self, xid: int) -> str:
         entry = self.entries.get(xid) or {}
         return str(entry.get("description") or entry.get("name") or "not in the Xid table")
+
+
+#: "... to 0x1 (GPU Reset Required)", "... to 0x1", "... to (GPU Reset Required)". The last
+#: "to" wins, so the "from" state is never read as the target.
+_XID154_TARGET = re.compile(
+    r"\bto\s+(?:(0x[0-9a-fA-F]{1,8}|\d{1,10})\b\s*)?(?:\(\s*([^()]{0,80}?)\s*\))?", re.IGNORECASE
+)
+
+
+def xid154_target(message: str) -> Optional[Tuple[Optional[int], str]]:
+    """``(code, label)`` of the state an Xid 154 message changes *to*; ``None`` if it names none."""
+    found = None
+    for m in _XID154_TARGET.finditer(message or ""):
+        if m.group(1) or m.group(2):
+            found = m
+    if found is None:
+        return None
+    raw = found.group(1)
+    code = None if raw is None else int(raw, 16 if raw.lower().startswith("0x") else 10)
+    return code, (found.group(2) or "").strip()
 
 
 def default_table_path() -> str:
@@ -87,6 +127,16 @@ def load_table(path: Optional[str] = None) -> XidTable:
                     path=p,
                     line=data["xids"].lines.get(key),
                     key=f"xids.{key}",
+                )
+        for i, rec in enumerate(data.get("xid154_recovery_actions") or []):
+            ok = isinstance(rec, dict) and rec.get("action") in {a.value for a in Action}
+            code = rec.get("code") if isinstance(rec, dict) else None
+            if not ok or (code is not None and (isinstance(code, bool) or not isinstance(code, int))):
+                valid = "|".join(a.value for a in Action)
+                raise ConfigError(
+                    "expected {code: <int>, match: <label>, action: <" + valid + ">}",
+                    path=p,
+                    key=f"xid154_recovery_actions[{i}]",
                 )
         _TABLE_CACHE[p] = XidTable(data, p)
     return _TABLE_CACHE[p]

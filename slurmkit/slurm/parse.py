@@ -2,12 +2,12 @@
 
 Covered formats:
 
-* hostlists: ``node[1-3,7]``, ``gpu-a[01-03]-b[1-2]``, ``n1,n[4-5]``;
+* hostlists: ``node[1-3,7]``, ``gpu-a[01-03]-b[1-2]``, ``n1,n[4-5] n9`` (Slurm's rules);
 * TRES strings: ``billing=1,cpu=1,gres/gpu:h100=2,gres/gpu=2,mem=1000M,node=1``;
 * ``--parsable2`` rows, where a free-text field (job name, comment) may itself
   contain ``|``: the extra separators are folded back into that field;
 * durations: ``[D-]HH:MM:SS`` (sacct ``Elapsed``), ``MM:SS.mmm`` and the time-limit
-  forms sbatch accepts (``minutes``, ``D-HH``, ``UNLIMITED`` ...).
+  forms sbatch accepts (``minutes``, ``D-HH``, ``0:90:00``, ``UNLIMITED`` ...).
 """
 
 from __future__ import annotations
@@ -21,12 +21,26 @@ class ParseError(ValueError):
 
 
 # --------------------------------------------------------------------------- hostlists
+#
+# Slurm's rules (src/common/hostlist.h and hostlist.c, SchedMD/slurm): hostnames and bracketed
+# lists are separated by ',' or whitespace; "[lo-hi]" keeps the width of ``lo`` (a leading zero
+# means a fixed number of digits: "linux[0000-1023]"); a range of more than MAX_RANGE (64 * 1024)
+# hosts is an error ("Too many hosts in range"); order and duplicates are kept.
 
-_RANGE_RE = re.compile(r"^(\d+)(?:-(\d+))?$")
+#: Slurm's limit on one range (hostlist.c MAX_RANGE): "anything larger will be assumed to be an error".
+MAX_RANGE = 64 * 1024
+#: slurmkit's own guard on a whole expression (several brackets multiply): no cluster is bigger,
+#: and it keeps a hostile string from expanding for minutes.
+MAX_HOSTS = 16 * MAX_RANGE
+#: strtoul's range, with room to spare: a longer number is an error, not a silent wrap.
+_MAX_DIGITS = 18
+
+_RANGE_RE = re.compile(r"^(\d{1,%d})(?:-(\d{1,%d}))?$" % (_MAX_DIGITS, _MAX_DIGITS))
+_SEPARATORS = frozenset(", \t\n\r\v\f")
 
 
-def _split_top_level(text: str, sep: str = ",") -> List[str]:
-    """Split on ``sep`` outside brackets."""
+def _split_top_level(text: str) -> List[str]:
+    """Split on ',' and whitespace outside brackets (Slurm's separators)."""
     parts, depth, cur = [], 0, []
     for ch in text:
         if ch == "[":
@@ -35,7 +49,7 @@ def _split_top_level(text: str, sep: str = ",") -> List[str]:
             depth -= 1
             if depth < 0:
                 raise ParseError(f"unbalanced ']' in hostlist {text!r}")
-        if ch == sep and depth == 0:
+        if ch in _SEPARATORS and depth == 0:
             parts.append("".join(cur))
             cur = []
         else:
@@ -56,84 +70,109 @@ def _expand_ranges(body: str, whole: str) -> List[str]:
         lo, hi = int(lo_s), int(hi_s)
         if hi < lo:
             raise ParseError(f"descending range {item!r} in hostlist {whole!r}")
-        if hi - lo > 1_000_000:
-            raise ParseError(f"range {item!r} too large in hostlist {whole!r}")
-        width = len(lo_s) if lo_s.startswith("0") and len(lo_s) > 1 else 0
+        if hi - lo + 1 > MAX_RANGE:
+            raise ParseError(f"range {item!r} in hostlist {whole!r} has {hi - lo + 1} hosts; "
+                             f"Slurm allows at most {MAX_RANGE} in one range")
+        width = len(lo_s)  # Slurm: the width of lo; "9-10" -> 9, 10 and "08-10" -> 08, 09, 10
         out.extend(str(i).zfill(width) for i in range(lo, hi + 1))
+        if len(out) > MAX_HOSTS:
+            raise ParseError(f"hostlist {whole!r} names more than {MAX_HOSTS} hosts")
     return out
 
 
-def _expand_one(pattern: str, whole: str) -> List[str]:
+def _expand_one(pattern: str, whole: str, budget: int) -> List[str]:
     m = re.search(r"\[([^\[\]]*)\]", pattern)
     if not m:
         return [pattern]
     head, tail = pattern[: m.start()], pattern[m.end():]
-    results = []
+    results: List[str] = []
     for value in _expand_ranges(m.group(1), whole):
-        results.extend(_expand_one(head + value + tail, whole))
+        results.extend(_expand_one(head + value + tail, whole, budget - len(results)))
+        if len(results) > budget:
+            raise ParseError(f"hostlist {whole!r} names more than {MAX_HOSTS} hosts")
     return results
 
 
 def expand_hostlist(hostlist: str) -> List[str]:
-    """Expand a Slurm hostlist expression into node names, in order.
+    """Expand a Slurm hostlist expression into node names, in order (duplicates kept).
 
     >>> expand_hostlist("node[1-3,7]")
     ['node1', 'node2', 'node3', 'node7']
-    >>> expand_hostlist("gpu[01-02]-ib[1-2]")
-    ['gpu01-ib1', 'gpu01-ib2', 'gpu02-ib1', 'gpu02-ib2']
+    >>> expand_hostlist("gpu[01-02]-ib[1-2] login")
+    ['gpu01-ib1', 'gpu01-ib2', 'gpu02-ib1', 'gpu02-ib2', 'login']
+
+    Raises :class:`ParseError` for unbalanced brackets, a bad or descending range, a range
+    of more than :data:`MAX_RANGE` hosts (Slurm's limit) or more than :data:`MAX_HOSTS` in all.
     """
     hostlist = hostlist.strip()
     if not hostlist or hostlist in ("(null)", "None"):
         return []
     names: List[str] = []
     for part in _split_top_level(hostlist):
-        part = part.strip()
         if not part:
             continue
-        names.extend(_expand_one(part, hostlist))
+        names.extend(_expand_one(part, hostlist, MAX_HOSTS - len(names)))
     return names
 
 
-_TRAILING_NUM = re.compile(r"^(.*?)(\d+)$")
+_TRAILING_NUM = re.compile(r"^(.*?)(\d{1,%d})$" % _MAX_DIGITS)
+
+
+def _ranges(nums: List[int], width: int) -> str:
+    out, start, prev = [], nums[0], nums[0]
+    for n in nums[1:] + [None]:
+        if n is not None and n == prev + 1:
+            prev = n
+            continue
+        a, b = str(start).zfill(width), str(prev).zfill(width)
+        out.append(a if start == prev else f"{a}-{b}")
+        if n is not None:
+            start = prev = n
+    return ",".join(out)
 
 
 def compress_hostlist(names: Iterable[str]) -> str:
-    """Inverse of :func:`expand_hostlist` for single numeric suffixes.
+    """Inverse of :func:`expand_hostlist` for names ending in a number: the shortest bracketed
+    form Slurm expands back to the same names.
 
-    Names keep their order of first appearance per prefix; zero padding is kept.
-    ``["n1", "n2", "n3", "n7"]`` gives ``"n[1-3,7]"``.
+    Prefixes keep their order of first appearance; within a prefix numbers are sorted and
+    de-duplicated. Zero padding follows Slurm (a range keeps the width of its low end): a
+    zero-padded number (``08``) needs its exact width, an unpadded one (``10``) fits any width
+    up to its own length, so ``gpu08, gpu09, gpu10`` give ``gpu[08-10]``, ``gpu9, gpu10`` give
+    ``gpu[9-10]`` and ``gpu009, gpu010`` give ``gpu[009-010]``.
     """
-    groups: Dict[Tuple[str, int], List[int]] = {}
-    order: List[Tuple[str, int]] = []
+    # prefix -> [(number, digits, position)] in input order
+    by_prefix: Dict[str, List[Tuple[int, str, int]]] = {}
     plain: List[str] = []
-    for name in names:
+    for pos, name in enumerate(names):
         m = _TRAILING_NUM.match(name)
         if not m:
             plain.append(name)
             continue
-        prefix, digits = m.group(1), m.group(2)
-        width = len(digits) if digits.startswith("0") and len(digits) > 1 else 0
-        key = (prefix, width)
-        if key not in groups:
-            groups[key] = []
-            order.append(key)
-        groups[key].append(int(digits))
+        by_prefix.setdefault(m.group(1), []).append((int(m.group(2)), m.group(2), pos))
     parts = list(dict.fromkeys(plain))
-    for prefix, width in order:
-        nums = sorted(set(groups[(prefix, width)]))
-        if len(nums) == 1:
-            parts.append(f"{prefix}{str(nums[0]).zfill(width)}")
-            continue
-        ranges, start, prev = [], nums[0], nums[0]
-        for n in nums[1:] + [None]:
-            if n is not None and n == prev + 1:
-                prev = n
-                continue
-            a, b = str(start).zfill(width), str(prev).zfill(width)
-            ranges.append(a if start == prev else f"{a}-{b}")
-            if n is not None:
-                start = prev = n
-        parts.append(f"{prefix}[{','.join(ranges)}]")
+    for prefix, entries in by_prefix.items():
+        # width -> {number: first position}; width 0 is "no padding"
+        classes: Dict[int, Dict[int, int]] = {}
+        loose = []
+        for n, digits, pos in entries:
+            if len(digits) > 1 and digits.startswith("0"):
+                classes.setdefault(len(digits), {}).setdefault(n, pos)
+            else:
+                loose.append((n, len(digits), pos))
+        padded_widths = list(classes)
+        for n, length, pos in loose:
+            fits = [w for w in padded_widths if w <= length]
+            # join the padded group it touches (n-1 or n+1 there), else the widest that fits
+            touching = [w for w in fits if n - 1 in classes[w] or n + 1 in classes[w]]
+            width = max(touching or fits) if fits else 0
+            classes.setdefault(width, {}).setdefault(n, pos)
+        for width, members in sorted(classes.items(), key=lambda kv: min(kv[1].values())):
+            nums = sorted(members)
+            if len(nums) == 1:
+                parts.append(f"{prefix}{str(nums[0]).zfill(width)}")
+            else:
+                parts.append(f"{prefix}[{_ranges(nums, width)}]")
     return ",".join(parts)
 
 
@@ -291,40 +330,46 @@ def parse_elapsed(text: str) -> float:
 
 
 _UNLIMITED = {"unlimited", "infinite", "-1"}
+#: Slurm's time_str2secs grammar (src/common/parse_time.c): "days-[hours[:minutes[:seconds]]]",
+#: else "hours:minutes:seconds" or "minutes[:seconds]"; every field present, any size.
+_DAYS_RE = re.compile(r"(\d{1,10})-(?:(\d{1,10})(?::(\d{1,10})(?::(\d{1,10}))?)?)?")
+_CLOCK_RE = re.compile(r"(\d{1,10})(?::(\d{1,10})(?::(\d{1,10}))?)?")
+#: Slurm keeps the limit in an int of seconds; beyond that its parser wraps around.
+_MAX_SECONDS = 2**31 - 1
 
 
 def parse_time_limit(text: str) -> Optional[int]:
-    """Minutes from a time limit in any form ``sbatch --time`` accepts.
+    """Minutes from a time limit in any form ``sbatch --time`` accepts (Slurm's ``time_str2mins``).
 
-    Accepted: ``M``, ``M:S``, ``H:M:S``, ``D-H``, ``D-H:M``, ``D-H:M:S``;
-    ``UNLIMITED``/``INFINITE`` give ``None``. Seconds round up to the next minute as
-    Slurm does. Anything else raises :class:`ParseError` with the accepted forms.
+    Accepted: ``M``, ``M:S``, ``H:M:S``, ``D-H``, ``D-H:M``, ``D-H:M:S`` and ``D-``; a field may
+    exceed its clock range (``0:90:00`` is 90 minutes, ``1-24`` two days) as Slurm's own unit
+    tests require (testsuite/slurm_unit/common/parse_time-test.c). Seconds round up to the next
+    minute as Slurm does. ``UNLIMITED``/``INFINITE``/``-1`` and a total of zero (sbatch: "a time
+    limit of zero requests that no time limit be imposed") give ``None``. Surrounding blanks,
+    signs and empty fields are refused, as by Slurm. Anything else raises :class:`ParseError`
+    with the accepted forms. :func:`format_minutes` gives the normalised form.
     """
-    t = str(text).strip()
+    t = str(text)
     if t.lower() in _UNLIMITED:
         return None
     forms = "M, M:S, H:M:S, D-H, D-H:M, D-H:M:S or UNLIMITED"
-    m = re.fullmatch(r"(?:(\d+)-)?(\d+(?::\d+){0,2})", t)
-    if not m:
-        raise ParseError(f"bad time limit {text!r}: use {forms}")
-    days = m.group(1)
-    nums = [int(x) for x in m.group(2).split(":")]
-    if days is not None:
-        d = int(days)
-        h, mi, s = (nums + [0, 0, 0])[:3]
-        if h >= 24 or mi >= 60 or s >= 60:
-            raise ParseError(f"bad time limit {text!r}: use {forms}")
-        seconds = d * 86400 + h * 3600 + mi * 60 + s
-    elif len(nums) == 1:
-        seconds = nums[0] * 60
-    elif len(nums) == 2:
-        if nums[1] >= 60:
-            raise ParseError(f"bad time limit {text!r}: use {forms}")
-        seconds = nums[0] * 60 + nums[1]
+    m = _DAYS_RE.fullmatch(t)
+    if m:
+        d, h, mi, sec = (int(x or 0) for x in m.groups())
     else:
-        if nums[1] >= 60 or nums[2] >= 60:
+        m = _CLOCK_RE.fullmatch(t)
+        if not m:
             raise ParseError(f"bad time limit {text!r}: use {forms}")
-        seconds = nums[0] * 3600 + nums[1] * 60 + nums[2]
+        a, b, c = m.groups()
+        if c is not None:
+            d, h, mi, sec = 0, int(a), int(b), int(c)
+        else:  # minutes[:seconds]
+            d, h, mi, sec = 0, 0, int(a), int(b or 0)
+    seconds = d * 86400 + h * 3600 + mi * 60 + sec
+    if seconds > _MAX_SECONDS:
+        raise ParseError(f"bad time limit {text!r}: longer than Slurm can hold ({_MAX_SECONDS} s)")
+    if seconds == 0:
+        return None
     return -(-seconds // 60)
 
 

@@ -22,9 +22,10 @@ def test_packaged_table_loads_cites_its_source_and_maps_the_anchor_xids():
     assert table.action(79) == Action.REBOOT
     for x in (48, 64, 95):
         assert table.action(x) == Action.RESET, x
-    for x in (13, 31, 43, 63, 94):
+    for x in (13, 31, 94):  # NVIDIA: RESTART_APP
         assert table.action(x) == Action.MONITOR, x
-    assert table.action(45) == Action.NONE
+    for x in (43, 45, 63):  # NVIDIA: IGNORE (45: follow the other Xid)
+        assert table.action(x) == Action.NONE, x
     assert table.action(99999) == Action.MONITOR
     assert table.action(99999, unknown="isolate") == Action.ISOLATE
 
@@ -48,6 +49,14 @@ def test_bad_table_is_a_config_error_naming_the_key(tmp_path):
         xid.load_table(str(bad))
 
 
+def test_bad_xid154_state_is_a_config_error(tmp_path):
+    bad = tmp_path / "xid.yaml"
+    bad.write_text("version: x\nxids: {}\n"
+                   "xid154_recovery_actions:\n  - {code: two, match: x, action: reboot}\n")
+    with pytest.raises(ConfigError, match=r"xid.yaml: xid154_recovery_actions\[0\]: expected"):
+        xid.load_table(str(bad))
+
+
 def events(*items):
     return [{"xid": x, "gpu": g, "timestamp": ts, "message": "m"} for x, g, ts in items]
 
@@ -63,10 +72,10 @@ def test_new_xids_are_judged_once_then_the_cursor_moves(gpu_fixture, ctx_factory
 
 
 def test_manual_runs_only_peek(gpu_fixture, ctx_factory):
-    gpu_fixture(lambda d: d.update(xid_events=events((63, 0, time.time() - 5))))
+    gpu_fixture(lambda d: d.update(xid_events=events((13, 0, time.time() - 5))))
     for _ in range(2):
         r = run_one(ctx_factory(hook="manual"), CATALOG["xid"], 2)
-        assert (r.status, r.code) == (Status.WARN, "XID_63")
+        assert (r.status, r.code) == (Status.WARN, "XID_13")
 
 
 def _judge_in_process(args):

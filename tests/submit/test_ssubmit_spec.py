@@ -54,13 +54,15 @@ def test_negative_nodes(write_spec):
     assert ":2: nodes: must be >= 1" in msg
 
 
-@pytest.mark.parametrize("bad", ["abc", "1:2:3:4", "25:99", "-5", "1-25:00", "2 hours"])
+@pytest.mark.parametrize("bad", ["abc", "1:2:3:4", "-5", "2 hours", "60:", " 1:00:00"])
 def test_time_limits_slurm_would_reject(write_spec, bad):
     msg = error_of(write_spec, f"script: /t.py\ntime: '{bad}'\n")
     assert "time:" in msg and "bad time limit" in msg
 
 
-@pytest.mark.parametrize("good", ["30", "1:30:00", "2-12", "7-00:00:00", "UNLIMITED"])
+# Slurm's time_str2mins takes fields past their clock range ("25:99", "1-25:00", "0:90:00")
+@pytest.mark.parametrize("good", ["30", "1:30:00", "2-12", "7-00:00:00", "UNLIMITED",
+                                  "25:99", "1-25:00", "0:90:00"])
 def test_time_limits_slurm_accepts(write_spec, good):
     assert load_text(write_spec, f"script: /t.py\ntime: '{good}'\n")["time"] == good
 
