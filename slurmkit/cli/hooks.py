@@ -21,7 +21,9 @@ def run(hook: str) -> None:
     try:
         from slurmkit.health.gate import main
     except Exception as exc:  # ImportError, or a broken dependency failing at import: fail open
-        sys.stderr.write(f"slurmkit-{hook}: cannot import slurmkit ({type(exc).__name__}: {exc}); failing open\n")
+        sys.stderr.write(
+            f"slurmkit-{hook}: cannot import slurmkit ({type(exc).__name__}: {exc}); failing open\n"
+        )
         sys.exit(0)
     main(hook)
 

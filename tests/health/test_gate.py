@@ -155,12 +155,14 @@ def test_hooks_run_without_path_or_home(gpu_fixture, site, fake_scontrol, tmp_pa
     assert_healthy_pass(res, tmp_path, "prolog", "1")
 
 
-def test_console_script_runs_as_installed_from_an_empty_environment(gpu_fixture, site, fake_scontrol, tmp_path):
+def test_console_script_runs_as_installed_from_an_empty_environment(
+    gpu_fixture, site, fake_scontrol, tmp_path
+):
     """``Prolog=<venv>/bin/slurmkit-prolog`` as slurmd runs it: ``env -i`` plus only the
     variables Slurm sets (and the config path), no PATH, HOME, VIRTUAL_ENV or PYTHONPATH,
     started from / ."""
     script = Path(sys.executable).parent / "slurmkit-prolog"
-    assert script.exists(), f"{script} missing: reinstall slurmkit (pip install -e .) to get the console scripts"
+    assert script.exists(), f"{script} missing: reinstall slurmkit (pip install -e .) for the console scripts"
     gpu_fixture()
     cfg = site(slurm={"bin_dir": fake_scontrol.bin_dir})
     res = subprocess.run(

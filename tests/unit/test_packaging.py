@@ -43,7 +43,8 @@ def library_requirements():
 
 def test_library_dependencies_are_ranges_with_the_tested_versions_as_lower_bounds():
     pinned = pins()
-    exact = [f"{p}: {r}" for p, r in library_requirements() if any(s.operator in ("==", "===") for s in r.specifier)]
+    exact = [f"{p}: {r}" for p, r in library_requirements()
+             if any(s.operator in ("==", "===") for s in r.specifier)]
     assert exact == []
     for path, req in library_requirements():
         if req.name in ("torch", "triton", "numpy"):
@@ -86,7 +87,8 @@ def test_bootstrap_installs_with_the_constraints_and_reinstalls_when_they_change
     if os.geteuid() != 0 or not shutil.which("dpkg-query") or not _apt_packages_installed():
         pytest.skip("needs root and the Debian packages bootstrap.sh installs (it must not run apt-get here)")
     repo = tmp_path / "repo"
-    for rel in ("etc/dev/bootstrap.sh", "etc/dev/constraints.txt", "pyproject.toml", "kernels/pyproject.toml"):
+    for rel in ("etc/dev/bootstrap.sh", "etc/dev/constraints.txt", "pyproject.toml",
+                "kernels/pyproject.toml"):
         (repo / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(REPO / rel, repo / rel)
     venv, calls = tmp_path / "venv", tmp_path / "pip-calls.txt"

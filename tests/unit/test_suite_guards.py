@@ -19,7 +19,8 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 
 # One test that importorskips torch inside the test, one module that does it at import.
-TORCH_TESTS = ["tests/health/test_heavy.py::test_gemm_and_copy_measure_on_cpu_tensors", "tests/kernels/test_compile.py"]
+TORCH_TESTS = ["tests/health/test_heavy.py::test_gemm_and_copy_measure_on_cpu_tensors",
+               "tests/kernels/test_compile.py"]
 
 
 def _pytest_without_torch(tmp_path: Path, require: bool) -> subprocess.CompletedProcess:
@@ -27,7 +28,8 @@ def _pytest_without_torch(tmp_path: Path, require: bool) -> subprocess.Completed
     on ModuleNotFoundError; a torch that fails otherwise is already an error)."""
     shadow = tmp_path / "shadow" / "torch"
     shadow.mkdir(parents=True)
-    (shadow / "__init__.py").write_text('raise ModuleNotFoundError("simulated missing torch", name="torch")\n')
+    (shadow / "__init__.py").write_text(
+        'raise ModuleNotFoundError("simulated missing torch", name="torch")\n')
     env = {k: v for k, v in os.environ.items() if k not in ("SLURMKIT_REQUIRE_TRAIN", "PYTHONPATH")}
     env["PYTHONPATH"] = str(tmp_path / "shadow")
     if require:
@@ -61,7 +63,8 @@ def _importorskip_targets(path: Path):
     tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
     for node in ast.walk(tree):
         if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                and node.func.attr == "importorskip" and node.args and isinstance(node.args[0], ast.Constant)):
+                and node.func.attr == "importorskip" and node.args
+                and isinstance(node.args[0], ast.Constant)):
             yield node.lineno, str(node.args[0].value)
 
 
