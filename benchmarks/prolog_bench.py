@@ -6,7 +6,10 @@ p95 / max wall time, then the import-time breakdown of one run (``python -X
 importtime``), grouped by top-level package. Goal (issue 4): p50 <= 0.3 s; NHC's
 ~0.5 s is the anchor.
 
-    python benchmarks/prolog_bench.py [--runs 50] [--python PY]
+    python benchmarks/prolog_bench.py [--runs 50] [--python PY] [--program PATH]
+
+``--program .venv/bin/slurmkit-prolog`` times the installed console script instead of
+the thin file (both start the same gate).
 """
 
 from __future__ import annotations
@@ -59,9 +62,9 @@ def pct(values, p):
     return s[lo] + (s[hi] - s[lo]) * (k - lo)
 
 
-def importtime(python: str, env: dict) -> list:
+def importtime(python: str, program: str, env: dict) -> list:
     res = subprocess.run(
-        [python, "-X", "importtime", str(PROLOG)], env=env, capture_output=True, text=True, timeout=60
+        [python, "-X", "importtime", program], env=env, capture_output=True, text=True, timeout=60
     )
     rows = []
     for line in res.stderr.splitlines():
@@ -76,6 +79,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--runs", type=int, default=50)
     ap.add_argument("--python", default=sys.executable)
+    ap.add_argument("--program", default=str(PROLOG), help="the hook program (default: the thin file)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="slurmkit-prolog-bench-") as d:
@@ -86,7 +90,7 @@ def main() -> None:
         for _ in range(args.runs):
             t0 = time.perf_counter()
             res = subprocess.run(
-                [args.python, str(PROLOG)], env=env, capture_output=True, text=True, timeout=60
+                [args.python, args.program], env=env, capture_output=True, text=True, timeout=60
             )
             times.append(time.perf_counter() - t0)
             if res.returncode != 0:
@@ -100,7 +104,7 @@ def main() -> None:
             t0 = time.perf_counter()
             subprocess.run([args.python, "-c", "pass"], env=env, check=True)
             baseline.append(time.perf_counter() - t0)
-        rows = importtime(args.python, env)
+        rows = importtime(args.python, args.program, env)
     summary = {
         "runs": args.runs,
         "checks_per_run": checks,

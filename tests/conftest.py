@@ -7,11 +7,17 @@ developing); a cluster that was already running when the session started is reus
 left running. Tests that need it are marked ``devcluster``; without root or without the
 Slurm packages they are skipped with the reason, unless ``SLURMKIT_REQUIRE_DEVCLUSTER=1``
 (CI) turns that into a failure.
+
+The same holds for the training stack: kernel, trainer and heavy-check tests
+``pytest.importorskip`` torch and triton so that a node-side checkout can run the rest,
+but ``SLURMKIT_REQUIRE_TRAIN=1`` (set by tests/run.sh, whose bootstrap installs them)
+turns such a skip into a failure, so a missing torch or triton cannot pass CI.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -23,6 +29,41 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 TERMINAL_STATES = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY",
                    "BOOT_FAIL", "DEADLINE")
+
+
+#: The ``[train]`` extra: in CI a test skipped because one of these cannot be imported fails.
+TRAIN_MODULES = ("torch", "triton", "numpy")
+_IMPORT_SKIP = re.compile(r"could not import '([\w.]+)'")
+
+
+def _train_import_skip(report) -> Optional[str]:
+    """The skip message when ``report`` is an importorskip of a training module that CI requires."""
+    if not report.skipped or not os.environ.get("SLURMKIT_REQUIRE_TRAIN"):
+        return None
+    longrepr = report.longrepr
+    reason = longrepr[2] if isinstance(longrepr, tuple) and len(longrepr) == 3 else str(longrepr)
+    m = _IMPORT_SKIP.search(reason)
+    return reason if m and m.group(1).split(".")[0] in TRAIN_MODULES else None
+
+
+def _fail_train_import_skip(report) -> None:
+    reason = _train_import_skip(report)
+    if reason:
+        report.outcome = "failed"
+        report.longrepr = (f"SLURMKIT_REQUIRE_TRAIN is set (tests/run.sh) but a training module is missing: "
+                           f"{reason}")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector):
+    outcome = yield
+    _fail_train_import_skip(outcome.get_result())
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    _fail_train_import_skip(outcome.get_result())
 
 
 class ClusterHandle:

@@ -9,6 +9,8 @@ cd "$REPO"
 
 # Integration tests must not silently skip here: no devcluster is a failure.
 export SLURMKIT_REQUIRE_DEVCLUSTER=1
+# Nor may the kernel, trainer and heavy-check tests skip because torch or triton is broken.
+export SLURMKIT_REQUIRE_TRAIN=1
 set +e
 "$PY" -m pytest -q -p no:cacheprovider --durations=15 "$@"
 rc=$?

@@ -41,11 +41,20 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$PYTHON" -m venv "$VENV"
 fi
 PY="$VENV/bin/python"
+# slurmkit's extras installed for development and CI: add a new extra here (and its pins
+# to the constraints file).
+EXTRAS=(train gpu plot metrics test)
+# The exact versions (pyproject.toml has ranges); it pins torch, which unpinned would pull
+# a multi-GB CUDA build.
+CONSTRAINTS="$REPO/etc/dev/constraints.txt"
 stamp="$VENV/.slurmkit-installed"
-want="$(cat "$REPO/pyproject.toml" "$REPO/kernels/pyproject.toml" 2>/dev/null | sha256sum | cut -c1-16)"
+# Reinstall when the metadata, the pins or the extras change.
+want="$( { cat "$REPO/pyproject.toml" "$REPO/kernels/pyproject.toml" "$CONSTRAINTS"; echo "${EXTRAS[*]}"; } \
+         | sha256sum | cut -c1-16)"
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
-  echo "slurmkit: installing slurmkit and slurmkit-kernels into $VENV (torch 2.13.0, triton 3.7.1)" >&2
-  timeout 1800 "$PY" -m pip install -q --disable-pip-version-check -e "$REPO[train,gpu,plot,metrics,test]" \
+  extras="$(IFS=,; echo "${EXTRAS[*]}")"
+  echo "slurmkit: installing slurmkit[$extras] and slurmkit-kernels into $VENV (pins: $CONSTRAINTS)" >&2
+  timeout 1800 "$PY" -m pip install -q --disable-pip-version-check -c "$CONSTRAINTS" -e "$REPO[$extras]" \
     -e "$REPO/kernels"
   echo "$want" > "$stamp"
 fi

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import time
 
 import pytest
@@ -10,6 +14,7 @@ from slurmkit.health.base import Action, CheckResult, Status
 from slurmkit.health.catalog import CATALOG
 from slurmkit.health.engine import run_one
 from slurmkit.health.sysfs import active_ib_ports, ib_ports
+from slurmkit.sweep.store import VerdictStore
 
 
 def run(ctx, name, timeout=2.0):
@@ -56,14 +61,24 @@ def test_mounts(ctx_factory, tmp_path):
         ctx_factory(health={"checks": {"mounts": {"required": [str(tmp_path / "not-a-mount")]}}}), "mounts"
     )
     assert r.code == "MOUNT_MISSING"
-    ro = [
-        line.split()[1]
-        for line in open("/proc/self/mounts")
-        if " ro," in line and line.split()[1].startswith("/")
-    ]
-    if ro:
-        r = run(ctx_factory(health={"checks": {"mounts": {"required": [ro[0]]}}}), "mounts")
-        assert r.code == "MOUNT_READONLY"
+
+
+def test_mounts_read_only_and_writable(tmp_path):
+    """Builds the mounts it judges (two tmpfs, one read-only) in a private mount namespace,
+    so the read-only case runs on every host and nothing leaks into the machine's mounts."""
+    ro, rw = tmp_path / "ro", tmp_path / "rw"
+    code = (
+        "import json, sys\n"
+        "from slurmkit.health.checks.host import check_mounts\n"
+        "print(json.dumps([check_mounts(None, {'required': [p]}).code for p in sys.argv[1:]]))\n"
+    )
+    setup = 'set -e; mkdir -p "$1" "$2"; mount -t tmpfs -o ro,size=64k slurmkit-ro "$1"; ' \
+            'mount -t tmpfs -o size=64k slurmkit-rw "$2"; exec "$3" -c "$4" "$1" "$2"'
+    userns = [] if os.geteuid() == 0 else ["--map-root-user"]
+    res = subprocess.run(["unshare", "--mount", *userns, "--", "sh", "-c", setup, "sh", str(ro), str(rw),
+                          sys.executable, code], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout) == ["MOUNT_READONLY", "OK"]
 
 
 def make_ib_tree(root, ports):
@@ -134,8 +149,7 @@ def test_services(ctx_factory):
 
 
 def test_heavy_cache_reports_valid_verdicts_and_fails_on_a_valid_fail(ctx_factory, tmp_path):
-    store_mod = pytest.importorskip("slurmkit.sweep.store")
-    store = store_mod.VerdictStore(str(tmp_path / "shared"))
+    store = VerdictStore(str(tmp_path / "shared"))
     r = run(ctx_factory(), "heavy_cache")
     assert r.status == Status.OK and r.value == 0
     store.record("node1", [CheckResult("nvlink_bandwidth", Status.OK, value=390.0, unit="GB/s")], 3600)

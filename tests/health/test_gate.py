@@ -10,7 +10,9 @@ import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -125,7 +127,21 @@ def test_a_hang_in_init_is_bounded_too(gpu_fixture, site, fake_scontrol):
     assert res.returncode == 1 and seconds < 3.0
 
 
-def test_hooks_run_without_path_or_home(gpu_fixture, site, fake_scontrol):
+def assert_healthy_pass(res, tmp_path, hook, job_id):
+    """Exit 0 alone does not tell a healthy pass from a fail-open one (slurmkit not
+    importable, a config error, an internal error): the recorded verdict does."""
+    assert res.returncode == 0, res.stderr
+    assert "failing open" not in res.stderr, res.stderr
+    recs = [r for r in log_records(tmp_path) if r["hook"] == hook and r["job_id"] == job_id]
+    assert len(recs) == 1, (recs, res.stderr)
+    assert recs[0]["status"] == "ok" and recs[0]["exit_code"] == 0 and not recs[0]["internal_errors"]
+    assert {r["check"] for r in recs[0]["results"]} >= {"gpu_count", "gpu_ecc", "xid"}
+    prom = (tmp_path / "metrics" / f"slurmkit_health_{hook}_node1.prom").read_text()
+    assert f'slurmkit_health_status{{hook="{hook}",node="node1"}} 0.0' in prom
+    assert f'slurmkit_health_internal_error{{hook="{hook}",node="node1"}} 0.0' in prom
+
+
+def test_hooks_run_without_path_or_home(gpu_fixture, site, fake_scontrol, tmp_path):
     gpu_fixture()
     cfg = site(slurm={"bin_dir": fake_scontrol.bin_dir})
     res = subprocess.run(
@@ -136,7 +152,44 @@ def test_hooks_run_without_path_or_home(gpu_fixture, site, fake_scontrol):
         timeout=30,
         cwd="/",
     )
+    assert_healthy_pass(res, tmp_path, "prolog", "1")
+
+
+def test_console_script_runs_as_installed_from_an_empty_environment(
+    gpu_fixture, site, fake_scontrol, tmp_path
+):
+    """``Prolog=<venv>/bin/slurmkit-prolog`` as slurmd runs it: ``env -i`` plus only the
+    variables Slurm sets (and the config path), no PATH, HOME, VIRTUAL_ENV or PYTHONPATH,
+    started from / ."""
+    script = Path(sys.executable).parent / "slurmkit-prolog"
+    assert script.exists(), f"{script} missing: reinstall slurmkit (pip install -e .) for the console scripts"
+    gpu_fixture()
+    cfg = site(slurm={"bin_dir": fake_scontrol.bin_dir})
+    res = subprocess.run(
+        ["env", "-i", f"SLURMKIT_CONFIG={cfg}", "SLURMD_NODENAME=node1", "SLURM_JOB_ID=7", str(script)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd="/",
+    )
+    assert_healthy_pass(res, tmp_path, "prolog", "7")
+
+
+@pytest.mark.parametrize("entry", ["thin-file", "console-script"])
+def test_a_hook_that_cannot_import_the_gate_fails_open_without_a_verdict(gpu_fixture, site, fake_scontrol,
+                                                                          tmp_path, entry):
+    """What assert_healthy_pass tells apart: a broken install exits 0 too (it must not drain
+    the node), but says so on stderr and records no verdict."""
+    gpu_fixture()
+    cfg = site(slurm={"bin_dir": fake_scontrol.bin_dir})
+    run = (f"runpy.run_path({PROLOG!r}, run_name='__main__')" if entry == "thin-file"
+           else "from slurmkit.cli.hooks import prolog; prolog()")
+    code = f"import runpy, sys\nsys.modules['slurmkit.health.gate'] = None  # import fails\n{run}\n"
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30, cwd="/",
+                         env={"SLURMKIT_CONFIG": str(cfg), "SLURMD_NODENAME": "node1", "SLURM_JOB_ID": "8"})
     assert res.returncode == 0, res.stderr
+    assert "cannot import slurmkit" in res.stderr and "failing open" in res.stderr
+    assert log_records(tmp_path) == []
 
 
 def test_concurrent_prologs_lose_no_log_line(gpu_fixture, site, fake_scontrol, tmp_path):

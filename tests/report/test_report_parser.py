@@ -282,6 +282,17 @@ def test_blank_and_separatorless_lines():
     assert stats.rows == 3 and stats.step_rows == 1 and stats.malformed_lines == [7]
 
 
+def test_gpu_memory_and_utilisation_tres_do_not_add_gpu_hours():
+    """Slurm 23.02+ AllocTRES carries gres/gpumem and gres/gpuutil next to gres/gpu: 2 GPUs
+    for 10 s are 20 GPU-seconds, whatever the memory and utilisation counts say."""
+    cols = ["JobID", "State", "AllocTRES", "Start", "End"]
+    lines = ["1|COMPLETED|cpu=8,gres/gpu=2,gres/gpumem=81920,gres/gpuutil=100,mem=64G,node=1|10|20\n",
+             "2|COMPLETED|gres/gpu:h100=1,gres/gpumem=40960,gres/gpuutil=7|10|20\n"]
+    attempts, stats = sacct.parse_rows(lines, cols, sep="|", window=resolve_window(default_unbounded=True))
+    assert stats.malformed == 0
+    assert [(a.gpus, a.gpu_types, a.gpu_seconds) for a in attempts] == [(2, (), 20), (1, (("h100", 1),), 10)]
+
+
 def test_steps_skipped_when_jobid_is_not_the_first_column(tmp_path):
     f = tmp_path / "s.txt"
     f.write_text("State|JobID|AllocTRES|Start|End|JobName\n"

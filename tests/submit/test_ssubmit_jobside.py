@@ -10,9 +10,11 @@ import types
 
 import pytest
 
+from slurmkit.health.base import CheckResult, Status
 from slurmkit.slurm import runner
 from slurmkit.slurm.runner import Result
 from slurmkit.submit import jobside
+from slurmkit.sweep.store import VerdictStore
 
 
 def fake_resolver(mapping):
@@ -31,6 +33,21 @@ def test_resolve_head_refuses_loopback():
     assert jobside.resolve_reachable("node3", r)[0] == "10.77.0.13"
     assert jobside.resolve_reachable("localhost", r)[0] is None
     assert "cannot resolve" in jobside.resolve_reachable("ghost", r)[1]
+
+
+@pytest.mark.parametrize("host", ["localhost", ""])
+def test_resolve_head_refuses_localhost_even_if_it_resolves_to_a_cluster_address(host):
+    """The guard itself, not the resolver, refuses: a hosts file that maps ``localhost`` to
+    the node's own address still gives every node a different rendezvous (itself)."""
+    asked = []
+
+    def resolver(name, port, family, kind):
+        asked.append(name)
+        return [(family, kind, 6, "", ("10.0.0.7", 0))]
+
+    addr, why = jobside.resolve_reachable(host, resolver)
+    assert addr is None and "is not a name other nodes can use" in why
+    assert asked == []
 
 
 def test_resolve_head_command_exit_code(capsys, monkeypatch):
@@ -240,11 +257,8 @@ def test_postmortem_verdict_reads_its_own_directory(tmp_path):
 
 
 def test_real_sweep_store_failures_are_excluded(tmp_path):
-    """Against the sweep engineer's real VerdictStore (skipped while it is absent)."""
-    store_mod = pytest.importorskip("slurmkit.sweep.store")
-    from slurmkit.health.base import CheckResult, Status
-
-    store = store_mod.VerdictStore(str(tmp_path))
+    """Against the real VerdictStore."""
+    store = VerdictStore(str(tmp_path))
     store.record("node2", [CheckResult("nccl_allreduce", Status.FAIL, code="NCCL_SLOW", reason="busbw 80 < 350")],
                  valid_for_s=3600)
     store.record("node1", [CheckResult("nccl_allreduce", Status.OK)], valid_for_s=3600)

@@ -120,6 +120,16 @@ def test_socket_ifname_picks_interface_holding_node_address():
     assert nccl.pick_socket_ifname([], {"lo": ["127.0.0.1"]})[0] is None
 
 
+@pytest.mark.parametrize("addresses", [["127.0.0.1"], ["127.0.1.1", "127.0.0.1"], ["::1"]])
+def test_socket_ifname_never_picks_loopback_even_when_it_holds_the_node_address(addresses):
+    """A node whose name resolves to 127.0.0.1 finds that address on ``lo``; choosing it
+    would give NCCL_SOCKET_IFNAME=lo and a multi-node hang. Fall back to a real interface."""
+    ifs = {"lo": ["127.0.0.1", "::1"], "eth0": ["10.77.0.12"]}
+    name, warning = nccl.pick_socket_ifname(addresses, ifs)
+    assert name == "eth0" and "no interface holds" in warning
+    assert nccl.pick_socket_ifname(addresses, {"lo": ["127.0.0.1", "::1"]})[0] is None
+
+
 def test_profiles_are_data_with_source_material_values():
     ib = nccl.load_profile("infiniband")
     assert ib["env"]["NCCL_IB_TIMEOUT"] == "22" and ib["hca"] == "auto" and ib["socket_ifname"] == "ib0"

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import difflib
+import json
 import os
 import re
 import shutil
 import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from ssubmit_helpers import GOLDEN, REPO, SPECS, make_site, render_dict, render_file
@@ -166,10 +169,25 @@ def test_strict_undefined_rejects_unknown_template_variables(tmp_path):
         render_dict({"script": "/t.py"}, site=make_site(template=str(tpl)))
 
 
-def test_render_is_deterministic():
-    a = render_file(SPECS / "ib-8gpu.yaml")[1].script
-    b = render_file(SPECS / "ib-8gpu.yaml")[1].script
-    assert a == b
+def test_render_is_deterministic_across_processes():
+    """Two interpreters with different hash seeds render every spec byte for byte the same
+    (two renders in one process would share the set and dict orders they got)."""
+    code = ("import json, sys\n"
+            f"sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+            "from ssubmit_helpers import SPECS, render_file\n"
+            "out = {}\n"
+            "for p in sorted(SPECS.glob('*.yaml')):\n"
+            "    r = render_file(p)[1]\n"
+            "    out[p.name] = [r.script, list(r.sbatch_args)]\n"
+            "print(json.dumps(out))\n")
+    outs = []
+    for seed in ("1", "2"):
+        res = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, PYTHONHASHSEED=seed),
+                             capture_output=True, text=True, timeout=120, cwd=str(REPO))
+        assert res.returncode == 0, res.stderr
+        outs.append(json.loads(res.stdout))
+    assert sorted(outs[0]) == SPEC_FILES
+    assert outs[0] == outs[1]
 
 
 @pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")

@@ -58,6 +58,18 @@ def test_gpus_from_tres_variants():
     assert gpus_from_tres(parse_tres("cpu=1,gres/gpu=3,gres/gpu:h100=3")) == (3, {"h100": 3})
 
 
+@pytest.mark.parametrize("tres,expected", [
+    # Slurm 23.02+ also tracks GPU memory and utilisation as TRES; they share the
+    # "gres/gpu" prefix but are not GPUs (a count of 81920 MiB is not 81920 GPUs).
+    ("cpu=8,gres/gpu=2,gres/gpumem=81920,gres/gpuutil=100,mem=64G,node=1", (2, {})),
+    ("gres/gpuutil=100,gres/gpumem=81920,gres/gpu=2", (2, {})),
+    ("gres/gpu:h100=2,gres/gpumem=81920,gres/gpuutil=50", (2, {"h100": 2})),
+    ("cpu=8,gres/gpumem=80G,gres/gpuutil=100,mem=64G", (0, {})),
+])
+def test_gpu_memory_and_utilisation_tres_are_not_gpus(tres, expected):
+    assert gpus_from_tres(parse_tres(tres)) == expected
+
+
 @pytest.mark.parametrize("bad", ["cpu", "=3", "gres/gpu=abc", "gres/gpu=-1"])
 def test_bad_tres(bad):
     with pytest.raises(ParseError):

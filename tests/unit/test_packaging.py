@@ -1,0 +1,113 @@
+"""Packaging a site can install as it is: library dependencies are ranges, the exact versions
+live in etc/dev/constraints.txt (which the bootstrap installs with, and whose change
+reinstalls), and the hooks are console scripts."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import tomllib
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+from packaging.requirements import Requirement
+
+REPO = Path(__file__).resolve().parents[2]
+CONSTRAINTS = REPO / "etc" / "dev" / "constraints.txt"
+BOOTSTRAP = REPO / "etc" / "dev" / "bootstrap.sh"
+
+
+def pins() -> dict:
+    out = {}
+    for line in CONSTRAINTS.read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            name, _, version = line.partition("==")
+            assert version, f"constraints.txt: {line!r} is not an exact pin"
+            out[name.strip().lower().replace("_", "-")] = version.strip()
+    return out
+
+
+def library_requirements():
+    for path in (REPO / "pyproject.toml", REPO / "kernels" / "pyproject.toml"):
+        project = tomllib.loads(path.read_text())["project"]
+        reqs = list(project.get("dependencies", []))
+        for extra in project.get("optional-dependencies", {}).values():
+            reqs.extend(extra)
+        for text in reqs:
+            yield path.relative_to(REPO), Requirement(text)
+
+
+def test_library_dependencies_are_ranges_with_the_tested_versions_as_lower_bounds():
+    pinned = pins()
+    exact = [f"{p}: {r}" for p, r in library_requirements()
+             if any(s.operator in ("==", "===") for s in r.specifier)]
+    assert exact == []
+    for path, req in library_requirements():
+        if req.name in ("torch", "triton", "numpy"):
+            lower = [s.version for s in req.specifier if s.operator == ">="]
+            assert lower == [pinned[req.name]], f"{path}: {req}"
+
+
+def test_constraints_pin_torch_and_match_the_installed_versions():
+    pinned = pins()
+    assert pinned["torch"] == "2.13.0" and pinned["triton"] == "3.7.1" and "numpy" in pinned
+    drift = []
+    for name, version in pinned.items():
+        try:
+            have = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+        if have.split("+")[0] != version:
+            drift.append(f"{name}: constraints.txt {version}, installed {have}")
+    assert drift == [], "re-run etc/dev/bootstrap.sh, or update etc/dev/constraints.txt"
+
+
+def test_hooks_are_console_scripts():
+    scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
+    for hook in ("prolog", "epilog", "healthcheck"):
+        assert scripts[f"slurmkit-{hook}"] == f"slurmkit.cli.hooks:{hook}"
+    installed = {e.name: e.value for e in metadata.entry_points(group="console_scripts")}
+    assert installed.get("slurmkit-prolog") == "slurmkit.cli.hooks:prolog", "pip install -e . again"
+
+
+def _apt_packages_installed() -> bool:
+    names = re.search(r"APT_PACKAGES=\(([^)]*)\)", BOOTSTRAP.read_text()).group(1).split()
+    res = subprocess.run(["dpkg-query", "-W", "-f=${Status}\n", *names], capture_output=True, text=True,
+                         timeout=60)
+    return res.returncode == 0 and res.stdout.count("install ok installed") == len(names)
+
+
+def test_bootstrap_installs_with_the_constraints_and_reinstalls_when_they_change(tmp_path):
+    """The bootstrap in a copy of the repository, with a stub venv python that records the
+    pip calls: a second run only checks; a changed constraints file reinstalls."""
+    if os.geteuid() != 0 or not shutil.which("dpkg-query") or not _apt_packages_installed():
+        pytest.skip("needs root and the Debian packages bootstrap.sh installs (it must not run apt-get here)")
+    repo = tmp_path / "repo"
+    for rel in ("etc/dev/bootstrap.sh", "etc/dev/constraints.txt", "pyproject.toml",
+                "kernels/pyproject.toml"):
+        (repo / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(REPO / rel, repo / rel)
+    venv, calls = tmp_path / "venv", tmp_path / "pip-calls.txt"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").write_text(f'#!/bin/sh\necho "$*" >> {calls}\n')
+    (venv / "bin" / "python").chmod(0o755)
+
+    def bootstrap() -> list:
+        before = calls.read_text().splitlines() if calls.exists() else []
+        res = subprocess.run(["bash", "-c", 'source "$1"', "bash", str(repo / "etc/dev/bootstrap.sh")],
+                             env=dict(os.environ, SLURMKIT_VENV=str(venv)), capture_output=True, text=True,
+                             timeout=120)
+        assert res.returncode == 0, res.stderr
+        return calls.read_text().splitlines()[len(before):] if calls.exists() else []
+
+    (first,) = bootstrap()
+    assert f"-c {repo}/etc/dev/constraints.txt " in first
+    assert f"-e {repo}[train,gpu,plot,metrics,test] -e {repo}/kernels" in first
+    assert bootstrap() == []  # stamp unchanged: nothing installed
+    with open(repo / "etc/dev/constraints.txt", "a") as fh:
+        fh.write("example-new-pin==1.0\n")
+    assert len(bootstrap()) == 1
