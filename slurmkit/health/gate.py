@@ -187,7 +187,8 @@ def run_hook(hook: str, env: Optional[Dict[str, str]] = None) -> int:
     client.configure(slurm.get("bin_dir"), slurm.get("timeout"))
     try:
         from slurmkit.health.catalog import select
-        from slurmkit.health.engine import Context, first_failure, internal_problems, run_checks, worst
+        from slurmkit.health.base import first_failure, worst
+        from slurmkit.health.engine import Context, internal_problems, run_checks
 
         ctx = Context.from_env(health, paths, hook, env)
         extra: Dict[str, Any] = {}
