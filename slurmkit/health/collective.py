@@ -59,7 +59,8 @@ FILL_PERIOD = 16
 def algbw_gbps(n_bytes: float, seconds: float) -> float:
     """nccl-tests' algorithm bandwidth ``S / t`` in GB/s."""
     if not (math.isfinite(seconds) and seconds > 0) or not (math.isfinite(n_bytes) and n_bytes >= 0):
-        raise ValueError(f"bandwidth needs a finite size >= 0 and time > 0, got {n_bytes!r} B in {seconds!r} s")
+        raise ValueError(f"bandwidth needs a finite size >= 0 and a time > 0, "
+                         f"got {n_bytes!r} B in {seconds!r} s")
     return n_bytes / seconds / GB
 
 
@@ -165,8 +166,9 @@ def judge(check: str, busbw: float, *, wrong: int = 0, floor: Optional[float] = 
     if expected:
         d["fraction_of_expected"] = round(busbw / expected, 4)
     if wrong:
-        return CheckResult(check, Status.FAIL, CODE_WRONG, f"{wrong} wrong element(s) after all_reduce{where}",
-                           ACTIONS[CODE_WRONG], value=busbw, unit="GB/s", details=d)
+        return CheckResult(check, Status.FAIL, CODE_WRONG,
+                           f"{wrong} wrong element(s) after all_reduce{where}", ACTIONS[CODE_WRONG],
+                           value=busbw, unit="GB/s", details=d)
     limits = []
     if floor is not None:
         limits.append((f"the floor {floor:.3g} GB/s", floor))

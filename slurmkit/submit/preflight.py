@@ -139,7 +139,8 @@ def run(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
-def _pair_tests(dist, torch, reports, nodes: List[str], nbytes: int, iters: int, device) -> Dict[tuple, float]:
+def _pair_tests(dist, torch, reports, nodes: List[str], nbytes: int, iters: int,
+                device) -> Dict[tuple, float]:
     """all_reduce between local rank 0 of neighbouring nodes, one pair at a time."""
     leaders = {}
     for r in reports:
