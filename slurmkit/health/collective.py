@@ -20,8 +20,10 @@ Correctness, like nccl-tests' ``#wrong`` column: before the timed loop every ran
 the buffer with ``(rank mod 16) + 1`` and the reduced buffer is compared, element by
 element, with the exact sum. Every partial sum is an integer below 2^24, so it is exact in
 float32 in any reduction order (up to a million ranks). Summing a buffer of ones over the
-timed iterations instead (``n ** (k + 1)``) leaves float32's exact range after ten
-iterations on 5 or 7 ranks and would call a healthy node wrong.
+timed iterations instead and expecting ``n ** (k + 1)`` leaves float32's exact range: with
+plain float32 sums the result differs from ``float32(n ** (k + 1))`` after 8 iterations on
+7 ranks, or 14 on 12 ranks (two 6-GPU nodes at the pair test's default of 20), and a
+healthy node would read as wrong.
 
 One action per code, whoever runs the probe:
 

@@ -61,3 +61,23 @@ def test_ninety_percent_rule_boundary():
     assert collective.judge("ar", 414.0, expected=460.0).status is Status.OK   # exactly 90 %
     assert collective.judge("ar", 413.9, expected=460.0).status is Status.FAIL
     assert collective.judge("ar", 5.0).status is Status.OK  # nothing to judge against: OK with the figure
+
+
+def test_the_correctness_fill_survives_float32_where_powers_of_n_do_not():
+    """Why the probe checks one sum of small integers instead of ``n ** (k + 1)`` after the
+    timed loop: in float32, repeated sums of a healthy all_reduce drift from the power."""
+    np = pytest.importorskip("numpy")
+
+    def float32_sum(values):
+        s = np.float32(0)
+        for v in values:
+            s = np.float32(s + np.float32(v))
+        return s
+
+    for ranks in range(2, 65):
+        fill = [r % collective.FILL_PERIOD + 1 for r in range(ranks)]
+        assert float32_sum(fill) == collective.expected_sum(ranks)
+    x = np.float32(1)
+    for _ in range(8 + 1):  # the old check: ones, 1 warm-up + 8 timed iterations, 7 ranks
+        x = float32_sum([x] * 7)
+    assert x != np.float32(7.0 ** 9)
