@@ -28,7 +28,6 @@ import shlex
 import shutil
 import signal
 import socket
-import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -36,7 +35,8 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional
 
 from slurmkit.core.files import write_json_atomic
-from slurmkit.errors import DevclusterError
+from slurmkit.errors import CommandNotFound, CommandTimeout, DevclusterError, ExternalCommandError
+from slurmkit.slurm import runner
 
 DEFAULT_STATE_DIR = "/var/lib/slurmkit-devcluster"
 STATE_ENV = "SLURMKIT_DEVCLUSTER_DIR"
@@ -101,20 +101,44 @@ def _log(msg: str) -> None:
 
 def _run(argv: List[str], *, timeout: float = 60, check: bool = True, env: Optional[dict] = None,
          input: Optional[str] = None, what: Optional[str] = None, log: Optional[str] = None
-         ) -> subprocess.CompletedProcess:
-    """Run a setup command with a timeout; failures name the command and the log to read."""
+         ) -> runner.Result:
+    """Run a setup command through slurmkit's runner; failures name the command and the log
+    to read, as a :class:`DevclusterError` (exit code 4)."""
     try:
-        res = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env, input=input)
-    except FileNotFoundError:
+        res = runner.run(argv, timeout=timeout, env=env, input=input, check=False)
+    except CommandNotFound:
         raise DevclusterError(f"{argv[0]}: not found") from None
-    except subprocess.TimeoutExpired:
+    except CommandTimeout:
         raise DevclusterError(f"{what or shlex.join(argv)} timed out after {timeout:g}s"
                               + (f"; read {log}" if log else "")) from None
+    except ExternalCommandError as exc:
+        raise DevclusterError(f"{what or shlex.join(argv)}: {exc}") from None
     if check and res.returncode != 0:
-        tail = " | ".join((res.stderr or res.stdout).strip().splitlines()[-3:])
+        tail = runner.tail(res.stderr or res.stdout)
         raise DevclusterError(f"{what or shlex.join(argv)} failed (exit {res.returncode}): {tail}"
                               + (f"; read {log}" if log else ""))
     return res
+
+
+def _probe(argv: List[str], *, timeout: float, env: Optional[dict] = None,
+           input: Optional[str] = None) -> Optional[runner.Result]:
+    """One try of a readiness probe through the runner; ``None`` when it timed out.
+
+    A probe that hangs means "not ready yet" (the caller's wait loop holds the overall
+    deadline), not an error; a missing or unrunnable program is one."""
+    try:
+        return runner.run(argv, timeout=timeout, env=env, input=input, check=False)
+    except CommandTimeout:
+        return None
+    except ExternalCommandError as exc:
+        raise DevclusterError(str(exc)) from None
+
+
+def _succeeds(argv: List[str], *, timeout: float, env: Optional[dict] = None,
+              input: Optional[str] = None) -> bool:
+    """Did ``argv`` exit 0 within ``timeout`` (see :func:`_probe`)?"""
+    res = _probe(argv, timeout=timeout, env=env, input=input)
+    return res is not None and res.returncode == 0
 
 
 def _pid_alive(pidfile: Path) -> Optional[int]:
@@ -498,28 +522,25 @@ class DevCluster:
               f"--seed-file={mdir / 'munged.seed'}"], timeout=20, what="munged", log=str(log))
 
         def ready() -> bool:
-            enc = subprocess.run(["munge", "-n", "-S", str(self.munge_socket)], capture_output=True, timeout=5)
-            if enc.returncode != 0:
+            enc = _probe(["munge", "-n", "-S", str(self.munge_socket)], timeout=5)
+            if enc is None or enc.returncode != 0:
                 return False
-            dec = subprocess.run(["unmunge", "-S", str(self.munge_socket)], input=enc.stdout,
-                                 capture_output=True, timeout=5)
-            return dec.returncode == 0
+            return _succeeds(["unmunge", "-S", str(self.munge_socket)], input=enc.stdout, timeout=5)
         _wait(ready, 15, "munged", str(log))
 
     def _setup_network(self, spec: ClusterSpec) -> None:
         if spec.mode != "netns":
             return
-        links = subprocess.run(["ip", "-o", "link", "show", BRIDGE], capture_output=True, text=True)
-        if links.returncode != 0:
+        if not _succeeds(["ip", "-o", "link", "show", BRIDGE], timeout=20):
             _run(["ip", "link", "add", BRIDGE, "type", "bridge"], what="creating the bridge")
             _run(["ip", "addr", "add", f"{BRIDGE_IP}/24", "dev", BRIDGE], what="addressing the bridge")
         _run(["ip", "link", "set", BRIDGE, "up"])
-        existing = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+        existing = _run(["ip", "netns", "list"], timeout=20).stdout
         for i, n in enumerate(spec.node_names, start=1):
             ns = f"sk-{n}"
             if ns not in existing.split():
                 # A veth left over from an interrupted run would block the new pair.
-                subprocess.run(["ip", "link", "del", f"skv{i}"], capture_output=True, timeout=20)
+                _run(["ip", "link", "del", f"skv{i}"], timeout=20, check=False)
                 _run(["ip", "netns", "add", ns], what=f"creating namespace {ns}")
                 _run(["ip", "link", "add", f"skv{i}", "type", "veth", "peer", "name", "eth0", "netns", ns],
                      what=f"creating the veth pair for {n}")
@@ -557,11 +578,14 @@ class DevCluster:
                 "--skip-name-resolve"]
         with open(os.devnull, "rb") as devnull, open(mdir / "mysqld.out", "ab") as out:
             # mariadbd does not daemonise: detach it into its own session.
-            subprocess.Popen(args, stdin=devnull, stdout=out, stderr=out, start_new_session=True)
+            try:
+                runner.spawn(args, detach=True, stdin=devnull, stdout=out, stderr=out)
+            except ExternalCommandError as exc:
+                raise DevclusterError(f"mariadbd: {exc}") from None
 
         def ready() -> bool:
-            return subprocess.run(["mariadb-admin", f"--socket={self.mysql_socket}", "-u", "root", "ping"],
-                                  capture_output=True, timeout=5).returncode == 0
+            return _succeeds(["mariadb-admin", f"--socket={self.mysql_socket}", "-u", "root", "ping"],
+                             timeout=5)
         _wait(ready, 60, "MariaDB", str(log))
         password = (self.root / "etc" / ".dbpass").read_text().strip()
         sql = ("CREATE DATABASE IF NOT EXISTS slurm_acct_db;"
@@ -593,8 +617,7 @@ class DevCluster:
             _run(["/usr/sbin/slurmctld"], env=env, timeout=30, what="slurmctld", log=log)
 
         def ready() -> bool:
-            return subprocess.run(["scontrol", "ping"], env=env, capture_output=True, text=True,
-                                  timeout=10).returncode == 0
+            return _succeeds(["scontrol", "ping"], env=env, timeout=10)
         _wait(ready, 30, "slurmctld (scontrol ping)", log)
 
     def _start_slurmds(self, spec: ClusterSpec, env: Dict[str, str]) -> None:
@@ -635,8 +658,9 @@ class DevCluster:
 
     def wait_nodes_idle(self, spec: ClusterSpec, env: Dict[str, str], timeout: float = 60) -> None:
         def all_idle() -> bool:
-            res = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %T"], env=env, capture_output=True,
-                                 text=True, timeout=10)
+            res = _probe(["sinfo", "-h", "-N", "-o", "%N %T"], env=env, timeout=10)
+            if res is None:
+                return False
             states = dict(line.split()[:2] for line in res.stdout.splitlines() if line.strip())
             bad = [n for n in spec.node_names if states.get(n, "").rstrip("*~#") not in
                    ("idle", "mixed", "allocated")]
@@ -644,8 +668,8 @@ class DevCluster:
                 # A node drained by an earlier run of a test stays drained; resume what is ours.
                 for n in bad:
                     if states.get(n, "").startswith(("drain", "inval")):
-                        subprocess.run(["scontrol", "update", f"NodeName={n}", "State=RESUME"], env=env,
-                                       capture_output=True, timeout=10)
+                        _succeeds(["scontrol", "update", f"NodeName={n}", "State=RESUME"], env=env,
+                                  timeout=10)
             return not bad
         _wait(all_idle, timeout, "all nodes to become idle", self.log("slurmctld.log"), interval=0.3)
 
@@ -695,8 +719,7 @@ class DevCluster:
                                                                            else "stopped")}
         sinfo = ""
         if daemons.get("slurmctld", {}).get("pid"):
-            res = subprocess.run(["sinfo", "-N", "-o", "%N %P %T %G %E"], env=self.env(), capture_output=True,
-                                 text=True, timeout=10)
+            res = _run(["sinfo", "-N", "-o", "%N %P %T %G %E"], env=self.env(), timeout=10, check=False)
             sinfo = res.stdout if res.returncode == 0 else res.stderr
         return {"state_dir": str(self.root), "mode": spec.mode, "nodes": spec.node_names,
                 "up": all(d["pid"] for d in daemons.values()), "daemons": daemons, "sinfo": sinfo}
@@ -750,13 +773,13 @@ class DevCluster:
         self.stop_daemons(spec)
         if spec.mode == "netns":
             for i, n in enumerate(spec.node_names, start=1):
-                subprocess.run(["ip", "netns", "del", f"sk-{n}"], capture_output=True, timeout=20)
-                subprocess.run(["ip", "link", "del", f"skv{i}"], capture_output=True, timeout=20)
-            subprocess.run(["ip", "link", "del", BRIDGE], capture_output=True, timeout=20)
+                _run(["ip", "netns", "del", f"sk-{n}"], timeout=20, check=False)
+                _run(["ip", "link", "del", f"skv{i}"], timeout=20, check=False)
+            _run(["ip", "link", "del", BRIDGE], timeout=20, check=False)
             hosts = Path("/etc/hosts")
             lines = [ln for ln in hosts.read_text().splitlines() if HOSTS_TAG not in ln]
             hosts.write_text("\n".join(lines) + "\n")
         for user in spec.created_users:
-            subprocess.run(["userdel", "-r", user], capture_output=True, timeout=30)
+            _run(["userdel", "-r", user], timeout=30, check=False)
         if not keep_state:
             shutil.rmtree(self.root, ignore_errors=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import enum
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Iterable, List, Optional
 
 
 class Status(str, enum.Enum):
@@ -73,3 +73,24 @@ class CheckResult:
 
 
 DRAIN_REASON_PREFIX = "slurmkit:"
+
+
+def worst(results: Iterable[CheckResult]) -> Status:
+    """The most severe status of ``results`` (fail > warn > unknown > ok); OK when empty.
+
+    The one definition of a node's overall verdict: the hooks, ``slurmkit health run``,
+    the sweep's pass, its metrics and its notifications all use it."""
+    st = Status.OK
+    for r in results:
+        if r.status.severity > st.severity:
+            st = r.status
+    return st
+
+
+def first_failure(results: List[CheckResult]) -> Optional[CheckResult]:
+    """The failure whose reason a drain carries: the most severe action first, then the
+    order the checks ran in (catalog order)."""
+    fails = [r for r in results if r.status == Status.FAIL]
+    if not fails:
+        return None
+    return max(fails, key=lambda r: (r.action.severity, -fails.index(r)))

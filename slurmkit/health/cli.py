@@ -83,20 +83,14 @@ def health() -> None:
 def health_run(tier, checks, node, advance_cursor, fmt, as_json, config_path, verbose, quiet) -> None:
     """Run the checks of a tier (or the named ones) on this node and print verdicts."""
     setup_logging(verbose, quiet)
-    from slurmkit.health.base import Tier
-    from slurmkit.health.catalog import select
-    from slurmkit.health.engine import Context, run_checks, worst
+    from slurmkit.health.base import Tier, worst
+    from slurmkit.health.engine import run_selected
 
     health_cfg, paths = _sections(config_path)
     node = _local_or_simulated(node, health_cfg)
-    specs = select(Tier(tier), "manual", list(checks) or None, None if checks else health_cfg)
-    ctx = Context.from_env(health_cfg, paths, "manual", node=node)
-    ctx.advance_xid_cursor = advance_cursor
     start = time.monotonic()
-    try:
-        results = run_checks(ctx, specs)
-    finally:
-        ctx.close()
+    results = run_selected(health_cfg, paths, tier=Tier(tier), names=list(checks) or None, node=node,
+                           only_enabled=not checks, advance_xid_cursor=advance_cursor)
     status = worst(results)
     if resolve_format(fmt, as_json) == "json":
         print_json(

@@ -16,11 +16,11 @@ import logging
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Sequence
 
 from slurmkit.health.backends import BackendError, BackendUnavailable, GpuBackend
 from slurmkit.health.base import Action, CheckResult, Status, Tier
-from slurmkit.health.catalog import CheckSpec
+from slurmkit.health.catalog import CheckSpec, select
 from slurmkit.health.deadline import ProbeTimeout, call_with_deadline
 from slurmkit.slurm.node import this_node
 
@@ -213,20 +213,37 @@ def run_checks(ctx: Context, specs: List[CheckSpec], deadline: Optional[float] =
     return results
 
 
-def worst(results: List[CheckResult]) -> Status:
-    st = Status.OK
-    for r in results:
-        if r.status.severity > st.severity:
-            st = r.status
-    return st
+def run_selected(
+    health: Dict[str, Any],
+    paths: Dict[str, Any],
+    *,
+    tier: Optional[Tier] = None,
+    names: Optional[List[str]] = None,
+    node: Optional[str] = None,
+    env: Optional[Dict[str, str]] = None,
+    deadline: Optional[float] = None,
+    skip: Sequence[str] = (),
+    only_enabled: bool = True,
+    advance_xid_cursor: Optional[bool] = None,
+) -> List[CheckResult]:
+    """Run checks on ``node`` outside a Slurm hook: the one entry point for
+    ``slurmkit health run``, the sweep's heavy pass and a resume's re-check.
 
-
-def first_failure(results: List[CheckResult]) -> Optional[CheckResult]:
-    """The failure that names the drain reason: highest action first, then catalog order."""
-    fails = [r for r in results if r.status == Status.FAIL]
-    if not fails:
-        return None
-    return max(fails, key=lambda r: (r.action.severity, -fails.index(r)))
+    Opens a ``manual`` context, selects ``names`` (any tier) or the ``tier``'s checks,
+    keeps only enabled ones unless ``only_enabled`` is false (a check named on the command
+    line runs even when disabled), drops ``skip``, runs them under ``deadline``
+    (``time.monotonic()`` value) and closes the context (the GPU backend) whatever happens.
+    ``advance_xid_cursor`` overrides the context's default (a manual run only looks).
+    """
+    ctx = Context.from_env(health, paths, "manual", env=env, node=node)
+    if advance_xid_cursor is not None:
+        ctx.advance_xid_cursor = advance_xid_cursor
+    try:
+        specs = select(tier, "manual", names, health if only_enabled else None)
+        specs = [s for s in specs if s.name not in skip]
+        return run_checks(ctx, specs, deadline)
+    finally:
+        ctx.close()
 
 
 def internal_problems(results: List[CheckResult]) -> List[CheckResult]:

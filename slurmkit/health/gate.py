@@ -78,12 +78,11 @@ def current_drain(node: str, timeout: float) -> Optional[Dict[str, str]]:
     from slurmkit.slurm import client
 
     try:
-        res = client.call("scontrol", ["-o", "show", "node", node], timeout=timeout, check=False)
+        rec = client.show_node(node, timeout=timeout)
     except Exception:
         return None
-    if res.returncode != 0:
+    if rec is None:
         return None
-    rec = client.parse_scontrol_record(res.stdout.strip().splitlines()[0] if res.stdout.strip() else "")
     return {"state": rec.get("State", ""), "reason": rec.get("Reason", "")}
 
 
@@ -110,9 +109,7 @@ def drain(node: str, reason: str, timeout: float) -> Tuple[bool, str]:
         return False, f"already drained by someone else ({cur['reason']!r}); reason kept"
     left = max(0.2, timeout - (time.monotonic() - start))
     try:
-        client.call(
-            "scontrol", ["update", f"NodeName={node}", "State=DRAIN", f"Reason={reason}"], timeout=left
-        )
+        client.drain_node(node, reason, timeout=left)
     except Exception as exc:
         return False, f"scontrol drain failed: {exc}"
     return True, "drained"
@@ -190,7 +187,8 @@ def run_hook(hook: str, env: Optional[Dict[str, str]] = None) -> int:
     client.configure(slurm.get("bin_dir"), slurm.get("timeout"))
     try:
         from slurmkit.health.catalog import select
-        from slurmkit.health.engine import Context, first_failure, internal_problems, run_checks, worst
+        from slurmkit.health.base import first_failure, worst
+        from slurmkit.health.engine import Context, internal_problems, run_checks
 
         ctx = Context.from_env(health, paths, hook, env)
         extra: Dict[str, Any] = {}

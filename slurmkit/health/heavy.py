@@ -11,8 +11,9 @@ else pays for it. Each probe has two halves, so the judgement is tested without 
 
 Formulas: copy bandwidth = bytes / seconds (one direction per ordered pair); HBM copy
 bandwidth counts read + write (2 x bytes / s, as nvbandwidth and STREAM copy do);
-all_reduce busbw = (bytes / s) x 2(n-1)/n (nccl-tests doc/PERFORMANCE.md); GEMM
-TFLOP/s = 2 n^3 / s / 1e12.
+all_reduce busbw = (bytes / s) x 2(n-1)/n (nccl-tests doc/PERFORMANCE.md), measured and
+judged by :mod:`slurmkit.health.collective`, the probe the pre-flight and the sweep's pair
+test share; GEMM TFLOP/s = 2 n^3 / s / 1e12.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import statistics
 import time
 from typing import Any, Dict, List, Optional, Sequence
 
+from slurmkit.health import collective
 from slurmkit.health.base import Action, CheckResult, Status
 
 GB = 1e9
@@ -196,11 +198,6 @@ def check_nvlink_bandwidth(ctx, params) -> CheckResult:
 # ---------------------------------------------------------------------- all_reduce
 
 
-def busbw_from_time(n_bytes: int, seconds: float, ranks: int) -> float:
-    """nccl-tests: algbw = S / t; busbw = algbw x 2(n-1)/n, in GB/s."""
-    return n_bytes / seconds / GB * (2 * (ranks - 1) / ranks)
-
-
 def _allreduce_worker(
     rank: int, world: int, port: int, n_bytes: int, iterations: int, backend: str, queue
 ) -> None:
@@ -215,22 +212,9 @@ def _allreduce_worker(
         dev = torch.device(f"cuda:{rank}") if backend == "nccl" else torch.device("cpu")
         if backend == "nccl":
             torch.cuda.set_device(rank)
-        buf = torch.ones(n_bytes // 4, dtype=torch.float32, device=dev)
-        dist.all_reduce(buf)  # warm-up: communicator setup
-        if backend == "nccl":
-            torch.cuda.synchronize()
-        dist.barrier()
-        start = time.perf_counter()
-        for _ in range(iterations):
-            dist.all_reduce(buf)
-        if backend == "nccl":
-            torch.cuda.synchronize()
-        seconds = (time.perf_counter() - start) / iterations
-        # correctness, as nccl-tests' #wrong: every element is world ** (iterations + 1)
-        expected = float(world) ** (iterations + 1)
-        wrong = int((buf != expected).sum().item())
+        res = collective.timed_allreduce(n_bytes, iterations, device=dev)
         if rank == 0:
-            queue.put((seconds, wrong))
+            queue.put((res.seconds, res.wrong))
     finally:
         dist.destroy_process_group()
 
@@ -295,8 +279,8 @@ def allreduce_busbw(
         )
     seconds, wrong = queue.get()
     return {
-        "busbw_gbps": busbw_from_time(n_bytes, seconds, world),
-        "algbw_gbps": n_bytes / seconds / GB,
+        "busbw_gbps": collective.busbw_gbps(n_bytes, seconds, world),
+        "algbw_gbps": collective.algbw_gbps(n_bytes, seconds),
         "ranks": world,
         "seconds": seconds,
         "wrong": wrong,
@@ -306,38 +290,15 @@ def allreduce_busbw(
 
 
 def judge_allreduce(result: Dict[str, Any], expected_gbps: float, min_fraction: float) -> CheckResult:
-    bw = float(result["busbw_gbps"])
-    floor = expected_gbps * min_fraction
-    if result.get("wrong"):
-        return CheckResult(
-            "allreduce_busbw",
-            Status.FAIL,
-            "ALLREDUCE_WRONG",
-            f"{result['wrong']} wrong element(s) after all_reduce",
-            Action.ISOLATE,
-            value=bw,
-            unit="GB/s",
-            details=result,
-        )
-    if bw < floor:
-        return CheckResult(
-            "allreduce_busbw",
-            Status.FAIL,
-            "ALLREDUCE_BUSBW_LOW",
-            f"busbw {bw:.1f} GB/s < {min_fraction:.0%} of {expected_gbps:g} GB/s over "
-            f"{result.get('ranks')} ranks",
-            Action.RESET,
-            value=bw,
-            unit="GB/s",
-            details=result,
-        )
-    return CheckResult(
+    """The collective probe's judgement (:func:`slurmkit.health.collective.judge`) of a
+    single-node result from :func:`allreduce_busbw`."""
+    return collective.judge(
         "allreduce_busbw",
-        Status.OK,
-        "OK",
-        f"busbw {bw:.1f} GB/s over {result.get('ranks')} ranks (>= {floor:.0f})",
-        value=bw,
-        unit="GB/s",
+        float(result["busbw_gbps"]),
+        wrong=int(result.get("wrong") or 0),
+        expected=expected_gbps,
+        min_fraction=min_fraction,
+        where=f" over {result.get('ranks')} ranks",
         details=result,
     )
 

@@ -60,23 +60,19 @@ def run_recheck(
     tier: Tier = Tier.FAST,
     names: Optional[List[str]] = None,
 ) -> List[CheckResult]:
-    from slurmkit.health.catalog import select
-    from slurmkit.health.engine import Context, run_checks
+    from slurmkit.health.engine import run_selected
 
-    ctx = Context.from_env(
+    return run_selected(
         health,
         paths,
-        "manual",
-        env={k: v for k, v in os.environ.items() if not k.startswith("SLURM_JOB")},
+        tier=tier,
+        names=names,
         node=node,
-    )
-    try:
-        specs = select(tier, "manual", names, health)
+        env={k: v for k, v in os.environ.items() if not k.startswith("SLURM_JOB")},
         # A resume re-check is about the node, not a cached sweep verdict about it.
-        specs = [s for s in specs if s.name != "heavy_cache"]
-        return run_checks(ctx, specs, time.monotonic() + max(30.0, float(health["prolog_deadline"]) * 4))
-    finally:
-        ctx.close()
+        skip=("heavy_cache",),
+        deadline=time.monotonic() + max(30.0, float(health["prolog_deadline"]) * 4),
+    )
 
 
 def guarded_resume(
@@ -94,7 +90,8 @@ def guarded_resume(
     sweep job) pass its results instead of re-running them here. Returns a report
     dict with ``exit_code`` (:data:`RESUMED` ... :data:`CANNOT_CHECK`) and ``message``.
     """
-    from slurmkit.health.engine import first_failure, internal_problems
+    from slurmkit.health.base import first_failure
+    from slurmkit.health.engine import internal_problems
     from slurmkit.slurm import client
 
     info = node_info(node)

@@ -98,19 +98,3 @@ def read_ib_class(class_dir: str, devices: Sequence[str] = ()) -> List[IbPort]:
 def ib_ports(root: str = "/sys", devices: Sequence[str] = ()) -> List[IbPort]:
     """Every port of every HCA under ``<root>/class/infiniband`` (``root`` lets tests use fixture trees)."""
     return read_ib_class(os.path.join(root, "class", "infiniband"), devices)
-
-
-def active_ib_ports(
-    root: str = "/sys", min_rate_gbps: Optional[float] = None, link_layer: Optional[str] = None
-) -> List[IbPort]:
-    """Ports that are ACTIVE (and at least ``min_rate_gbps``, and of ``link_layer`` when given).
-
-    This is what ``ssubmit`` should turn into ``NCCL_IB_HCA="=" + ",".join(p.hca_spec ...)``.
-    """
-    return [
-        p
-        for p in ib_ports(root)
-        if p.active
-        and (min_rate_gbps is None or (p.rate_gbps or 0) >= min_rate_gbps)
-        and (link_layer is None or p.link_layer.lower() == link_layer.lower())
-    ]

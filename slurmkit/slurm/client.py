@@ -47,22 +47,27 @@ def binary(name: str) -> str:
 
 def call(name: str, args: Sequence[str], *, timeout: Optional[float] = None, input: Optional[str] = None,
          env: Optional[Mapping[str, str]] = None, check: bool = True) -> runner.Result:
-    """Run one Slurm command through the shared runner."""
-    return runner.run([binary(name), *args], timeout=timeout or _timeout, input=input, env=env, check=check)
+    """Run one Slurm command through the shared runner.
+
+    Every typed call below takes ``timeout`` (seconds) and passes it here: a hook with a
+    budget (the prolog gate, the epilog) gives what it has left; ``None`` means the site
+    config's ``slurm.timeout``."""
+    return runner.run([binary(name), *args], timeout=_timeout if timeout is None else timeout, input=input,
+                      env=env, check=check)
 
 
 # --------------------------------------------------------------------------- sbatch
 
 def submit(script: str, args: Sequence[str] = (), *, env: Optional[Mapping[str, str]] = None,
-           test_only: bool = False) -> str:
+           test_only: bool = False, timeout: Optional[float] = None) -> str:
     """Submit ``script`` (text, sent on stdin) with ``sbatch --parsable``; return the job id.
 
     With ``test_only`` runs ``sbatch --test-only`` and returns its message instead.
     """
     if test_only:
-        res = call("sbatch", ["--test-only", *args], input=script, env=env)
+        res = call("sbatch", ["--test-only", *args], input=script, env=env, timeout=timeout)
         return (res.stderr or res.stdout).strip()
-    res = call("sbatch", ["--parsable", *args], input=script, env=env)
+    res = call("sbatch", ["--parsable", *args], input=script, env=env, timeout=timeout)
     out = res.stdout.strip().splitlines()
     job = out[-1].split(";")[0].strip() if out else ""
     if not re.fullmatch(r"\d+", job):
@@ -90,9 +95,9 @@ def parse_scontrol_record(line: str) -> Dict[str, str]:
     return out
 
 
-def show_job(job_id: str) -> Optional[Dict[str, str]]:
+def show_job(job_id: str, *, timeout: Optional[float] = None) -> Optional[Dict[str, str]]:
     """``scontrol -o show job``; ``None`` when Slurm no longer knows the job."""
-    res = call("scontrol", ["-o", "show", "job", str(job_id)], check=False)
+    res = call("scontrol", ["-o", "show", "job", str(job_id)], check=False, timeout=timeout)
     if res.returncode != 0:
         if "Invalid job id" in res.stderr:
             return None
@@ -102,40 +107,49 @@ def show_job(job_id: str) -> Optional[Dict[str, str]]:
     return parse_scontrol_record(line) if line else None
 
 
-def show_node(node: str) -> Optional[Dict[str, str]]:
-    res = call("scontrol", ["-o", "show", "node", node], check=False)
+def show_node(node: str, *, timeout: Optional[float] = None) -> Optional[Dict[str, str]]:
+    """``scontrol -o show node``; ``None`` when scontrol fails (unknown node, controller down)."""
+    res = call("scontrol", ["-o", "show", "node", node], check=False, timeout=timeout)
     if res.returncode != 0:
         return None
     line = next((ln for ln in res.stdout.splitlines() if ln.strip()), "")
     return parse_scontrol_record(line) if line else None
 
 
-def drain_node(node: str, reason: str) -> None:
+def drain_node(node: str, reason: str, *, timeout: Optional[float] = None) -> None:
     """Drain ``node`` with ``reason`` (Slurm stores it verbatim; it is one argv item)."""
-    call("scontrol", ["update", f"NodeName={node}", "State=DRAIN", f"Reason={reason}"])
+    call("scontrol", ["update", f"NodeName={node}", "State=DRAIN", f"Reason={reason}"], timeout=timeout)
 
 
-def resume_node(node: str) -> None:
-    call("scontrol", ["update", f"NodeName={node}", "State=RESUME"])
+def resume_node(node: str, *, timeout: Optional[float] = None) -> None:
+    call("scontrol", ["update", f"NodeName={node}", "State=RESUME"], timeout=timeout)
 
 
-def requeue_job(job_id: str, hold: bool = False) -> None:
-    call("scontrol", ["requeuehold" if hold else "requeue", str(job_id)])
+def requeue_job(job_id: str, hold: bool = False, *, timeout: Optional[float] = None) -> None:
+    """``scontrol requeue`` (``requeuehold`` with ``hold``)."""
+    call("scontrol", ["requeuehold" if hold else "requeue", str(job_id)], timeout=timeout)
 
 
-def update_job(job_id: str, **fields: str) -> None:
-    call("scontrol", ["update", f"JobId={job_id}"] + [f"{k}={v}" for k, v in fields.items()])
+def release_job(job_id: str, *, timeout: Optional[float] = None) -> None:
+    """``scontrol release``: let a held job be scheduled again."""
+    call("scontrol", ["release", str(job_id)], timeout=timeout)
+
+
+def update_job(job_id: str, *, timeout: Optional[float] = None, **fields: str) -> None:
+    """``scontrol update JobId=<id> Key=Value ...`` (each pair one argv item)."""
+    call("scontrol", ["update", f"JobId={job_id}"] + [f"{k}={v}" for k, v in fields.items()], timeout=timeout)
 
 
 # --------------------------------------------------------------------------- scancel
 
-def cancel(job_id: str, signal: Optional[str] = None, batch_only: bool = False) -> None:
+def cancel(job_id: str, signal: Optional[str] = None, batch_only: bool = False, *,
+           timeout: Optional[float] = None) -> None:
     args = []
     if signal:
         args.append(f"--signal={signal}")
     if batch_only:
         args.append("--batch")
-    call("scancel", [*args, str(job_id)])
+    call("scancel", [*args, str(job_id)], timeout=timeout)
 
 
 # --------------------------------------------------------------------------- sinfo / squeue
@@ -143,26 +157,26 @@ def cancel(job_id: str, signal: Optional[str] = None, batch_only: bool = False) 
 NODE_FIELDS = ("name", "state", "gres", "partition", "cpus", "memory", "reason")
 
 
-def nodes(partition: Optional[str] = None) -> List[Dict[str, str]]:
+def nodes(partition: Optional[str] = None, *, timeout: Optional[float] = None) -> List[Dict[str, str]]:
     """One dict per node and partition from ``sinfo -N`` (a node in two partitions
     appears twice; use :func:`node_states` for one row per node)."""
     args = ["-h", "-N", "-o", "%N|%T|%G|%P|%c|%m|%E"]
     if partition:
         args += ["-p", partition]
-    res = call("sinfo", args)
+    res = call("sinfo", args, timeout=timeout)
     return parse_parsable2(res.stdout, NODE_FIELDS, free_field="reason")
 
 
-def node_states(partition: Optional[str] = None) -> Dict[str, str]:
+def node_states(partition: Optional[str] = None, *, timeout: Optional[float] = None) -> Dict[str, str]:
     """``{node: state}`` with one entry per node (``idle``, ``mixed``, ``drained`` ...)."""
-    return {row["name"]: row["state"] for row in nodes(partition)}
+    return {row["name"]: row["state"] for row in nodes(partition, timeout=timeout)}
 
 
 JOB_FIELDS = ("job_id", "state", "user", "partition", "nodelist", "reason", "name")
 
 
 def jobs(*, user: Optional[str] = None, job_ids: Iterable[str] = (), states: Iterable[str] = (),
-         node: Optional[str] = None) -> List[Dict[str, str]]:
+         node: Optional[str] = None, timeout: Optional[float] = None) -> List[Dict[str, str]]:
     """Queued and running jobs from ``squeue`` (``%i`` gives array tasks as ``123_4``)."""
     args = ["-h", "-o", "%i|%T|%u|%P|%N|%r|%j"]
     if user:
@@ -175,7 +189,7 @@ def jobs(*, user: Optional[str] = None, job_ids: Iterable[str] = (), states: Ite
         args += ["-t", ",".join(st)]
     if node:
         args += ["-w", node]
-    res = call("squeue", args, check=False)
+    res = call("squeue", args, check=False, timeout=timeout)
     if res.returncode != 0:
         if ids and "Invalid job id" in res.stderr:
             return []
@@ -204,5 +218,5 @@ def sacct(fields: Sequence[str], args: Sequence[str] = (), *, timeout: Optional[
     return parse_parsable2(res.stdout, list(fields), free_field=free_field, sep=SACCT_DELIMITER)
 
 
-def sacctmgr(args: Sequence[str], *, check: bool = True) -> runner.Result:
-    return call("sacctmgr", ["-i", "-P", *args], check=check)
+def sacctmgr(args: Sequence[str], *, check: bool = True, timeout: Optional[float] = None) -> runner.Result:
+    return call("sacctmgr", ["-i", "-P", *args], check=check, timeout=timeout)

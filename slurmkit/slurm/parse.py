@@ -6,8 +6,8 @@ Covered formats:
 * TRES strings: ``billing=1,cpu=1,gres/gpu:h100=2,gres/gpu=2,mem=1000M,node=1``;
 * ``--parsable2`` rows, where a free-text field (job name, comment) may itself
   contain ``|``: the extra separators are folded back into that field;
-* durations: ``[D-]HH:MM:SS`` (sacct ``Elapsed``), ``MM:SS.mmm`` and the time-limit
-  forms sbatch accepts (``minutes``, ``D-HH``, ``0:90:00``, ``UNLIMITED`` ...).
+* time limits in the forms sbatch accepts (``minutes``, ``D-HH``, ``0:90:00``,
+  ``UNLIMITED`` ...).
 """
 
 from __future__ import annotations
@@ -199,17 +199,6 @@ def parse_tres(text: str) -> Dict[str, str]:
     return out
 
 
-_MEM_UNITS = {"": 1, "K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 * 1024, "P": 1024 ** 3}
-
-
-def parse_memory_mb(value: str) -> float:
-    """``1000M`` → 1000.0, ``62.50G`` → 64000.0 (MiB); a bare number is MiB."""
-    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([KMGTP]?)B?\s*", value or "", re.IGNORECASE)
-    if not m:
-        raise ParseError(f"bad memory value {value!r}")
-    return float(m.group(1)) * _MEM_UNITS[m.group(2).upper()]
-
-
 def _tres_count(value: str, key: str) -> int:
     try:
         n = int(value)
@@ -306,28 +295,6 @@ def parse_parsable2(text: str, fields: Sequence[str], free_field: Optional[str] 
 
 
 # --------------------------------------------------------------------------- durations
-
-_ELAPSED_RE = re.compile(r"^(?:(\d+)-)?(?:(\d+):)?(\d+):(\d+(?:\.\d+)?)$")
-
-
-def parse_elapsed(text: str) -> float:
-    """Seconds from sacct's ``[D-][HH:]MM:SS[.mmm]``.
-
-    ``1-02:03:04`` → 93784, ``00:00:04`` → 4, ``05:30.250`` → 330.25.
-    """
-    t = (text or "").strip()
-    m = _ELAPSED_RE.match(t)
-    if not m:
-        raise ParseError(f"bad elapsed time {text!r}")
-    days, hours, minutes, seconds = m.groups()
-    out_of_range = (float(seconds) >= 60
-                    or (hours is not None and int(minutes) >= 60)
-                    or (days is not None and hours is not None and int(hours) >= 24))
-    if out_of_range:
-        raise ParseError(f"bad elapsed time {text!r}")
-    total = int(days or 0) * 86400 + int(hours or 0) * 3600 + int(minutes) * 60 + float(seconds)
-    return total
-
 
 _UNLIMITED = {"unlimited", "infinite", "-1"}
 #: Slurm's time_str2secs grammar (src/common/parse_time.c): "days-[hours[:minutes[:seconds]]]",

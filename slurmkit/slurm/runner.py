@@ -86,6 +86,31 @@ def set_runner(fn: Optional[RunnerFn]) -> RunnerFn:
     return previous
 
 
+def spawn(argv: Sequence[str], *, env: Optional[Mapping[str, str]] = None, detach: bool = False,
+          stdin=None, stdout=None, stderr=None) -> "subprocess.Popen[bytes]":
+    """Start a process that outlives this call and return it (never through a shell).
+
+    For the few processes that are not commands to wait for: the job's own command
+    (its time limit is Slurm's to enforce), a helper that must survive its parent, and
+    a daemon that does not fork itself. No timeout here: the caller owns the process's
+    lifetime. ``detach`` puts it in its own session, so signals to our process group do
+    not reach it. The streams are inherited unless given (``subprocess.DEVNULL``, a file).
+    A missing program raises :class:`CommandNotFound`, as :func:`run` does.
+    """
+    if not argv:
+        raise ValueError("spawn() needs a command")
+    try:
+        return subprocess.Popen(list(argv), stdin=stdin, stdout=stdout, stderr=stderr,
+                                env=dict(env) if env is not None else None, start_new_session=detach,
+                                close_fds=True)
+    except FileNotFoundError:
+        raise CommandNotFound(argv, f"{argv[0]}: command not found (is it installed and on PATH?)",
+                              returncode=127) from None
+    except PermissionError as exc:
+        raise ExternalCommandError(argv, f"{argv[0]}: cannot execute: {exc.strerror}",
+                                   returncode=126) from None
+
+
 def run(argv: Sequence[str], *, timeout: float = DEFAULT_TIMEOUT, input: Optional[str] = None,
         env: Optional[Mapping[str, str]] = None, check: bool = True) -> Result:
     """Run ``argv`` (never through a shell) with a timeout.

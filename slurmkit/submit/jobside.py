@@ -35,6 +35,8 @@ import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from slurmkit.core.files import write_json_atomic
+from slurmkit.errors import ExternalCommandError
+from slurmkit.slurm import client, runner
 from slurmkit.slurm.node import this_node
 
 REQUEUED_EXIT = 10
@@ -200,9 +202,9 @@ def cmd_node_launch(args: argparse.Namespace) -> int:
     if phase_dir:
         write_json(os.path.join(phase_dir, f"launched.{node}.json"), {"node": node, "time": started})
     try:
-        child = subprocess.Popen(command, env=env)
-    except OSError as exc:
-        log(f"{node}: error: cannot start {command[0]}: {exc.strerror}")
+        child = runner.spawn(command, env=env)
+    except ExternalCommandError as exc:
+        log(f"{node}: error: {exc}")
         if phase_dir:
             write_json(os.path.join(phase_dir, f"exit.{node}.json"),
                        {"node": node, "rc": 127, "start": started, "end": time.time()})
@@ -357,17 +359,13 @@ def signal_cause(remaining_s: Optional[int], grace_s: int, time_limit_s: int) ->
     return "timeout" if remaining_s <= grace_s + 90 else "preempt"
 
 
-def _scontrol(args: Sequence[str], check: bool = True):
-    from slurmkit.slurm import client
-
-    return client.call("scontrol", list(args), check=check, timeout=30)
+#: Seconds for each scontrol call made from inside the job.
+SCONTROL_TIMEOUT = 30.0
 
 
 def current_excludes(job_id: str) -> List[str]:
-    from slurmkit.slurm import client
-
     try:
-        job = client.show_job(job_id) or {}
+        job = client.show_job(job_id, timeout=SCONTROL_TIMEOUT) or {}
     except Exception:  # noqa: BLE001
         return []
     value = job.get("ExcNodeList", "")
@@ -387,34 +385,38 @@ def exclude_and_requeue(job_id: str, exclude: Sequence[str]) -> None:
     value = compress_hostlist(sorted(set(exclude)))
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     try:
-        _scontrol(["update", f"JobId={job_id}", f"ExcNodeList={value}"])
-        _scontrol(["requeue", job_id])
+        client.update_job(job_id, ExcNodeList=value, timeout=SCONTROL_TIMEOUT)
+        client.requeue_job(job_id, timeout=SCONTROL_TIMEOUT)
         return
     except Exception as exc:  # noqa: BLE001 - expected: "Job is no longer pending execution"
         first_error = str(exc)
-    _scontrol(["requeuehold", job_id])
+    client.requeue_job(job_id, hold=True, timeout=SCONTROL_TIMEOUT)
     # Detach a helper: this job's processes are killed once the requeue completes.
     helper = [sys.executable, "-m", "slurmkit.submit.jobside", "finish-requeue", "--job-id", job_id,
               "--exclude", value]
-    subprocess.Popen(helper, start_new_session=True, stdin=subprocess.DEVNULL,
-                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, close_fds=True)
+    runner.spawn(helper, detach=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                 stderr=subprocess.DEVNULL)
     log(f"requeued and held job {job_id} ({first_error.splitlines()[0][:120]}); a helper sets "
         f"ExcNodeList={value} and releases it (if it does not: scontrol update JobId={job_id} "
         f"ExcNodeList={value}; scontrol release {job_id})")
 
 
 def cmd_finish_requeue(args: argparse.Namespace) -> int:
-    from slurmkit.slurm import client
-
     deadline = time.time() + args.timeout
     while time.time() < deadline:
-        job = client.show_job(args.job_id)
+        job = client.show_job(args.job_id, timeout=SCONTROL_TIMEOUT)
         if job is None or job.get("JobState") in ("CANCELLED", "COMPLETED", "FAILED", "TIMEOUT"):
             return 1  # gone or ended meanwhile (e.g. cancelled): nothing to release
         if job.get("JobState") == "PENDING":
-            res = _scontrol(["update", f"JobId={args.job_id}", f"ExcNodeList={args.exclude}"], check=False)
-            if res.returncode == 0:
-                _scontrol(["release", args.job_id], check=False)
+            try:
+                client.update_job(args.job_id, ExcNodeList=args.exclude, timeout=SCONTROL_TIMEOUT)
+            except ExternalCommandError:
+                pass  # not pending any more after all, or a slow controller: try again
+            else:
+                try:
+                    client.release_job(args.job_id, timeout=SCONTROL_TIMEOUT)
+                except ExternalCommandError as exc:
+                    log(f"could not release job {args.job_id}: {exc}")
                 return 0
         time.sleep(1)
     return 1
@@ -485,7 +487,7 @@ def cmd_requeue(args: argparse.Namespace) -> int:
     log(f"checkpoint taken ({label}); requeueing job {args.job_id} ({label} requeue {state[cause]} of "
         f"{args.max_retries})")
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    _scontrol(["requeue", args.job_id])
+    client.requeue_job(args.job_id, timeout=SCONTROL_TIMEOUT)
     return REQUEUED_EXIT
 
 

@@ -5,10 +5,11 @@ training command (``-m slurmkit.submit.preflight``), so it exercises the same
 rendezvous, the same NCCL/Gloo variables and the same nodes, minutes before the
 model loads rather than hours into the run.
 
-What it measures, the way nccl-tests does (doc/PERFORMANCE.md):
+What it measures is the collective probe shared with the heavy check and the sweep
+(:mod:`slurmkit.health.collective`), the way nccl-tests does (doc/PERFORMANCE.md):
 ``algbw = bytes / t`` and ``busbw = algbw x 2(n-1)/n`` for all_reduce, with ``t`` the
-slowest rank's mean time per iteration. It also checks the result (every rank
-contributes ``rank + 1``; the sum must be ``n(n+1)/2``).
+slowest rank's mean time per iteration, and every element of the reduced buffer checked
+against the exact sum.
 
 Naming the bad node: every rank reports its node, init time and per-iteration time
 through ``all_gather_object``. When busbw is below ``--min-busbw-gbps``, pairs of
@@ -35,15 +36,9 @@ import time
 from datetime import timedelta
 from typing import Any, Dict, List, Optional, Sequence
 
+from slurmkit.health.collective import busbw_gbps, timed_allreduce
+
 FAIL_NODE_ENV = "SLURMKIT_PREFLIGHT_FAIL_NODE"
-
-
-def busbw_gbps(nbytes: float, seconds: float, world: int) -> float:
-    """nccl-tests all_reduce bus bandwidth in GB/s (1e9 bytes per second)."""
-    if seconds <= 0 or world < 1:
-        return 0.0
-    algbw = nbytes / seconds
-    return algbw * (2 * (world - 1) / world) / 1e9
 
 
 def blame_slow_pairs(nodes: Sequence[str], pair_gbps: Dict[tuple, float], floor: float) -> Dict[str, str]:
@@ -62,20 +57,6 @@ def blame_slow_pairs(nodes: Sequence[str], pair_gbps: Dict[tuple, float], floor:
 # The same node naming and atomic JSON writes as the batch script's helpers, so the
 # verdict step reads exactly what this wrote.
 from slurmkit.submit.jobside import node_name as _node, write_json as _write  # noqa: E402
-
-
-def _time_allreduce(dist, torch, tensor, iters: int, group=None, device=None) -> float:
-    for _ in range(2):
-        dist.all_reduce(tensor, group=group)
-    if device is not None and device.type == "cuda":
-        torch.cuda.synchronize(device)
-    dist.barrier(group=group)
-    start = time.perf_counter()
-    for _ in range(iters):
-        dist.all_reduce(tensor, group=group)
-    if device is not None and device.type == "cuda":
-        torch.cuda.synchronize(device)
-    return (time.perf_counter() - start) / iters
 
 
 def run(args: argparse.Namespace) -> int:
@@ -104,19 +85,13 @@ def run(args: argparse.Namespace) -> int:
     hook_failed = node in fail_nodes
 
     numel = max(1, int(args.size_mb * 1024 * 1024 / 4))
-    tensor = torch.full((numel,), float(rank + 1), dtype=torch.float32, device=device)
-    check = tensor.clone()
-    dist.all_reduce(check)
-    expected = world * (world + 1) / 2
-    correct = bool(torch.allclose(check[:16].cpu(), torch.full((16,) if numel >= 16 else (numel,), expected)))
-    seconds = _time_allreduce(dist, torch, tensor, args.iters, device=device)
-    slowest = torch.tensor([seconds], dtype=torch.float64, device=device)
-    dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
-    t = float(slowest.item())
-    nbytes = numel * 4
-    bw = busbw_gbps(nbytes, t, world)
+    probe = timed_allreduce(numel * 4, args.iters, device=device, warmup=2)
+    correct = probe.local_wrong == 0
+    t = probe.seconds
+    nbytes = probe.bytes
+    bw = probe.busbw_gbps
 
-    mine.update({"init_s": round(init_s, 3), "seconds": seconds, "correct": correct,
+    mine.update({"init_s": round(init_s, 3), "seconds": probe.local_seconds, "correct": correct,
                  "hook_failed": hook_failed})
     reports: List[Optional[Dict[str, Any]]] = [None] * world
     dist.all_gather_object(reports, mine)
@@ -134,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
             bad.setdefault(r["node"], f"wrong all_reduce result on rank {r['rank']}")
     slow_note = ""
     if args.min_busbw_gbps > 0 and bw < args.min_busbw_gbps and not bad:
-        pair_bw = _pair_tests(dist, torch, reports, nodes, numel, args.iters, device)
+        pair_bw = _pair_tests(dist, torch, reports, nodes, nbytes, args.iters, device)
         blamed = blame_slow_pairs(nodes, pair_bw, args.min_busbw_gbps)
         if blamed and len(blamed) < len(nodes):
             bad.update(blamed)
@@ -164,7 +139,8 @@ def run(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
-def _pair_tests(dist, torch, reports, nodes: List[str], numel: int, iters: int, device) -> Dict[tuple, float]:
+def _pair_tests(dist, torch, reports, nodes: List[str], nbytes: int, iters: int,
+                device) -> Dict[tuple, float]:
     """all_reduce between local rank 0 of neighbouring nodes, one pair at a time."""
     leaders = {}
     for r in reports:
@@ -182,10 +158,9 @@ def _pair_tests(dist, torch, reports, nodes: List[str], numel: int, iters: int, 
         members = {leaders[a], leaders[b]}
         t = torch.zeros(1, dtype=torch.float64, device=device)
         if rank in members:
-            buf = torch.ones(numel, dtype=torch.float32, device=device)
-            t[0] = _time_allreduce(dist, torch, buf, iters, group=group, device=device)
+            t[0] = timed_allreduce(nbytes, iters, device=device, group=group, warmup=2).seconds
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
-        out[(a, b)] = busbw_gbps(numel * 4, float(t.item()), 2)
+        out[(a, b)] = busbw_gbps(nbytes, float(t.item()), 2)
     return out
 
 

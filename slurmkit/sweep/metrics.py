@@ -43,7 +43,7 @@ import logging
 import os
 from typing import Any, Dict, Iterable, List, Mapping, Optional
 
-from slurmkit.health.base import CheckResult, Status
+from slurmkit.health.base import CheckResult, Status, worst
 
 log = logging.getLogger("slurmkit.sweep.metrics")
 
@@ -114,10 +114,8 @@ def node_samples(
 
     model = gpu_model or "unknown"
     samples: List[Any] = []
-    worst = Status.OK
+    results = list(results)
     for r in results:
-        if r.status.severity > worst.severity:
-            worst = r.status
         samples.append(
             Sample(
                 "slurmkit_sweep_check_status",
@@ -171,7 +169,7 @@ def node_samples(
             "slurmkit_sweep_pass_status",
             "Worst verdict of this node's latest sweep pass.",
             {"node": node},
-            worst.exit_code,
+            worst(results).exit_code,
         )
     )
     samples.append(

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, Iterable, List, Mapping, Optional
 
 from slurmkit.errors import ExternalCommandError
-from slurmkit.health.base import CheckResult, Status
+from slurmkit.health.base import CheckResult, Status, worst
 from slurmkit.sweep.store import VerdictStore, check_node_name
 
 log = logging.getLogger("slurmkit.sweep.notify")
@@ -50,14 +50,8 @@ class Notification:
 
 def state_key(results: Iterable[CheckResult]) -> tuple:
     """(worst status, sorted codes of the non-ok results)."""
-    worst = Status.OK
-    codes = set()
-    for r in results:
-        if r.status.severity > worst.severity:
-            worst = r.status
-        if r.status is not Status.OK:
-            codes.add(r.code)
-    return worst.value, sorted(codes)
+    results = list(results)
+    return worst(results).value, sorted({r.code for r in results if r.status is not Status.OK})
 
 
 def decide(

@@ -24,21 +24,11 @@ With fewer than ``min_peers`` peers the verdict is unknown, not ok.
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass
 from typing import Any, Dict, Iterable, List, Mapping, Optional
 
 from slurmkit.health.base import Action, CheckResult, Status
 
 OUTLIER_PREFIX = "outlier."
-
-
-@dataclass
-class FleetStats:
-    check: str
-    gpu_model: str
-    median: float
-    mad: float
-    peers: int
 
 
 def recent_value(doc: Mapping[str, Any], check: str, since: float) -> Optional[float]:
@@ -163,26 +153,3 @@ def judge(
                 )
             )
     return results
-
-
-def fleet_table(
-    documents: Mapping[str, Mapping[str, Any]],
-    *,
-    now: float,
-    window_s: float,
-    mad_floor_fraction: float = 0.0,
-) -> List[FleetStats]:
-    """Median and MAD per (GPU model, check) over the whole fleet, for status and metrics."""
-    since = now - window_s
-    groups: Dict[tuple, List[float]] = {}
-    for doc in documents.values():
-        model = gpu_model_of(doc)
-        for check in doc.get("history") or {}:
-            v = recent_value(doc, check, since)
-            if v is not None:
-                groups.setdefault((model, check), []).append(v)
-    out = []
-    for (model, check), vals in sorted(groups.items()):
-        med, mad = median_mad(vals, mad_floor_fraction)
-        out.append(FleetStats(check, model, med, mad, len(vals)))
-    return out

@@ -5,11 +5,12 @@ with :func:`slurmkit.sweep.probes.select_pairs` (oldest pairwise test first, acr
 leaf switches of ``topology.conf`` when it exists) and submits one 2-node job per
 pair. The job runs ``srun`` over both nodes; every rank runs ``slurmkit sweep
 run-pair``, which joins a ``torch.distributed`` group (NCCL over the node's GPUs, one
-rank per GPU; gloo on CPU, one rank per node, when there are no GPUs) and times
-all_reduce. Rank 0 computes nccl-tests' busbw (``size/t x 2(n-1)/n``), judges it
-against ``pairs.min_busbw_gbps`` and 90 % of ``pairs.theoretical_busbw_gbps``, and
-records ``pair_allreduce_busbw`` for both nodes in the verdict store (tier ``pair``:
-not a complete pass, so the rotation of full passes is unaffected).
+rank per GPU; gloo on CPU, one rank per node, when there are no GPUs) and runs the
+collective probe (:mod:`slurmkit.health.collective`, shared with the pre-flight and the
+heavy check). Rank 0 judges nccl-tests' busbw (``size/t x 2(n-1)/n``) against
+``pairs.min_busbw_gbps`` and 90 % of ``pairs.theoretical_busbw_gbps``, and records
+``pair_allreduce_busbw`` for both nodes in the verdict store (tier ``pair``: not a
+complete pass, so the rotation of full passes is unaffected).
 
 Why NCCL_ALGO=Ring is set: on two nodes NCCL's Tree/NVLSTree busbw exceeds what the
 NICs can carry (nccl-tests #196, #290), which would hide a weak link.
@@ -20,13 +21,11 @@ from __future__ import annotations
 import logging
 import os
 import socket
-import time
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from slurmkit.health.base import CheckResult, Status
+from slurmkit.health import collective
+from slurmkit.health.base import CheckResult
 from slurmkit.sweep.probes import (
-    allreduce_busbw,
-    busbw_verdict,
     find_topology_conf,
     parse_topology_conf,
     select_pairs,
@@ -160,52 +159,20 @@ def run_pair(
         device = torch.device(f"cuda:{local}") if backend == "nccl" else torch.device("cpu")
         if backend == "nccl":
             torch.cuda.set_device(local)
-        n_bytes = pcfg["size_mb"] * 1024 * 1024
-        buf = torch.ones(n_bytes // 4, dtype=torch.float32, device=device)
-        dist.all_reduce(buf)  # warm-up
-        if backend == "nccl":
-            torch.cuda.synchronize()
-        dist.barrier()
-        start = time.perf_counter()
-        for _ in range(pcfg["iterations"]):
-            dist.all_reduce(buf)
-        if backend == "nccl":
-            torch.cuda.synchronize()
-        seconds = (time.perf_counter() - start) / pcfg["iterations"]
-        expected = float(world) ** (pcfg["iterations"] + 1)
-        wrong = int((buf != expected).sum().item())
+        probe = collective.timed_allreduce(pcfg["size_mb"] * 1024 * 1024, pcfg["iterations"], device=device)
     finally:
         dist.destroy_process_group()
     if rank != 0:
         return None
-    busbw = allreduce_busbw(n_bytes, seconds, world)
-    details = {
-        "nodes": list(nodes),
-        "ranks": world,
-        "backend": backend,
-        "bytes": n_bytes,
-        "seconds": seconds,
-        "wrong": wrong,
-    }
-    if wrong:
-        result = CheckResult(
-            PAIR_CHECK,
-            Status.FAIL,
-            "ALLREDUCE_WRONG",
-            f"{wrong} wrong element(s) between {nodes[0]} and {nodes[1]}",
-            value=round(busbw, 4),
-            unit="GB/s",
-            details=details,
-        )
-    else:
-        result = busbw_verdict(
-            PAIR_CHECK,
-            busbw,
-            theoretical=pcfg.get("theoretical_busbw_gbps"),
-            floor=pcfg.get("min_busbw_gbps"),
-            details=details,
-        )
-        result.reason += f" between {nodes[0]} and {nodes[1]} over {world} ranks ({backend})"
+    result = collective.judge(
+        PAIR_CHECK,
+        probe.busbw_gbps,
+        wrong=probe.wrong,
+        floor=pcfg.get("min_busbw_gbps"),
+        expected=pcfg.get("theoretical_busbw_gbps"),
+        where=f" between {nodes[0]} and {nodes[1]} over {world} ranks ({backend})",
+        details=dict(probe.details(), nodes=list(nodes)),
+    )
     if record:
         from slurmkit.sweep.runnode import open_store
 

@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional
 
-from slurmkit.health.base import DRAIN_REASON_PREFIX, CheckResult, Status
+from slurmkit.health.base import DRAIN_REASON_PREFIX, CheckResult, Status, first_failure, worst
 from slurmkit.sweep import outliers as outlier_rule
 from slurmkit.sweep.probes import storage_checks
 from slurmkit.sweep.store import HISTORY_LEN, VerdictStore
@@ -73,28 +73,14 @@ class NodeRun:
         }
 
 
-def worst_status(results: List[CheckResult]) -> Status:
-    worst = Status.OK
-    for r in results:
-        if r.status.severity > worst.severity:
-            worst = r.status
-    return worst
-
-
 def heavy_tier(site_cfg, node: str, checks: Optional[List[str]]) -> List[CheckResult]:
     """The health catalog's heavy tier on this node, through the health gate's own engine
     (per-check deadlines, hung-probe handling, error classification)."""
     from slurmkit.health.base import Tier
-    from slurmkit.health.catalog import select
-    from slurmkit.health.engine import Context, run_checks
+    from slurmkit.health.engine import run_selected
 
-    health = site_cfg.section("health")
-    ctx = Context.from_env(health, site_cfg.section("paths"), hook="manual", node=node)
-    try:
-        specs = select(Tier.HEAVY, "manual", list(checks) if checks else None, health)
-        return run_checks(ctx, specs)
-    finally:
-        ctx.close()
+    return run_selected(site_cfg.section("health"), site_cfg.section("paths"), tier=Tier.HEAVY,
+                        names=list(checks) if checks else None, node=node)
 
 
 def annotate_references(
@@ -172,14 +158,6 @@ def judge_outliers(
     )
 
 
-def pick_drain_result(results: List[CheckResult]) -> Optional[CheckResult]:
-    """The failing result whose reason the drain carries: the most severe action first."""
-    failing = [r for r in results if r.status is Status.FAIL]
-    if not failing:
-        return None
-    return max(failing, key=lambda r: (r.action.severity, -results.index(r)))
-
-
 def default_resume(site_cfg, node: str, results: List[CheckResult]) -> tuple:
     """Resume through the health gate's guarded resume (``slurmkit node resume``'s
     logic: only a ``slurmkit:`` drain, reason re-read right before resuming), handing
@@ -243,10 +221,10 @@ def run_node(
         store.set_meta(node, gpu_model=gpu_model)
     store.record(node, results, sweep["valid_for_s"], tier="heavy", run_id=run_id)
     run.results = results
-    run.status = worst_status(results)
+    run.status = worst(results)
 
     # actions
-    culprit = pick_drain_result(results)
+    culprit = first_failure(results)
     if culprit is not None and sweep["drain_on_fail"]:
         reason = culprit.drain_reason()
         try:

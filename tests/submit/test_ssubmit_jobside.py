@@ -87,7 +87,7 @@ def fake_scontrol(monkeypatch):
     fake = FakeScontrol(exc_nodes="node9")
     prev = runner.set_runner(fake)
     spawned = []
-    monkeypatch.setattr(jobside.subprocess, "Popen", lambda argv, **kw: spawned.append(argv))
+    monkeypatch.setattr(jobside.runner, "spawn", lambda argv, **kw: spawned.append(argv))
     monkeypatch.setattr(jobside.signal, "signal", lambda *a: None)
     fake.spawned = spawned
     yield fake

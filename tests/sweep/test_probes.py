@@ -1,4 +1,4 @@
-"""Storage probe on a real directory, sizing rule, topology pairs, busbw formula."""
+"""Storage probe on a real directory, sizing rule, topology pairs."""
 
 from __future__ import annotations
 
@@ -9,8 +9,6 @@ import pytest
 from slurmkit.errors import ConfigError
 from slurmkit.health.base import Status
 from slurmkit.sweep.probes import (
-    allreduce_busbw,
-    busbw_verdict,
     measure_storage,
     needed_gbps,
     parse_topology_conf,
@@ -94,12 +92,3 @@ def test_pairs_without_topology_and_limits():
     assert select_pairs(["b", "a", "c"], {}, None, max_pairs=5) == [("a", "b")]
     assert select_pairs(["a"], {}, None, max_pairs=5) == []
     assert select_pairs(["a", "b"], {}, None, max_pairs=0) == []
-
-
-def test_busbw_formula_and_ninety_percent_rule():
-    # nccl-tests: 8 ranks, 1 GB in 4 ms -> algbw 250 GB/s, busbw 437.5 GB/s
-    assert allreduce_busbw(1e9, 0.004, 8) == pytest.approx(437.5)
-    assert busbw_verdict("ar", 420.0, theoretical=460.0, floor=None).status is Status.OK  # 91%
-    low = busbw_verdict("ar", 400.0, theoretical=460.0, floor=None)  # 87%
-    assert low.status is Status.FAIL and "90% of theoretical" in low.reason
-    assert low.details["fraction_of_theoretical"] == pytest.approx(0.8696, abs=1e-4)

@@ -4,8 +4,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 from slurmkit.slurm.parse import (ParseError, compress_hostlist, expand_hostlist, format_minutes, gpus_from_tres,
-                                  parse_elapsed, parse_memory_mb, parse_parsable2, parse_time_limit, parse_tres,
-                                  split_parsable2)
+                                  parse_parsable2, parse_time_limit, parse_tres, split_parsable2)
 
 
 @pytest.mark.parametrize("text,expected", [
@@ -76,14 +75,6 @@ def test_bad_tres(bad):
         gpus_from_tres(parse_tres(bad))
 
 
-def test_parse_memory():
-    assert parse_memory_mb("1000M") == 1000
-    assert parse_memory_mb("62.50G") == 64000
-    assert parse_memory_mb("1T") == 1024 * 1024
-    with pytest.raises(ParseError):
-        parse_memory_mb("lots")
-
-
 def test_parsable2_pipe_inside_free_text_field():
     fields = ["JobID", "State", "JobName", "Elapsed"]
     assert split_parsable2("12|RUNNING|a|b|c|00:00:01", 4, free_field=2) == \
@@ -99,20 +90,6 @@ def test_parsable2_pipe_inside_free_text_field():
 def test_parsable2_any_job_name_survives(name):
     line = "|".join(["77", "COMPLETED", name, "00:00:09"])
     assert split_parsable2(line, 4, free_field=2) == ["77", "COMPLETED", name, "00:00:09"]
-
-
-@pytest.mark.parametrize("text,seconds", [
-    ("00:00:04", 4), ("01:02:03", 3723), ("1-02:03:04", 93784), ("12-00:00:00", 12 * 86400),
-    ("05:30", 330), ("05:30.250", 330.25), ("0:00", 0),
-])
-def test_parse_elapsed(text, seconds):
-    assert parse_elapsed(text) == seconds
-
-
-@pytest.mark.parametrize("bad", ["", "Unknown", "1-", "00:61:00", "00:00:60", "1-25:00:00", "abc", "1:2:3:4"])
-def test_parse_elapsed_rejects(bad):
-    with pytest.raises(ParseError):
-        parse_elapsed(bad)
 
 
 @pytest.mark.parametrize("text,minutes", [
