@@ -160,7 +160,7 @@ def test_expand_output():
     ("script: /t.py\nbogus: 1\n", "unknown key 'bogus'"),
     ("script: [unclosed\n", "invalid YAML"),
     ("script: /t.py\nenv: {'A;B': 1}\n", "not a shell identifier"),
-    ("script: /t.py\ntime: '99:99'\n", "bad time limit"),
+    ("script: /t.py\ntime: '1:2:3:4'\n", "bad time limit"),
 ])
 def test_bad_specs_exit_2_with_one_line_and_nothing_submitted(tmp_path, spec_text, needle):
     spec = tmp_path / "bad.yaml"
