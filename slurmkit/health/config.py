@@ -304,7 +304,9 @@ EFFICIENCY_SCHEMA = Section(
             min=0.5,
         ),
         "admin_comment": Field(
-            "bool", True, "Write the job's summary (SK1:...) into its AdminComment with scontrol update."
+            "bool",
+            True,
+            "Write the job's summary (sk1:...) into its AdminComment with sacctmgr (one node per job).",
         ),
         "merge_wait": Field(
             "float",

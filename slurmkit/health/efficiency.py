@@ -26,9 +26,10 @@ given.
 
 Where it goes: the per-node detail (every process's stats) into the node's JSON-lines
 health log (``efficiency`` key of the epilog record), and one compact summary for the
-whole job into the job's ``AdminComment`` as ``SK1:`` + base64(gzip(JSON)), written
-with one bounded ``scontrol update`` by one node. Any other text in AdminComment (other
-tools') is kept; only a previous ``SK1:`` token is replaced.
+whole job into the job's ``AdminComment`` in the accounting database as ``sk1:`` +
+base32(gzip(JSON)), written by one node with one bounded ``sacctmgr`` update (see
+:func:`write_admin_comment` for why not scontrol, and why lower-case base32). An
+AdminComment that already holds another tool's text is left alone.
 
 Multi-node jobs: each node writes its summary to
 ``<paths.shared_dir>/efficiency/<job id>/<node>.json`` (root-owned directories, files
@@ -58,7 +59,7 @@ import stat
 import time
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
-PREFIX = "SK1:"
+PREFIX = "sk1:"
 FORMAT_VERSION = 1
 CURSOR_FILE = "efficiency-cursor.{node}.json"
 SHARED_SUBDIR = "efficiency"
@@ -138,9 +139,19 @@ def _round(value: Optional[float]) -> Optional[int]:
 
 
 def encode(summary: Dict[str, Any]) -> str:
-    """``SK1:`` + base64(gzip(compact JSON)): jobstats' layout with slurmkit's own prefix."""
+    """``sk1:`` + base32(gzip(compact JSON)), lower case and unpadded.
+
+    jobstats' layout (prefix + compressed JSON) with slurmkit's own prefix, but base32
+    instead of base64: Slurm 22.05's ``sacctmgr ... set AdminComment=`` stores the value
+    lower-cased (verified on the devcluster), which would corrupt base64. Lower-case
+    base32 survives it unchanged.
+    """
     raw = json.dumps(summary, sort_keys=True, separators=(",", ":")).encode("utf-8")
-    return PREFIX + base64.b64encode(gzip.compress(raw, mtime=0)).decode("ascii")
+    return PREFIX + base64.b32encode(gzip.compress(raw, mtime=0)).decode("ascii").lower().rstrip("=")
+
+
+def is_token(text: str) -> bool:
+    return text[: len(PREFIX)].lower() == PREFIX
 
 
 class SummaryError(ValueError):
@@ -148,11 +159,12 @@ class SummaryError(ValueError):
 
 
 def decode(token: str) -> Dict[str, Any]:
-    """The summary from an ``SK1:`` token; raises :class:`SummaryError`."""
-    if not token.startswith(PREFIX):
+    """The summary from an ``sk1:`` token (any case); raises :class:`SummaryError`."""
+    if not is_token(token):
         raise SummaryError(f"not an {PREFIX} token")
+    body = token[len(PREFIX):].upper()
     try:
-        raw = gzip.decompress(base64.b64decode(token[len(PREFIX):], validate=True))
+        raw = gzip.decompress(base64.b32decode(body + "=" * (-len(body) % 8)))
         data = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
     except SummaryError:
         raise
@@ -170,15 +182,14 @@ def _reject_constant(name: str) -> Any:
 def find_token(admin_comment: str) -> Optional[str]:
     """Our token inside an AdminComment that may hold other tools' text (space separated)."""
     for part in (admin_comment or "").split():
-        if part.startswith(PREFIX):
+        if is_token(part):
             return part
     return None
 
 
-def merge_comment(current: str, token: str) -> str:
-    """``current`` with any previous ``SK1:`` token replaced by ``token`` (others' text kept)."""
-    kept = [p for p in (current or "").split() if not p.startswith(PREFIX)]
-    return " ".join(kept + [token])
+def foreign_text(admin_comment: str) -> str:
+    """What another tool put into AdminComment (everything but our token)."""
+    return " ".join(p for p in (admin_comment or "").split() if not is_token(p))
 
 
 def job_summary(job_id: str, nodes: Dict[str, Dict[str, Any]], missing: Iterable[str] = (),
@@ -407,22 +418,49 @@ def share_and_merge(shared_dir: str, job_id: str, me: str, nodes: List[str], min
 # ---------------------------------------------------------------------- AdminComment
 
 
-def write_admin_comment(job_id: str, token: str, timeout: float) -> str:
-    """Put ``token`` into the job's AdminComment (one ``scontrol update``); returns the
-    value written. Raises the runner's errors (bounded by ``timeout``)."""
+class CommentNotWritten(Exception):
+    """The summary was deliberately not written (another tool's AdminComment, no record yet)."""
+
+
+def job_ref(env: Dict[str, str], job_id: str) -> str:
+    """How accounting names the job: ``<array job>_<task>`` for array tasks (addressing the
+    raw id of an array's first task would update every task), else the job id."""
+    array, task = env.get("SLURM_ARRAY_JOB_ID", ""), env.get("SLURM_ARRAY_TASK_ID", "")
+    if array.isdigit() and task.isdigit() and array == job_id:
+        return f"{array}_{task}"
+    return job_id
+
+
+def write_admin_comment(ref: str, token: str, timeout: float, retry_wait: float = 1.0) -> str:
+    """Store ``token`` as the job's AdminComment in the accounting database.
+
+    Why sacctmgr and not scontrol: by the time the epilog runs, slurmctld answers
+    ``scontrol update JobId=... AdminComment=...`` with "Job has already finished"
+    (Slurm 22.05, verified on the devcluster); ``sacctmgr -i update job where jobid=...
+    set AdminComment=...`` updates the stored record, as jobstats does. It replaces the
+    whole field and lower-cases it, so a field that already holds another tool's text is
+    left alone (:class:`CommentNotWritten`). A job slurmdbd has not recorded yet ("Nothing
+    modified") is retried after ``retry_wait`` while ``timeout`` allows. Every call goes
+    through the runner with what is left of ``timeout``.
+    """
     from slurmkit.slurm import client
 
-    t0 = time.monotonic()
-    current = ""
-    res = client.call("scontrol", ["-o", "show", "job", job_id], timeout=max(0.2, timeout / 2), check=False)
-    if res.returncode == 0 and res.stdout.strip():
-        current = client.parse_scontrol_record(res.stdout.strip().splitlines()[0]).get("AdminComment", "")
-        if current == "(null)":
-            current = ""
-    value = merge_comment(current, token)
-    left = max(0.2, timeout - (time.monotonic() - t0))
-    client.call("scontrol", ["update", f"JobId={job_id}", f"AdminComment={value}"], timeout=left)
-    return value
+    deadline = time.monotonic() + timeout
+    res = client.call("sacct", ["-X", "-n", "-P", "-j", ref, "--format=AdminComment"],
+                      timeout=max(0.2, timeout / 3))
+    lines = [x for x in res.stdout.splitlines() if x.strip()]
+    other = foreign_text(lines[-1]) if lines else ""
+    if other:
+        raise CommentNotWritten(f"AdminComment holds another tool's text ({other[:40]!r}); left alone")
+    while True:
+        left = deadline - time.monotonic()
+        res = client.call("sacctmgr", ["-i", "update", "job", "where", f"jobid={ref}", "set",
+                                       f"AdminComment={token}"], timeout=max(0.2, left))
+        if "nothing modified" not in (res.stdout + res.stderr).lower():
+            return token
+        if deadline - time.monotonic() < retry_wait + 0.3:
+            raise CommentNotWritten(f"job {ref} is not in the accounting database (sacctmgr: Nothing modified)")
+        time.sleep(retry_wait)
 
 
 # ---------------------------------------------------------------------- the epilog step
@@ -509,15 +547,17 @@ def _epilog_step(ctx, deadline: float, extra: Dict[str, Any]) -> None:
         else:
             per_node, missing = {ctx.node: mine}, []
         _, token = job_summary(ctx.job_id, per_node, missing, int(cfg.get("max_comment_chars", 16000)))
-        pub["phase"] = "scontrol update"
+        pub["phase"] = "sacctmgr update"
         pub["chars"] = len(token)
-        write_admin_comment(ctx.job_id, token, max(0.3, pub_deadline - time.monotonic()))
+        write_admin_comment(job_ref(ctx.env, ctx.job_id), token, max(0.3, pub_deadline - time.monotonic()))
         pub["written"] = True
 
     try:
         call_with_deadline(run_publish, max(0.1, pub_deadline - time.monotonic()), "efficiency_publish")
     except ProbeTimeout:
         pub["error"] = f"publishing did not finish in time (in {pub.get('phase')})"
+    except CommentNotWritten as exc:
+        pub["skipped"] = str(exc)
     except Exception as exc:
         pub["error"] = f"{type(exc).__name__}: {exc}"
     rec["admin_comment"] = {k: v for k, v in dict(pub).items() if k != "phase"}
