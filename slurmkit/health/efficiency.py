@@ -312,6 +312,25 @@ def node_state(gpus: Dict[str, Dict[str, Any]], fallback: str = "on") -> str:
     return fallback
 
 
+def accounting_setup(backend, enable: bool) -> List[Dict[str, Any]]:
+    """Each GPU's accounting mode, turned on first where ``enable`` (root; the mode must be
+    on before a job starts for its processes to be accounted)."""
+    rows = []
+    for g in backend.gpus():
+        row: Dict[str, Any] = {"gpu": g.index, "name": g.name}
+        try:
+            mode = backend.accounting_mode(g.index)
+            if enable and mode is False:
+                backend.set_accounting_mode(g.index, True)
+                mode = backend.accounting_mode(g.index)
+                row["changed"] = True
+            row["accounting"] = {True: "on", False: "off", None: "unsupported"}[mode]
+        except Exception as exc:  # BackendError (NO_PERMISSION without root) and friends
+            row.update(accounting="error", error=str(exc))
+        rows.append(row)
+    return rows
+
+
 # ---------------------------------------------------------------------- shared merge
 
 

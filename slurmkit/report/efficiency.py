@@ -397,12 +397,14 @@ def group(jobs: List[JobEfficiency], by: str) -> List[Dict[str, Any]]:
         r["jobs"] += 1
         r["gpus"] += j.gpus
         r["gpus_known"] += j.gpus_known
-        r["gpus_touched"] += j.gpus_touched or 0
-        r["gpus_idle"] += j.gpus_idle or 0
+        if j.gpus_touched is not None:  # a per-GPU split exists (not Slurm's job-wide average)
+            r["_split"] = True
+            r["gpus_touched"] += j.gpus_touched
+            r["gpus_idle"] += j.gpus_idle or 0
+            r["idle_gpu_h"] += j.idle_gpu_s / 3600.0
         r["alloc_gpu_h"] += j.alloc_gpu_h
         r["known_gpu_h"] += j.known_gpu_h
         r["used_gpu_h"] += j.used_gpu_s / 3600.0
-        r["idle_gpu_h"] += j.idle_gpu_s / 3600.0
         r["unknown_gpu_h"] += j.unknown_gpu_h
         if j.peak_mem_mib is not None and j.mem_capacity_mib:
             pct = 100.0 * j.peak_mem_mib / j.mem_capacity_mib
@@ -413,11 +415,13 @@ def group(jobs: List[JobEfficiency], by: str) -> List[Dict[str, Any]]:
     out = list(rows.values())
     for r in out:
         known = r["known_gpu_h"]
-        r["util_pct"] = 100.0 * r["used_gpu_h"] / known if known > 0 else None
-        r["wasted_gpu_h"] = known - r["used_gpu_h"] if known > 0 else None
+        r["util_pct"] = 100.0 * r["used_gpu_h"] / known if r["gpus_known"] else None
+        r["wasted_gpu_h"] = known - r["used_gpu_h"] if r["gpus_known"] else None
+        if not r.pop("_split", False):
+            r["gpus_touched"] = r["gpus_idle"] = r["idle_gpu_h"] = None
         if not r["gpus_known"]:
-            r["gpus_touched"] = r["gpus_idle"] = None
-    out.sort(key=lambda r: (r["util_pct"] is None, -r["idle_gpu_h"], -(r["wasted_gpu_h"] or 0.0),
+            r["used_gpu_h"] = r["idle_gpu_h"] = None
+    out.sort(key=lambda r: (r["util_pct"] is None, -(r["idle_gpu_h"] or 0.0), -(r["wasted_gpu_h"] or 0.0),
                             r["util_pct"] if r["util_pct"] is not None else 0.0, str(r[by])))
     for rank, r in enumerate(out, 1):
         r["rank"] = rank
@@ -452,8 +456,8 @@ def columns_for(by: str) -> List[Tuple[str, str]]:
 
 def fmt_cell(key: str, value: Any, decimals: int) -> str:
     if value is None:
-        return "unknown" if key in ("util_pct", "gpus_touched", "gpus_idle", "peak_mem_pct", "used_gpu_h") \
-            else "-"
+        return "unknown" if key in ("util_pct", "gpus_touched", "gpus_idle", "peak_mem_pct", "used_gpu_h",
+                                    "idle_gpu_h") else "-"
     if isinstance(value, float):
         if key.endswith("_pct"):
             return f"{value:.1f}"
@@ -551,8 +555,8 @@ def write_chart(rows: List[Dict[str, Any]], by: str, path: str, top: int = 20) -
     ax = fig.add_subplot(1, 1, 1)
     y = list(range(len(shown)))
     ax.barh(y, [r["alloc_gpu_h"] for r in shown][::-1], color="#cccccc", label="allocated")
-    ax.barh(y, [r["used_gpu_h"] for r in shown][::-1], color="#4c9a2a", height=0.5, label="used")
-    ax.barh(y, [r["idle_gpu_h"] for r in shown][::-1], color="#d9534f", height=0.2, label="idle GPUs")
+    ax.barh(y, [r["used_gpu_h"] or 0.0 for r in shown][::-1], color="#4c9a2a", height=0.5, label="used")
+    ax.barh(y, [r["idle_gpu_h"] or 0.0 for r in shown][::-1], color="#d9534f", height=0.2, label="idle GPUs")
     ax.set_yticks(y)
     ax.set_yticklabels(labels, fontsize=8)
     ax.set_xlabel("GPU-hours")

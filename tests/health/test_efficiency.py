@@ -373,3 +373,21 @@ def test_nvml_accounting_parsing_and_errors(monkeypatch):
     assert b.accounting_stats(1, 12) is None
     b.set_accounting_mode(1, True)
     assert set_calls == [(1, 1)]
+
+
+def test_health_accounting_command_shows_and_enables(gpu_fixture, site, tmp_path):
+    gpu_fixture(lambda d: d.update(defaults={"accounting_mode": False}) or d["gpus"][7].update(
+        accounting_mode="unsupported"))
+    cfg = str(site())
+    cmd = [sys.executable, "-m", "slurmkit.cli.main", "health", "accounting", "--node", "node1", "--config", cfg]
+    res = subprocess.run([*cmd, "--json"], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 1, res.stderr
+    assert [g["accounting"] for g in json.loads(res.stdout)["gpus"]] == ["off"] * 7 + ["unsupported"]
+    res = subprocess.run([*cmd, "--enable", "--json"], capture_output=True, text=True, timeout=60)
+    rows = json.loads(res.stdout)["gpus"]
+    assert [g["accounting"] for g in rows] == ["on"] * 7 + ["unsupported"] and rows[0]["changed"] is True
+    assert res.returncode == 1  # GPU 7 cannot
+    gpu_fixture(lambda d: d.update(inject={"nvml_error": {"call": "set_accounting_mode", "error": "NO_PERMISSION"}},
+                                   defaults={"accounting_mode": False}))
+    res = subprocess.run([*cmd, "--enable"], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 3 and "NVML_ERROR_NO_PERMISSION" in res.stdout

@@ -98,6 +98,10 @@ def test_numbers_by_hand():
 def test_worst_offenders_first_and_unknown_last():
     rows = reff.group(parse().jobs, "job")
     assert [r["job"] for r in rows] == ["102", "101", "104", "108", "103", "107"]
+    by_job = {r["job"]: r for r in rows}
+    assert by_job["103"]["used_gpu_h"] is None and by_job["103"]["idle_gpu_h"] is None  # unknown, not 0
+    assert by_job["104"]["gpus_touched"] is None and by_job["104"]["idle_gpu_h"] is None  # no per-GPU split
+    assert by_job["104"]["used_gpu_h"] == pytest.approx(1.0)
     by_user = {r["user"]: r for r in reff.group(parse().jobs, "user")}
     alice = by_user["alice"]  # 101 + 108
     assert alice["used_gpu_h"] == pytest.approx(6.4 + 0.25) and alice["known_gpu_h"] == 9.0
