@@ -181,3 +181,12 @@ def test_missing_admin_comment_column_names_it(cli, tmp_path):
 def test_hostile_admin_comment_text_never_breaks_the_parser(text):
     res = reff.parse([row("1", "u", "a", 2, 60, text)], HEADER.split("|"), sep="|", idle_below=10.0)
     assert len(res.jobs) == 1 and res.jobs[0].gpus == 2
+
+
+def test_docs_sample_is_what_the_tool_prints(cli, sacct_file):
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "report.md").read_text()
+    res = cli("report", "efficiency", "--sacct-file", sacct_file, "--by", "job")
+    assert res.exit_code == 0
+    assert res.stdout.strip() in doc, "docs/report.md is out of date; paste the new output"
