@@ -59,6 +59,8 @@ import stat
 import time
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
+from slurmkit.health.backends import BackendError
+
 PREFIX = "sk1:"
 FORMAT_VERSION = 1
 CURSOR_FILE = "efficiency-cursor.{node}.json"
@@ -277,26 +279,31 @@ def collect(backend, indices: List[int], *, cursor: Dict[str, float], job_start:
     for i in indices:
         key = str(i)
         box["phase"] = f"accounting_mode GPU {i}"
-        mode = backend.accounting_mode(i)
-        if mode is not True:
-            gpus[key] = {"a": "off" if mode is False else "unsupported", "c": _round(caps.get(i))}
-            continue
-        box["phase"] = f"accounting_pids GPU {i}"
-        floor = cursor.get(key, -math.inf)
-        if job_start is not None:
-            floor = max(floor, job_start - 1.0)
-        mine = []
-        high = cursor.get(key)
-        for pid in backend.accounting_pids(i):
-            box["phase"] = f"accounting_stats GPU {i} pid {pid}"
-            st = backend.accounting_stats(i, pid)
-            if st is None:
+        try:
+            mode = backend.accounting_mode(i)
+            if mode is not True:
+                gpus[key] = {"a": "off" if mode is False else "unsupported", "c": _round(caps.get(i))}
                 continue
-            start = finite(st.start_time)
-            if start is not None:
-                high = start if high is None else max(high, start)
-            if pid in pids_of_job or (start is not None and start > floor):
-                mine.append(st)
+            box["phase"] = f"accounting_pids GPU {i}"
+            floor = cursor.get(key, -math.inf)
+            if job_start is not None:
+                floor = max(floor, job_start - 1.0)
+            mine = []
+            high = cursor.get(key)
+            for pid in backend.accounting_pids(i):
+                box["phase"] = f"accounting_stats GPU {i} pid {pid}"
+                st = backend.accounting_stats(i, pid)
+                if st is None:
+                    continue
+                start = finite(st.start_time)
+                if start is not None:
+                    high = start if high is None else max(high, start)
+                if pid in pids_of_job or (start is not None and start > floor):
+                    mine.append(st)
+        except BackendError as exc:  # this GPU is unknown; the GPU checks judge the GPU itself
+            gpus[key] = {"a": "error", "c": _round(caps.get(i))}
+            box.setdefault("errors", {})[key] = str(exc)
+            continue
         gpus[key] = summarize_gpu(mine, caps.get(i), now)
         detail[key] = [s.to_dict() for s in mine]
         if high is not None:
@@ -431,7 +438,33 @@ def share_and_merge(shared_dir: str, job_id: str, me: str, nodes: List[str], min
         except OSError:
             pass
     box["merge"] = "merged here" + (f" (missing {','.join(missing)})" if missing else "")
+    prune(base)
     return have, missing
+
+
+def prune(base: str, max_age: float = 7 * 86400, limit: int = 200) -> int:
+    """Remove job directories older than ``max_age`` (merged jobs keep a small marker
+    so a late node does not merge again). ``base`` is root's and closed to others, so
+    removing by path inside it is safe. At most ``limit`` entries are looked at."""
+    removed = 0
+    cutoff = time.time() - max_age
+    try:
+        entries = list(os.scandir(base))[:limit]
+    except OSError:
+        return 0
+    for entry in entries:
+        try:
+            if not entry.is_dir(follow_symlinks=False) or not entry.name.isdigit() \
+                    or entry.stat(follow_symlinks=False).st_mtime > cutoff:
+                continue
+            for f in os.scandir(entry.path):
+                if f.is_file(follow_symlinks=False) or f.is_symlink():
+                    os.unlink(f.path)
+            os.rmdir(entry.path)
+            removed += 1
+        except OSError:
+            continue
+    return removed
 
 
 # ---------------------------------------------------------------------- AdminComment
@@ -541,6 +574,8 @@ def _epilog_step(ctx, deadline: float, extra: Dict[str, Any]) -> None:
     mine = {"acct": state, "gpus": gpus}
     rec.update(accounting=state, gpus=gpus, processes=snapshot.get("processes", {}),
                collect_seconds=round(time.monotonic() - t0, 3))
+    if snapshot.get("errors"):
+        rec["gpu_errors"] = snapshot["errors"]
     if state not in ("timeout", "error") and snapshot.get("newest"):
         try:
             advance_cursor(ctx.paths["state_dir"], ctx.node, snapshot["newest"], timeout=0.5)

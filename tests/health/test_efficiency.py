@@ -391,3 +391,32 @@ def test_health_accounting_command_shows_and_enables(gpu_fixture, site, tmp_path
                                    defaults={"accounting_mode": False}))
     res = subprocess.run([*cmd, "--enable"], capture_output=True, text=True, timeout=60)
     assert res.returncode == 3 and "NVML_ERROR_NO_PERMISSION" in res.stdout
+
+
+def test_hostile_node_names_and_stale_directories(tmp_path):
+    far = time.monotonic() + 10
+    with pytest.raises(ValueError):
+        eff.share_and_merge(str(tmp_path), "61", "node1", ["node1", "../../etc"], {}, 0, far, {})
+    assert eff.job_nodes({"SLURM_NODELIST": "node[1-2]"}, "node2") == ["node1", "node2"]
+    assert eff.job_nodes({"SLURM_NODELIST": "node[1-"}, "node2") == ["node2"]  # unparsable: alone
+    base = tmp_path / "efficiency"
+    eff.share_and_merge(str(tmp_path), "62", "node1", ["node1"], {}, 0, far, {})
+    old = base / "62"
+    os.utime(old, (time.time() - 8 * 86400,) * 2)
+    (base / "notajob").mkdir()
+    os.utime(base / "notajob", (time.time() - 8 * 86400,) * 2)
+    assert eff.prune(str(base)) == 1 and not old.exists() and (base / "notajob").exists()
+
+
+def test_one_gpu_error_leaves_the_others_measured(tmp_path):
+    import yaml
+
+    path = tmp_path / "fx.yaml"
+    path.write_text(yaml.safe_dump({"defaults": {"accounting_mode": True},
+                                    "inject": {"nvml_error": {"call": "accounting_pids", "gpu": 1,
+                                                              "error": "UNKNOWN"}},
+                                    "gpus": [{"index": 0}, {"index": 1}]}))
+    box = {}
+    eff.collect(SimulatedBackend(str(path)), [0, 1], cursor={}, job_start=None, job_pids=[], now=1.0, box=box)
+    assert box["gpus"]["0"]["p"] == 0 and box["gpus"]["1"] == {"a": "error", "c": 81559}
+    assert "NVML_ERROR_UNKNOWN" in box["errors"]["1"]
