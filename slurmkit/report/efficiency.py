@@ -231,6 +231,8 @@ def parse(lines: Iterable[str], columns: Sequence[str], *, sep: str, idle_below:
         if not line.strip():
             continue
         out.rows += 1
+        if "gres/gpu" not in line:  # neither a GPU job nor a step with Slurm's GPU usage TRES
+            continue
         try:
             f = split_parsable2(line, nf, free, sep)
         except ParseError:
