@@ -92,6 +92,9 @@ def test_two_jobs_summaries_ranking_and_hours_by_hand(devcluster):
     epi = wait_for(lambda: records_for(devcluster, a, "epilog"), 30, "job a's epilog record")[-1]
     assert epi["efficiency"]["accounting"] == "on" and epi["efficiency"]["admin_comment"]["written"] is True
     assert epi["efficiency"]["processes"]["3"][0]["pid"] == 4_100_003
+    assert epi["efficiency"]["seconds"] < 5.0
+    print(f"\nefficiency step in job {a}'s epilog: {epi['efficiency']['seconds']:.3f} s "
+          f"(collection {epi['efficiency']['collect_seconds']:.3f} s)")
     # the report: by hand, GPU-hours used = hours x utilisation
     ea, eb = sacct_row(devcluster, a)[0], sacct_row(devcluster, b)[0]
     assert ea >= 3 and eb >= 3
