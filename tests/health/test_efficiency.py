@@ -420,3 +420,32 @@ def test_one_gpu_error_leaves_the_others_measured(tmp_path):
     eff.collect(SimulatedBackend(str(path)), [0, 1], cursor={}, job_start=None, job_pids=[], now=1.0, box=box)
     assert box["gpus"]["0"]["p"] == 0 and box["gpus"]["1"] == {"a": "error", "c": 81559}
     assert "NVML_ERROR_UNKNOWN" in box["errors"]["1"]
+
+
+def test_admin_comment_write_retries_until_slurmdbd_has_the_job_and_is_bounded():
+    from slurmkit.slurm import runner
+
+    calls = []
+    answers = {"sacctmgr": ["Nothing modified\n", " Modified jobs...\n"]}
+
+    def fake(argv, timeout, input, env):
+        name = os.path.basename(argv[0])
+        calls.append((name, list(argv[1:]), timeout))
+        if name == "sacct":
+            return runner.Result(list(argv), 0, "\n", "", 0.01)
+        return runner.Result(list(argv), 0, answers["sacctmgr"].pop(0) if answers["sacctmgr"] else
+                             "Nothing modified\n", "", 0.01)
+
+    prev = runner.set_runner(fake)
+    try:
+        assert eff.write_admin_comment("77_3", "sk1:00", timeout=3.0, retry_wait=0.1) == "sk1:00"
+        assert [c[0] for c in calls] == ["sacct", "sacctmgr", "sacctmgr"]
+        assert calls[1][1] == ["-i", "update", "job", "where", "jobid=77_3", "set", "AdminComment=sk1:00"]
+        assert all(c[2] <= 3.0 for c in calls)
+        calls.clear()
+        t0 = time.monotonic()
+        with pytest.raises(eff.CommentNotWritten, match="not in the accounting database"):
+            eff.write_admin_comment("78", "sk1:00", timeout=1.0, retry_wait=0.2)
+        assert time.monotonic() - t0 < 1.5 and len(calls) >= 2
+    finally:
+        runner.set_runner(prev)
