@@ -57,7 +57,8 @@ def synthetic_file(path: Path, jobs: int) -> None:
         for j in range(jobs):
             n = random.choice([1, 2, 4, 8])
             gpus = {str(i): {"u": round(random.uniform(0, 100), 1), "t": 3600.0, "b": 1000.0,
-                             "m": random.randint(0, 80000), "c": 81559, "p": random.randint(0, 2)} for i in range(n)}
+                             "m": random.randint(0, 80000), "c": 81559, "p": random.randint(0, 2)}
+                    for i in range(n)}
             tok = eff.encode({"v": 1, "job": str(j), "nodes": {f"node{j % 50}": {"acct": "on", "gpus": gpus}},
                               "missing": []})
             out.write("|".join([str(j), str(j), "COMPLETED", f"billing=1,cpu=1,gres/gpu={n},mem=1000M,node=1",
@@ -83,8 +84,9 @@ def main() -> None:
 
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         t0 = time.perf_counter()
-        res = subprocess.run([sys.executable, "-m", "slurmkit.cli.main", "report", "efficiency", "--sacct-file",
-                              str(f), "--by", "user", "--json"], capture_output=True, text=True, cwd=REPO)
+        cmd = [sys.executable, "-m", "slurmkit.cli.main", "report", "efficiency", "--sacct-file", str(f),
+               "--by", "user", "--json"]
+        res = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
         wall = time.perf_counter() - t0
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)

@@ -166,7 +166,8 @@ def decode(token: str) -> Dict[str, Any]:
     if not is_token(token):
         raise SummaryError(f"not an {PREFIX} token")
     try:
-        raw = zlib.decompress(bytes.fromhex(token[len(PREFIX):]), 31)  # 31: a gzip stream, no header parsing in Python
+        # wbits 31: a gzip stream, decoded in C without the gzip module's Python header parsing
+        raw = zlib.decompress(bytes.fromhex(token[len(PREFIX):]), 31)
         data = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
     except SummaryError:
         raise
@@ -393,7 +394,8 @@ def job_nodes(env: Dict[str, str], me: str) -> List[str]:
 
 
 def share_and_merge(shared_dir: str, job_id: str, me: str, nodes: List[str], mine: Dict[str, Any],
-                    merge_wait: float, deadline: float, box: Dict[str, Any]) -> Optional[Tuple[Dict, List[str]]]:
+                    merge_wait: float, deadline: float,
+                    box: Dict[str, Any]) -> Optional[Tuple[Dict[str, Any], List[str]]]:
     """Write this node's summary to the job's shared directory; return ``(per-node
     summaries, missing nodes)`` when this node is the one that merges, else ``None``."""
     from slurmkit.core.files import write_json_atomic
@@ -511,7 +513,8 @@ def write_admin_comment(ref: str, token: str, timeout: float, retry_wait: float 
         if "nothing modified" not in (res.stdout + res.stderr).lower():
             return token
         if deadline - time.monotonic() < retry_wait + 0.3:
-            raise CommentNotWritten(f"job {ref} is not in the accounting database (sacctmgr: Nothing modified)")
+            raise CommentNotWritten(f"job {ref} is not in the accounting database "
+                                    "(sacctmgr: Nothing modified)")
         time.sleep(retry_wait)
 
 
@@ -562,7 +565,8 @@ def _epilog_step(ctx, deadline: float, extra: Dict[str, Any]) -> None:
     except ProbeTimeout:
         state = "timeout"
         rec.update(status="timeout",
-                   error=f"accounting query did not finish within {collect_budget:.2f}s (in {box.get('phase')})")
+                   error=f"accounting query did not finish within {collect_budget:.2f}s "
+                         f"(in {box.get('phase')})")
     except Exception as exc:  # BackendError and friends: the GPU checks report the GPU itself
         state = "error"
         rec.update(status="error", error=f"{type(exc).__name__}: {exc}")

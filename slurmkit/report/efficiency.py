@@ -245,10 +245,7 @@ def parse(lines: Iterable[str], columns: Sequence[str], *, sep: str, idle_below:
             parent = jid.split(".", 1)[0]
             if util is not None or mem is not None:
                 pu, pm = steps.get(parent, (None, None))
-                steps[parent] = (max(x for x in (pu, util) if x is not None) if util is not None or pu is not None
-                                 else None,
-                                 max(x for x in (pm, mem) if x is not None) if mem is not None or pm is not None
-                                 else None)
+                steps[parent] = (_max(pu, util), _max(pm, mem))
             continue
         state = col(f, "State").split(" ")[0]
         if state in RUNNING:
@@ -292,6 +289,10 @@ def parse(lines: Iterable[str], columns: Sequence[str], *, sep: str, idle_below:
     return out
 
 
+def _max(a: Optional[float], b: Optional[float]) -> Optional[float]:
+    return a if b is None else (b if a is None else max(a, b))
+
+
 def _epoch(text: str) -> Optional[int]:
     from slurmkit.report.window import parse_when
 
@@ -326,7 +327,8 @@ def sacct_args(window: Tuple[int, int], users=None, accounts=None, partitions=No
                job_ids: Sequence[str] = ()) -> List[str]:
     from slurmkit.report.window import iso_local
 
-    args = ["-a", "--parsable2", "--noheader", f"--delimiter={SACCT_DELIMITER}", "--format=" + ",".join(FIELDS)]
+    args = ["-a", "--parsable2", "--noheader", f"--delimiter={SACCT_DELIMITER}",
+            "--format=" + ",".join(FIELDS)]
     if job_ids:
         args += ["-j", ",".join(job_ids)]
     else:
@@ -389,7 +391,8 @@ def group(jobs: List[JobEfficiency], by: str) -> List[Dict[str, Any]]:
         key = j.job_id if by == "job" else getattr(j, by) or "-"
         r = rows.get(key)
         if r is None:
-            r = rows[key] = {by: key, "jobs": 0, "gpus": 0, "gpus_known": 0, "gpus_touched": 0, "gpus_idle": 0,
+            r = rows[key] = {by: key, "jobs": 0, "gpus": 0, "gpus_known": 0, "gpus_touched": 0,
+                             "gpus_idle": 0,
                              "alloc_gpu_h": 0.0, "known_gpu_h": 0.0, "used_gpu_h": 0.0, "idle_gpu_h": 0.0,
                              "unknown_gpu_h": 0.0, "peak_mem_pct": None, "peak_mem_mib": None,
                              "mem_capacity_mib": None}
@@ -482,8 +485,8 @@ def render(rows: List[Dict[str, Any]], by: str, fmt: str, meta: Dict[str, Any], 
         return
     dec = 2 if tot["alloc_gpu_h"] >= 10 else 4
     body = [[fmt_cell(k, r.get(k), dec) for k, _ in cols] for r in rows]
-    foot = ["TOTAL" if i == 0 else ("" if k in ("rank", by, "user", "account", "state", "note", "peak_mem_pct",
-                                                "gpus_touched", "gpus_idle") else fmt_cell(k, tot.get(k), dec))
+    no_total = {"rank", by, "user", "account", "state", "note", "peak_mem_pct", "gpus_touched", "gpus_idle"}
+    foot = ["TOTAL" if i == 0 else ("" if k in no_total else fmt_cell(k, tot.get(k), dec))
             for i, (k, _) in enumerate(cols)]
     heads = [h for _, h in cols]
     text_cols = {by, "user", "account", "state", "note"}
@@ -578,7 +581,8 @@ def efficiency_options(f: Callable) -> Callable:
     for opt in reversed([
         click.option("--by", type=click.Choice(BY_CHOICES), default="user", show_default=True,
                      help="One row per job, user, account or partition."),
-        click.option("--user", "users", multiple=True, help="Only these users (comma-separated or repeated)."),
+        click.option("--user", "users", multiple=True,
+                     help="Only these users (comma-separated or repeated)."),
         click.option("--account", "accounts", multiple=True, help="Only these accounts."),
         click.option("--partition", "partitions", multiple=True, help="Only these partitions."),
         click.option("--job", "job_ids", multiple=True, help="Only these job ids (sacct -j)."),

@@ -62,10 +62,11 @@ def test_token_round_trip_survives_sacctmgr_lower_casing():
 
 
 def test_large_summaries_collapse_to_per_node_totals():
-    nodes = {f"node{i:03d}": {"acct": "on", "gpus": {str(g): {"u": (i * 7 + g * 13) % 100 + 0.1 * g,
-                                                             "t": 3600.0 + i, "b": 1800.0 + g + i * 3.7,
-                                                             "m": 1000 * g + i, "c": 81559, "p": 1 if g else 0}
-                                                     for g in range(8)}} for i in range(64)}
+    def one(i, g):
+        return {"u": (i * 7 + g * 13) % 100 + 0.1 * g, "t": 3600.0 + i, "b": 1800.0 + g + i * 3.7,
+                "m": 1000 * g + i, "c": 81559, "p": 1 if g else 0}
+
+    nodes = {f"node{i:03d}": {"acct": "on", "gpus": {str(g): one(i, g) for g in range(8)}} for i in range(64)}
     full = eff.encode({"v": 1, "job": "9", "nodes": nodes, "missing": []})
     summary, token = eff.job_summary("9", nodes, max_chars=len(full) - 1)
     assert len(token) < len(full) / 2
@@ -379,7 +380,8 @@ def test_health_accounting_command_shows_and_enables(gpu_fixture, site, tmp_path
     gpu_fixture(lambda d: d.update(defaults={"accounting_mode": False}) or d["gpus"][7].update(
         accounting_mode="unsupported"))
     cfg = str(site())
-    cmd = [sys.executable, "-m", "slurmkit.cli.main", "health", "accounting", "--node", "node1", "--config", cfg]
+    cmd = [sys.executable, "-m", "slurmkit.cli.main", "health", "accounting", "--node", "node1",
+           "--config", cfg]
     res = subprocess.run([*cmd, "--json"], capture_output=True, text=True, timeout=60)
     assert res.returncode == 1, res.stderr
     assert [g["accounting"] for g in json.loads(res.stdout)["gpus"]] == ["off"] * 7 + ["unsupported"]
@@ -387,8 +389,8 @@ def test_health_accounting_command_shows_and_enables(gpu_fixture, site, tmp_path
     rows = json.loads(res.stdout)["gpus"]
     assert [g["accounting"] for g in rows] == ["on"] * 7 + ["unsupported"] and rows[0]["changed"] is True
     assert res.returncode == 1  # GPU 7 cannot
-    gpu_fixture(lambda d: d.update(inject={"nvml_error": {"call": "set_accounting_mode", "error": "NO_PERMISSION"}},
-                                   defaults={"accounting_mode": False}))
+    denied = {"nvml_error": {"call": "set_accounting_mode", "error": "NO_PERMISSION"}}
+    gpu_fixture(lambda d: d.update(inject=denied, defaults={"accounting_mode": False}))
     res = subprocess.run([*cmd, "--enable"], capture_output=True, text=True, timeout=60)
     assert res.returncode == 3 and "NVML_ERROR_NO_PERMISSION" in res.stdout
 

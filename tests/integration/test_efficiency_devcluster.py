@@ -15,7 +15,6 @@ import pytest
 
 from slurmkit.health.efficiency import decode, find_token
 from tests.integration.test_health_gate import (
-    SLURMKIT,
     edited_fixture,
     env_of,
     records_for,
@@ -40,9 +39,11 @@ def scoped_many(patches):
 
 
 def accounting(gpus, util, mem, start, pid_base):
-    return {"gpus": {i: {"accounting": [{"pid": pid_base + i, "gpu_util": util, "mem_util": 20,
-                                         "max_memory_mib": mem, "time_ms": TEN_HOURS_MS, "start_time": start}]}
-                     for i in gpus}}
+    def one(i):
+        return {"pid": pid_base + i, "gpu_util": util, "mem_util": 20, "max_memory_mib": mem,
+                "time_ms": TEN_HOURS_MS, "start_time": start}
+
+    return {"gpus": {i: {"accounting": [one(i)]} for i in gpus}}
 
 
 def sacct_row(dc, job):
@@ -72,8 +73,9 @@ def test_two_jobs_summaries_ranking_and_hours_by_hand(devcluster):
     b = submit_held(devcluster, ["-w", "node2", "--gres=gpu:8"])
     now = time.time()
     try:
-        with edited_fixture(devcluster, "node1", scoped_many({a: accounting(range(8), 80, 40000, now, 4_100_000)})), \
-                edited_fixture(devcluster, "node2", scoped_many({b: accounting([0], 90, 80000, now, 4_200_000)})):
+        pa = scoped_many({a: accounting(range(8), 80, 40000, now, 4_100_000)})
+        pb = scoped_many({b: accounting([0], 90, 80000, now, 4_200_000)})
+        with edited_fixture(devcluster, "node1", pa), edited_fixture(devcluster, "node2", pb):
             devcluster.run(["scontrol", "release", a])
             devcluster.run(["scontrol", "release", b])
             assert devcluster.wait_job(a) == "COMPLETED"
@@ -122,9 +124,9 @@ def test_two_node_job_gets_one_merged_summary(devcluster):
     job = submit_held(devcluster, ["-N", "2", "--gres=gpu:2"])
     now = time.time()
     try:
-        with edited_fixture(devcluster, "node1", scoped_many({job: accounting(range(8), 60, 1000, now, 4_300_000)})), \
-                edited_fixture(devcluster, "node2",
-                               scoped_many({job: accounting(range(8), 30, 2000, now, 4_400_000)})):
+        p1 = scoped_many({job: accounting(range(8), 60, 1000, now, 4_300_000)})
+        p2 = scoped_many({job: accounting(range(8), 30, 2000, now, 4_400_000)})
+        with edited_fixture(devcluster, "node1", p1), edited_fixture(devcluster, "node2", p2):
             devcluster.run(["scontrol", "release", job])
             assert devcluster.wait_job(job) == "COMPLETED"
             summary = admin_summary(devcluster, job)
@@ -134,8 +136,11 @@ def test_two_node_job_gets_one_merged_summary(devcluster):
     assert {g["u"] for g in summary["nodes"]["node1"]["gpus"].values()} == {60.0}
     assert {g["u"] for g in summary["nodes"]["node2"]["gpus"].values()} == {30.0}
     assert all(len(n["gpus"]) == 2 for n in summary["nodes"].values())
-    recs = wait_for(lambda: (lambda r: r if len(r) == 2 else None)(records_for(devcluster, job, "epilog")), 30,
-                    "both epilog records")
+    def both():
+        recs = records_for(devcluster, job, "epilog")
+        return recs if len(recs) == 2 else None
+
+    recs = wait_for(both, 30, "both epilog records")
     outcomes = sorted(r["efficiency"]["admin_comment"].get("merge", "") for r in recs)
     assert [o for o in outcomes if o.startswith("merged here")] == ["merged here"]  # exactly one node wrote
     assert sum(bool(r["efficiency"]["admin_comment"].get("written")) for r in recs) == 1

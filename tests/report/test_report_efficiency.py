@@ -120,7 +120,8 @@ def test_cli_table_json_csv_and_chart(cli, sacct_file, tmp_path):
     carol = next(x for x in lines if " 103 " in x)
     assert "unknown" in carol and " 0.0 " not in carol
     assert "job 107" in res.stderr  # the unreadable summary is named
-    data = json.loads(cli("report", "efficiency", "--sacct-file", sacct_file, "--by", "account", "--json").stdout)
+    res = cli("report", "efficiency", "--sacct-file", sacct_file, "--by", "account", "--json")
+    data = json.loads(res.stdout)
     ops = next(r for r in data["rows"] if r["account"] == "ops")
     assert ops["idle_gpu_h"] == pytest.approx(14.0) and ops["unknown_gpu_h"] == pytest.approx(1.0)
     assert data["totals"]["alloc_gpu_h"] == pytest.approx(8 + 16 + 2 + 2 + 1 + 1)
@@ -150,7 +151,8 @@ def test_live_sacct_command_and_its_failure(cli, monkeypatch):
         runner.set_runner(prev)
     assert res.exit_code == 0, res.stderr
     argv, env = seen[0]
-    assert env["SLURM_TIME_FORMAT"] == "%s" and "-a" in argv and argv[argv.index("-S") + 1].startswith("2026-11")
+    assert env["SLURM_TIME_FORMAT"] == "%s" and "-a" in argv
+    assert argv[argv.index("-S") + 1].startswith("2026-11")
     assert any(a.startswith("--format=") and a.endswith("AdminComment") for a in argv)
     assert [r["user"] for r in json.loads(res.stdout)["rows"]] == ["bob", "alice"]
     prev = runner.set_runner(lambda argv, t, i, e: runner.Result(list(argv), 1, "", "slurmdbd down", 0.01))
