@@ -208,6 +208,20 @@ def _exit_from(state: Dict[str, str]) -> int:
     return code or 1
 
 
+def _efficiency(job_id: str, state: Dict[str, str]) -> Optional[Any]:
+    """The ended job's GPU efficiency from its AdminComment summary (the epilog's), or
+    ``None`` while it runs, when it had no GPUs, or when sacct cannot say."""
+    if state.get("source") != "sacct" or state.get("state") in ACTIVE_STATES:
+        return None
+    from slurmkit.errors import ExternalCommandError
+    from slurmkit.report.efficiency import job_efficiency
+
+    try:
+        return job_efficiency(job_id, timeout=30)
+    except ExternalCommandError:
+        return None
+
+
 def wait_for_job(job_id: str, *, poll: float, timeout: float, quiet: bool) -> Dict[str, str]:
     """Follow a job (through requeues) until it leaves Slurm's queue; sacct gives the end."""
     deadline = time.monotonic() + timeout
@@ -305,9 +319,10 @@ def submit_cmd(spec_path, dry_run, test_only, parsable, as_json, sets, wait, wai
     state = wait_for_job(job_id, poll=site["wait_poll_seconds"], timeout=wait_timeout, quiet=quiet or parsable)
     code = _exit_from(state)
     tail = _tail(log, log_lines)
+    eff = _efficiency(job_id, state)
     if as_json:
         print_json({"job_id": job_id, "log": log, "state": state["state"], "exit_code": state.get("exit_code"),
-                    "exit": code, "log_tail": tail})
+                    "exit": code, "log_tail": tail, "efficiency": eff.to_dict() if eff else None})
     elif not quiet:
         if tail:
             click.echo(f"---- last {len(tail)} lines of {log}", err=True)
@@ -315,6 +330,10 @@ def submit_cmd(spec_path, dry_run, test_only, parsable, as_json, sets, wait, wai
                 click.echo(line, err=True)
         click.echo(f"ssubmit: job {job_id} ended {state['state']} (exit code {state.get('exit_code') or '?'})",
                    err=True)
+        if eff is not None:
+            from slurmkit.report.efficiency import one_line
+
+            click.echo(f"ssubmit: job {job_id} {one_line(eff)}", err=True)
     if code:
         sys.exit(code)
     return 0
@@ -353,11 +372,18 @@ def status_cmd(job_id, as_json, config_path, verbose, quiet) -> None:
             pass
     if state["source"] == "none" and not job:
         raise UsageError(f"job {job_id}: Slurm knows no such job")
+    eff = _efficiency(job_id, state)
+    if eff is not None:
+        from slurmkit.report.efficiency import one_line
+
+        info["efficiency"] = one_line(eff).split(": ", 1)[1]
     if as_json:
+        if eff is not None:
+            info["efficiency"] = eff.to_dict()
         print_json(info)
     else:
         for key in ("job_id", "name", "state", "reason", "nodes", "restarts", "requeues", "exclude", "exit_code",
-                    "log"):
+                    "log", "efficiency"):
             if info.get(key) not in (None, "", "None", "(null)"):
                 click.echo(f"{key:10} {info[key]}")
 

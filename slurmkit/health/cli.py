@@ -8,6 +8,8 @@ command                exit code
 health run             0 ok, 1 warn, 2 fail, 3 unknown (a check could not run); 2 also for
                        usage/config errors (click and slurmkit convention)
 health list            0
+health accounting      0 NVML accounting on for every GPU, 1 off (or unsupported) somewhere,
+                       3 the GPUs cannot be asked or set (no NVML, not root)
 node status            0; 3 when Slurm cannot be asked
 node resume            0 resumed or not drained, 1 refused (an admin's drain), 2 the re-check
                        failed (node stays drained), 3 cannot re-check from here / unknown
@@ -120,6 +122,40 @@ def health_run(tier, checks, node, advance_cursor, fmt, as_json, config_path, ve
         if not quiet:
             click.echo(f"{node}: {status.value.upper()}", err=True)
     sys.exit(status.exit_code)
+
+
+@health.command("accounting")
+@click.option("--enable", is_flag=True, help="Turn NVML per-process accounting on where it is off (root).")
+@click.option("--node", default=None, help="Node (default: this one; any node with the simulated backend).")
+@format_options(("table", "json"))
+@common_options
+def health_accounting(enable, node, fmt, as_json, config_path, verbose, quiet) -> None:
+    """Show (or turn on) NVML per-process accounting, which per-job GPU efficiency needs.
+
+    Run it at boot on every GPU node (after persistence mode: the driver forgets the
+    mode when it unloads); a job started while it was off reads "unknown" in
+    `slurmkit report efficiency`.
+    """
+    setup_logging(verbose, quiet)
+    from slurmkit.health.backends import BackendError, open_backend
+    from slurmkit.health.efficiency import accounting_setup
+
+    health_cfg, _ = _sections(config_path)
+    node = _local_or_simulated(node, health_cfg)
+    try:
+        backend = open_backend(health_cfg, node)
+        rows = accounting_setup(backend, enable)
+        backend.close()
+    except BackendError as exc:
+        click.echo(f"slurmkit: error: {node}: {exc}", err=True)
+        sys.exit(3)
+    if resolve_format(fmt, as_json) == "json":
+        print_json({"node": node, "gpus": rows})
+    else:
+        print_table([{"gpu": r["gpu"], "accounting": r["accounting"], "note": _short(r.get("error", ""))}
+                     for r in rows])
+    states = {r["accounting"] for r in rows}
+    sys.exit(3 if "error" in states else (0 if states <= {"on"} else 1))
 
 
 @health.command("list")

@@ -292,6 +292,39 @@ LEAKS_SCHEMA = Section(
     "The cron leak killer (slurmkit kill-leaks).",
 )
 
+EFFICIENCY_SCHEMA = Section(
+    {
+        "enabled": Field(
+            "bool", True, "Epilog: collect the job's GPU utilisation and memory from NVML accounting."
+        ),
+        "timeout": Field(
+            "float",
+            10.0,
+            "Seconds the whole efficiency step may take (half of it at most for the NVML queries).",
+            min=0.5,
+        ),
+        "admin_comment": Field(
+            "bool",
+            True,
+            "Write the job's summary (sk1:...) into its AdminComment with sacctmgr (one node per job).",
+        ),
+        "merge_wait": Field(
+            "float",
+            5.0,
+            "Multi-node jobs: seconds the first node waits for the other nodes' summaries "
+            "(paths.shared_dir) before writing a partial one.",
+            min=0,
+        ),
+        "max_comment_chars": Field(
+            "int",
+            16000,
+            "Longer summaries are collapsed to per-node totals (no per-GPU detail).",
+            min=200,
+        ),
+    },
+    "Per-job GPU efficiency (docs/report.md, 'GPU efficiency').",
+)
+
 SITE_SCHEMA = Section(
     {
         "backend": Field(
@@ -355,6 +388,7 @@ SITE_SCHEMA = Section(
         "thresholds": THRESHOLDS_SCHEMA,
         "escalation": ESCALATION_SCHEMA,
         "leaks": LEAKS_SCHEMA,
+        "efficiency": EFFICIENCY_SCHEMA,
     },
     "Node health gate: prolog, epilog, HealthCheckProgram, kill-leaks, heavy checks.",
 )

@@ -199,6 +199,9 @@ def run_hook(hook: str, env: Optional[Dict[str, str]] = None) -> int:
             from slurmkit.health.epilog import cleanup
 
             results.extend(cleanup(ctx, deadline - reserve, extra))
+            from slurmkit.health.efficiency import epilog_step
+
+            epilog_step(ctx, deadline - reserve, extra)  # bounded; records, never fails the job
         results.extend(run_checks(ctx, select(Tier.FAST, hook, health_cfg=health), deadline - reserve))
         if hook == "epilog":
             from slurmkit.health.epilog import escalate

@@ -370,3 +370,21 @@ def report_build_vs_rent(bvr_config, hardware, power, cooling, staff, gpus, rent
         print_json(out)
     else:
         sys.stdout.write(render_build_vs_rent(model, months, fmt))
+
+
+# --------------------------------------------------------------------------- efficiency
+
+from slurmkit.report.efficiency import efficiency_options  # noqa: E402  (light: no heavy imports)
+
+
+@report.command("efficiency")
+@common_options
+@period_options
+@efficiency_options
+def report_efficiency(**kwargs: Any) -> None:
+    """GPU efficiency per job, user, account or partition from the epilog's AdminComment
+    summaries (worst offenders first): GPU-hours allocated, used and idle, GPUs touched,
+    peak memory. GPUs without a measurement read "unknown", never 0 (docs/report.md)."""
+    from slurmkit.report.efficiency import run
+
+    sys.exit(run(**kwargs))

@@ -230,3 +230,32 @@ def test_docs_cover_every_spec_key_and_exit_code():
     assert not missing, f"docs/ssubmit.md does not mention: {missing}"
     for code in ("| 0 |", "| 1 |", "| 2 |", "| 3 |", "| 4 |"):
         assert code in doc
+
+
+def test_wait_prints_one_efficiency_line_and_status_shows_it(fake):
+    from slurmkit.health.efficiency import encode
+
+    gpus = {"0": {"u": 90.0, "t": 7200.0, "b": 6480.0, "m": 61440, "c": 81920, "p": 1},
+            **{str(i): {"u": 0.0, "t": 0.0, "b": 0.0, "m": 0, "c": 81920, "p": 0} for i in range(1, 8)}}
+    token = encode({"v": 1, "job": "4242", "nodes": {"node1": {"acct": "on", "gpus": gpus}}, "missing": []})
+    plain = fake.__call__
+
+    def with_eff(argv, timeout, input, env):
+        if argv[0].endswith("sacct") and any(a.endswith("AdminComment") for a in argv):
+            row = ["4242", "4242", "COMPLETED", "billing=8,cpu=8,gres/gpu=8,mem=8000M,node=1", "1764400000",
+                   "1764403600", "3600", "root", "research", "debug", "node1", "", "", token]
+            return Result(argv, 0, "\x1f".join(row) + "\n", "", 0)
+        return plain(argv, timeout, input, env)
+
+    runner.set_runner(with_eff)
+    res = invoke(str(SPECS / "minimal.yaml"), "--wait")
+    assert res.exit_code == 0, res.output
+    line = [x for x in res.stderr.splitlines() if "GPU efficiency" in x]
+    # one GPU at 90 % for the hour, seven never touched: 0.9 of 8 GPU-hours used
+    assert line == ["ssubmit: job 4242 GPU efficiency: 11.2% of 8 GPU(s), 1/8 touched, 7 idle (<10%), "
+                    "0.900 of 8.000 GPU-h used, peak memory 60.0 of 80.0 GiB"]
+    res = invoke("status", "4242")
+    assert res.exit_code == 0, res.output
+    assert "efficiency 11.2% of 8 GPU(s), 1/8 touched" in res.stdout
+    data = json.loads(invoke("status", "4242", "--json").stdout)
+    assert data["efficiency"]["gpus_idle"] == 7 and data["efficiency"]["used_gpu_h"] == pytest.approx(0.9)

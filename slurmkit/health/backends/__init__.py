@@ -54,6 +54,36 @@ class GpuProcess:
     extra: Dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass
+class AccountingStats:
+    """NVML per-process accounting for one pid on one GPU (``nvmlAccountingStats_t``).
+
+    Fields NVML reports as ``NVML_VALUE_NOT_AVAILABLE`` are ``None``. ``time_s`` is how
+    long the compute context was active (NVML reports 0 while the process runs);
+    ``gpu_util`` the percent of that time a kernel was running; ``start_time`` epoch
+    seconds.
+    """
+
+    pid: int
+    gpu_util: Optional[float] = None
+    mem_util: Optional[float] = None
+    max_memory_mib: Optional[float] = None
+    time_s: Optional[float] = None
+    start_time: Optional[float] = None
+    running: bool = False
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {
+            "pid": self.pid,
+            "gpu_util": self.gpu_util,
+            "mem_util": self.mem_util,
+            "max_memory_mib": self.max_memory_mib,
+            "time_s": self.time_s,
+            "start_time": self.start_time,
+            "running": self.running,
+        }
+
+
 class BackendError(Exception):
     """A backend call failed.
 
@@ -146,6 +176,22 @@ class GpuBackend:
 
     def xid_events(self, since: float) -> List[XidEvent]:
         """Xid events with ``timestamp > since``."""
+        raise NotImplementedError
+
+    def accounting_mode(self, index: int) -> Optional[bool]:
+        """Whether NVML per-process accounting is on for this GPU; ``None``: the GPU has none."""
+        raise NotImplementedError
+
+    def set_accounting_mode(self, index: int, enabled: bool) -> None:
+        """Turn accounting on or off (root only; the driver forgets it when it unloads)."""
+        raise NotImplementedError
+
+    def accounting_pids(self, index: int) -> List[int]:
+        """Pids in the GPU's accounting buffer (running and terminated processes)."""
+        raise NotImplementedError
+
+    def accounting_stats(self, index: int, pid: int) -> Optional[AccountingStats]:
+        """Accounting of ``pid`` on this GPU; ``None`` when the buffer no longer holds it."""
         raise NotImplementedError
 
     def nvlink_bandwidth_matrix(self) -> Optional[List[List[float]]]:

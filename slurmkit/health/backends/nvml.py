@@ -15,6 +15,7 @@ from typing import Any, Dict, List
 
 from slurmkit.health.backends import (
     HARDWARE_ERRORS,
+    AccountingStats,
     BackendError,
     BackendUnavailable,
     GpuBackend,
@@ -25,6 +26,16 @@ from slurmkit.health.backends import (
 )
 
 MIB = 1024 * 1024
+#: NVML_VALUE_NOT_AVAILABLE for unsigned int and unsigned long long fields (nvml.h).
+_NA_UINT = 0xFFFFFFFF
+_NA_ULL = 0xFFFFFFFFFFFFFFFF
+
+
+def _available(value: Any, na: int) -> Any:
+    value = getattr(value, "value", value)  # pynvml may hand back ctypes numbers
+    if value is None or int(value) >= na:
+        return None
+    return int(value)
 
 
 def _error_name(exc: Exception) -> str:
@@ -227,6 +238,57 @@ class NvmlBackend(GpuBackend):
             if ts > since:
                 out.append(XidEvent(xid=xid, timestamp=ts, gpu=bus_to_index.get(pci), pci=pci, message=rest))
         return out
+
+    # ------------------------------------------------------------------ accounting
+
+    def accounting_mode(self, index: int):
+        try:
+            mode = self._call("accounting_mode", index, self.nv.nvmlDeviceGetAccountingMode)
+        except _NotSupported:
+            return None
+        return mode == self.nv.NVML_FEATURE_ENABLED
+
+    def set_accounting_mode(self, index: int, enabled: bool) -> None:
+        nv = self.nv
+        flag = nv.NVML_FEATURE_ENABLED if enabled else nv.NVML_FEATURE_DISABLED
+        try:
+            self._call("set_accounting_mode", index, nv.nvmlDeviceSetAccountingMode, flag)
+        except _NotSupported:
+            raise BackendError(
+                f"GPU {index} has no accounting mode", code="NVML_NOT_SUPPORTED", gpu=index
+            ) from None
+
+    def accounting_pids(self, index: int) -> List[int]:
+        try:
+            pids = self._call("accounting_pids", index, self.nv.nvmlDeviceGetAccountingPids)
+        except _NotSupported:
+            return []
+        return [int(p) for p in pids]
+
+    def accounting_stats(self, index: int, pid: int):
+        try:
+            st = self._call("accounting_stats", index, self.nv.nvmlDeviceGetAccountingStats, pid)
+        except _NotSupported:
+            return None
+        except BackendError as exc:
+            if exc.code == "NVML_NOT_FOUND":  # the circular buffer dropped it
+                return None
+            raise
+        util = _available(st.gpuUtilization, _NA_UINT)
+        mem_util = _available(st.memoryUtilization, _NA_UINT)
+        max_mem = _available(st.maxMemoryUsage, _NA_ULL)
+        time_ms = _available(st.time, _NA_ULL)
+        start_us = _available(st.startTime, _NA_ULL)
+        running = bool(_available(st.isRunning, _NA_UINT))
+        return AccountingStats(
+            pid=int(pid),
+            gpu_util=None if util is None else float(util),
+            mem_util=None if mem_util is None else float(mem_util),
+            max_memory_mib=None if max_mem is None else max_mem / MIB,
+            time_s=None if time_ms is None else time_ms / 1000.0,
+            start_time=None if start_us is None else start_us / 1e6,
+            running=running,
+        )
 
     def close(self) -> None:
         try:

@@ -13,6 +13,8 @@ Two things make it more than a static file:
 * ``inject`` makes a call hang (``hang: {call: ecc, seconds: 30}``) or raise an NVML
   error (``nvml_error: {call: temperature, error: GPU_IS_LOST, gpu: 2}``), to prove
   the deadlines and the error paths;
+* ``accounting_mode`` and ``accounting`` per GPU model NVML's per-process
+  accounting (mode off by default, as on a real GPU; a list of per-pid stats);
 * ``scoped`` patches apply only in a process whose environment carries
   ``SLURM_JOB_ID`` (or ``SLURMKIT_SIM_SCOPE``) equal to the patch's ``scope``: a fault
   seen by one test job's prolog and epilog, and by a re-check run with
@@ -30,6 +32,7 @@ from typing import Any, Dict, List, Optional
 
 from slurmkit.health.backends import (
     HARDWARE_ERRORS,
+    AccountingStats,
     BackendError,
     BackendUnavailable,
     GpuBackend,
@@ -101,6 +104,7 @@ class SimulatedBackend(GpuBackend):
             gpu.setdefault("index", pos)
             self._gpus.append(gpu)
         self._by_index = {int(g["index"]): g for g in self._gpus}
+        self._accounting_override: Dict[int, bool] = {}
         self._inject("init", None)
 
     # ------------------------------------------------------------------ injection
@@ -275,6 +279,50 @@ class SimulatedBackend(GpuBackend):
     def heavy_value(self, name: str) -> Any:
         return (self.data.get("heavy") or {}).get(name)
 
+    # ------------------------------------------------------------------ accounting
+
+    def accounting_mode(self, index: int) -> Optional[bool]:
+        g = self._gpu("accounting_mode", index)
+        if index in self._accounting_override:
+            return self._accounting_override[index]
+        mode = g.get("accounting_mode", False)
+        if mode == "unsupported":
+            return None
+        return bool(mode)
+
+    def set_accounting_mode(self, index: int, enabled: bool) -> None:
+        """Remembered for this process only: the fixture file is the node's boot state."""
+        self._gpu("set_accounting_mode", index)
+        self._accounting_override[index] = bool(enabled)
+
+    def accounting_pids(self, index: int) -> List[int]:
+        g = self._gpu("accounting_pids", index)
+        if not self.accounting_mode(index):
+            raise BackendError(
+                f"NVML_ERROR_NOT_SUPPORTED in accounting_pids on GPU {index} (accounting mode is off)",
+                code="NVML_NOT_SUPPORTED",
+                gpu=index,
+            )
+        return [int(a["pid"]) for a in g.get("accounting") or [] if isinstance(a, dict) and "pid" in a]
+
+    def accounting_stats(self, index: int, pid: int) -> Optional[AccountingStats]:
+        g = self._gpu("accounting_stats", index)
+        for a in g.get("accounting") or []:
+            if not isinstance(a, dict) or int(a.get("pid", -1)) != pid:
+                continue
+            running = bool(a.get("running", False))
+            time_ms = a.get("time_ms")
+            return AccountingStats(
+                pid=pid,
+                gpu_util=_opt_float(a.get("gpu_util")),
+                mem_util=_opt_float(a.get("mem_util")),
+                max_memory_mib=_opt_float(a.get("max_memory_mib")),
+                time_s=0.0 if running else (None if time_ms is None else float(time_ms) / 1000.0),
+                start_time=_opt_float(a.get("start_time")),
+                running=running,
+            )
+        return None
+
 
 def _apply_scoped(data: Dict[str, Any], env) -> Dict[str, Any]:
     """Merge the ``scoped`` patches whose ``scope`` matches this process's job (or
@@ -309,6 +357,10 @@ def _merge(base: Dict[str, Any], over: Dict[str, Any]) -> Dict[str, Any]:
     for k, v in over.items():
         out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
     return out
+
+
+def _opt_float(value: Any) -> Optional[float]:
+    return None if value is None else float(value)
 
 
 def _as_list(value: Any) -> List[Dict[str, Any]]:

@@ -1,0 +1,622 @@
+"""Per-job GPU efficiency, collected by the epilog with no metrics stack.
+
+What is measured: NVML's per-process accounting (``nvmlDeviceGetAccountingStats``) on
+each of the job's GPUs. For every process that ran there the driver keeps the percent
+of its lifetime a kernel was running, its peak memory and how long its compute context
+was active. The epilog reads it after the leftovers are killed (so every process has
+ended and its time is final) and turns it into one small summary per GPU:
+
+* ``u`` utilisation while the GPU had a process (time-weighted over its processes),
+* ``t`` seconds the GPU had a process (union of the processes' lifetimes),
+* ``b`` busy seconds (utilisation x time, summed over processes),
+* ``m`` peak memory of the largest process (MiB), ``c`` the GPU's memory (MiB),
+* ``p`` how many processes ran.
+
+Accounting must be on before the job starts (``slurmkit health accounting --enable``,
+root; the driver forgets it on unload): a GPU with it off says ``"a": "off"`` and reads
+as *unknown* in reports, never as 0.
+
+Which processes are the job's: the accounting buffer is per GPU and holds previous
+jobs' processes too. A per-GPU cursor in ``paths.state_dir`` remembers the newest
+process start seen by the previous epilog on that GPU; only processes that started
+after it (and after ``SLURM_JOB_START_TIME`` when Slurm provides it) count, plus any
+pid the epilog itself found belonging to the job. Slurm gives a GPU to one job at a
+time, so this is exact when ``ConstrainDevices=yes`` keeps jobs off GPUs they were not
+given.
+
+Where it goes: the per-node detail (every process's stats) into the node's JSON-lines
+health log (``efficiency`` key of the epilog record), and one compact summary for the
+whole job into the job's ``AdminComment`` in the accounting database as ``sk1:`` +
+hex(gzip(JSON)), written by one node with one bounded ``sacctmgr`` update (see
+:func:`write_admin_comment` for why not scontrol, and why lower-case hex). An
+AdminComment that already holds another tool's text is left alone.
+
+Multi-node jobs: each node writes its summary to
+``<paths.shared_dir>/efficiency/<job id>/<node>.json`` (root-owned directories, files
+read only when root-owned and not writable by others). The node that finds every
+node's file present claims the merge with an ``O_EXCL`` marker and writes the merged
+summary; epilogs run concurrently at job end, so this is normally the last node to
+finish. The first node of the job's node list waits up to ``merge_wait`` seconds for
+the others; if some never arrive it writes a partial summary that lists them under
+``missing``.
+
+Bounded: collection runs in a worker thread under its own deadline (an NVML call into a
+wedged driver cannot be interrupted; see :mod:`.deadline`), and so does publishing.
+Nothing here can fail the job or drain the node: problems are recorded, never raised.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import gzip
+import json
+import math
+import os
+import re
+import stat
+import time
+import zlib
+from typing import Any, Dict, Iterable, List, Optional, Tuple
+
+from slurmkit.health.backends import BackendError
+
+PREFIX = "sk1:"
+FORMAT_VERSION = 1
+CURSOR_FILE = "efficiency-cursor.{node}.json"
+SHARED_SUBDIR = "efficiency"
+CLAIM = ".merged"
+_SAFE_NODE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+#: Fraction of the efficiency step's time given to collection (the rest publishes).
+COLLECT_SHARE = 0.5
+
+
+# ---------------------------------------------------------------------- summary maths
+
+
+def finite(value: Any) -> Optional[float]:
+    """A finite float or ``None`` (NaN, inf and garbage are not measurements)."""
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        f = float(value)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else None
+
+
+def _union_seconds(intervals: List[Tuple[float, float]]) -> float:
+    total = 0.0
+    end = -math.inf
+    for s, e in sorted(intervals):
+        if e <= end:
+            continue
+        total += e - max(s, end)
+        end = e
+    return total
+
+
+def summarize_gpu(stats: Iterable[Any], capacity_mib: Optional[float], now: float) -> Dict[str, Any]:
+    """The compact summary of one GPU from its processes' accounting stats."""
+    procs = list(stats)
+    intervals: List[Tuple[float, float]] = []
+    loose = 0.0  # process time whose start is unknown: cannot be placed on the timeline
+    busy = 0.0
+    util_known = False
+    peak = None
+    for p in procs:
+        start = finite(p.start_time)
+        dur = finite(p.time_s)
+        if p.running and start is not None:
+            dur = max(0.0, now - start)
+        dur = max(0.0, dur or 0.0)
+        if start is not None:
+            intervals.append((start, start + dur))
+        else:
+            loose += dur
+        u = finite(p.gpu_util)
+        if u is not None:
+            util_known = True
+            busy += min(max(u, 0.0), 100.0) / 100.0 * dur
+        m = finite(p.max_memory_mib)
+        if m is not None:
+            peak = m if peak is None else max(peak, m)
+    active = _union_seconds(intervals) + loose
+    out: Dict[str, Any] = {"p": len(procs), "t": round(active, 1), "c": _round(capacity_mib)}
+    if not procs:
+        out.update(u=0.0, b=0.0, m=0)
+    else:
+        out["u"] = round(min(100.0, 100.0 * busy / active), 1) if util_known and active > 0 else (
+            0.0 if util_known else None)
+        out["b"] = round(busy, 1) if util_known else None
+        out["m"] = _round(peak)
+    return out
+
+
+def _round(value: Optional[float]) -> Optional[int]:
+    return None if value is None else int(round(value))
+
+
+# ---------------------------------------------------------------------- AdminComment codec
+
+
+def encode(summary: Dict[str, Any]) -> str:
+    """``sk1:`` + hex(gzip(compact JSON)), lower case.
+
+    jobstats' layout (prefix + compressed JSON) with slurmkit's own prefix, but hex
+    instead of base64: Slurm 22.05's ``sacctmgr ... set AdminComment=`` stores the value
+    lower-cased (verified on the devcluster), which would corrupt base64. Lower-case hex
+    survives it and decodes in C (``bytes.fromhex``; Python's base32 decoder is pure
+    Python, 40x slower, and the report decodes one summary per job).
+    """
+    raw = json.dumps(summary, sort_keys=True, separators=(",", ":")).encode("utf-8")
+    return PREFIX + gzip.compress(raw, mtime=0).hex()
+
+
+def is_token(text: str) -> bool:
+    return text[: len(PREFIX)].lower() == PREFIX
+
+
+class SummaryError(ValueError):
+    """An AdminComment token that claims to be ours but does not decode."""
+
+
+def decode(token: str) -> Dict[str, Any]:
+    """The summary from an ``sk1:`` token (any case); raises :class:`SummaryError`."""
+    if not is_token(token):
+        raise SummaryError(f"not an {PREFIX} token")
+    try:
+        # wbits 31: a gzip stream, decoded in C without the gzip module's Python header parsing
+        raw = zlib.decompress(bytes.fromhex(token[len(PREFIX):]), 31)
+        data = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
+    except SummaryError:
+        raise
+    except Exception as exc:
+        raise SummaryError(f"undecodable {PREFIX} payload ({type(exc).__name__})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("nodes"), dict):
+        raise SummaryError(f"{PREFIX} payload is not a summary (no nodes)")
+    return data
+
+
+def _reject_constant(name: str) -> Any:
+    raise SummaryError(f"{name} in {PREFIX} payload")
+
+
+def find_token(admin_comment: str) -> Optional[str]:
+    """Our token inside an AdminComment that may hold other tools' text (space separated)."""
+    for part in (admin_comment or "").split():
+        if is_token(part):
+            return part
+    return None
+
+
+def foreign_text(admin_comment: str) -> str:
+    """What another tool put into AdminComment (everything but our token)."""
+    return " ".join(p for p in (admin_comment or "").split() if not is_token(p))
+
+
+def job_summary(job_id: str, nodes: Dict[str, Dict[str, Any]], missing: Iterable[str] = (),
+                max_chars: int = 16000) -> Tuple[Dict[str, Any], str]:
+    """The merged job summary and its token; collapses per-GPU detail to per-node totals
+    (``"agg": true``) when the token would be longer than ``max_chars``."""
+    summary = {"v": FORMAT_VERSION, "job": job_id, "nodes": nodes, "missing": sorted(missing)}
+    token = encode(summary)
+    if len(token) > max_chars:
+        summary["nodes"] = {n: aggregate_node(s) for n, s in nodes.items()}
+        token = encode(summary)
+    return summary, token
+
+
+def aggregate_node(node: Dict[str, Any]) -> Dict[str, Any]:
+    """One node's GPUs collapsed to totals: count, touched, busy seconds, peak memory."""
+    gpus = list((node.get("gpus") or {}).values())
+    known = [g for g in gpus if "a" not in g and g.get("b") is not None]
+    return {
+        "acct": node.get("acct"),
+        "agg": True,
+        "n": len(gpus),
+        "known": len(known),
+        "touched": sum(1 for g in known if (g.get("p") or 0) > 0),
+        "b": round(sum(g["b"] for g in known), 1),
+        "t": max((g.get("t") or 0 for g in known), default=0),
+        "m": max((g.get("m") or 0 for g in known), default=0),
+        "c": max((g.get("c") or 0 for g in gpus), default=0),
+    }
+
+
+# ---------------------------------------------------------------------- collection
+
+
+def cursor_path(state_dir: str, node: str) -> str:
+    return os.path.join(state_dir, CURSOR_FILE.format(node=re.sub(r"[^A-Za-z0-9._-]", "_", node)))
+
+
+def read_cursor(state_dir: str, node: str) -> Dict[str, float]:
+    try:
+        with open(cursor_path(state_dir, node), encoding="utf-8") as fh:
+            data = json.load(fh)
+        return {str(k): float(v) for k, v in (data.get("gpus") or {}).items() if finite(v) is not None}
+    except (OSError, ValueError, TypeError, AttributeError):
+        return {}
+
+
+def advance_cursor(state_dir: str, node: str, newest: Dict[str, float], timeout: float) -> None:
+    """Raise the per-GPU cursors to ``newest`` under an exclusive lock (two epilogs of
+    two jobs on one node update different GPUs of the same file)."""
+    from slurmkit.core.files import write_json_atomic
+
+    if not newest:
+        return
+    os.makedirs(state_dir, exist_ok=True)
+    path = cursor_path(state_dir, node)
+    fd = os.open(path + ".lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError as exc:
+                if exc.errno not in (errno.EAGAIN, errno.EACCES) or time.monotonic() >= deadline:
+                    raise TimeoutError(f"efficiency cursor {path} stayed locked") from None
+                time.sleep(0.01)
+        cur = read_cursor(state_dir, node)
+        for k, v in newest.items():
+            cur[k] = max(v, cur.get(k, v))
+        write_json_atomic(path, {"gpus": cur, "updated": time.time()})
+    finally:
+        os.close(fd)
+
+
+def collect(backend, indices: List[int], *, cursor: Dict[str, float], job_start: Optional[float],
+            job_pids: Iterable[int], now: float, box: Dict[str, Any]) -> None:
+    """Read accounting for ``indices``; fills ``box`` as it goes (``gpus``, ``processes``,
+    ``newest``), so whatever was read before a hang is still there for the caller."""
+    caps = {g.index: g.memory_total_mib for g in backend.gpus()}
+    pids_of_job = set(job_pids)
+    gpus: Dict[str, Dict[str, Any]] = box.setdefault("gpus", {})
+    detail: Dict[str, List[Dict[str, Any]]] = box.setdefault("processes", {})
+    newest: Dict[str, float] = box.setdefault("newest", {})
+    for i in indices:
+        key = str(i)
+        box["phase"] = f"accounting_mode GPU {i}"
+        try:
+            mode = backend.accounting_mode(i)
+            if mode is not True:
+                gpus[key] = {"a": "off" if mode is False else "unsupported", "c": _round(caps.get(i))}
+                continue
+            box["phase"] = f"accounting_pids GPU {i}"
+            floor = cursor.get(key, -math.inf)
+            if job_start is not None:
+                floor = max(floor, job_start - 1.0)
+            mine = []
+            high = cursor.get(key)
+            for pid in backend.accounting_pids(i):
+                box["phase"] = f"accounting_stats GPU {i} pid {pid}"
+                st = backend.accounting_stats(i, pid)
+                if st is None:
+                    continue
+                start = finite(st.start_time)
+                if start is not None:
+                    high = start if high is None else max(high, start)
+                if pid in pids_of_job or (start is not None and start > floor):
+                    mine.append(st)
+        except BackendError as exc:  # this GPU is unknown; the GPU checks judge the GPU itself
+            gpus[key] = {"a": "error", "c": _round(caps.get(i))}
+            box.setdefault("errors", {})[key] = str(exc)
+            continue
+        gpus[key] = summarize_gpu(mine, caps.get(i), now)
+        detail[key] = [s.to_dict() for s in mine]
+        if high is not None:
+            newest[key] = high
+    box["phase"] = "done"
+
+
+def node_state(gpus: Dict[str, Dict[str, Any]], fallback: str = "on") -> str:
+    """The node's accounting word: ``on`` when every GPU had it, else the first other state."""
+    for g in gpus.values():
+        if "a" in g:
+            return g["a"]
+    return fallback
+
+
+def accounting_setup(backend, enable: bool) -> List[Dict[str, Any]]:
+    """Each GPU's accounting mode, turned on first where ``enable`` (root; the mode must be
+    on before a job starts for its processes to be accounted)."""
+    rows = []
+    for g in backend.gpus():
+        row: Dict[str, Any] = {"gpu": g.index, "name": g.name}
+        try:
+            mode = backend.accounting_mode(g.index)
+            if enable and mode is False:
+                backend.set_accounting_mode(g.index, True)
+                mode = backend.accounting_mode(g.index)
+                row["changed"] = True
+            row["accounting"] = {True: "on", False: "off", None: "unsupported"}[mode]
+        except Exception as exc:  # BackendError (NO_PERMISSION without root) and friends
+            row.update(accounting="error", error=str(exc))
+        rows.append(row)
+    return rows
+
+
+# ---------------------------------------------------------------------- shared merge
+
+
+def _trusted_dir(path: str) -> bool:
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    return (stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid()
+            and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH))
+
+
+def _ensure_dir(path: str) -> None:
+    try:
+        os.mkdir(path, 0o755)
+    except FileExistsError:
+        pass
+    if not _trusted_dir(path):
+        raise PermissionError(f"{path} is not a directory owned by uid {os.geteuid()} and closed to others")
+
+
+def _read_trusted_json(path: str) -> Optional[Dict[str, Any]]:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022 \
+                or st.st_size > 1 << 20:
+            return None
+        with os.fdopen(fd, encoding="utf-8") as fh:
+            fd = -1
+            data = json.load(fh, parse_constant=_reject_constant)
+        return data if isinstance(data, dict) else None
+    except (OSError, ValueError, SummaryError):
+        return None
+    finally:
+        if fd >= 0:
+            os.close(fd)
+
+
+def job_nodes(env: Dict[str, str], me: str) -> List[str]:
+    """The job's nodes (``SLURM_NODELIST`` in the epilog; ``SLURM_JOB_NODELIST`` elsewhere)."""
+    from slurmkit.slurm.parse import ParseError, expand_hostlist
+
+    text = env.get("SLURM_NODELIST") or env.get("SLURM_JOB_NODELIST") or ""
+    try:
+        nodes = expand_hostlist(text) if text else []
+    except ParseError:
+        nodes = []
+    return nodes if me in nodes else [me]
+
+
+def share_and_merge(shared_dir: str, job_id: str, me: str, nodes: List[str], mine: Dict[str, Any],
+                    merge_wait: float, deadline: float,
+                    box: Dict[str, Any]) -> Optional[Tuple[Dict[str, Any], List[str]]]:
+    """Write this node's summary to the job's shared directory; return ``(per-node
+    summaries, missing nodes)`` when this node is the one that merges, else ``None``."""
+    from slurmkit.core.files import write_json_atomic
+
+    if not all(_SAFE_NODE.match(n) for n in nodes):
+        raise ValueError(f"unexpected node name in {nodes!r}")
+    base = os.path.join(shared_dir, SHARED_SUBDIR)
+    box["phase"] = f"shared directory {base}"
+    os.makedirs(shared_dir, exist_ok=True)
+    _ensure_dir(base)
+    jobdir = os.path.join(base, job_id)
+    _ensure_dir(jobdir)
+    if os.path.lexists(os.path.join(jobdir, CLAIM)):  # a partial summary was already written
+        box["merge"] = "another node merged"
+        return None
+    write_json_atomic(os.path.join(jobdir, f"{me}.json"), {"node": me, "summary": mine}, mode=0o644)
+    first = nodes[0] == me
+    wait_until = min(deadline, time.monotonic() + merge_wait)
+    while True:
+        have: Dict[str, Dict[str, Any]] = {}
+        for n in nodes:
+            data = _read_trusted_json(os.path.join(jobdir, f"{n}.json"))
+            if data and data.get("node") == n and isinstance(data.get("summary"), dict):
+                have[n] = data["summary"]
+        missing = [n for n in nodes if n not in have]
+        if not missing or (first and time.monotonic() >= wait_until):
+            break
+        if not first:
+            box["merge"] = f"left to the last node (waiting for {','.join(missing)})"
+            return None
+        time.sleep(0.2)
+    try:
+        fd = os.open(os.path.join(jobdir, CLAIM), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    except FileExistsError:
+        box["merge"] = "another node merged"
+        return None
+    with os.fdopen(fd, "w") as fh:
+        fh.write(json.dumps({"by": me, "time": time.time(), "missing": missing}))
+    for n in have:  # merged: the per-node copies are in each node's health log
+        try:
+            os.unlink(os.path.join(jobdir, f"{n}.json"))
+        except OSError:
+            pass
+    box["merge"] = "merged here" + (f" (missing {','.join(missing)})" if missing else "")
+    prune(base)
+    return have, missing
+
+
+def prune(base: str, max_age: float = 7 * 86400, limit: int = 200) -> int:
+    """Remove job directories older than ``max_age`` (merged jobs keep a small marker
+    so a late node does not merge again). ``base`` is root's and closed to others, so
+    removing by path inside it is safe. At most ``limit`` entries are looked at."""
+    removed = 0
+    cutoff = time.time() - max_age
+    try:
+        entries = list(os.scandir(base))[:limit]
+    except OSError:
+        return 0
+    for entry in entries:
+        try:
+            if not entry.is_dir(follow_symlinks=False) or not entry.name.isdigit() \
+                    or entry.stat(follow_symlinks=False).st_mtime > cutoff:
+                continue
+            for f in os.scandir(entry.path):
+                if f.is_file(follow_symlinks=False) or f.is_symlink():
+                    os.unlink(f.path)
+            os.rmdir(entry.path)
+            removed += 1
+        except OSError:
+            continue
+    return removed
+
+
+# ---------------------------------------------------------------------- AdminComment
+
+
+class CommentNotWritten(Exception):
+    """The summary was deliberately not written (another tool's AdminComment, no record yet)."""
+
+
+def job_ref(env: Dict[str, str], job_id: str) -> str:
+    """How accounting names the job: ``<array job>_<task>`` for array tasks (addressing the
+    raw id of an array's first task would update every task), else the job id."""
+    array, task = env.get("SLURM_ARRAY_JOB_ID", ""), env.get("SLURM_ARRAY_TASK_ID", "")
+    if array.isdigit() and task.isdigit() and array == job_id:
+        return f"{array}_{task}"
+    return job_id
+
+
+def write_admin_comment(ref: str, token: str, timeout: float, retry_wait: float = 1.0) -> str:
+    """Store ``token`` as the job's AdminComment in the accounting database.
+
+    Why sacctmgr and not scontrol: by the time the epilog runs, slurmctld answers
+    ``scontrol update JobId=... AdminComment=...`` with "Job has already finished"
+    (Slurm 22.05, verified on the devcluster); ``sacctmgr -i update job where jobid=...
+    set AdminComment=...`` updates the stored record, as jobstats does. It replaces the
+    whole field and lower-cases it, so a field that already holds another tool's text is
+    left alone (:class:`CommentNotWritten`). A job slurmdbd has not recorded yet ("Nothing
+    modified") is retried after ``retry_wait`` while ``timeout`` allows. Every call goes
+    through the runner with what is left of ``timeout``.
+    """
+    from slurmkit.slurm import client
+
+    deadline = time.monotonic() + timeout
+    res = client.call("sacct", ["-X", "-n", "-P", "-j", ref, "--format=AdminComment"],
+                      timeout=max(0.2, timeout / 3))
+    lines = [x for x in res.stdout.splitlines() if x.strip()]
+    other = foreign_text(lines[-1]) if lines else ""
+    if other:
+        raise CommentNotWritten(f"AdminComment holds another tool's text ({other[:40]!r}); left alone")
+    while True:
+        left = deadline - time.monotonic()
+        res = client.call("sacctmgr", ["-i", "update", "job", "where", f"jobid={ref}", "set",
+                                       f"AdminComment={token}"], timeout=max(0.2, left))
+        if "nothing modified" not in (res.stdout + res.stderr).lower():
+            return token
+        if deadline - time.monotonic() < retry_wait + 0.3:
+            raise CommentNotWritten(f"job {ref} is not in the accounting database "
+                                    "(sacctmgr: Nothing modified)")
+        time.sleep(retry_wait)
+
+
+# ---------------------------------------------------------------------- the epilog step
+
+
+def epilog_step(ctx, deadline: float, extra: Dict[str, Any]) -> None:
+    """Collect, share and publish this job's GPU efficiency; record it in ``extra["efficiency"]``.
+
+    Never raises and never returns a check result: efficiency is bookkeeping, and its
+    failures must not drain a node or fail a job.
+    """
+    try:
+        _epilog_step(ctx, deadline, extra)
+    except Exception as exc:  # a slurmkit bug: recorded, never fatal
+        extra["efficiency"] = {"status": "error", "error": f"{type(exc).__name__}: {exc}"}
+
+
+def _epilog_step(ctx, deadline: float, extra: Dict[str, Any]) -> None:
+    from slurmkit.health.deadline import ProbeTimeout, call_with_deadline
+
+    cfg = ctx.health.get("efficiency") or {}
+    if not cfg.get("enabled", True) or not ctx.job_id or not ctx.job_id.isdigit() or not ctx.job_gpus:
+        return
+    t0 = time.monotonic()
+    budget = min(float(cfg.get("timeout", 10.0)), deadline - t0)
+    rec: Dict[str, Any] = {"status": "ok"}
+    extra["efficiency"] = rec
+    if budget <= 0.1:
+        rec.update(status="skipped", error="the epilog time budget was spent")
+        return
+    indices = sorted(set(ctx.job_gpus))
+    job_start = finite(ctx.env.get("SLURM_JOB_START_TIME"))
+    cleanup = extra.get("cleanup") or {}
+    job_pids = set().union(*(cleanup.get(k) or [] for k in ("cgroup_pids", "environ_pids", "gpu_pids")))
+    cursor = read_cursor(ctx.paths["state_dir"], ctx.node)
+    box: Dict[str, Any] = {}
+
+    def run_collect() -> None:
+        backend = ctx.backend()
+        collect(backend, indices, cursor=cursor, job_start=job_start, job_pids=job_pids, now=time.time(),
+                box=box)
+
+    collect_budget = budget * COLLECT_SHARE
+    try:
+        call_with_deadline(run_collect, collect_budget, "efficiency_collect")
+        state = node_state(box.get("gpus", {}))
+    except ProbeTimeout:
+        state = "timeout"
+        rec.update(status="timeout",
+                   error=f"accounting query did not finish within {collect_budget:.2f}s "
+                         f"(in {box.get('phase')})")
+    except Exception as exc:  # BackendError and friends: the GPU checks report the GPU itself
+        state = "error"
+        rec.update(status="error", error=f"{type(exc).__name__}: {exc}")
+    snapshot = dict(box)  # the worker may still be running after a timeout
+    gpus = dict(snapshot.get("gpus") or {})
+    if state in ("timeout", "error"):
+        for i in indices:  # what was not read is unknown, never zero
+            gpus.setdefault(str(i), {"a": state})
+    mine = {"acct": state, "gpus": gpus}
+    rec.update(accounting=state, gpus=gpus, processes=snapshot.get("processes", {}),
+               collect_seconds=round(time.monotonic() - t0, 3))
+    if snapshot.get("errors"):
+        rec["gpu_errors"] = snapshot["errors"]
+    if state not in ("timeout", "error") and snapshot.get("newest"):
+        try:
+            advance_cursor(ctx.paths["state_dir"], ctx.node, snapshot["newest"], timeout=0.5)
+        except (OSError, TimeoutError) as exc:
+            rec["cursor_error"] = str(exc)
+    if not cfg.get("admin_comment", True):
+        return
+    pub: Dict[str, Any] = {}
+    pub_deadline = t0 + budget
+
+    def run_publish() -> None:
+        nodes = job_nodes(ctx.env, ctx.node)
+        if len(nodes) > 1:
+            try:
+                merged = share_and_merge(ctx.paths["shared_dir"], ctx.job_id, ctx.node, nodes, mine,
+                                         float(cfg.get("merge_wait", 5.0)), pub_deadline - 1.0, pub)
+            except (OSError, ValueError) as exc:  # no usable shared storage: the first node speaks alone
+                pub["shared_error"] = str(exc)
+                merged = ({ctx.node: mine}, nodes[1:]) if nodes[0] == ctx.node else None
+            if merged is None:
+                return
+            per_node, missing = merged
+        else:
+            per_node, missing = {ctx.node: mine}, []
+        _, token = job_summary(ctx.job_id, per_node, missing, int(cfg.get("max_comment_chars", 16000)))
+        pub["phase"] = "sacctmgr update"
+        pub["chars"] = len(token)
+        write_admin_comment(job_ref(ctx.env, ctx.job_id), token, max(0.3, pub_deadline - time.monotonic()))
+        pub["written"] = True
+
+    try:
+        call_with_deadline(run_publish, max(0.1, pub_deadline - time.monotonic()), "efficiency_publish")
+    except ProbeTimeout:
+        pub["error"] = f"publishing did not finish in time (in {pub.get('phase')})"
+    except CommentNotWritten as exc:
+        pub["skipped"] = str(exc)
+    except Exception as exc:
+        pub["error"] = f"{type(exc).__name__}: {exc}"
+    rec["admin_comment"] = {k: v for k, v in dict(pub).items() if k != "phase"}
+    rec["seconds"] = round(time.monotonic() - t0, 3)
