@@ -36,7 +36,14 @@ import click
 
 from slurmkit.errors import UsageError
 from slurmkit.health.efficiency import SummaryError, decode, finite, find_token
-from slurmkit.slurm.parse import SACCT_DELIMITER, ParseError, gpus_from_tres, parse_tres, split_parsable2
+from slurmkit.slurm.parse import (
+    SACCT_DELIMITER,
+    ParseError,
+    gpus_from_tres,
+    parse_memory_mb,
+    parse_tres,
+    split_parsable2,
+)
 
 FIELDS: Tuple[str, ...] = ("JobID", "JobIDRaw", "State", "AllocTRES", "Start", "End", "ElapsedRaw", "User",
                            "Account", "Partition", "NodeList", "TRESUsageInAve", "TRESUsageInMax",
@@ -200,8 +207,6 @@ def _step_usage(ave: str, mx: str) -> Tuple[Optional[float], Optional[float]]:
     mem = m.get("gres/gpumem") or a.get("gres/gpumem")
     mem_mib = None
     if mem:
-        from slurmkit.slurm.parse import parse_memory_mb
-
         try:
             mem_mib = parse_memory_mb(mem)
         except ParseError:

@@ -199,6 +199,17 @@ def parse_tres(text: str) -> Dict[str, str]:
     return out
 
 
+_MEM_UNITS = {"": 1, "K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 * 1024, "P": 1024**3}
+
+
+def parse_memory_mb(value: str) -> float:
+    """``1000M`` → 1000.0, ``62.50G`` → 64000.0 (MiB); a bare number is MiB (sacct's TRES memory values)."""
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([KMGTP]?)B?\s*", value or "", re.IGNORECASE)
+    if not m:
+        raise ParseError(f"bad memory value {value!r}")
+    return float(m.group(1)) * _MEM_UNITS[m.group(2).upper()]
+
+
 def _tres_count(value: str, key: str) -> int:
     try:
         n = int(value)

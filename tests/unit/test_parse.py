@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 from slurmkit.slurm.parse import (ParseError, compress_hostlist, expand_hostlist, format_minutes, gpus_from_tres,
-                                  parse_parsable2, parse_time_limit, parse_tres, split_parsable2)
+                                  parse_memory_mb, parse_parsable2, parse_time_limit, parse_tres, split_parsable2)
 
 
 @pytest.mark.parametrize("text,expected", [
@@ -121,3 +121,11 @@ def test_gpus_from_gres():
     assert gpus_from_gres("gpu:h100:4,gpu:a100:2(S:1)") == {"h100": 4, "a100": 2}
     assert gpus_from_gres("shard:4,gpu:h100:2") == {"h100": 2}
     assert gpus_from_gres("(null)") == {} and gpus_from_gres("") == {}
+
+
+def test_parse_memory_mb():
+    assert parse_memory_mb("1000M") == 1000
+    assert parse_memory_mb("62.50G") == 64000
+    assert parse_memory_mb("1T") == 1024 * 1024
+    with pytest.raises(ParseError):
+        parse_memory_mb("lots")
