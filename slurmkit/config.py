@@ -35,6 +35,8 @@ PATHS_SCHEMA = Section({
                        nullable=False),
     "shared_dir": Field("str", "/var/lib/slurmkit/shared",
                         "Shared storage for sweep results read by every node's prolog.", nullable=False),
+    "shared_owner": Field("str", "root", "Account the sweep jobs run as: besides root, the only owner "
+                          "whose verdict files the prolog believes (see docs/security.md).", nullable=False),
     "metrics_dir": Field("str", "/var/lib/prometheus/node-exporter",
                          "node_exporter textfile-collector directory for *.prom files.", nullable=False),
     "log_dir": Field("str", "/var/log/slurmkit", "JSON-lines logs (health verdicts, kill audit).",

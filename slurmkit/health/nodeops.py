@@ -183,9 +183,9 @@ def node_status(node: str, health: Dict[str, Any], paths: Dict[str, Any]) -> Dic
             if r.get("status") in ("fail", "warn")
         ]
     try:
-        from slurmkit.sweep.store import VerdictStore
+        from slurmkit.sweep.store import for_paths
 
-        out["heavy_verdicts"] = VerdictStore(paths["shared_dir"]).node(node) or {}
+        out["heavy_verdicts"] = for_paths(paths).node(node) or {}
     except Exception:
         pass
     return out

@@ -38,7 +38,9 @@ def store_root(site_cfg) -> str:
 
 
 def open_store(site_cfg) -> VerdictStore:
-    return VerdictStore(store_root(site_cfg))
+    from slurmkit.sweep.store import for_paths
+
+    return for_paths(site_cfg.section("paths"))
 
 
 @dataclass
