@@ -4,9 +4,11 @@
    own checkpoint-storage probe.
 2. Judge each numeric probe against the node's peers (same GPU model) from the
    store: the fleet-relative outlier rule (:mod:`slurmkit.sweep.outliers`).
-3. Record everything in the verdict store in one locked write: a complete pass.
-4. Act: drain on a fail verdict with the ``slurmkit:<CODE> <check>: <detail>`` reason;
-   resume a slurmkit-drained node whose pass is clean, through the health gate's
+3. Drain on a fail verdict with the ``slurmkit:<CODE> <check>: <detail>`` reason, before
+   anything is written: a full or locked store must not keep a failing node in service.
+4. Record everything in the verdict store in one locked write (a complete pass); a
+   failure is logged and reported (``record_error``), never raised past the drain.
+   Resume a slurmkit-drained node whose pass is clean, through the health gate's
    guarded resume (which never touches an admin's drain).
 5. Notify (de-duplicated) and write the node's textfile metrics.
 
@@ -57,6 +59,7 @@ class NodeRun:
     metrics_file: Optional[str] = None
     seconds: float = 0.0
     outliers_skipped: List[str] = field(default_factory=list)
+    record_error: Optional[str] = None
 
     def to_dict(self) -> Dict[str, Any]:
         return {
@@ -71,6 +74,7 @@ class NodeRun:
             "metrics_file": self.metrics_file,
             "seconds": round(self.seconds, 3),
             "outliers_skipped": self.outliers_skipped,
+            "record_error": self.record_error,
             "results": [r.to_dict() for r in self.results],
         }
 
@@ -241,13 +245,11 @@ def run_node(
                 run.outliers_skipped.append(f"{r.check}: {r.reason}")
             else:
                 results.append(r)
-    if gpu_model:
-        store.set_meta(node, gpu_model=gpu_model)
-    store.record(node, results, sweep["valid_for_s"], tier="heavy", run_id=run_id)
     run.results = results
     run.status = worst_status(results)
 
-    # actions
+    # The verdict is decided: drain first, then record (a full or locked store must not
+    # leave a failing node in service), each best effort.
     culprit = pick_drain_result(results)
     if culprit is not None and sweep["drain_on_fail"]:
         reason = culprit.drain_reason()
@@ -256,7 +258,14 @@ def run_node(
             run.drained = reason
         except Exception as exc:
             log.error("could not drain %s: %s", node, exc)
-    elif culprit is None and sweep["resume_on_pass"]:
+    try:
+        if gpu_model:
+            store.set_meta(node, gpu_model=gpu_model)
+        store.record(node, results, sweep["valid_for_s"], tier="heavy", run_id=run_id)
+    except Exception as exc:
+        run.record_error = f"{type(exc).__name__}: {exc}"
+        log.error("could not record %s's pass in the verdict store: %s", node, run.record_error)
+    if culprit is None and sweep["resume_on_pass"]:
         info = None
         try:
             info = client.show_node(node)
