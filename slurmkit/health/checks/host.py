@@ -119,9 +119,12 @@ def check_mounts(ctx, params) -> CheckResult:
                 "mounts", Status.FAIL, "MOUNT_READONLY", f"{mp} is mounted read-only", Action.MONITOR
             )
         if params.get("write_test", True):
-            probe = os.path.join(norm, f".slurmkit-write-test.{os.getpid()}")
+            # a random name (mkstemp: O_EXCL, never through a link): a predictable one could be
+            # pre-created by any user of a world-writable mount, failing the check on purpose
+            import tempfile
+
             try:
-                fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                fd, probe = tempfile.mkstemp(prefix=".slurmkit-write-test.", dir=norm)
                 os.close(fd)
                 os.unlink(probe)
             except OSError as exc:
