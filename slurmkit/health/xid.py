@@ -76,7 +76,12 @@ def load_table(path: Optional[str] = None) -> XidTable:
 
     p = path or default_table_path()
     if p not in _TABLE_CACHE:
-        data = _trusted_yaml(p)
+        try:
+            data = _trusted_yaml(p)
+        except trust.UntrustedFile as exc:
+            if not path or os.path.realpath(path) == os.path.realpath(default_table_path()):
+                raise ConfigError(f"not trusted: {exc.why}", path=p) from None
+            return load_table(None)  # ignore a table others could write; judge by the packaged one
         if not isinstance(data, dict) or not isinstance(data.get("xids"), dict):
             raise ConfigError("expected a mapping with an 'xids' mapping", path=p)
         for key, entry in data["xids"].items():
@@ -94,14 +99,14 @@ def load_table(path: Optional[str] = None) -> XidTable:
 
 def _trusted_yaml(path: str) -> Any:
     """The table's YAML, read only from a root-owned file nobody else can write (it decides
-    which Xids drain a node)."""
+    which Xids drain a node); :class:`~slurmkit.core.trust.UntrustedFile` otherwise."""
     from slurmkit.core.yamlload import load_yaml_text
     from slurmkit.errors import ConfigError
 
     try:
         raw = trust.read_strict(path)
-    except trust.UntrustedFile as exc:
-        raise ConfigError(f"not trusted: {exc.why}", path=path) from None
+    except trust.UntrustedFile:
+        raise  # logged and counted by trust; the caller decides
     except OSError as exc:
         raise ConfigError(f"cannot read: {exc.strerror}", path=path) from None
     try:

@@ -134,11 +134,11 @@ class VerdictStore:
     believed, i.e. the one the sweep jobs run as.
     """
 
-    def __init__(self, root: str, owner: Any = None, lock_timeout: float = LOCK_TIMEOUT):
+    def __init__(self, root: str, owner: Any = None, lock_timeout: Optional[float] = None):
         self.root = os.path.abspath(os.fspath(root))
         uid = trust.uid_of(owner)
         self.owners = trust.trusted_uids(() if uid is None else (uid,))
-        self.lock_timeout = lock_timeout
+        self.lock_timeout = LOCK_TIMEOUT if lock_timeout is None else lock_timeout
 
     # ----------------------------------------------------------------- paths, io
 
