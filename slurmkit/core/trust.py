@@ -195,9 +195,10 @@ def writable_dir(directory: str, mode: int = 0o755, owners: Optional[frozenset] 
     try:
         if not os.path.isdir(directory):
             os.makedirs(os.path.dirname(os.path.abspath(directory)), mode=0o755, exist_ok=True)
-            os.mkdir(directory, mode)
-    except FileExistsError:
-        pass
+            try:
+                os.mkdir(directory, mode)
+            except FileExistsError:
+                pass
         return dir_problem(os.path.realpath(directory), owners)
     except OSError as exc:
         return f"{directory}: {exc.strerror}"
