@@ -122,10 +122,17 @@ class Node:
 
 def fill(directory: Path) -> None:
     """Fill the filesystem of ``directory`` until it says ENOSPC."""
-    with open(directory / "filler", "wb") as fh:
-        try:
-            while True:
-                fh.write(b"\0" * 4096)
-                fh.flush()
-        except OSError:
-            pass
+    fd = os.open(directory / "filler", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        while True:
+            try:
+                os.write(fd, b"\0" * 4096)
+            except OSError:
+                break
+        while True:  # the last partial block
+            try:
+                os.write(fd, b"\0")
+            except OSError:
+                break
+    finally:
+        os.close(fd)
