@@ -54,11 +54,15 @@ def gres_gpu_count(node: str, gres_conf: str) -> Optional[int]:
     when the file is missing or only ``AutoDetect`` is used."""
     from slurmkit.slurm.parse import ParseError, expand_hostlist
 
+    from slurmkit.core import trust
+
     try:
-        with open(gres_conf, encoding="utf-8", errors="replace") as fh:
-            text = fh.read()
+        raw = trust.read_trusted(gres_conf)  # root's file only: it sets how many GPUs must be there
     except OSError:
         return None
+    if raw is None:
+        return None
+    text = raw.decode("utf-8", "replace")
     total, seen = 0, False
     for raw in text.splitlines():
         line = raw.split("#", 1)[0].strip()
