@@ -70,6 +70,8 @@ def uid_of(account) -> Optional[int]:
         return None
     if isinstance(account, int) or str(account).isdigit():
         return int(account)
+    if account == "root":  # the default: no NSS lookup (LDAP) on the prolog's path
+        return 0
     import pwd
 
     try:
