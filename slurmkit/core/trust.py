@@ -48,6 +48,7 @@ REJECTED: List[Tuple[str, str]] = []
 MAX_BYTES = 16 * 1024 * 1024
 
 _OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+_LOCK_FLAGS = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
 
 
 class UntrustedFile(Exception):
@@ -182,7 +183,9 @@ def read_strict(path: str, owners: Optional[frozenset] = None, max_bytes: int = 
         os.close(fd)
 
 
-def read_trusted(path: str, owners: Optional[frozenset] = None, max_bytes: int = MAX_BYTES) -> Optional[bytes]:
+def read_trusted(
+    path: str, owners: Optional[frozenset] = None, max_bytes: int = MAX_BYTES
+) -> Optional[bytes]:
     """The bytes of ``path`` if it passes the rule; ``None`` when it is missing or refused
     (a refusal is logged and counted). Other I/O errors propagate."""
     try:
@@ -216,8 +219,7 @@ def lock(path: str, timeout: float, *, posix: bool = False, mode: int = 0o600) -
     permissions at most (a lock any user can open is a lock any user can hold).
     """
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0),
-                     mode)
+        fd = os.open(path, _LOCK_FLAGS, mode)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise UntrustedFile(path, "lock file is a symbolic link") from None

@@ -92,5 +92,7 @@ def safe_code(value: Any, default: str) -> str:
 def safe_text(value: Any, limit: int = 400) -> str:
     """One line of printable ASCII: control characters, newlines and non-ASCII become spaces
     or ``?`` (a drain reason is shown by ``sinfo`` and parsed from ``scontrol -o``)."""
-    text = "".join(ch if " " <= ch <= "~" else (" " if ch.isspace() else "?") for ch in str(value or "")[:limit])
+    text = "".join(
+        ch if " " <= ch <= "~" else (" " if ch.isspace() else "?") for ch in str(value or "")[:limit]
+    )
     return " ".join(text.split())

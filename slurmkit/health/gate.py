@@ -212,7 +212,8 @@ def run_hook(hook: str, env: Optional[Dict[str, str]] = None) -> int:
         problem = CheckResult("config", Status.UNKNOWN, "CONFIG_ERROR", str(exc), details={"internal": True})
         _say(f"{hook}: config error, failing open: {exc}")
         _record_bounded(
-            hook, RECORD_TIMEOUT, None, paths, Status.UNKNOWN, [problem], time.monotonic() - t0, 0, None, [str(exc)]
+            hook, RECORD_TIMEOUT, None, paths, Status.UNKNOWN, [problem], time.monotonic() - t0, 0, None,
+            [str(exc)],
         )
         return 0
     budget = float(health.get(f"{hook}_deadline", DEFAULT_DEADLINES.get(hook, 5.0)))

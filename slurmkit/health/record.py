@@ -7,7 +7,8 @@ together) never interleave or lose a line. The lock is a separate file because t
 itself is world-readable, and a file a user can open is a file a user can ``flock``:
 that used to stall the prolog until its watchdog fired. The wait is bounded, the log
 is opened non-blocking without following links, and a directory others can write is
-refused (:mod:`slurmkit.core.trust`). The metrics file is per hook and node (``slurmkit_health_<hook>_<node>.prom``;
+refused (:mod:`slurmkit.core.trust`). The metrics file is per hook and node
+(``slurmkit_health_<hook>_<node>.prom``;
 several slurmd can share a host), written atomically.
 """
 

@@ -214,7 +214,8 @@ def add_sticky(state_dir: str, node: str, events: List[Dict[str, Any]]) -> None:
     kept = sticky_events(state_dir, node)
     seen = {(e.get("timestamp"), e.get("xid"), e.get("pci")) for e in kept}
     kept += [e for e in events if (e.get("timestamp"), e.get("xid"), e.get("pci")) not in seen]
-    write_json_atomic(sticky_path(state_dir, node), {"events": kept[-100:], "updated": time.time()}, mode=0o600)
+    doc = {"events": kept[-100:], "updated": time.time()}
+    write_json_atomic(sticky_path(state_dir, node), doc, mode=0o600)
 
 
 def clear_sticky(state_dir: str, node: str) -> int:

@@ -1,5 +1,6 @@
-"""Attack-test helpers (a unique module name; the fixtures are in conftest.py): a node's slurmkit files laid out as in production (root-owned,
-0755 directories), and the hook programs run as slurmd runs them.
+"""Attack-test helpers (a unique module name; the fixtures are in conftest.py): a node's
+slurmkit files laid out as in production (root-owned, 0755 directories), and the hook
+programs run as slurmd runs them.
 
 slurmd starts Prolog/Epilog/HealthCheckProgram with an empty environment plus the job's
 ``SLURM_*`` variables (``env -i`` + job environment). The only additions here are
@@ -18,7 +19,6 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
@@ -107,7 +107,8 @@ class Node:
 
     def hook(self, hook: str = "prolog", timeout: float = 60, **env: str) -> subprocess.CompletedProcess:
         """Run a hook program exactly as slurmd would: ``env -i`` + the job's environment."""
-        argv = ["env", "-i", *(f"{k}={v}" for k, v in self.env(**env).items()), sys.executable, str(HOOKS[hook])]
+        environ = [f"{k}={v}" for k, v in self.env(**env).items()]
+        argv = ["env", "-i", *environ, sys.executable, str(HOOKS[hook])]
         return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, cwd="/")
 
     def records(self) -> List[Dict[str, Any]]:

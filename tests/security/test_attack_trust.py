@@ -37,7 +37,8 @@ def test_a_user_cannot_hold_the_xid_lock_to_turn_an_xid_79_into_a_pass(node, unp
     timed out on the lock and an Xid 79 read `unknown, exit 0`."""
     attacker, _ = unprivileged_users
     assert node.hook("prolog").returncode == 0  # first job: creates the state files
-    hog = spawn_as_user(attacker, HOLD_EVERY_LOCK, node.paths["state_dir"] + "/*", node.paths["log_dir"] + "/*")
+    hog = spawn_as_user(attacker, HOLD_EVERY_LOCK, node.paths["state_dir"] + "/*",
+                        node.paths["log_dir"] + "/*")
     try:
         ready = hog.stdout.readline()
         assert ready.startswith("held"), hog.stderr.read() if hog.poll() is not None else ready

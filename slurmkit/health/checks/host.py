@@ -277,7 +277,9 @@ def check_heavy_cache(ctx, params) -> CheckResult:
     root = ctx.paths["shared_dir"]
     wait = float(params.get("store_timeout") or 1.0)
     try:
-        entries, _ = call_with_deadline(lambda: for_paths(ctx.paths).node(ctx.node) or {}, wait, "heavy_cache")
+        entries, _ = call_with_deadline(
+            lambda: for_paths(ctx.paths).node(ctx.node) or {}, wait, "heavy_cache"
+        )
     except ProbeTimeout:
         return CheckResult(
             "heavy_cache",
@@ -308,7 +310,8 @@ def check_heavy_cache(ctx, params) -> CheckResult:
             "heavy_cache",
             Status.FAIL,
             safe_code(e.get("code"), "HEAVY_FAIL"),
-            f"{safe_text(name)} (sweep, valid until {_iso(e['valid_until'])}): {safe_text(e.get('reason', ''))}",
+            f"{safe_text(name)} (sweep, valid until {_iso(e['valid_until'])}): "
+            f"{safe_text(e.get('reason', ''))}",
             _stored_action(e.get("action")),
             value=len(valid),
             details=details,
