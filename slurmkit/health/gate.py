@@ -38,7 +38,8 @@ from slurmkit.slurm.node import this_node
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 DEFAULT_DEADLINES = {"prolog": 5.0, "epilog": 30.0, "healthcheck": 30.0}
 HOOK_EXIT_FAIL = 1
-#: Seconds the record and the metrics may take after the verdict (they are best effort).
+#: Seconds the record and the metrics may take after the verdict at least (they are best
+#: effort; a hook gives them what is left of its budget when that is more).
 RECORD_TIMEOUT = 1.0
 
 #: The exit code once the verdict is decided; the watchdog exits with it, not with 0.
@@ -265,9 +266,9 @@ def run_hook(hook: str, env: Optional[Dict[str, str]] = None) -> int:
                 extra["drain"] = note
         elif internal:
             _say(f"{hook}: {ctx.node}: failing open on slurmkit fault(s): {'; '.join(internal)[:300]}")
-        _record_bounded(
-            hook, RECORD_TIMEOUT, ctx, paths, status, results, time.monotonic() - t0, exit_code, drain_reason,
-            internal, extra,
+        _record_bounded(  # what is left of the budget, at least RECORD_TIMEOUT (the watchdog bounds both)
+            hook, max(RECORD_TIMEOUT, deadline - time.monotonic()), ctx, paths, status, results,
+            time.monotonic() - t0, exit_code, drain_reason, internal, extra,
         )
         return exit_code
     except Exception as exc:  # a slurmkit bug: fail open unless told otherwise
