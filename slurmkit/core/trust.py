@@ -209,7 +209,8 @@ def writable_dir(directory: str, mode: int = 0o755, owners: Optional[frozenset] 
         return f"{directory}: {exc.strerror}"
 
 
-def lock(path: str, timeout: float, *, posix: bool = False, mode: int = 0o600) -> int:
+def lock(path: str, timeout: float, *, posix: bool = False, mode: int = 0o600,
+         owners: Optional[frozenset] = None) -> int:
     """Take an exclusive lock on ``path`` (created ``mode``, never through a symlink),
     waiting at most ``timeout`` seconds; return the descriptor (close it to unlock).
 
@@ -228,9 +229,9 @@ def lock(path: str, timeout: float, *, posix: bool = False, mode: int = 0o600) -
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise UntrustedFile(path, "lock file is not a regular file")
-        if st.st_uid not in trusted_uids():
+        if st.st_uid not in (trusted_uids() if owners is None else owners):
             raise UntrustedFile(path, f"lock file is owned by uid {st.st_uid}, not by a trusted account")
-        if stat.S_IMODE(st.st_mode) & ~mode:
+        if stat.S_IMODE(st.st_mode) & ~mode and st.st_uid == os.geteuid():
             os.fchmod(fd, mode)  # an older, wider lock file of ours: narrow it
         deadline = time.monotonic() + max(0.0, timeout)
         delay = 0.002

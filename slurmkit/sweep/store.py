@@ -161,7 +161,7 @@ class VerdictStore:
     def _lock(self, lock_path: str) -> Iterator[None]:
         self._ensure_root()
         try:
-            fd = trust.lock(lock_path, self.lock_timeout, posix=True)
+            fd = trust.lock(lock_path, self.lock_timeout, posix=True, owners=self.owners)
         except TimeoutError as exc:
             raise StoreLockTimeout(str(exc)) from None
         try:
