@@ -210,9 +210,11 @@ def run_node(
     """Run one node's pass; see the module docstring. ``heavy`` and ``resume`` are the
     health gate's functions, injectable so the unit tests can drive this function with
     fixture results."""
+    from slurmkit.core import trust
     from slurmkit.slurm import client
 
     started = time.monotonic()
+    rejected_before = len(trust.REJECTED)  # files this pass refuses to believe (forged verdicts)
     sweep = site_cfg.section("sweep")
     store = open_store(site_cfg)
     if not gpu_model:
@@ -299,6 +301,7 @@ def run_node(
                 results,
                 gpu_model=gpu_model,
                 finished_at=time.time(),
+                untrusted_files=len({path for path, _ in trust.REJECTED[rejected_before:]}),
             )
         except Exception as exc:
             log.error("metrics failed: %s: %s", type(exc).__name__, exc)

@@ -214,3 +214,45 @@ def test_on_the_devcluster_a_user_cannot_forge_a_verdict_that_drains_a_node(devc
             forged.unlink()
         if "PWNED" in devcluster.node_reason("node1"):
             devcluster.resume_all()
+
+
+def test_forged_peers_cannot_make_a_healthy_node_an_outlier(node, unprivileged_users):
+    """Old: peer documents a user wrote into the store counted in the fleet median: five
+    forged "peers" at 900 GB/s made a healthy node at 400 GB/s an outlier, and with
+    ``outliers.action: drain`` the sweep drained it."""
+    from slurmkit.config import load_site_config
+    from slurmkit.health.base import CheckResult, Status
+    from slurmkit.slurm import runner
+    from slurmkit.slurm.runner import Result
+    from slurmkit.sweep.runnode import run_node
+
+    attacker, _ = unprivileged_users
+    store = node.root / "shared" / "verdicts"
+    store.mkdir(parents=True)
+    now = time.time()
+    for i in range(5):
+        doc = {"version": 1, "node": f"peer{i}", "checks": {}, "last_pass": now - 60,
+               "history": {"nvlink_bandwidth": [[now - 60, 900.0 + i, "r0"]]}, "meta": {"gpu_model": "h100"}}
+        path = store / f"peer{i}.json"
+        path.write_text(json.dumps(doc))
+        os.chown(path, *_ids(attacker))
+    cfg_path = node.root / "sweep.yaml"
+    cfg_path.write_text(node.config.read_text() + "sweep: {storage: {enabled: false}, "
+                        "outliers: {min_peers: 3, action: drain}}\n")
+    calls = []
+
+    def fake(argv, timeout, input, env):
+        calls.append(list(argv))
+        return Result(list(argv), 0, "", "", 0.0)
+
+    def heavy(site_cfg, name, checks):
+        return [CheckResult("nvlink_bandwidth", Status.OK, "OK", "fine", value=400.0, unit="GB/s")]
+
+    previous = runner.set_runner(fake)
+    try:
+        run = run_node(load_site_config(str(cfg_path)), "node1", "r1", "h100", heavy=heavy)
+    finally:
+        runner.set_runner(previous)
+    assert run.drained is None and not [c for c in calls if "State=DRAIN" in c], run.to_dict()
+    metrics = open(run.metrics_file).read()
+    assert 'slurmkit_sweep_untrusted_files{node="node1"} 5.0' in metrics
