@@ -35,6 +35,8 @@ PATHS_SCHEMA = Section({
                        nullable=False),
     "shared_dir": Field("str", "/var/lib/slurmkit/shared",
                         "Shared storage for sweep results read by every node's prolog.", nullable=False),
+    "shared_owner": Field("str", "root", "Account the sweep jobs run as: besides root, the only owner "
+                          "whose verdict files the prolog believes (see docs/security.md).", nullable=False),
     "metrics_dir": Field("str", "/var/lib/prometheus/node-exporter",
                          "node_exporter textfile-collector directory for *.prom files.", nullable=False),
     "log_dir": Field("str", "/var/log/slurmkit", "JSON-lines logs (health verdicts, kill audit).",
@@ -99,6 +101,24 @@ class SiteConfig:
         return self.section(name)
 
 
+def _load_trusted(path: str) -> Any:
+    """Root reads a config only from a root-owned file nobody else can write (the config
+    decides what root does on every node; see docs/security.md)."""
+    from slurmkit.core import trust
+    from slurmkit.core.yamlload import load_yaml_text
+
+    try:
+        raw = trust.read_strict(path)
+    except trust.UntrustedFile as exc:
+        raise ConfigError(f"not trusted (root reads only root's files): {exc.why}", path=path) from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read: {exc.strerror}", path=path) from None
+    try:
+        return load_yaml_text(raw.decode("utf-8"), path)
+    except UnicodeDecodeError:
+        raise ConfigError("not UTF-8 text", path=path) from None
+
+
 def load_site_config(path: Optional[str] = None, *, full: bool = False) -> SiteConfig:
     """Load and validate the site config.
 
@@ -110,7 +130,7 @@ def load_site_config(path: Optional[str] = None, *, full: bool = False) -> SiteC
     if p is not None:
         if not os.path.exists(p):
             raise ConfigError("config file not found", path=p)
-        raw = load_yaml_file(p)
+        raw = _load_trusted(p) if os.geteuid() == 0 else load_yaml_file(p)
         if raw is None:
             raw = LineDict()
         if not isinstance(raw, dict):

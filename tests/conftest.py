@@ -77,7 +77,9 @@ class ClusterHandle:
         self.nodes: List[str] = spec.node_names
         self.env: Dict[str, str] = cluster.env()
         self.config_path: Path = cluster.slurmkit_config
-        self.shared_dir: Path = cluster.root / "shared"
+        # where tests and their users' jobs write: the cluster's 1777 scratch area (the verdict
+        # store and the checkpoint root are root's, as in production)
+        self.shared_dir: Path = cluster.root / "shared" / "scratch"
 
     def gpu_fixture(self, node: str) -> Path:
         return self.state_dir / "gpu" / f"{node}.yaml"

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import json
 import os
-import threading
 from typing import Any, Optional
+
+_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
 
 
 def write_json_atomic(path: str, data: Any, *, indent: Optional[int] = None, fsync: bool = False,
@@ -20,21 +21,30 @@ def write_json_atomic(path: str, data: Any, *, indent: Optional[int] = None, fsy
 
     ``indent=None`` writes compact JSON. ``fsync`` flushes the data to disk before the
     rename (shared storage, where a crash must not leave an empty file behind). ``mode``
-    sets the file's permissions, for files that other users must read whatever the
-    writer's umask.
+    sets the file's permissions (default: 0644 less the umask), for files that other
+    users must read whatever the writer's umask, or that nobody else may read (0600).
+
+    The temporary file has a random name and is created with ``O_EXCL | O_NOFOLLOW``
+    (as ``mkstemp`` does), so nobody can prepare that name in advance: a symlink there
+    is never followed and an existing file is never reused.
     """
     directory, name = os.path.split(os.path.abspath(path))
-    # Unique per process and thread, in the target's directory so the rename is atomic.
-    tmp = os.path.join(directory, f".{name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    text = json.dumps(data, sort_keys=True, indent=indent, separators=(",", ":") if indent is None else None)
+    while True:
+        tmp = os.path.join(directory, f".{name}.{os.urandom(6).hex()}.tmp")
+        try:
+            fd = os.open(tmp, _CREATE, 0o600 if mode is not None else 0o644)
+            break
+        except FileExistsError:
+            continue
     try:
-        with open(tmp, "w", encoding="utf-8") as fh:
-            json.dump(data, fh, sort_keys=True, indent=indent,
-                      separators=(",", ":") if indent is None else None)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            if mode is not None:
+                os.fchmod(fh.fileno(), mode)
+            fh.write(text)
             if fsync:
                 fh.flush()
                 os.fsync(fh.fileno())
-        if mode is not None:
-            os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
         try:

@@ -461,12 +461,21 @@ class DevCluster:
             (self.root / "spool" / "slurmd" / n).mkdir(parents=True, exist_ok=True)
         for sub in ("run", "log", "spool/ctld"):
             os.chown(self.root / sub, slurm.pw_uid, slurm.pw_gid)
+        # Production modes (docs/security.md): root's state 0700, logs and metrics 0755, the
+        # verdict store and the checkpoint root root-owned 0755 (per-user checkpoint
+        # directories, 0700, are made in it for the cluster's users). Only scratch/ is 1777,
+        # a user scratch area like /tmp that slurmkit never reads as root.
+        (self.root / "slurmkit" / "state").chmod(0o700)
+        for sub in ("slurmkit", "slurmkit/metrics", "slurmkit/log"):
+            (self.root / sub).chmod(0o755)
         shared = self.root / "shared"
         shared.mkdir(exist_ok=True)
-        shared.chmod(0o1777)
+        shared.chmod(0o755)
         for sub in ("verdicts", "checkpoints"):
             (shared / sub).mkdir(exist_ok=True)
-            (shared / sub).chmod(0o1777)
+            (shared / sub).chmod(0o755)
+        (shared / "scratch").mkdir(exist_ok=True)
+        (shared / "scratch").chmod(0o1777)
         for i in range(spec.gpus_per_node):
             dev = self.root / "fakegpu" / f"nvidia{i}"
             if not dev.exists():
@@ -656,6 +665,16 @@ class DevCluster:
                     _run(["sacctmgr", "-i", "add", "user", user, f"Account={a}"], env=env)
         return created
 
+    def _checkpoint_dirs(self, spec: ClusterSpec) -> None:
+        """``shared/checkpoints/<user>``, owned by the user, 0700: the checkpoint root itself
+        is root's, so no user can make or take over another user's directory."""
+        for user in spec.users:
+            pw = pwd.getpwnam(user)
+            d = self.root / "shared" / "checkpoints" / user
+            d.mkdir(mode=0o700, exist_ok=True)
+            os.chown(d, pw.pw_uid, pw.pw_gid, follow_symlinks=False)
+            d.chmod(0o700)
+
     def wait_nodes_idle(self, spec: ClusterSpec, env: Dict[str, str], timeout: float = 60) -> None:
         def all_idle() -> bool:
             res = _probe(["sinfo", "-h", "-N", "-o", "%N %T"], env=env, timeout=10)
@@ -700,6 +719,7 @@ class DevCluster:
         self._start_slurmctld(env)
         self._start_slurmds(spec, env)
         created = self._accounts(spec, env)
+        self._checkpoint_dirs(spec)
         spec.created_users = sorted(set(spec.created_users) | set(created))
         self.save_spec(spec)
         self.wait_nodes_idle(spec, env)

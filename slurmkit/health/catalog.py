@@ -35,6 +35,9 @@ class CheckSpec:
     gpu: bool = True  # needs the GPU backend
     hooks: FrozenSet[str] = ALL_HOOKS
     codes: str = ""  # the codes it can return, for the docs and `health list`
+    #: reads shared storage: a timeout means the store did not answer (UNKNOWN, fail open),
+    #: not that this node is broken
+    remote: bool = False
 
     def function(self) -> Callable:
         module, _, attr = self.target.partition(":")
@@ -166,7 +169,8 @@ CATALOG: Dict[str, CheckSpec] = {
             "Still-valid heavy verdicts from the sweep store, reported not re-run; a valid FAIL fails.",
             gpu=False,
             hooks=frozenset({"prolog", "manual"}),
-            codes="<the stored code>",
+            codes="<the stored code>, STORE_UNREACHABLE, STORE_UNREADABLE",
+            remote=True,
         ),
         CheckSpec(
             "nvlink_bandwidth",

@@ -213,7 +213,15 @@ CHECKS_SCHEMA = Section(
                 items=Field("str"),
             )
         ),
-        "heavy_cache": _check(),
+        "heavy_cache": _check(
+            store_timeout=Field(
+                "float",
+                1.0,
+                "Seconds the shared verdict store may take to answer; past it the check is "
+                "unknown (fails open), never a failure.",
+                min=0.05,
+            )
+        ),
         # heavy tier (sweeps; needs torch)
         "nvlink_bandwidth": _check(
             size_mb=Field("int", 256, "Bytes per pair copy (MiB).", min=1),

@@ -154,6 +154,16 @@ def run_one(ctx: Context, spec: CheckSpec, timeout: float) -> CheckResult:
     except ProbeTimeout:
         if spec.gpu:
             ctx.backend_hung_in = spec.name
+        if spec.remote:  # shared storage that does not answer is not a node fault
+            result = CheckResult(
+                spec.name,
+                Status.UNKNOWN,
+                "STORE_UNREACHABLE",
+                f"{spec.name}: shared storage did not answer within {timeout:.2f}s (failing open)",
+                details={"internal": True},
+            )
+            result.seconds = round(time.monotonic() - start, 4)
+            return result
         result = CheckResult(
             spec.name,
             Status.FAIL,

@@ -8,8 +8,9 @@ node; HealthCheckProgram's exit status is ignored, it must drain by itself.
 Policy, in order:
 
 1. **Bounded.** Everything runs under the hook's deadline (prolog 5 s by default);
-   each check has its own; a watchdog thread ends the process (fail-open) if
-   slurmkit itself ever overruns by more than a second.
+   each check has its own; a watchdog thread ends the process if slurmkit itself ever
+   overruns by more than a second: with the decided exit code once there is a verdict,
+   failing open only before one.
 2. **Fail open on our own faults.** A bad config, a bug, a missing library or a check
    that could not run is logged, counted in a metric and exits 0, unless
    ``health.fail_closed``.
@@ -17,6 +18,9 @@ Policy, in order:
    ``slurmkit:<CODE> <check>: <detail>``, with a bounded ``scontrol update`` (unless
    an admin's drain is already there, which is never overwritten), records the
    verdict (JSON lines + Prometheus textfile) and exits 1.
+4. **A decided verdict is the exit code.** The verdict is decided first; the drain,
+   the record and the metrics come after it, each best effort and bounded (a full or
+   slow disk, a held lock, EACCES are logged, never turned into a pass).
 """
 
 from __future__ import annotations
@@ -27,12 +31,19 @@ import threading
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
+from slurmkit.core import trust
 from slurmkit.health.base import DRAIN_REASON_PREFIX, Action, CheckResult, Status, Tier
 from slurmkit.slurm.node import this_node
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 DEFAULT_DEADLINES = {"prolog": 5.0, "epilog": 30.0, "healthcheck": 30.0}
 HOOK_EXIT_FAIL = 1
+#: Seconds the record and the metrics may take after the verdict at least (they are best
+#: effort; a hook gives them what is left of its budget when that is more).
+RECORD_TIMEOUT = 1.0
+
+#: The exit code once the verdict is decided; the watchdog exits with it, not with 0.
+_decided: Optional[int] = None
 
 
 def _say(message: str) -> None:
@@ -62,6 +73,10 @@ def _start_watchdog(seconds: float, hook: str, fail_closed: bool) -> None:
     threads cannot hold it open (``os._exit``)."""
 
     def fire() -> None:
+        decided = _decided
+        if decided is not None:
+            _say(f"{hook}: internal watchdog fired after {seconds:.1f}s; exiting {decided} as decided")
+            os._exit(decided)
         _say(
             f"{hook}: internal watchdog fired after {seconds:.1f}s; "
             + ("failing (fail_closed)" if fail_closed else "failing open")
@@ -131,6 +146,11 @@ def _record(
 
     node = ctx.node if ctx else this_node()
     job = ctx.job_id if ctx else os.environ.get("SLURM_JOB_ID")
+    untrusted = list(trust.REJECTED)
+    if untrusted:
+        extra = dict(extra or {}, untrusted_files=[f"{p}: {why}" for p, why in untrusted[:20]])
+        for p, why in untrusted[:5]:
+            _say(f"{hook}: ignored untrusted {p}: {why}")
     try:
         record.append_jsonl(
             os.path.join(paths["log_dir"], record.HEALTH_LOG),
@@ -151,14 +171,29 @@ def _record(
         _say(f"{hook}: cannot write the health log under {paths.get('log_dir')}: {exc}")
     try:
         record.write_verdict_metrics(
-            paths["metrics_dir"], node, hook, status, results, seconds, bool(internal)
+            paths["metrics_dir"], node, hook, status, results, seconds, bool(internal), len(untrusted)
         )
     except Exception as exc:
         _say(f"{hook}: cannot write metrics under {paths.get('metrics_dir')}: {exc}")
 
 
+def _record_bounded(hook: str, seconds: float, *args) -> None:
+    """:func:`_record` in a worker thread: a stuck disk cannot hold the decided exit code."""
+    from slurmkit.health.deadline import ProbeTimeout, call_with_deadline
+
+    try:
+        call_with_deadline(lambda: _record(hook, *args), seconds, "record")
+    except ProbeTimeout:
+        _say(f"{hook}: recording the verdict took over {seconds:.1f}s; abandoned")
+    except Exception as exc:
+        _say(f"{hook}: cannot record the verdict: {exc}")
+
+
 def run_hook(hook: str, env: Optional[Dict[str, str]] = None) -> int:
     """Run the ``prolog``, ``epilog`` or ``healthcheck`` hook; return its exit code."""
+    global _decided
+    _decided = None
+    trust.REJECTED.clear()
     t0 = time.monotonic()
     if not os.environ.get("PATH"):
         os.environ["PATH"] = DEFAULT_PATH  # Slurm runs hooks with no PATH at all
@@ -174,7 +209,10 @@ def run_hook(hook: str, env: Optional[Dict[str, str]] = None) -> int:
             paths = {"log_dir": "/var/log/slurmkit", "metrics_dir": "/var/lib/prometheus/node-exporter"}
         problem = CheckResult("config", Status.UNKNOWN, "CONFIG_ERROR", str(exc), details={"internal": True})
         _say(f"{hook}: config error, failing open: {exc}")
-        _record(hook, None, paths, Status.UNKNOWN, [problem], time.monotonic() - t0, 0, None, [str(exc)])
+        _record_bounded(
+            hook, RECORD_TIMEOUT, None, paths, Status.UNKNOWN, [problem], time.monotonic() - t0, 0, None,
+            [str(exc)],
+        )
         return 0
     budget = float(health.get(f"{hook}_deadline", DEFAULT_DEADLINES.get(hook, 5.0)))
     deadline = t0 + budget
@@ -215,9 +253,13 @@ def run_hook(hook: str, env: Optional[Dict[str, str]] = None) -> int:
             fail = CheckResult(bad.check, Status.FAIL, bad.code, bad.reason, Action.ISOLATE)
         exit_code = 0
         drain_reason = None
+        if hook == "healthcheck":
+            exit_code = status.exit_code if status != Status.UNKNOWN or health["fail_closed"] else 0
         if fail is not None:
-            exit_code = HOOK_EXIT_FAIL
+            exit_code = HOOK_EXIT_FAIL if hook != "healthcheck" else exit_code
             drain_reason = fail.drain_reason()
+        _decided = exit_code  # from here on nothing may change it
+        if fail is not None:
             _say(f"{hook}: {ctx.node}: FAIL {drain_reason}")
             if health["drain_on_fail"] and not extra.get("reboot_requested"):
                 left = max(0.3, min(float(health["drain_timeout"]), deadline - time.monotonic() - 0.05))
@@ -225,14 +267,17 @@ def run_hook(hook: str, env: Optional[Dict[str, str]] = None) -> int:
                 extra["drain"] = note
         elif internal:
             _say(f"{hook}: {ctx.node}: failing open on slurmkit fault(s): {'; '.join(internal)[:300]}")
-        if hook == "healthcheck":
-            exit_code = status.exit_code if status != Status.UNKNOWN or health["fail_closed"] else 0
-        _record(
-            hook, ctx, paths, status, results, time.monotonic() - t0, exit_code, drain_reason, internal, extra
+        _record_bounded(  # what is left of the budget, at least RECORD_TIMEOUT (the watchdog bounds both)
+            hook, max(RECORD_TIMEOUT, deadline - time.monotonic()), ctx, paths, status, results,
+            time.monotonic() - t0, exit_code, drain_reason, internal, extra,
         )
         return exit_code
     except Exception as exc:  # a slurmkit bug: fail open unless told otherwise
         import traceback
+
+        if _decided is not None:  # the verdict was decided before the bug: keep it
+            _say(f"{hook}: internal error after the verdict: {type(exc).__name__}: {exc}")
+            return _decided
 
         _say(
             f"{hook}: internal error, failing {'closed' if health.get('fail_closed') else 'open'}: "
@@ -247,8 +292,9 @@ def run_hook(hook: str, env: Optional[Dict[str, str]] = None) -> int:
             f"{type(exc).__name__}: {exc}",
             details={"internal": True},
         )
-        _record(
+        _record_bounded(
             hook,
+            RECORD_TIMEOUT,
             ctx,
             paths,
             Status.UNKNOWN,

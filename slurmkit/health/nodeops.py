@@ -6,7 +6,9 @@ Rules (NHC's, made strict):
   drain (any other reason) is refused, always;
 * the checks are re-run first and the node is resumed only if none fails;
 * the reason is read again right before ``scontrol update State=RESUME``, so an admin
-  who drains the node while the re-check runs is not overridden.
+  who drains the node while the re-check runs is not overridden;
+* a resume clears the node's sticky Xid failures (every hook fails on them until then)
+  before the re-check, so the re-check judges only what happens from now on.
 
 Where the re-check runs: the checks read this machine's GPUs and filesystems, so they
 must run on the node. ``resume`` runs them locally when this machine *is* the node
@@ -75,6 +77,17 @@ def run_recheck(
     )
 
 
+def _clear_sticky_xids(node: str, paths: Dict[str, Any], report: Dict[str, Any]) -> None:
+    """A resume is the admin's word that the node was repaired: forget the sticky Xid
+    failures that every hook has been failing on (then re-check from a clean slate)."""
+    from slurmkit.health import xid
+
+    try:
+        report["xid_cleared"] = xid.clear_sticky(paths["state_dir"], node)
+    except OSError as exc:
+        report["xid_cleared"] = f"not cleared: {exc.strerror}"
+
+
 def guarded_resume(
     node: str,
     health: Dict[str, Any],
@@ -110,6 +123,8 @@ def guarded_resume(
             f"its own '{DRAIN_REASON_PREFIX}' drains",
         )
         return report
+    if not dry_run:
+        _clear_sticky_xids(node, paths, report)
     if results is None:
         if recheck is not None:
             results = recheck()
@@ -180,9 +195,9 @@ def node_status(node: str, health: Dict[str, Any], paths: Dict[str, Any]) -> Dic
             if r.get("status") in ("fail", "warn")
         ]
     try:
-        from slurmkit.sweep.store import VerdictStore
+        from slurmkit.sweep.store import for_paths
 
-        out["heavy_verdicts"] = VerdictStore(paths["shared_dir"]).node(node) or {}
+        out["heavy_verdicts"] = for_paths(paths).node(node) or {}
     except Exception:
         pass
     return out

@@ -1,50 +1,70 @@
 """Where verdicts go: JSON lines under ``paths.log_dir`` and a Prometheus textfile under
 ``paths.metrics_dir``.
 
-The JSON log is appended with one ``write`` of one line under an exclusive ``flock``,
-so two prologs on one node (two jobs starting together) never interleave or lose a
-line. The metrics file is per hook and node (``slurmkit_health_<hook>_<node>.prom``;
+The JSON log is appended with one ``write`` of one line under an exclusive ``flock``
+on a root-only ``<log>.lock`` (0600), so two prologs on one node (two jobs starting
+together) never interleave or lose a line. The lock is a separate file because the log
+itself is world-readable, and a file a user can open is a file a user can ``flock``:
+that used to stall the prolog until its watchdog fired. The wait is bounded, the log
+is opened non-blocking without following links, and a directory others can write is
+refused (:mod:`slurmkit.core.trust`). The metrics file is per hook and node
+(``slurmkit_health_<hook>_<node>.prom``;
 several slurmd can share a host), written atomically.
 """
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
+import stat
 import time
 from typing import Any, Dict, List, Optional
 
+from slurmkit.core import trust
 from slurmkit.health.base import CheckResult, Status
 
 HEALTH_LOG = "health.jsonl"
+_APPEND = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
 
 
-def append_jsonl(path: str, record: Dict[str, Any]) -> None:
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+def append_jsonl(path: str, record: Dict[str, Any], timeout: float = 1.0) -> None:
+    """Append one JSON line. Raises ``TimeoutError`` when the lock stays held ``timeout``
+    seconds, :class:`~slurmkit.core.trust.UntrustedFile` for a directory others can write or
+    a log that is not root's regular file, ``OSError`` (ENOSPC ...) otherwise."""
+    directory = os.path.dirname(os.path.abspath(path))
+    why = trust.writable_dir(directory)
+    if why:
+        raise trust.UntrustedFile(directory, why)
     line = (json.dumps(record, sort_keys=True, default=str) + "\n").encode("utf-8")
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    lock_fd = trust.lock(path + ".lock", timeout)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        os.write(fd, line)
+        fd = os.open(path, _APPEND, 0o644)
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_uid not in trust.trusted_uids():
+                raise trust.UntrustedFile(path, "not a regular file of a trusted account")
+            os.write(fd, line)
+        finally:
+            os.close(fd)
     finally:
-        os.close(fd)  # closing drops the lock
+        os.close(lock_fd)
 
 
 def read_jsonl(path: str, node: Optional[str] = None, limit: int = 0) -> List[Dict[str, Any]]:
-    """Records of a JSON-lines log (newest last), optionally only one node's; bad lines are skipped."""
+    """Records of a JSON-lines log (newest last), optionally only one node's; bad lines are
+    skipped, and so is a log that is not root's (:mod:`slurmkit.core.trust`)."""
     out: List[Dict[str, Any]] = []
     try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            for line in fh:
-                try:
-                    rec = json.loads(line)
-                except ValueError:
-                    continue
-                if node is None or rec.get("node") == node:
-                    out.append(rec)
+        raw = trust.read_trusted(path, max_bytes=1 << 30)
     except OSError:
         return []
+    for line in (raw or b"").decode("utf-8", "replace").splitlines():
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(rec, dict) and (node is None or rec.get("node") == node):
+            out.append(rec)
     return out[-limit:] if limit else out
 
 
@@ -87,6 +107,7 @@ def write_verdict_metrics(
     results: List[CheckResult],
     seconds: float,
     internal_error: bool,
+    untrusted_files: int = 0,
 ) -> str:
     from slurmkit.metrics import Sample, file_name, write_textfile
 
@@ -110,6 +131,13 @@ def write_verdict_metrics(
             "1 when the last run hit a slurmkit fault (bug, config, missing library) and failed open.",
             base,
             1 if internal_error else 0,
+        ),
+        Sample(
+            "slurmkit_health_untrusted_files",
+            "Files the last run ignored because a non-root account could have written them "
+            "(owner, mode or directory; see docs/security.md).",
+            base,
+            untrusted_files,
         ),
     ]
     for r in results:

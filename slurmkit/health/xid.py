@@ -3,15 +3,15 @@
 The table is data (``etc/xid-actions.yaml``, its source cited in the file), so a site
 can disagree with one entry without patching code. The cursor makes "new Xids since
 the last check" exact even when two jobs' prologs run on one node at the same time:
-the read-judge-advance sequence holds an exclusive ``flock`` on the cursor file, so
-each event is judged by exactly one prolog (or epilog, or health check).
+the read-judge-advance sequence holds an exclusive ``flock`` (root-only lock file,
+bounded wait). A failing event is also written to a root-only *sticky* file before the
+cursor moves past it, so every prolog on the node sees the failure until an admin's
+resume clears it, not only the one prolog that read it first.
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
-import fcntl
 import json
 import os
 import re
@@ -19,6 +19,7 @@ import sys
 import time
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
+from slurmkit.core import trust
 from slurmkit.core.files import write_json_atomic
 from slurmkit.health.base import Action
 
@@ -111,12 +112,16 @@ _TABLE_CACHE: Dict[str, XidTable] = {}
 
 def load_table(path: Optional[str] = None) -> XidTable:
     """Load (once per process) the Xid table; a missing or broken table raises ``ConfigError``."""
-    from slurmkit.core.yamlload import load_yaml_file
     from slurmkit.errors import ConfigError
 
     p = path or default_table_path()
     if p not in _TABLE_CACHE:
-        data = load_yaml_file(p)
+        try:
+            data = _trusted_yaml(p)
+        except trust.UntrustedFile as exc:
+            if not path or os.path.realpath(path) == os.path.realpath(default_table_path()):
+                raise ConfigError(f"not trusted: {exc.why}", path=p) from None
+            return load_table(None)  # ignore a table others could write; judge by the packaged one
         if not isinstance(data, dict) or not isinstance(data.get("xids"), dict):
             raise ConfigError("expected a mapping with an 'xids' mapping", path=p)
         for key, entry in data["xids"].items():
@@ -142,6 +147,24 @@ def load_table(path: Optional[str] = None) -> XidTable:
     return _TABLE_CACHE[p]
 
 
+def _trusted_yaml(path: str) -> Any:
+    """The table's YAML, read only from a root-owned file nobody else can write (it decides
+    which Xids drain a node); :class:`~slurmkit.core.trust.UntrustedFile` otherwise."""
+    from slurmkit.core.yamlload import load_yaml_text
+    from slurmkit.errors import ConfigError
+
+    try:
+        raw = trust.read_strict(path)
+    except trust.UntrustedFile:
+        raise  # logged and counted by trust; the caller decides
+    except OSError as exc:
+        raise ConfigError(f"cannot read: {exc.strerror}", path=path) from None
+    try:
+        return load_yaml_text(raw.decode("utf-8"), path)
+    except UnicodeDecodeError:
+        raise ConfigError("not UTF-8 text", path=path) from None
+
+
 # ---------------------------------------------------------------------- cursor
 
 _SAFE = re.compile(r"[^A-Za-z0-9._-]")
@@ -151,43 +174,61 @@ def cursor_path(state_dir: str, node: str) -> str:
     return os.path.join(state_dir, f"xid-cursor.{_SAFE.sub('_', node)}.json")
 
 
+def lock_path(state_dir: str, node: str) -> str:
+    """The cursor's lock: 0600, root's (the old ``<cursor>.lock`` was 0644, and a lock a
+    user can open is a lock a user can hold)."""
+    return os.path.join(state_dir, f"xid-{_SAFE.sub('_', node)}.lock")
+
+
+def sticky_path(state_dir: str, node: str) -> str:
+    return os.path.join(state_dir, f"xid-sticky.{_SAFE.sub('_', node)}.json")
+
+
 @contextlib.contextmanager
 def locked_cursor(state_dir: str, node: str, timeout: float) -> Iterator["Cursor"]:
-    """Hold the node's Xid cursor exclusively; ``TimeoutError`` after ``timeout`` seconds."""
-    os.makedirs(state_dir, exist_ok=True)
-    path = cursor_path(state_dir, node)
-    fd = os.open(path + ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+    """Hold the node's Xid cursor exclusively.
+
+    ``TimeoutError`` after ``timeout`` seconds; :class:`~slurmkit.core.trust.UntrustedFile`
+    when the state directory is one others can write (nothing is written there then).
+    """
+    why = trust.writable_dir(state_dir)
+    if why:
+        raise trust.UntrustedFile(state_dir, why)
+    fd = trust.lock(lock_path(state_dir, node), timeout)
     try:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except OSError as exc:
-                if exc.errno not in (errno.EAGAIN, errno.EACCES):
-                    raise
-                if time.monotonic() >= deadline:
-                    raise TimeoutError(f"Xid cursor {path} is locked by another check") from None
-                time.sleep(0.01)
-        yield Cursor(path)
+        yield Cursor(cursor_path(state_dir, node))
     finally:
         os.close(fd)
 
 
+def _read_json(path: str) -> Dict[str, Any]:
+    """A root-owned JSON state file as a dict; missing, untrusted or broken: ``{}``."""
+    try:
+        raw = trust.read_trusted(path)
+        data = json.loads(raw) if raw else {}
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
 class Cursor:
-    """The last Xid timestamp judged on this node (seconds since the epoch)."""
+    """The last Xid timestamp judged on this node (seconds since the epoch).
+
+    Read only from a root-owned file in a directory nobody else can write; anything
+    else reads as "no cursor" (every event in the kernel log is new), never as "seen".
+    """
 
     def __init__(self, path: str):
         self.path = path
-        try:
-            with open(path, encoding="utf-8") as fh:
-                self.data = json.load(fh)
-        except (OSError, ValueError):
-            self.data = {}
+        self.data = _read_json(path)
 
     @property
     def since(self) -> float:
-        return float(self.data.get("last_timestamp", 0.0))
+        try:
+            value = float(self.data.get("last_timestamp", 0.0))
+        except (TypeError, ValueError):
+            return 0.0
+        return value if value == value and value not in (float("inf"), float("-inf")) else 0.0
 
     def advance(self, timestamp: float, seen: int) -> None:
         if timestamp <= self.since and self.data:
@@ -195,6 +236,43 @@ class Cursor:
         self.data = {
             "last_timestamp": max(timestamp, self.since),
             "updated": time.time(),
-            "events_seen": int(self.data.get("events_seen", 0)) + seen,
+            "events_seen": int(self.data.get("events_seen", 0) or 0) + seen,
         }
-        write_json_atomic(self.path, self.data)
+        write_json_atomic(self.path, self.data, mode=0o600)
+
+
+# ---------------------------------------------------------------------- sticky failures
+#
+# One prolog consumes an Xid from the kernel log (the cursor moves past it); every other
+# prolog on the node, concurrent or later, must still see the node as failed. A failing
+# Xid is therefore written to a root-only sticky file before the cursor moves, and every
+# hook reads it, until `slurmkit node resume` (or `slurmkit node clear-xid`) clears it.
+
+
+def sticky_events(state_dir: str, node: str) -> List[Dict[str, Any]]:
+    """The failing Xid events kept for ``node`` (oldest first)."""
+    events = _read_json(sticky_path(state_dir, node)).get("events")
+    return [e for e in events if isinstance(e, dict) and "xid" in e] if isinstance(events, list) else []
+
+
+def add_sticky(state_dir: str, node: str, events: List[Dict[str, Any]]) -> None:
+    """Keep ``events`` (failing ones) for every later hook. Raises on I/O errors: the
+    caller then does not advance the cursor, so the events stay new for the next hook."""
+    why = trust.writable_dir(state_dir)
+    if why:
+        raise trust.UntrustedFile(state_dir, why)
+    kept = sticky_events(state_dir, node)
+    seen = {(e.get("timestamp"), e.get("xid"), e.get("pci")) for e in kept}
+    kept += [e for e in events if (e.get("timestamp"), e.get("xid"), e.get("pci")) not in seen]
+    doc = {"events": kept[-100:], "updated": time.time()}
+    write_json_atomic(sticky_path(state_dir, node), doc, mode=0o600)
+
+
+def clear_sticky(state_dir: str, node: str) -> int:
+    """Forget ``node``'s sticky Xid failures (after a repair); return how many there were."""
+    n = len(sticky_events(state_dir, node))
+    try:
+        os.unlink(sticky_path(state_dir, node))
+    except FileNotFoundError:
+        pass
+    return n

@@ -434,7 +434,7 @@ def status_cmd(ctx, config_path, verbose, quiet, fmt, as_json, nodes, no_slurm) 
 def run_node_cmd(ctx, config_path, verbose, quiet, fmt, as_json, node, run_id, gpu_model, exit_zero) -> None:
     """Run one node's pass (inside a sweep job): heavy tier + storage probe,
     outliers, store, drain/resume, notify, metrics. Exit: 0 ok, 1 warn, 2 fail, 3 unknown
-    (with --exit-zero: 0 whenever the pass was recorded)."""
+    (with --exit-zero: 0 whenever the pass was recorded; 3 when it could not be)."""
     from slurmkit.sweep.runnode import run_node
 
     config_path, verbose, quiet = _ctx_opts(ctx, config_path, verbose, quiet)
@@ -463,6 +463,9 @@ def run_node_cmd(ctx, config_path, verbose, quiet, fmt, as_json, node, run_id, g
             if result.resumed is not None:
                 extra += f"; resume: {'yes' if result.resumed else 'no'} {result.resume_message}"
             click.echo(f"{node}: {result.status.value} in {result.seconds:.1f}s{extra}", err=True)
+    if result.record_error:  # the verdict stands (and drained); say the pass is not in the store
+        click.echo(f"slurmkit: {node}: pass not recorded: {result.record_error}", err=True)
+        ctx.exit(3 if exit_zero else result.status.exit_code)
     ctx.exit(0 if exit_zero else result.status.exit_code)
 
 

@@ -184,12 +184,28 @@ def node_samples(
 
 
 def write_node_metrics(
-    directory: str, node: str, results: Iterable[CheckResult], *, gpu_model: Optional[str], finished_at: float
+    directory: str,
+    node: str,
+    results: Iterable[CheckResult],
+    *,
+    gpu_model: Optional[str],
+    finished_at: float,
+    untrusted_files: int = 0,
 ) -> Optional[str]:
     try:
         samples = node_samples(node, results, gpu_model=gpu_model, finished_at=finished_at)
+        from slurmkit.metrics import Sample
     except ImportError:
         return None
+    samples = list(samples) + [
+        Sample(
+            "slurmkit_sweep_untrusted_files",
+            "Files the pass ignored because a non-trusted account could have written them "
+            "(a forged verdict; see docs/security.md).",
+            {"node": node},
+            untrusted_files,
+        )
+    ]
     return _write(directory, node_file(node), samples)
 
 

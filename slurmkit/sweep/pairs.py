@@ -64,11 +64,15 @@ def plan_pairs(store, idle: Sequence[str], cfg: Mapping[str, Any], slots: int) -
     if topo_path:
         from slurmkit.errors import ConfigError
 
+        from slurmkit.core import trust
+
         try:
-            with open(topo_path, encoding="utf-8") as fh:
-                topology = parse_topology_conf(fh.read(), topo_path)
+            raw = trust.read_strict(topo_path)  # root plans from root's topology only
+        except trust.UntrustedFile as exc:
+            raise ConfigError(f"topology.conf not trusted: {exc.why}", path=topo_path) from None
         except OSError as exc:
             raise ConfigError(f"cannot read topology.conf: {exc.strerror}", path=topo_path) from None
+        topology = parse_topology_conf(raw.decode("utf-8", "replace"), topo_path)
     return select_pairs(idle, last_pair_tests(store, idle), topology, min(pcfg["max_pairs"], slots))
 
 

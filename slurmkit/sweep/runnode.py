@@ -4,9 +4,11 @@
    own checkpoint-storage probe.
 2. Judge each numeric probe against the node's peers (same GPU model) from the
    store: the fleet-relative outlier rule (:mod:`slurmkit.sweep.outliers`).
-3. Record everything in the verdict store in one locked write: a complete pass.
-4. Act: drain on a fail verdict with the ``slurmkit:<CODE> <check>: <detail>`` reason;
-   resume a slurmkit-drained node whose pass is clean, through the health gate's
+3. Drain on a fail verdict with the ``slurmkit:<CODE> <check>: <detail>`` reason, before
+   anything is written: a full or locked store must not keep a failing node in service.
+4. Record everything in the verdict store in one locked write (a complete pass); a
+   failure is logged and reported (``record_error``), never raised past the drain.
+   Resume a slurmkit-drained node whose pass is clean, through the health gate's
    guarded resume (which never touches an admin's drain).
 5. Notify (de-duplicated) and write the node's textfile metrics.
 
@@ -38,7 +40,9 @@ def store_root(site_cfg) -> str:
 
 
 def open_store(site_cfg) -> VerdictStore:
-    return VerdictStore(store_root(site_cfg))
+    from slurmkit.sweep.store import for_paths
+
+    return for_paths(site_cfg.section("paths"))
 
 
 @dataclass
@@ -55,6 +59,7 @@ class NodeRun:
     metrics_file: Optional[str] = None
     seconds: float = 0.0
     outliers_skipped: List[str] = field(default_factory=list)
+    record_error: Optional[str] = None
 
     def to_dict(self) -> Dict[str, Any]:
         return {
@@ -69,6 +74,7 @@ class NodeRun:
             "metrics_file": self.metrics_file,
             "seconds": round(self.seconds, 3),
             "outliers_skipped": self.outliers_skipped,
+            "record_error": self.record_error,
             "results": [r.to_dict() for r in self.results],
         }
 
@@ -182,9 +188,11 @@ def run_node(
     """Run one node's pass; see the module docstring. ``heavy`` and ``resume`` are the
     health gate's functions, injectable so the unit tests can drive this function with
     fixture results."""
+    from slurmkit.core import trust
     from slurmkit.slurm import client
 
     started = time.monotonic()
+    rejected_before = len(trust.REJECTED)  # files this pass refuses to believe (forged verdicts)
     sweep = site_cfg.section("sweep")
     store = open_store(site_cfg)
     if not gpu_model:
@@ -217,13 +225,11 @@ def run_node(
                 run.outliers_skipped.append(f"{r.check}: {r.reason}")
             else:
                 results.append(r)
-    if gpu_model:
-        store.set_meta(node, gpu_model=gpu_model)
-    store.record(node, results, sweep["valid_for_s"], tier="heavy", run_id=run_id)
     run.results = results
     run.status = worst(results)
 
-    # actions
+    # The verdict is decided: drain first, then record (a full or locked store must not
+    # leave a failing node in service), each best effort.
     culprit = first_failure(results)
     if culprit is not None and sweep["drain_on_fail"]:
         reason = culprit.drain_reason()
@@ -232,7 +238,14 @@ def run_node(
             run.drained = reason
         except Exception as exc:
             log.error("could not drain %s: %s", node, exc)
-    elif culprit is None and sweep["resume_on_pass"]:
+    try:
+        if gpu_model:
+            store.set_meta(node, gpu_model=gpu_model)
+        store.record(node, results, sweep["valid_for_s"], tier="heavy", run_id=run_id)
+    except Exception as exc:
+        run.record_error = f"{type(exc).__name__}: {exc}"
+        log.error("could not record %s's pass in the verdict store: %s", node, run.record_error)
+    if culprit is None and sweep["resume_on_pass"]:
         info = None
         try:
             info = client.show_node(node)
@@ -266,6 +279,7 @@ def run_node(
                 results,
                 gpu_model=gpu_model,
                 finished_at=time.time(),
+                untrusted_files=len({path for path, _ in trust.REJECTED[rejected_before:]}),
             )
         except Exception as exc:
             log.error("metrics failed: %s: %s", type(exc).__name__, exc)

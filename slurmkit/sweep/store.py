@@ -36,6 +36,16 @@ missing or unreadable summary is rebuilt from the node files.
 The store never raises on a corrupt or foreign file when reading: a node whose file
 cannot be parsed reads as "never checked" (and is logged), so one bad file cannot stop
 every prolog on the cluster.
+
+Trust (docs/security.md): every file is read through :mod:`slurmkit.core.trust`, opened
+``O_NONBLOCK | O_NOFOLLOW`` and believed only if it is a regular file owned by root or
+the store's owner (``paths.shared_owner``, the account the sweep jobs run as), not
+writable by group or others, in a directory chain nobody else can write. A forged
+verdict (any other owner, a 1777 directory) is ignored with a log line and counted; a
+FIFO in place of a verdict cannot block the reader. Locks wait at most
+``lock_timeout`` seconds (:class:`StoreLockTimeout`), so a stuck lock holder or NFS
+lock manager cannot hang a sweep for ever. Callers on a deadline (the prolog) wrap
+reads in their own short timeout: a hung server is "unknown", never "fail".
 """
 
 from __future__ import annotations
@@ -50,6 +60,7 @@ import time
 from typing import Any, Dict, Iterable, Iterator, List, Optional
 
 from slurmkit.errors import ConfigError, UsageError
+from slurmkit.core import trust
 from slurmkit.core.files import write_json_atomic
 from slurmkit.health.base import CheckResult, Status, Tier
 
@@ -63,7 +74,16 @@ COMPLETE_PASS_TIERS = frozenset({Tier.HEAVY.value})
 SUMMARY_FILE = "_summary.json"
 SUMMARY_LOCK = "._summary.lock"  # node names cannot start with "_", so no node shares it
 
+#: Seconds a writer waits for a node's (or the summary's) lock before giving up.
+LOCK_TIMEOUT = 30.0
+#: Largest node document read (history is capped, so a real one is a few KiB).
+MAX_DOC_BYTES = 4 * 1024 * 1024
+
 _NODE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+
+
+class StoreLockTimeout(TimeoutError):
+    """A store lock stayed held past ``lock_timeout``: the write is skipped, not hung."""
 _ENTRY_KEYS = ("status", "code", "value", "unit", "reason", "action", "timestamp", "valid_until", "tier")
 
 
@@ -102,11 +122,23 @@ def empty_doc(name: str) -> Dict[str, Any]:
     }
 
 
-class VerdictStore:
-    """A directory of per-node JSON verdict files (see the module docstring)."""
+def for_paths(paths: Dict[str, Any]) -> "VerdictStore":
+    """The store of a validated ``paths`` section (``shared_dir`` owned by ``shared_owner``)."""
+    return VerdictStore(paths["shared_dir"], owner=paths.get("shared_owner"))
 
-    def __init__(self, root: str):
+
+class VerdictStore:
+    """A directory of per-node JSON verdict files (see the module docstring).
+
+    ``owner``: the account (name or uid) besides root and the caller whose files are
+    believed, i.e. the one the sweep jobs run as.
+    """
+
+    def __init__(self, root: str, owner: Any = None, lock_timeout: Optional[float] = None):
         self.root = os.path.abspath(os.fspath(root))
+        uid = trust.uid_of(owner)
+        self.owners = trust.trusted_uids(() if uid is None else (uid,))
+        self.lock_timeout = LOCK_TIMEOUT if lock_timeout is None else lock_timeout
 
     # ----------------------------------------------------------------- paths, io
 
@@ -117,12 +149,9 @@ class VerdictStore:
         return os.path.join(self.root, "." + check_node_name(name) + ".lock")
 
     def _ensure_root(self) -> None:
-        try:
-            os.makedirs(self.root, exist_ok=True)
-        except OSError as exc:
-            raise ConfigError(
-                f"cannot create the verdict store directory: {exc.strerror}", path=self.root
-            ) from None
+        why = trust.writable_dir(self.root, 0o755, self.owners)
+        if why:
+            raise ConfigError(f"refusing to write the verdict store: {why}", path=self.root)
 
     def locked(self, name: str):
         """Hold the exclusive lock for one node's read-modify-write."""
@@ -131,9 +160,11 @@ class VerdictStore:
     @contextlib.contextmanager
     def _lock(self, lock_path: str) -> Iterator[None]:
         self._ensure_root()
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o664)
         try:
-            fcntl.lockf(fd, fcntl.LOCK_EX)
+            fd = trust.lock(lock_path, self.lock_timeout, posix=True, owners=self.owners)
+        except TimeoutError as exc:
+            raise StoreLockTimeout(str(exc)) from None
+        try:
             yield
         finally:
             try:
@@ -144,13 +175,8 @@ class VerdictStore:
     def _read_existing(self, name: str) -> Optional[Dict[str, Any]]:
         """The node document, or ``None`` when there is none (or it is not one of ours)."""
         path = self.path(name)
-        try:
-            with open(path, encoding="utf-8") as fh:
-                doc = json.load(fh)
-        except FileNotFoundError:
-            return None
-        except (OSError, ValueError) as exc:
-            log.warning("verdict store: ignoring unreadable %s: %s", path, exc)
+        doc = self._load(path)
+        if doc is None:
             return None
         if not isinstance(doc, dict) or not isinstance(doc.get("checks"), dict) or doc.get("node") != name:
             log.debug("verdict store: ignoring %s: not a slurmkit node document", path)
@@ -158,6 +184,23 @@ class VerdictStore:
         base = empty_doc(name)
         base.update(doc)
         return base
+
+    def _load(self, path: str) -> Any:
+        """A trusted JSON file of the store, or ``None`` (missing, refused, unreadable)."""
+        try:
+            raw = trust.read_strict(path, self.owners, MAX_DOC_BYTES)
+        except FileNotFoundError:
+            return None
+        except trust.UntrustedFile:
+            return None  # logged and counted by trust
+        except OSError as exc:
+            log.warning("verdict store: ignoring unreadable %s: %s", path, exc)
+            return None
+        try:
+            return json.loads(raw)
+        except ValueError as exc:
+            log.warning("verdict store: ignoring unreadable %s: %s", path, exc)
+            return None
 
     def read(self, name: str) -> Dict[str, Any]:
         """The whole node document; an empty one for a node never checked."""
@@ -253,14 +296,7 @@ class VerdictStore:
         return os.path.join(self.root, SUMMARY_FILE)
 
     def _read_summary(self) -> Optional[Dict[str, Dict[str, Any]]]:
-        try:
-            with open(self.summary_path, encoding="utf-8") as fh:
-                data = json.load(fh)
-        except FileNotFoundError:
-            return None
-        except (OSError, ValueError) as exc:
-            log.warning("verdict store: rebuilding unreadable %s: %s", self.summary_path, exc)
-            return None
+        data = self._load(self.summary_path)
         if (
             not isinstance(data, dict)
             or data.get("version") != FORMAT_VERSION
@@ -297,7 +333,7 @@ class VerdictStore:
                 try:
                     with self._lock(os.path.join(self.root, SUMMARY_LOCK)):
                         self._write_json(self.summary_path, {"version": FORMAT_VERSION, "nodes": nodes})
-                except OSError as exc:  # a read-only reader still gets the answer
+                except (OSError, ConfigError) as exc:  # a read-only reader still gets the answer
                     log.debug("verdict store: cannot write the summary: %s", exc)
         return nodes
 

@@ -61,14 +61,18 @@ def events(*items):
     return [{"xid": x, "gpu": g, "timestamp": ts, "message": "m"} for x, g, ts in items]
 
 
-def test_new_xids_are_judged_once_then_the_cursor_moves(gpu_fixture, ctx_factory):
+def test_new_xids_are_judged_once_then_the_cursor_moves(gpu_fixture, ctx_factory, tmp_path):
     now = time.time()
     gpu_fixture(lambda d: d.update(xid_events=events((13, 1, now - 50), (79, 3, now - 10))))
     r = run_one(ctx_factory(hook="prolog"), CATALOG["xid"], 2)
     assert (r.status, r.code, r.action) == (Status.FAIL, "XID_79", Action.REBOOT)
     assert "GPU 3" in r.reason and r.value == 2
+    # the events are consumed (value 0 new), but the failing one stays until it is cleared
     r = run_one(ctx_factory(hook="prolog"), CATALOG["xid"], 2)
-    assert r.status == Status.OK and r.value == 0  # consumed by the first prolog
+    assert (r.status, r.code, r.value) == (Status.FAIL, "XID_79", 0) and "kept until resume" in r.reason
+    assert xid.clear_sticky(str(tmp_path / "state"), "node1") == 1
+    r = run_one(ctx_factory(hook="prolog"), CATALOG["xid"], 2)
+    assert r.status == Status.OK and r.value == 0
 
 
 def test_manual_runs_only_peek(gpu_fixture, ctx_factory):

@@ -42,7 +42,7 @@ class SweepEnv:
         self.root = Path(cluster.shared_dir) / f"sweeptest-{uuid.uuid4().hex[:8]}"
         self.gpu = self.root / "gpu"
         self.gpu.mkdir(parents=True)
-        self.root.chmod(0o777)
+        self.root.chmod(0o755)  # root's, like a real store and config (docs/security.md)
         for node in cluster.nodes:
             shutil.copy(HEALTHY, self.gpu / f"{node}.yaml")
         base = yaml.safe_load(Path(cluster.config_path).read_text()) or {}

@@ -54,11 +54,15 @@ def gres_gpu_count(node: str, gres_conf: str) -> Optional[int]:
     when the file is missing or only ``AutoDetect`` is used."""
     from slurmkit.slurm.parse import ParseError, expand_hostlist
 
+    from slurmkit.core import trust
+
     try:
-        with open(gres_conf, encoding="utf-8", errors="replace") as fh:
-            text = fh.read()
+        raw = trust.read_trusted(gres_conf)  # root's file only: it sets how many GPUs must be there
     except OSError:
         return None
+    if raw is None:
+        return None
+    text = raw.decode("utf-8", "replace")
     total, seen = 0, False
     for raw in text.splitlines():
         line = raw.split("#", 1)[0].strip()
@@ -352,40 +356,80 @@ def check_gpu_leftover(ctx, params) -> CheckResult:
 
 
 def check_xid(ctx, params) -> CheckResult:
-    """New Xid events since the node's cursor. Hooks advance the cursor under a lock, so
-    concurrent prologs judge each event exactly once; manual runs only look."""
+    """New Xid events since the node's cursor, plus the node's sticky Xid failures.
+
+    Hooks advance the cursor under a root-only lock with a bounded wait. A failing event
+    is written to the sticky file before the cursor moves past it, so every hook on the
+    node (concurrent prologs included) fails on it until ``slurmkit node resume`` clears
+    it. The verdict is decided from the events first: a held lock, an untrusted or full
+    state directory cost only the cursor (noted in ``details``), never the FAIL. Manual
+    runs only look."""
+    from slurmkit.core.trust import UntrustedFile
     from slurmkit.health import xid as xidmod
 
     b = ctx.backend()
     state_dir = ctx.paths["state_dir"]
     lock_wait = max(0.1, float(ctx.health["check_timeout"]) / 2)
+    unknown = params.get("unknown_action", "monitor")
 
-    def judge(events):
+    def judge(events, sticky):
         v = _Verdicts("xid")
-        if not events:
-            return v.result("no new Xid events", 0, "events")
+        if not events and not sticky:
+            return v.result("no new Xid events", 0, "events"), []
         table = xidmod.load_table(params.get("table"))
-        unknown = params.get("unknown_action", "monitor")
         v.details = {"table_version": table.version, "events": [e.to_dict() for e in events]}
+        failing = []
         for e in events:
             act = table.action(e.xid, e.message, unknown)
             where = f"GPU {e.gpu}" if e.gpu is not None else (e.pci or "GPU ?")
             reason = f"{where}: Xid {e.xid} ({table.describe(e.xid)}) -> {act.value}"
             if act.severity >= Action.RESET.severity:
                 v.add(Status.FAIL, f"XID_{e.xid}", reason, act)
+                failing.append(e.to_dict())
             elif act == Action.MONITOR:
                 v.add(Status.WARN, f"XID_{e.xid}", reason, act)
             else:
                 v.add(Status.OK, f"XID_{e.xid}", reason, act)
-        return v.result(f"{len(events)} new Xid event(s), none actionable", len(events), "events")
+        new = {(e.timestamp, e.xid, e.pci) for e in events}
+        kept = [e for e in sticky if (e.get("timestamp"), e.get("xid"), e.get("pci")) not in new]
+        for e in kept:
+            try:
+                xid = int(e["xid"])
+            except (TypeError, ValueError):
+                continue
+            act = table.action(xid, str(e.get("message", "")), unknown)
+            if act.severity < Action.RESET.severity:
+                continue
+            gpu = e.get("gpu")
+            where = f"GPU {gpu}" if isinstance(gpu, int) else (str(e.get("pci") or "") or "GPU ?")
+            v.add(Status.FAIL, f"XID_{xid}",
+                  f"{where}: Xid {xid} ({table.describe(xid)}) -> {act.value} (kept until resume)", act)
+        if kept:
+            v.details["sticky"] = kept
+        return v.result(f"{len(events)} new Xid event(s), none actionable", len(events), "events"), failing
 
+    sticky = xidmod.sticky_events(state_dir, ctx.node)
     if not ctx.advance_xid_cursor:
         cur = xidmod.Cursor(xidmod.cursor_path(state_dir, ctx.node))
-        return judge(b.xid_events(cur.since))
-    with xidmod.locked_cursor(state_dir, ctx.node, lock_wait) as cur:
+        return judge(b.xid_events(cur.since), sticky)[0]
+    try:
+        with xidmod.locked_cursor(state_dir, ctx.node, lock_wait) as cur:
+            events = b.xid_events(cur.since)
+            result, failing = judge(events, xidmod.sticky_events(state_dir, ctx.node))
+            if events:
+                ctx.xid_events_seen.extend(e.to_dict() for e in events)
+                try:  # sticky first: if it cannot be kept, the cursor stays and the next hook re-reads
+                    if failing:
+                        xidmod.add_sticky(state_dir, ctx.node, failing)
+                    cur.advance(max(e.timestamp for e in events), len(events))
+                except (OSError, UntrustedFile) as exc:
+                    result.details["state_error"] = f"cursor not advanced: {exc}"
+            return result
+    except (TimeoutError, UntrustedFile) as exc:
+        # the cursor cannot be held: judge what is new since it without moving it
+        cur = xidmod.Cursor(xidmod.cursor_path(state_dir, ctx.node))
         events = b.xid_events(cur.since)
-        result = judge(events)
-        if events:
-            cur.advance(max(e.timestamp for e in events), len(events))
-            ctx.xid_events_seen.extend(e.to_dict() for e in events)
+        result, _ = judge(events, sticky)
+        ctx.xid_events_seen.extend(e.to_dict() for e in events)
+        result.details["state_error"] = f"cursor not advanced: {exc}"
         return result

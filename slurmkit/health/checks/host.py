@@ -6,7 +6,7 @@ import os
 import time
 from typing import Any, Dict, List
 
-from slurmkit.health.base import Action, CheckResult, Status
+from slurmkit.health.base import Action, CheckResult, Status, safe_code, safe_text
 
 
 def check_disk_space(ctx, params) -> CheckResult:
@@ -119,9 +119,12 @@ def check_mounts(ctx, params) -> CheckResult:
                 "mounts", Status.FAIL, "MOUNT_READONLY", f"{mp} is mounted read-only", Action.MONITOR
             )
         if params.get("write_test", True):
-            probe = os.path.join(norm, f".slurmkit-write-test.{os.getpid()}")
+            # a random name (mkstemp: O_EXCL, never through a link): a predictable one could be
+            # pre-created by any user of a world-writable mount, failing the check on purpose
+            import tempfile
+
             try:
-                fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                fd, probe = tempfile.mkstemp(prefix=".slurmkit-write-test.", dir=norm)
                 os.close(fd)
                 os.unlink(probe)
             except OSError as exc:
@@ -235,6 +238,13 @@ def _iso(ts) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(float(ts or 0)))
 
 
+def _stored_action(value) -> Action:
+    try:
+        return Action(value or "isolate")
+    except ValueError:
+        return Action.ISOLATE
+
+
 def check_heavy_cache(ctx, params) -> CheckResult:
     """Report (never re-run) heavy verdicts from the sweep store that are still valid.
 
@@ -242,11 +252,19 @@ def check_heavy_cache(ctx, params) -> CheckResult:
     has not been re-checked since. Expired verdicts are ignored. The store is another
     component's (slurmkit.sweep.store); when it is not installed or unreadable the
     check is OK with a note, because the absence of a sweep is not a node fault.
+
+    The store is shared storage: it is read under its own short timeout
+    (``store_timeout``), and a store that does not answer (a hung NFS server, a FIFO in
+    place of a file) is UNKNOWN, which fails open; it never drains the node. Only
+    verdict files owned by root or ``paths.shared_owner`` are believed, and what goes
+    into the drain reason (code, action, text) is sanitised.
     """
+    from slurmkit.health.deadline import ProbeTimeout, call_with_deadline
+
     if not ctx.health.get("use_verdict_store", True):
         return CheckResult("heavy_cache", Status.OK, "OK", "verdict store disabled", value=0)
     try:
-        from slurmkit.sweep.store import VerdictStore
+        from slurmkit.sweep.store import for_paths
     except Exception as exc:  # not there yet, or broken: not a node fault
         return CheckResult(
             "heavy_cache",
@@ -257,8 +275,19 @@ def check_heavy_cache(ctx, params) -> CheckResult:
             details={"store": None},
         )
     root = ctx.paths["shared_dir"]
+    wait = float(params.get("store_timeout") or 1.0)
     try:
-        entries = VerdictStore(root).node(ctx.node) or {}
+        entries, _ = call_with_deadline(
+            lambda: for_paths(ctx.paths).node(ctx.node) or {}, wait, "heavy_cache"
+        )
+    except ProbeTimeout:
+        return CheckResult(
+            "heavy_cache",
+            Status.UNKNOWN,
+            "STORE_UNREACHABLE",
+            f"{root}: the verdict store did not answer within {wait:g}s (failing open)",
+            details={"internal": True},
+        )
     except Exception as exc:
         return CheckResult(
             "heavy_cache", Status.UNKNOWN, "STORE_UNREADABLE", f"{root}: {exc}", details={"internal": True}
@@ -280,9 +309,10 @@ def check_heavy_cache(ctx, params) -> CheckResult:
         return CheckResult(
             "heavy_cache",
             Status.FAIL,
-            str(e.get("code") or "HEAVY_FAIL"),
-            f"{name} (sweep, valid until {_iso(e['valid_until'])}): {e.get('reason', '')}",
-            Action(e.get("action") or "isolate"),
+            safe_code(e.get("code"), "HEAVY_FAIL"),
+            f"{safe_text(name)} (sweep, valid until {_iso(e['valid_until'])}): "
+            f"{safe_text(e.get('reason', ''))}",
+            _stored_action(e.get("action")),
             value=len(valid),
             details=details,
         )
@@ -291,8 +321,8 @@ def check_heavy_cache(ctx, params) -> CheckResult:
         return CheckResult(
             "heavy_cache",
             Status.WARN,
-            str(e.get("code") or "HEAVY_WARN"),
-            f"{name} (sweep): {e.get('reason', '')}",
+            safe_code(e.get("code"), "HEAVY_WARN"),
+            f"{safe_text(name)} (sweep): {safe_text(e.get('reason', ''))}",
             Action.MONITOR,
             value=len(valid),
             details=details,

@@ -1,0 +1,254 @@
+"""Trust only root's files: the one check every root-run reader of state, verdicts, tables
+and configs goes through, and the one way root-run code creates its own files and locks.
+
+The prolog, epilog, health check and sweeps run as root on every node. Whatever they
+read steers what root does (drain a node, skip a check, judge an Xid), so a file any
+ordinary user could have written must never be believed. The rule is sshd's
+``StrictModes``:
+
+* the file is opened with ``O_NOFOLLOW | O_NONBLOCK`` (a symlink is refused, a FIFO
+  cannot block the open) and checked with ``fstat`` on that descriptor: a regular
+  file, owned by a trusted account (root, the account running slurmkit, or one the
+  caller names, such as the sweep account for verdicts), not writable by group or
+  others;
+* every directory from ``/`` down to the file's own (after resolving symlinks once,
+  then opening the resolved path) is owned by a trusted account and not writable by
+  group or others, checked with ``lstat``. The one exception is a sticky directory
+  such as ``/tmp`` *above* the file's directory: the sticky bit stops anyone but the
+  owner from renaming or removing the trusted-owned entry below it, so
+  ``/tmp/<root's 0700 dir>/state`` is sound. The file's own directory is never
+  allowed to be group- or other-writable, sticky or not (anyone could pre-create
+  names there).
+
+Anything else is ignored: a log line on ``slurmkit.trust`` and an entry in
+:data:`REJECTED`, which the hooks turn into the ``slurmkit_health_untrusted_files``
+metric. Files slurmkit creates are 0600 (state, locks) or 0644 (logs, metrics,
+verdicts) in directories created 0700 or 0755.
+
+Only ``os``, ``stat``, ``fcntl`` and ``logging`` are imported: the prolog calls this
+on its hot path.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import logging
+import os
+import stat
+import time
+from typing import Iterable, List, Optional, Tuple
+
+log = logging.getLogger("slurmkit.trust")
+
+#: ``(path, why)`` of every file this process refused to trust, for the hooks' metric.
+REJECTED: List[Tuple[str, str]] = []
+
+#: The most a state, verdict or table file may hold; a bigger one is not ours.
+MAX_BYTES = 16 * 1024 * 1024
+
+_OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+_LOCK_FLAGS = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+
+
+class UntrustedFile(Exception):
+    """A file or directory that a non-trusted account could have written."""
+
+    def __init__(self, path: str, why: str):
+        super().__init__(f"{path}: {why}")
+        self.path = path
+        self.why = why
+
+
+def trusted_uids(extra: Iterable[int] = ()) -> frozenset:
+    """Root, the account running this process, and ``extra`` (e.g. the sweep account)."""
+    return frozenset({0, os.geteuid(), *extra})
+
+
+def uid_of(account) -> Optional[int]:
+    """A user name or numeric uid -> uid; ``None`` for an unknown name (trust nobody extra)."""
+    if account is None or account == "":
+        return None
+    if isinstance(account, int) or str(account).isdigit():
+        return int(account)
+    if account == "root":  # the default: no NSS lookup (LDAP) on the prolog's path
+        return 0
+    import pwd
+
+    try:
+        return pwd.getpwnam(str(account)).pw_uid
+    except KeyError:
+        return None
+
+
+def reject(path: str, why: str) -> None:
+    """Remember and log one refused file (the caller then ignores it)."""
+    REJECTED.append((path, why))
+    log.warning("ignoring untrusted %s: %s", path, why)
+
+
+def _mode_problem(st: os.stat_result, owners: frozenset, what: str) -> Optional[str]:
+    if st.st_uid not in owners:
+        return f"{what} is owned by uid {st.st_uid}, not by a trusted account (uids {sorted(owners)})"
+    if st.st_mode & 0o022:
+        return f"{what} is writable by group or others (mode {stat.S_IMODE(st.st_mode):04o})"
+    return None
+
+
+def dir_problem(directory: str, owners: Optional[frozenset] = None) -> Optional[str]:
+    """Why ``directory`` (already resolved, absolute) cannot hold trusted files; ``None`` if it can.
+    A missing component raises ``FileNotFoundError`` (nothing there to trust or distrust)."""
+    owners = trusted_uids() if owners is None else owners
+    parts = [p for p in directory.split(os.sep) if p]
+    chain = ["/"] + ["/" + "/".join(parts[: i + 1]) for i in range(len(parts))]
+    prev: Optional[os.stat_result] = None
+    prev_path = ""
+    for path in chain:
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            raise
+        except OSError as exc:
+            return f"{path}: {exc.strerror}"
+        if not stat.S_ISDIR(st.st_mode):
+            return f"{path} is not a directory"
+        if prev is not None and prev.st_mode & 0o022:
+            # a sticky parent is fine only when this entry is trusted-owned (nobody can swap it)
+            if not (prev.st_mode & stat.S_ISVTX and st.st_uid in owners):
+                return f"directory {prev_path} is writable by group or others " \
+                       f"(mode {stat.S_IMODE(prev.st_mode):04o})"
+        if st.st_uid not in owners:
+            return f"directory {path} is owned by uid {st.st_uid}, not by a trusted account"
+        prev, prev_path = st, path
+    if prev is not None and prev.st_mode & 0o022:
+        return f"directory {prev_path} is writable by group or others (mode {stat.S_IMODE(prev.st_mode):04o})"
+    return None
+
+
+def open_trusted(path: str, owners: Optional[frozenset] = None) -> int:
+    """Open ``path`` read-only for a trusted read; return the descriptor.
+
+    Raises ``FileNotFoundError`` when it does not exist (callers treat that as "none")
+    and :class:`UntrustedFile` when it, or a directory above it, fails the rule.
+    """
+    owners = trusted_uids() if owners is None else owners
+    real = os.path.realpath(path)
+    why = dir_problem(os.path.dirname(real), owners)
+    if why:
+        raise UntrustedFile(path, why)
+    try:
+        fd = os.open(real, _OPEN_FLAGS)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise UntrustedFile(path, "is a symbolic link") from None
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise UntrustedFile(path, "is not a regular file")
+        problem = _mode_problem(st, owners, "the file")
+        if problem:
+            raise UntrustedFile(path, problem)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_strict(path: str, owners: Optional[frozenset] = None, max_bytes: int = MAX_BYTES) -> bytes:
+    """The bytes of ``path`` if it passes the rule. Raises ``FileNotFoundError`` when it is
+    missing and :class:`UntrustedFile` (logged and counted) when it is refused."""
+    try:
+        fd = open_trusted(path, owners)
+    except UntrustedFile as exc:
+        reject(exc.path, exc.why)
+        raise
+    try:
+        chunks = []
+        size = 0
+        while True:
+            try:
+                chunk = os.read(fd, 1 << 16)
+            except BlockingIOError:  # a regular file never says this; do not spin if it does
+                break
+            if not chunk:
+                break
+            size += len(chunk)
+            if size > max_bytes:
+                reject(path, f"larger than {max_bytes} bytes")
+                raise UntrustedFile(path, f"larger than {max_bytes} bytes")
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def read_trusted(
+    path: str, owners: Optional[frozenset] = None, max_bytes: int = MAX_BYTES
+) -> Optional[bytes]:
+    """The bytes of ``path`` if it passes the rule; ``None`` when it is missing or refused
+    (a refusal is logged and counted). Other I/O errors propagate."""
+    try:
+        return read_strict(path, owners, max_bytes)
+    except (FileNotFoundError, UntrustedFile):
+        return None
+
+
+def writable_dir(directory: str, mode: int = 0o755, owners: Optional[frozenset] = None) -> Optional[str]:
+    """Create ``directory`` (``mode``; missing parents 0755) if missing, then say why root
+    must not write in it (``None``: it may). An existing directory's mode is not changed."""
+    try:
+        if not os.path.isdir(directory):
+            os.makedirs(os.path.dirname(os.path.abspath(directory)), mode=0o755, exist_ok=True)
+            try:
+                os.mkdir(directory, mode)
+            except FileExistsError:
+                pass
+        return dir_problem(os.path.realpath(directory), owners)
+    except OSError as exc:
+        return f"{directory}: {exc.strerror}"
+
+
+def lock(path: str, timeout: float, *, posix: bool = False, mode: int = 0o600,
+         owners: Optional[frozenset] = None) -> int:
+    """Take an exclusive lock on ``path`` (created ``mode``, never through a symlink),
+    waiting at most ``timeout`` seconds; return the descriptor (close it to unlock).
+
+    ``posix`` uses ``fcntl`` record locks (``lockf``: NFS with a lock manager) instead of
+    ``flock``. Raises ``TimeoutError`` when the lock stays held, :class:`UntrustedFile`
+    when the lock file is not a regular file of a trusted account with ``mode``'s
+    permissions at most (a lock any user can open is a lock any user can hold).
+    """
+    try:
+        fd = os.open(path, _LOCK_FLAGS, mode)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise UntrustedFile(path, "lock file is a symbolic link") from None
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise UntrustedFile(path, "lock file is not a regular file")
+        if st.st_uid not in (trusted_uids() if owners is None else owners):
+            raise UntrustedFile(path, f"lock file is owned by uid {st.st_uid}, not by a trusted account")
+        if stat.S_IMODE(st.st_mode) & ~mode and st.st_uid == os.geteuid():
+            os.fchmod(fd, mode)  # an older, wider lock file of ours: narrow it
+        deadline = time.monotonic() + max(0.0, timeout)
+        delay = 0.002
+        while True:
+            try:
+                if posix:
+                    fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                else:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return fd
+            except OSError as exc:
+                if exc.errno not in (errno.EAGAIN, errno.EACCES):
+                    raise
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"{path} is locked by another process (waited {timeout:.2f}s)")
+            time.sleep(delay)
+            delay = min(0.05, delay * 2)
+    except BaseException:
+        os.close(fd)
+        raise
