@@ -427,9 +427,11 @@ def check_xid(ctx, params) -> CheckResult:
             return result
     except (TimeoutError, UntrustedFile) as exc:
         # the cursor cannot be held: judge what is new since it without moving it
+        # Read the cursor, then the sticky file: the lock holder writes sticky before it
+        # moves the cursor, so an event it consumed meanwhile is in one or the other.
         cur = xidmod.Cursor(xidmod.cursor_path(state_dir, ctx.node))
         events = b.xid_events(cur.since)
-        result, _ = judge(events, sticky)
+        result, _ = judge(events, xidmod.sticky_events(state_dir, ctx.node))
         ctx.xid_events_seen.extend(e.to_dict() for e in events)
         result.details["state_error"] = f"cursor not advanced: {exc}"
         return result
