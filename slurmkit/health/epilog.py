@@ -16,6 +16,7 @@ Root's processes are never signalled from the GPU list; they are reported.
 from __future__ import annotations
 
 import os
+import shutil
 import stat
 import time
 from typing import Any, Dict, List, Optional
@@ -210,46 +211,47 @@ def other_jobs_of_user(uid: int, job_id: str) -> List[str]:
 
 def clean_dev_shm(uid: int, job_id: str, shm: str = "/dev/shm") -> Dict[str, Any]:
     """Remove ``uid``'s files and directories in ``/dev/shm`` when no other job of that user
-    runs here. Never follows symlinks; only entries owned by ``uid`` are touched."""
+    runs here. Only top-level entries owned by ``uid`` are touched.
+
+    ``/dev/shm`` is writable by the user, who can swap any directory in it for a symlink
+    while we walk: every step is therefore relative to a file descriptor opened without
+    following links (``shutil.rmtree`` with ``dir_fd``, which Python guarantees safe
+    against symlink attacks where ``shutil.rmtree.avoids_symlink_attacks``); nothing is
+    ever deleted by path name. Where that guarantee is missing the cleanup is skipped.
+    """
     others = other_jobs_of_user(uid, job_id)
     if others:
         return {"skipped": f"other job(s) of uid {uid} still here: {','.join(others)}", "removed": []}
+    if not shutil.rmtree.avoids_symlink_attacks:
+        return {"skipped": "shutil.rmtree is not safe against symlink attacks on this platform", "removed": []}
     removed: List[str] = []
     errors: List[str] = []
     try:
-        entries = os.listdir(shm)
+        dfd = os.open(shm, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as exc:
         return {"skipped": f"{shm}: {exc.strerror}", "removed": []}
-    for name in entries:
-        path = os.path.join(shm, name)
-        try:
-            st = os.lstat(path)
-        except OSError:
-            continue
-        if st.st_uid != uid:
-            continue
-        try:
-            if stat.S_ISDIR(st.st_mode):
-                _rmtree_owned(path, uid)
-            else:
-                os.unlink(path)
-            removed.append(name)
-        except OSError as exc:
-            errors.append(f"{name}: {exc.strerror}")
+    try:
+        with os.scandir(dfd) as it:
+            entries = [e.name for e in it]
+        for name in entries:
+            try:
+                st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+            except OSError:
+                continue
+            if st.st_uid != uid:
+                continue
+            try:
+                if stat.S_ISDIR(st.st_mode):
+                    # refuses a name that became a symlink since the stat, and never leaves the tree
+                    shutil.rmtree(name, dir_fd=dfd)
+                else:
+                    os.unlink(name, dir_fd=dfd)  # a symlink itself, never its target
+                removed.append(name)
+            except OSError as exc:
+                errors.append(f"{name}: {exc.strerror or exc}")
+    finally:
+        os.close(dfd)
     return {"removed": removed, "errors": errors}
-
-
-def _rmtree_owned(path: str, uid: int) -> None:
-    for root, dirs, files in os.walk(path, topdown=False, followlinks=False):
-        for f in files:
-            os.unlink(os.path.join(root, f))
-        for d in dirs:
-            full = os.path.join(root, d)
-            if os.path.islink(full):
-                os.unlink(full)
-            else:
-                os.rmdir(full)
-    os.rmdir(path)
 
 
 # ---------------------------------------------------------------------- escalation
