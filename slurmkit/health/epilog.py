@@ -268,10 +268,17 @@ def parse_exit(text: Optional[str]) -> Optional[tuple]:
         return None
 
 
-def escalation_triggers(ctx, results: List[CheckResult]) -> List[str]:
-    """Why this job's end points at hardware (empty: it does not)."""
-    from slurmkit.health import xid as xidmod
+#: Fast checks whose FAIL is hardware evidence a job's user cannot produce: the GPU
+#: driver (NVML) reports it, not the job.
+HARDWARE_EVIDENCE_CHECKS = ("gpu_ecc", "gpu_memory_errors", "gpu_count", "nvlink_state")
 
+
+def exit_hints(ctx) -> List[str]:
+    """The job's exit (signal or code) that the site says may point at hardware.
+
+    Only a hint: the job's user chooses how the job ends (``kill -BUS $$`` gives
+    signal 7), so it never triggers escalation by itself; see :func:`escalation_triggers`.
+    """
     esc = ctx.health["escalation"]
     why = []
     for var in ("SLURM_JOB_EXIT_CODE2", "SLURM_JOB_DERIVED_EC"):
@@ -283,6 +290,23 @@ def escalation_triggers(ctx, results: List[CheckResult]) -> List[str]:
             why.append(f"{var}={ctx.env[var]} (signal {sig})")
         elif code and code in esc["exit_codes"]:
             why.append(f"{var}={ctx.env[var]} (exit code {code})")
+    return sorted(set(why))
+
+
+def escalation_triggers(ctx, results: List[CheckResult]) -> List[str]:
+    """Hardware evidence, from the driver and the kernel, that this node needs more than a
+    drain (empty: none). Evidence is what the job's user cannot fake: new Xids at or
+    above ``escalation.xid_min_action`` (kernel log), a failed ECC, retired-page, GPU
+    count or NVLink check, or a GPU backend that hung (NVML)."""
+    from slurmkit.health import xid as xidmod
+
+    esc = ctx.health["escalation"]
+    why = []
+    for r in results:
+        if r.status == Status.FAIL and r.check in HARDWARE_EVIDENCE_CHECKS:
+            why.append(f"{r.check}: {r.code}")
+    if ctx.backend_hung_in:
+        why.append(f"GPU backend hung in {ctx.backend_hung_in}")
     if ctx.xid_events_seen:
         table = xidmod.load_table(ctx.params("xid").get("table"))
         floor = Action(esc["xid_min_action"]).severity
@@ -296,11 +320,25 @@ def escalation_triggers(ctx, results: List[CheckResult]) -> List[str]:
 
 
 def escalate(ctx, results: List[CheckResult], extra: Dict[str, Any]) -> List[CheckResult]:
-    why = escalation_triggers(ctx, results)
-    if not why:
-        return []
+    evidence = escalation_triggers(ctx, results)
+    hints = exit_hints(ctx)
     mode = ctx.health["escalation"]["action"]
-    extra["escalation"] = {"why": why, "action": mode}
+    if not evidence:
+        if not hints:
+            return []
+        extra["escalation"] = {"why": [], "hints": hints, "action": "none"}
+        return [
+            CheckResult(
+                "escalation",
+                Status.OK,
+                "ESCALATION_NO_EVIDENCE",
+                f"job exit ({'; '.join(hints)}) suggests hardware, but no Xid, ECC or NVML evidence; "
+                "not escalating",
+                details={"hints": hints},
+            )
+        ]
+    why = evidence + hints
+    extra["escalation"] = {"why": why, "evidence": evidence, "hints": hints, "action": mode}
     if mode == "none":
         return [
             CheckResult(
