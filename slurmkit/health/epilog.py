@@ -7,10 +7,14 @@ Leftovers are found three ways, because each misses something:
   job started, double-forked daemons included;
 * processes of the job's uid whose environment carries ``SLURM_JOB_ID=<id>`` (no
   cgroup needed; a double-forked process keeps its environment);
-* compute processes on the job's GPUs, per the GPU backend (whatever holds the GPU,
-  even a process that scrubbed its environment).
+* processes of the job's uid computing on the job's GPUs, per the GPU backend (even a
+  process that scrubbed its environment).
 
-Root's processes are never signalled from the GPU list; they are reported.
+Only the job's own processes are signalled. The environment is the user's to write, so
+it only ever narrows the search: a process found by environment or GPU is spared when
+it provably belongs to another live job (that job's cgroup, or a ``slurmstepd`` of that
+job above it), and another user's process on the job's GPUs (a shared node without
+``ConstrainDevices=yes``) is reported, never killed. Root's processes are reported too.
 """
 
 from __future__ import annotations
@@ -59,9 +63,9 @@ def cleanup(ctx, deadline: float, extra: Dict[str, Any]) -> List[CheckResult]:
     table = {p.pid: p for p in procs.iter_procs()}
     cg = procs.cgroup_job_pids(ctx.job_id)
     envp = procs.environ_job_pids(ctx.job_id, ctx.job_uid, list(table.values()))
-    targets = {pid for pid in cg | envp if pid in table and table[pid].uid != 0}
     gpu_pids: Dict[int, int] = {}
     root_on_gpu: List[int] = []
+    others_on_gpu: List[int] = []
     indices = _job_gpu_indices(ctx)
     backend = None
     timeout = max(0.2, float(ctx.health["check_timeout"]))
@@ -74,6 +78,8 @@ def cleanup(ctx, deadline: float, extra: Dict[str, Any]) -> List[CheckResult]:
                     owner = table.get(p.pid)
                     if owner is not None and owner.uid == 0:
                         root_on_gpu.append(p.pid)
+                    elif owner is not None and (ctx.job_uid is None or owner.uid != ctx.job_uid):
+                        others_on_gpu.append(p.pid)  # another user's: never ours to kill
                     else:
                         gpu_pids[p.pid] = i
         except ProbeTimeout as exc:
@@ -100,7 +106,14 @@ def cleanup(ctx, deadline: float, extra: Dict[str, Any]) -> List[CheckResult]:
                 )
             )
             backend = None
-    targets |= set(gpu_pids)
+    # The cgroup is the kernel's word; environment and GPU finds must not belong to another live job.
+    other_jobs: Dict[int, str] = {}
+    for pid in (envp | set(gpu_pids)) - cg:
+        owner_job = procs.owning_job(pid, table)
+        if owner_job is not None and owner_job != ctx.job_id:
+            other_jobs[pid] = owner_job
+    found = (cg | envp | set(gpu_pids)) - set(other_jobs)
+    targets = {pid for pid in found if pid in table and table[pid].uid != 0}
     grace = min(float(ctx.health["kill_grace"]), max(0.0, deadline - time.monotonic() - 2.0))
     outcome = (
         procs.kill_with_grace(targets, grace)
@@ -112,6 +125,8 @@ def cleanup(ctx, deadline: float, extra: Dict[str, Any]) -> List[CheckResult]:
         "environ_pids": sorted(envp),
         "gpu_pids": sorted(gpu_pids),
         "root_on_gpu": sorted(root_on_gpu),
+        "other_users_on_gpu": sorted(others_on_gpu),
+        "spared_other_jobs": {str(k): v for k, v in sorted(other_jobs.items())},
         **outcome,
     }
     extra["cleanup"] = details
@@ -223,7 +238,7 @@ def clean_dev_shm(uid: int, job_id: str, shm: str = "/dev/shm") -> Dict[str, Any
     if others:
         return {"skipped": f"other job(s) of uid {uid} still here: {','.join(others)}", "removed": []}
     if not shutil.rmtree.avoids_symlink_attacks:
-        return {"skipped": "shutil.rmtree is not safe against symlink attacks on this platform", "removed": []}
+        return {"skipped": "shutil.rmtree is not safe against symlink attacks here", "removed": []}
     removed: List[str] = []
     errors: List[str] = []
     try:
