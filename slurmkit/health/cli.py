@@ -92,6 +92,11 @@ def health_run(tier, checks, node, advance_cursor, fmt, as_json, config_path, ve
     specs = select(Tier(tier), "manual", list(checks) or None, None if checks else health_cfg)
     ctx = Context.from_env(health_cfg, paths, "manual", node=node)
     ctx.advance_xid_cursor = advance_cursor
+    if not quiet:
+        from slurmkit.slurm.settings import warn_lines
+
+        for line in warn_lines() or []:  # one line per Slurm setting the kill path relies on
+            click.echo(f"slurmkit: {line}", err=True)
     start = time.monotonic()
     try:
         results = run_checks(ctx, specs)

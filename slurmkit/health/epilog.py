@@ -323,7 +323,8 @@ def escalation_triggers(ctx, results: List[CheckResult]) -> List[str]:
     if ctx.backend_hung_in:
         why.append(f"GPU backend hung in {ctx.backend_hung_in}")
     if ctx.xid_events_seen:
-        table = xidmod.load_table(ctx.params("xid").get("table"))
+        configured = ctx.params("xid").get("table")
+        table = xidmod.load_table(None if xidmod.table_problem(configured) else configured)
         floor = Action(esc["xid_min_action"]).severity
         for e in ctx.xid_events_seen:
             act = table.action(

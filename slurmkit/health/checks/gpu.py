@@ -359,12 +359,17 @@ def check_xid(ctx, params) -> CheckResult:
     b = ctx.backend()
     state_dir = ctx.paths["state_dir"]
     lock_wait = max(0.1, float(ctx.health["check_timeout"]) / 2)
+    # A configured table that cannot be read is reported on every run (UNKNOWN, counted as
+    # slurmkit's own fault: log line and metric), and events are judged with the packaged
+    # table meanwhile, so an Xid 79 still fails the node.
+    table_error = xidmod.table_problem(params.get("table"))
+    table_path = None if table_error else params.get("table")
 
     def judge(events):
         v = _Verdicts("xid")
         if not events:
             return v.result("no new Xid events", 0, "events")
-        table = xidmod.load_table(params.get("table"))
+        table = xidmod.load_table(table_path)
         unknown = params.get("unknown_action", "monitor")
         v.details = {"table_version": table.version, "events": [e.to_dict() for e in events]}
         for e in events:
@@ -379,13 +384,20 @@ def check_xid(ctx, params) -> CheckResult:
                 v.add(Status.OK, f"XID_{e.xid}", reason, act)
         return v.result(f"{len(events)} new Xid event(s), none actionable", len(events), "events")
 
+    def flag_table(result: CheckResult) -> CheckResult:
+        if table_error is None or result.status == Status.FAIL:
+            return result
+        return CheckResult("xid", Status.UNKNOWN, "CONFIG_ERROR",
+                           f"{table_error}; judging with the packaged table ({result.reason})",
+                           details={"internal": True, **result.details})
+
     if not ctx.advance_xid_cursor:
         cur = xidmod.Cursor(xidmod.cursor_path(state_dir, ctx.node))
-        return judge(b.xid_events(cur.since))
+        return flag_table(judge(b.xid_events(cur.since)))
     with xidmod.locked_cursor(state_dir, ctx.node, lock_wait) as cur:
         events = b.xid_events(cur.since)
         result = judge(events)
         if events:
             cur.advance(max(e.timestamp for e in events), len(events))
             ctx.xid_events_seen.extend(e.to_dict() for e in events)
-        return result
+        return flag_table(result)
