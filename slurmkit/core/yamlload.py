@@ -83,7 +83,10 @@ def load_yaml_text(text: str, path: str = "<string>") -> Any:
     if "\0" in text:
         line = text.count("\n", 0, text.index("\0")) + 1
         raise ConfigError("contains a NUL byte", path=path, line=line)
-    loader = _LineLoader(text)
+    try:
+        loader = _LineLoader(text)  # the reader already refuses control characters here
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"invalid YAML: {' '.join(str(exc).split())}", path=path) from None
     loader._sk_path = path  # type: ignore[attr-defined]
     try:
         data = loader.get_single_data()
