@@ -291,3 +291,57 @@ def _ppid(pid: int) -> int:
             return int(fh.read().rsplit(")", 1)[1].split()[1])
     except (OSError, ValueError, IndexError):
         return -1
+
+
+# --------------------------------------------------------------- required Slurm settings
+
+SHOW_CONFIG_LINUXPROC = """Configuration data as of 2026-12-01T13:00:00
+ProctrackType           = proctrack/linuxproc
+TaskPlugin              = task/none
+SlurmctldPort           = 6817
+
+Cgroup Support Configuration:
+ConstrainDevices        = no
+"""
+SHOW_CONFIG_CGROUP = SHOW_CONFIG_LINUXPROC.replace("proctrack/linuxproc", "proctrack/cgroup").replace(
+    "task/none", "task/affinity,task/cgroup").replace("ConstrainDevices        = no", "ConstrainDevices        = yes")
+
+
+@pytest.mark.parametrize("text,warned", [(SHOW_CONFIG_LINUXPROC, 3), (SHOW_CONFIG_CGROUP, 0),
+                                         ("ProctrackType = proctrack/cgroup\n", 2)])
+def test_config_validate_warns_once_per_missing_slurm_setting(tmp_path, text, warned):
+    """Canned ``scontrol show config`` output through the runner (parsing only; the devcluster
+    test below reads the real one)."""
+    from click.testing import CliRunner
+
+    from slurmkit.cli.main import cli
+    from slurmkit.slurm import runner
+
+    def fake(argv, timeout, input, env):
+        assert argv[-2:] == ["show", "config"] and timeout <= 10
+        return runner.Result(list(argv), 0, text, "", 0.01)
+
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("slurm:\n  bin_dir: /usr/bin\n")
+    previous = runner.set_runner(fake)
+    try:
+        res = CliRunner().invoke(cli, ["config", "validate", "--config", str(cfg)])
+    finally:
+        runner.set_runner(previous)
+    assert res.exit_code == 0, res.output
+    warnings = [line for line in res.output.splitlines() if "warning:" in line]
+    assert len(warnings) == warned, res.output
+    if warned == 3:
+        assert all(any(name in w for w in warnings) for name in ("ProctrackType", "TaskPlugin", "ConstrainDevices"))
+
+
+@pytest.mark.devcluster
+def test_config_validate_warns_on_the_devclusters_settings(devcluster):
+    """The devcluster runs proctrack/linuxproc and task/none (its fake GPUs share /dev/null's
+    device numbers, so it cannot constrain devices): the real scontrol output must warn."""
+    env = dict(devcluster.env, SLURMKIT_CONFIG=str(devcluster.config_path))
+    res = subprocess.run([*SLURMKIT, "config", "validate"], env=env, capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    for name in ("ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none", "ConstrainDevices"):
+        assert name in res.stderr, res.stderr
+    assert len([x for x in res.stderr.splitlines() if "warning:" in x]) == 3
