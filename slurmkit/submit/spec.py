@@ -217,7 +217,9 @@ SPEC_FIELDS: Dict[str, Field] = {
                   items=Field("str", nullable=False), nullable=False),
     "checkpoint": Section({
         "dir": Field("str", None, "Shared checkpoint directory (SLURMKIT_CHECKPOINT_DIR); '{job_id}' "
-                     "is replaced by the job id at run time. Default: <submit.checkpoint_root>/{job_id}."),
+                     "and '{user}' are replaced by the job id and user at run time. It must be private: "
+                     "the job stops with exit 78 if another user owns or can write it. Default: "
+                     "<submit.checkpoint_root>/{user}/{job_id}."),
         "every": Field("int", 0, "SLURMKIT_CHECKPOINT_EVERY (steps; 0 = only when asked).", min=0,
                        nullable=False),
     }, "Checkpoint contract with the trainer."),
