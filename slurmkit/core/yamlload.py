@@ -67,7 +67,8 @@ def _check_shape(data: Any, path: str) -> None:
         value, depth = stack.pop()
         count += 1
         if count > MAX_NODES:
-            raise ConfigError(f"document too large: more than {MAX_NODES} values (aliases expanded)", path=path)
+            raise ConfigError(f"document too large: more than {MAX_NODES} values (aliases expanded)",
+                              path=path)
         if isinstance(value, (dict, list)):
             if depth > MAX_DEPTH:
                 raise ConfigError(f"nested more than {MAX_DEPTH} levels deep", path=path)

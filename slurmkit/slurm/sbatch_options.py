@@ -37,8 +37,9 @@ SHORT: Dict[str, Tuple[str, str]] = {
 
 #: long option -> argument (options with a short form are added from SHORT below)
 LONG: Dict[str, str] = {
-    "acctg-freq": REQUIRED, "batch": REQUIRED, "bb": REQUIRED, "bbf": REQUIRED, "cluster-constraint": REQUIRED,
-    "comment": REQUIRED, "container": REQUIRED, "contiguous": NO, "cores-per-socket": REQUIRED,
+    "acctg-freq": REQUIRED, "batch": REQUIRED, "bb": REQUIRED, "bbf": REQUIRED,
+    "cluster-constraint": REQUIRED, "comment": REQUIRED, "container": REQUIRED, "contiguous": NO,
+    "cores-per-socket": REQUIRED,
     "cpu-freq": REQUIRED, "cpus-per-gpu": REQUIRED, "deadline": REQUIRED, "delay-boot": REQUIRED,
     "exclusive": OPTIONAL, "export": REQUIRED, "export-file": REQUIRED, "get-user-env": OPTIONAL,
     "gid": REQUIRED, "gpu-bind": REQUIRED, "gpu-freq": REQUIRED, "gpus-per-node": REQUIRED,
@@ -57,6 +58,9 @@ LONG: Dict[str, str] = {
 LONG.update({name: arg for name, arg in SHORT.values()})
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+#: what a long option's name looks like; anything else (a blank, a quote) would be split or
+#: re-read differently once written into an ``#SBATCH`` line
+_LONG_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
 
 
 class SbatchOptionError(ValueError):
@@ -99,6 +103,8 @@ def parse(items: List[str]) -> List[Tuple[str, Optional[str]]]:
                                     "batch script or its arguments)")
         if item.startswith("--"):
             name, sep, value = item[2:].partition("=")
+            if not _LONG_NAME.fullmatch(name):
+                raise SbatchOptionError(f"{item!r} is not an sbatch option name")
             long, kind = _resolve_long(name)
             if sep:
                 if kind == NO:
@@ -110,7 +116,8 @@ def parse(items: List[str]) -> List[Tuple[str, Optional[str]]]:
                 value = items[i]
                 i += 1
                 if not isinstance(value, str) or _CONTROL.search(value):
-                    raise SbatchOptionError(f"value {value!r} of --{long} contains a newline or control character")
+                    raise SbatchOptionError(f"value {value!r} of --{long} contains a newline or control "
+                                            "character")
                 out.append((f"--{long}", value))
             else:
                 out.append((f"--{long}", None))
@@ -135,7 +142,8 @@ def parse(items: List[str]) -> List[Tuple[str, Optional[str]]]:
                 value = items[i]
                 i += 1
                 if not isinstance(value, str) or _CONTROL.search(value):
-                    raise SbatchOptionError(f"value {value!r} of -{letter} contains a newline or control character")
+                    raise SbatchOptionError(f"value {value!r} of -{letter} contains a newline or control "
+                                            "character")
                 out.append((f"--{long}", value))
             else:
                 out.append((f"--{long}", None))

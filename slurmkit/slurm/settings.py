@@ -70,4 +70,5 @@ def required_settings_warnings(timeout: float = 5.0) -> List[str]:
 def warn_lines(timeout: float = 5.0) -> Optional[List[str]]:
     """Formatted ``warning:`` lines for a CLI (``None`` when there is nothing to say)."""
     lines = required_settings_warnings(timeout)
-    return [f"warning: Slurm setting {w}" if "=" in w.split(":")[0] else f"warning: {w}" for w in lines] or None
+    out = [f"warning: Slurm setting {w}" if "=" in w.split(":")[0] else f"warning: {w}" for w in lines]
+    return out or None

@@ -50,8 +50,8 @@ FABRICS = ("auto", "infiniband", "roce", "ethernet", "none")
 #: sbatch options that would break the one-torchrun-per-node contract if set via extra_sbatch
 #: (long names; every spelling is mapped to these by slurmkit.slurm.sbatch_options).
 FORBIDDEN_EXTRA = ("--ntasks-per-node", "--ntasks", "--signal", "--open-mode", "--gres", "--gpus-per-node",
-                   "--gpus", "--gpus-per-task", "--ntasks-per-gpu", "--ntasks-per-socket", "--ntasks-per-core",
-                   "--nodes", "--requeue", "--no-requeue", "--wrap")
+                   "--gpus", "--gpus-per-task", "--ntasks-per-gpu", "--ntasks-per-socket",
+                   "--ntasks-per-core", "--nodes", "--requeue", "--no-requeue", "--wrap")
 
 
 def _matches(regex: "re.Pattern[str]", what: str) -> Any:

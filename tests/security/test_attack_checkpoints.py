@@ -63,8 +63,10 @@ def dropbox():
 def _jobside_as(user: str, *args: str) -> subprocess.CompletedProcess:
     """The real jobside command as the user runs it in the job (system python: the test venv
     is not readable by other users; jobside needs only the standard library)."""
-    return subprocess.run(["runuser", "-u", user, "--", "/usr/bin/env", f"PYTHONPATH={REPO}", "/usr/bin/python3",
-                           "-m", "slurmkit.submit.jobside", *args], capture_output=True, text=True, timeout=60)
+    return subprocess.run(["runuser", "-u", user, "--", "/usr/bin/env", f"PYTHONPATH={REPO}",
+                           "/usr/bin/python3",
+                           "-m", "slurmkit.submit.jobside", *args],
+                          capture_output=True, text=True, timeout=60)
 
 
 def test_a_checkpoint_directory_the_attacker_prepared_is_refused(unprivileged_users, dropbox):
@@ -76,7 +78,8 @@ def test_a_checkpoint_directory_the_attacker_prepared_is_refused(unprivileged_us
     assert res.stderr.count("\n") == 1 and "refusing the checkpoint directory" in res.stderr
     # a directory that is the victim's but that others may write is refused too
     own = dropbox / "own-open"
-    subprocess.run(["runuser", "-u", victim, "--", "/bin/mkdir", "-m", "0777", str(own)], check=True, timeout=30)
+    subprocess.run(["runuser", "-u", victim, "--", "/bin/mkdir", "-m", "0777", str(own)], check=True,
+                   timeout=30)
     subprocess.run(["chmod", "0777", str(own)], check=True, timeout=30)
     assert _jobside_as(victim, "checkpoint-dir", str(own)).returncode == REFUSED
     # the legitimate case: created private, accepted
@@ -122,7 +125,8 @@ def test_the_example_trainer_never_unpickles_code(tmp_path):
             else:
                 print("LOADED", bad)
         """)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO / "kernels"), str(REPO)]), CUDA_VISIBLE_DEVICES="",
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO / "kernels"), str(REPO)]),
+               CUDA_VISIBLE_DEVICES="",
                TRITON_INTERPRET="1", TRITON_CACHE_DIR=str(tmp_path / "triton"))
     res = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stdout + res.stderr
@@ -170,7 +174,8 @@ def test_victims_job_refuses_the_checkpoint_dir_the_attacker_planted(devcluster,
             planted.append(d)
     job = dc.submit(rendered.script, rendered.sbatch_args, user=victim)
     state = dc.wait_job(job, timeout=120)
-    log = (dropbox / f"ckpt-{job}.out").read_text(errors="replace") if (dropbox / f"ckpt-{job}.out").exists() else ""
+    out = dropbox / f"ckpt-{job}.out"
+    log = out.read_text(errors="replace") if out.exists() else ""
     exit_code = dc.run(["sacct", "-X", "-n", "-P", "-j", job, "--format=ExitCode"]).stdout.strip()
     assert not marker.exists()
     # Nothing of the victim's job went into a directory the attacker controls.

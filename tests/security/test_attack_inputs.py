@@ -166,7 +166,8 @@ def test_every_float_in_the_site_config_refuses_nan_and_infinity(tmp_path, bad):
 def test_meaningless_values_are_refused_by_config_validate(tmp_path, doc):
     cfg = tmp_path / "c.yaml"
     cfg.write_text(doc)
-    res = subprocess.run([sys.executable, "-m", "slurmkit.cli.main", "config", "validate", "--config", str(cfg),
+    res = subprocess.run([sys.executable, "-m", "slurmkit.cli.main", "config", "validate", "--config",
+                          str(cfg),
                           "--quiet"], capture_output=True, text=True, timeout=60)
     assert res.returncode == 2, res.stdout + res.stderr
     assert res.stderr.count("\n") == 1 and "Traceback" not in res.stderr
@@ -198,10 +199,12 @@ def test_a_nan_check_timeout_does_not_drain_a_healthy_node(tmp_path):
     data["slurm"] = {"bin_dir": str(_fake_scontrol(tmp_path))}
     data["health"]["check_timeout"] = "@@"
     (tmp_path / "gpu").mkdir(exist_ok=True)
-    (tmp_path / "gpu" / "node1.yaml").write_text((REPO / "etc" / "gpu-fixtures" / "healthy-h100x8.yaml").read_text())
+    healthy = (REPO / "etc" / "gpu-fixtures" / "healthy-h100x8.yaml").read_text()
+    (tmp_path / "gpu" / "node1.yaml").write_text(healthy)
     cfg = tmp_path / "slurmkit.yaml"
     cfg.write_text(yaml.safe_dump(data).replace("'@@'", ".nan"))
-    env = {"SLURMKIT_CONFIG": str(cfg), "SLURMD_NODENAME": "node1", "SLURM_JOB_ID": "9302", "SLURM_JOB_UID": "0",
+    env = {"SLURMKIT_CONFIG": str(cfg), "SLURMD_NODENAME": "node1", "SLURM_JOB_ID": "9302",
+           "SLURM_JOB_UID": "0",
            "SLURM_JOB_USER": "root", "SLURM_JOB_GPUS": "0,1"}
     res = subprocess.run([sys.executable, PROLOG], env=env, capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
@@ -243,8 +246,10 @@ def test_hostile_spec_files_give_exit_2_and_one_line(tmp_path, kind):
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(text=st.text(st.characters(blacklist_categories=("Cs",)), max_size=200)
-       | st.lists(st.sampled_from(["[", "]", "{", "}", "&a ", "*a", ":", "- ", "\n", "  ", "!!python/object:os.system",
-                                   ".nan", "-.inf", "\x00", "script: /t.py\n", "extra_sbatch: [", "-N2", "!!binary"]),
+       | st.lists(st.sampled_from(["[", "]", "{", "}", "&a ", "*a", ":", "- ", "\n", "  ",
+                                   "!!python/object:os.system",
+                                   ".nan", "-.inf", "\x00", "script: /t.py\n", "extra_sbatch: [", "-N2",
+                                   "!!binary"]),
                   max_size=60).map("".join))
 def test_any_spec_text_is_accepted_or_refused_with_a_config_error(text):
     """Random and hostile spec text: parsing plus validation raises nothing but ConfigError."""
@@ -262,7 +267,8 @@ def test_any_spec_text_is_accepted_or_refused_with_a_config_error(text):
 def test_config_validate_rejects_a_missing_xid_table(tmp_path):
     cfg = tmp_path / "c.yaml"
     cfg.write_text("health:\n  checks:\n    xid:\n      table: /etc/slurmkit/xid-actoins.yaml\n")
-    res = subprocess.run([sys.executable, "-m", "slurmkit.cli.main", "config", "validate", "--config", str(cfg),
+    res = subprocess.run([sys.executable, "-m", "slurmkit.cli.main", "config", "validate", "--config",
+                          str(cfg),
                           "--quiet"], capture_output=True, text=True, timeout=60)
     assert res.returncode == 2, res.stdout + res.stderr
     assert "health.checks.xid.table" in res.stderr and "xid-actoins.yaml" in res.stderr
@@ -288,7 +294,8 @@ def test_a_mistyped_xid_table_is_reported_on_every_run_and_xid_79_still_fails(tm
     loud = tmp_path / "loud"
     loud.mkdir()
     data2 = site_dict(loud, {"checks": {"xid": {"table": str(tmp_path / "xid-actoins.yaml")}}})
-    res = _prolog_with(loud, data2, [{"xid": 79, "gpu": 1, "timestamp": time.time(), "message": "fell off the bus"}])
+    res = _prolog_with(loud, data2, [{"xid": 79, "gpu": 1, "timestamp": time.time(),
+                                      "message": "fell off the bus"}])
     assert res.returncode != 0, res.stderr
     assert [c for c in _drains(loud) if any("XID_79" in a for a in c)], _drains(loud)
 
@@ -305,6 +312,7 @@ def _prolog_with(base: Path, data: dict, xid_events=None) -> subprocess.Complete
     data["slurm"] = {"bin_dir": str(_fake_scontrol(base))}
     cfg = base / "slurmkit.yaml"
     cfg.write_text(yaml.safe_dump(data))
-    env = {"SLURMKIT_CONFIG": str(cfg), "SLURMD_NODENAME": "node1", "SLURM_JOB_ID": "9303", "SLURM_JOB_UID": "0",
+    env = {"SLURMKIT_CONFIG": str(cfg), "SLURMD_NODENAME": "node1", "SLURM_JOB_ID": "9303",
+           "SLURM_JOB_UID": "0",
            "SLURM_JOB_USER": "root", "SLURM_JOB_GPUS": "0,1"}
     return subprocess.run([sys.executable, PROLOG], env=env, capture_output=True, text=True, timeout=120)

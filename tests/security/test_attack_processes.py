@@ -43,7 +43,8 @@ def _spawn(user: str, argv, env=None) -> subprocess.Popen:
     """``argv`` as ``user`` in a session of its own (no slurmstepd, no job cgroup)."""
     full = ["runuser", "-u", user, "--", "/usr/bin/env", "-i", *[f"{k}={v}" for k, v in (env or {}).items()],
             *argv]
-    return subprocess.Popen(full, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return subprocess.Popen(full, start_new_session=True, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
 
 
 def _child_pid(parent: subprocess.Popen, comm: str, timeout: float = 10) -> int:
@@ -304,7 +305,8 @@ Cgroup Support Configuration:
 ConstrainDevices        = no
 """
 SHOW_CONFIG_CGROUP = SHOW_CONFIG_LINUXPROC.replace("proctrack/linuxproc", "proctrack/cgroup").replace(
-    "task/none", "task/affinity,task/cgroup").replace("ConstrainDevices        = no", "ConstrainDevices        = yes")
+    "task/none", "task/affinity,task/cgroup").replace("ConstrainDevices        = no",
+                                                      "ConstrainDevices        = yes")
 
 
 @pytest.mark.parametrize("text,warned", [(SHOW_CONFIG_LINUXPROC, 3), (SHOW_CONFIG_CGROUP, 0),
@@ -332,7 +334,8 @@ def test_config_validate_warns_once_per_missing_slurm_setting(tmp_path, text, wa
     warnings = [line for line in res.output.splitlines() if "warning:" in line]
     assert len(warnings) == warned, res.output
     if warned == 3:
-        assert all(any(name in w for w in warnings) for name in ("ProctrackType", "TaskPlugin", "ConstrainDevices"))
+        assert all(any(name in w for w in warnings) for name in ("ProctrackType", "TaskPlugin",
+                                                                 "ConstrainDevices"))
 
 
 @pytest.mark.devcluster
@@ -340,7 +343,8 @@ def test_config_validate_warns_on_the_devclusters_settings(devcluster):
     """The devcluster runs proctrack/linuxproc and task/none (its fake GPUs share /dev/null's
     device numbers, so it cannot constrain devices): the real scontrol output must warn."""
     env = dict(devcluster.env, SLURMKIT_CONFIG=str(devcluster.config_path))
-    res = subprocess.run([*SLURMKIT, "config", "validate"], env=env, capture_output=True, text=True, timeout=60)
+    res = subprocess.run([*SLURMKIT, "config", "validate"], env=env, capture_output=True, text=True,
+                         timeout=60)
     assert res.returncode == 0, res.stderr
     for name in ("ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none", "ConstrainDevices"):
         assert name in res.stderr, res.stderr

@@ -52,7 +52,8 @@ while True:
 
 
 def _as_user(user: str, argv, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run(["runuser", "-u", user, "--", *argv], capture_output=True, text=True, timeout=60, **kw)
+    return subprocess.run(["runuser", "-u", user, "--", *argv], capture_output=True, text=True, timeout=60,
+                          **kw)
 
 
 def _run_epilog(config: Path, uid: int, user: str) -> subprocess.CompletedProcess:
