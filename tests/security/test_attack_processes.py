@@ -155,7 +155,7 @@ def _write_atomic(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def _epilog_records(dc, job: str):
+def _epilog_records(dc, job: str, hook: str = "epilog"):
     path = dc.state_dir / "slurmkit" / "log" / "health.jsonl"
     if not path.exists():
         return []
@@ -165,7 +165,7 @@ def _epilog_records(dc, job: str):
             rec = json.loads(line)
         except ValueError:
             continue
-        if rec.get("hook") == "epilog" and str(rec.get("job_id")) == str(job):
+        if rec.get("hook") == hook and str(rec.get("job_id")) == str(job):
             out.append(rec)
     return out
 
@@ -195,6 +195,9 @@ def test_victims_job_survives_the_attackers_epilog_on_a_shared_node(devcluster, 
         ajob = dc.submit("#!/bin/sh\nsleep 6\n", ["-w", "node1", "--gres=gpu:1", "--output=/dev/null"],
                          user=attacker)
         _wait(lambda: _job_state(dc, ajob) == "RUNNING", 60, "the attacker's job to run")
+        # RUNNING is shown while the prolog (PrologFlags=Alloc) still runs: wait for its verdict,
+        # or it would see the victim's process as a leftover on the GPU and drain the node.
+        _wait(lambda: _epilog_records(dc, ajob, "prolog"), 60, "the attacker's prolog record")
         # The victim's process has opened every GPU (devices are not constrained on this node):
         # the backend lists it on the attacker's GPU too. 1 MiB: below the leftover threshold.
         data = yaml.safe_load(original)
@@ -211,6 +214,8 @@ def test_victims_job_survives_the_attackers_epilog_on_a_shared_node(devcluster, 
         dc.run(["scancel", vjob])
         if ajob:
             dc.run(["scancel", ajob])
+        if dc.node_reason("node1").startswith("slurmkit:"):  # never leave the shared node drained
+            dc.run(["scontrol", "update", "NodeName=node1", "State=RESUME"])
 
 
 @pytest.mark.devcluster
