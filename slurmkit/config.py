@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import importlib
 import os
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 from slurmkit.core.schema import Field, Section, validate
 from slurmkit.core.yamlload import LineDict, load_yaml_file
@@ -141,3 +141,53 @@ def load_site_config(path: Optional[str] = None, *, full: bool = False) -> SiteC
                                   path=p, line=raw.lines.get(key))
     cfg = SiteConfig(raw, p)
     return cfg.validate_all() if full else cfg
+
+
+def named_file_problems(cfg: SiteConfig) -> List[str]:
+    """Files and directories the config names that cannot be used (``config validate``).
+
+    A typo in such a path would otherwise show only when the file is first needed (the
+    Xid table: when the first Xid arrives), so each is opened now. Each problem is one
+    line naming the file, the line and the key.
+    """
+    problems: List[str] = []
+
+    def where(section: str, *keys: str) -> str:
+        line = None
+        node: Any = cfg.raw.get(section)
+        for k in keys:
+            if isinstance(node, LineDict) and k in node:
+                line = node.lines.get(k, line)
+                node = node[k]
+            else:
+                break
+        prefix = f"{cfg.path}:{line}: " if cfg.path and line else (f"{cfg.path}: " if cfg.path else "")
+        return prefix + ".".join((section, *keys))
+
+    def need_file(path: Optional[str], section: str, *keys: str) -> None:
+        if not path:
+            return
+        try:
+            with open(path, "rb") as fh:
+                fh.read(1)
+        except OSError as exc:
+            problems.append(f"{where(section, *keys)}: {path}: {exc.strerror or exc}")
+
+    def need_dir(path: Optional[str], section: str, *keys: str) -> None:
+        if path and not (os.path.isdir(path) and os.access(path, os.R_OK | os.X_OK)):
+            problems.append(f"{where(section, *keys)}: {path}: not a readable directory")
+
+    health = cfg.section("health")
+    table = health["checks"]["xid"]["table"]
+    need_file(table, "health", "checks", "xid", "table")
+    if table and not problems:
+        from slurmkit.health.xid import load_table
+
+        try:
+            load_table(table)
+        except ConfigError as exc:
+            problems.append(str(exc))
+    submit = cfg.section("submit")
+    need_file(submit["template"], "submit", "template")
+    need_dir(submit["nccl_profiles_dir"], "submit", "nccl_profiles_dir")
+    return problems

@@ -37,10 +37,24 @@ def config_group() -> None:
 @config_group.command("validate")
 @common_options
 def config_validate(config_path, verbose, quiet) -> None:
-    """Validate every section of the site config; exit 2 naming file:line:key on error."""
-    from slurmkit.config import load_site_config
+    """Validate every section of the site config, and open every file it names; exit 2
+    naming file:line:key on error."""
+    from slurmkit.config import load_site_config, named_file_problems
+    from slurmkit.errors import ConfigError
 
     cfg = load_site_config(config_path, full=True)
+    if not quiet:
+        from slurmkit.slurm import client
+        from slurmkit.slurm.settings import warn_lines
+
+        client.configure(cfg.section("slurm")["bin_dir"], cfg.section("slurm")["timeout"])
+        for line in warn_lines() or []:
+            click.echo(f"slurmkit: {line}", err=True)
+    problems = named_file_problems(cfg)
+    if problems:
+        for first in problems[:-1]:
+            click.echo(f"slurmkit: error: {first}", err=True)
+        raise ConfigError(problems[-1])
     if not quiet:
         click.echo(f"{cfg.path or '(built-in defaults)'}: ok")
 

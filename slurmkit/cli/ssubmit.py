@@ -361,8 +361,9 @@ def status_cmd(job_id, as_json, config_path, verbose, quiet) -> None:
     info["log"] = _log_path(job_id, site)
     record = _read_record(job_id, site)
     if record and record.get("settings", {}).get("checkpoint_dir"):
-        state_file = os.path.join(record["settings"]["checkpoint_dir"].replace("{job_id}", job_id), ".slurmkit",
-                                  "requeue-state.json")
+        ckpt = record["settings"]["checkpoint_dir"].replace("{job_id}", job_id)
+        ckpt = ckpt.replace("{user}", record.get("user") or getpass.getuser())
+        state_file = os.path.join(ckpt, ".slurmkit", "requeue-state.json")
         try:
             with open(state_file, encoding="utf-8") as fh:
                 counts = json.load(fh)

@@ -10,6 +10,7 @@ returns plain dicts with every default filled in.
 from __future__ import annotations
 
 import copy
+import math
 from dataclasses import dataclass, field as dc_field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
@@ -74,7 +75,27 @@ def valid_keys_text(fields: Mapping[str, Field]) -> str:
     return ", ".join(sorted(fields))
 
 
+def _nonfinite(value: Any, depth: int = 0) -> bool:
+    """A NaN or infinity anywhere in ``value`` (YAML writes them ``.nan``, ``.inf``).
+
+    NaN compares false with everything, so a NaN deadline or timeout passes every
+    ``min``/``max`` and then disables the limit it stands for: refused everywhere, also
+    inside free-form mappings and lists that have no schema of their own."""
+    if isinstance(value, float):
+        return not math.isfinite(value)
+    if depth < 64 and isinstance(value, dict):
+        return any(_nonfinite(v, depth + 1) for v in value.values())
+    if depth < 64 and isinstance(value, list):
+        return any(_nonfinite(v, depth + 1) for v in value)
+    return False
+
+
 def _validate(value: Any, spec: Field, ctx: _Ctx) -> Any:
+    if isinstance(value, float) and _nonfinite(value):
+        raise ctx.error(f"must be a finite number, got {value!r}")
+    free_form = spec.type == "any" or (spec.type in ("list", "dict") and spec.items is None)
+    if free_form and _nonfinite(value):  # nothing below looks inside these
+        raise ctx.error("contains NaN or infinity; use finite numbers")
     if value is None:
         if spec.nullable and spec.type != "section":
             return None

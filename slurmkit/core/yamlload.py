@@ -15,6 +15,14 @@ import yaml
 from slurmkit.errors import ConfigError
 
 
+#: Limits on any YAML document slurmkit reads (configs, job specs, tables): a spec is a
+#: few KiB, so these only stop hostile or broken input before it costs memory or time.
+MAX_BYTES = 1 << 20
+MAX_DEPTH = 32
+#: values visited (aliases count each time they are used: "billion laughs" expansion)
+MAX_NODES = 200_000
+
+
 class LineDict(dict):
     """A dict that knows the source line of each of its keys."""
 
@@ -50,12 +58,43 @@ def _construct_mapping(loader: _LineLoader, node: yaml.MappingNode) -> LineDict:
 _LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 
 
+def _check_shape(data: Any, path: str) -> None:
+    """Refuse documents nested deeper than ``MAX_DEPTH`` or with more than ``MAX_NODES``
+    values once aliases are expanded (the walk stops at the limit, so it is bounded)."""
+    count = 0
+    stack = [(data, 1)]
+    while stack:
+        value, depth = stack.pop()
+        count += 1
+        if count > MAX_NODES:
+            raise ConfigError(f"document too large: more than {MAX_NODES} values (aliases expanded)",
+                              path=path)
+        if isinstance(value, (dict, list)):
+            if depth > MAX_DEPTH:
+                raise ConfigError(f"nested more than {MAX_DEPTH} levels deep", path=path)
+            items = value.values() if isinstance(value, dict) else value
+            stack.extend((v, depth + 1) for v in items)
+
+
 def load_yaml_text(text: str, path: str = "<string>") -> Any:
-    """Parse YAML text; syntax errors become a one-line :class:`ConfigError`."""
-    loader = _LineLoader(text)
+    """Parse YAML text; syntax errors, oversized, over-deep or NUL-carrying input become a
+    one-line :class:`ConfigError` (exit 2), never a traceback."""
+    if len(text) > MAX_BYTES:
+        raise ConfigError(f"too large: {len(text)} characters (limit {MAX_BYTES})", path=path)
+    if "\0" in text:
+        line = text.count("\n", 0, text.index("\0")) + 1
+        raise ConfigError("contains a NUL byte", path=path, line=line)
+    try:
+        loader = _LineLoader(text)  # the reader already refuses control characters here
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"invalid YAML: {' '.join(str(exc).split())}", path=path) from None
     loader._sk_path = path  # type: ignore[attr-defined]
     try:
-        return loader.get_single_data()
+        data = loader.get_single_data()
+        _check_shape(data, path)
+        return data
+    except RecursionError:
+        raise ConfigError(f"nested more than {MAX_DEPTH} levels deep", path=path) from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark else None
@@ -71,7 +110,7 @@ def load_yaml_file(path: str) -> Any:
     """Read and parse a YAML file; I/O errors become :class:`ConfigError`."""
     try:
         with open(path, encoding="utf-8") as fh:
-            text = fh.read()
+            text = fh.read(MAX_BYTES + 1)
     except OSError as exc:
         raise ConfigError(f"cannot read: {exc.strerror}", path=path) from None
     except UnicodeDecodeError:

@@ -36,9 +36,9 @@ def _fixture_template(value: Any) -> Optional[str]:
 #: 460/480 GB/s (Azure H100/H200 expectations, nccl-tests' 0.9 rule), GEMM and HBM
 #: floors at about 70-75 % of measured-achievable (stas00/ml-engineering, compute/accelerator).
 MODEL_THRESHOLD_FIELDS: Dict[str, Field] = {
-    "temperature_warn_c": Field("float", 85.0, "GPU core temperature that warns (deg C)."),
-    "temperature_fail_c": Field("float", 92.0, "GPU core temperature that fails (deg C)."),
-    "power_warn_w": Field("float", 680.0, "Power draw that warns (W)."),
+    "temperature_warn_c": Field("float", 85.0, "GPU core temperature that warns (deg C).", min=0),
+    "temperature_fail_c": Field("float", 92.0, "GPU core temperature that fails (deg C).", min=0),
+    "power_warn_w": Field("float", 680.0, "Power draw that warns (W).", min=0),
     "power_fail_w": Field("float", 0.0, "Power draw that fails (W); 0: never fails.", min=0),
     "ecc_uncorrected_max": Field("int", 0, "Volatile uncorrected ECC errors allowed.", min=0),
     "ecc_corrected_warn": Field("int", 50_000_000, "Volatile corrected ECC errors that warn.", min=0),
@@ -260,11 +260,16 @@ ESCALATION_SCHEMA = Section(
             "list",
             [7],
             "Job-ending signals (SLURM_JOB_EXIT_CODE2 'code:signal', "
-            "SLURM_JOB_DERIVED_EC) that point at hardware; 7 = SIGBUS.",
-            items=Field("int"),
+            "SLURM_JOB_DERIVED_EC) that point at hardware; 7 = SIGBUS. A hint only: "
+            "escalation also needs hardware evidence (Xid, ECC, NVML), since a job can end "
+            "itself with any signal.",
+            items=Field("int", min=1, max=64),
         ),
         "exit_codes": Field(
-            "list", [], "Job exit codes that point at hardware (site convention).", items=Field("int")
+            "list",
+            [],
+            "Job exit codes that point at hardware (site convention); a hint only, like exit_signals.",
+            items=Field("int", min=1, max=255),
         ),
         "xid_min_action": Field(
             "str",

@@ -7,15 +7,20 @@ Leftovers are found three ways, because each misses something:
   job started, double-forked daemons included;
 * processes of the job's uid whose environment carries ``SLURM_JOB_ID=<id>`` (no
   cgroup needed; a double-forked process keeps its environment);
-* compute processes on the job's GPUs, per the GPU backend (whatever holds the GPU,
-  even a process that scrubbed its environment).
+* processes of the job's uid computing on the job's GPUs, per the GPU backend (even a
+  process that scrubbed its environment).
 
-Root's processes are never signalled from the GPU list; they are reported.
+Only the job's own processes are signalled. The environment is the user's to write, so
+it only ever narrows the search: a process found by environment or GPU is spared when
+it provably belongs to another live job (that job's cgroup, or a ``slurmstepd`` of that
+job above it), and another user's process on the job's GPUs (a shared node without
+``ConstrainDevices=yes``) is reported, never killed. Root's processes are reported too.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import stat
 import time
 from typing import Any, Dict, List, Optional
@@ -58,9 +63,9 @@ def cleanup(ctx, deadline: float, extra: Dict[str, Any]) -> List[CheckResult]:
     table = {p.pid: p for p in procs.iter_procs()}
     cg = procs.cgroup_job_pids(ctx.job_id)
     envp = procs.environ_job_pids(ctx.job_id, ctx.job_uid, list(table.values()))
-    targets = {pid for pid in cg | envp if pid in table and table[pid].uid != 0}
     gpu_pids: Dict[int, int] = {}
     root_on_gpu: List[int] = []
+    others_on_gpu: List[int] = []
     indices = _job_gpu_indices(ctx)
     backend = None
     timeout = max(0.2, float(ctx.health["check_timeout"]))
@@ -73,6 +78,8 @@ def cleanup(ctx, deadline: float, extra: Dict[str, Any]) -> List[CheckResult]:
                     owner = table.get(p.pid)
                     if owner is not None and owner.uid == 0:
                         root_on_gpu.append(p.pid)
+                    elif owner is not None and (ctx.job_uid is None or owner.uid != ctx.job_uid):
+                        others_on_gpu.append(p.pid)  # another user's: never ours to kill
                     else:
                         gpu_pids[p.pid] = i
         except ProbeTimeout as exc:
@@ -99,7 +106,14 @@ def cleanup(ctx, deadline: float, extra: Dict[str, Any]) -> List[CheckResult]:
                 )
             )
             backend = None
-    targets |= set(gpu_pids)
+    # The cgroup is the kernel's word; environment and GPU finds must not belong to another live job.
+    other_jobs: Dict[int, str] = {}
+    for pid in (envp | set(gpu_pids)) - cg:
+        owner_job = procs.owning_job(pid, table)
+        if owner_job is not None and owner_job != ctx.job_id:
+            other_jobs[pid] = owner_job
+    found = (cg | envp | set(gpu_pids)) - set(other_jobs)
+    targets = {pid for pid in found if pid in table and table[pid].uid != 0}
     grace = min(float(ctx.health["kill_grace"]), max(0.0, deadline - time.monotonic() - 2.0))
     outcome = (
         procs.kill_with_grace(targets, grace)
@@ -111,6 +125,8 @@ def cleanup(ctx, deadline: float, extra: Dict[str, Any]) -> List[CheckResult]:
         "environ_pids": sorted(envp),
         "gpu_pids": sorted(gpu_pids),
         "root_on_gpu": sorted(root_on_gpu),
+        "other_users_on_gpu": sorted(others_on_gpu),
+        "spared_other_jobs": {str(k): v for k, v in sorted(other_jobs.items())},
         **outcome,
     }
     extra["cleanup"] = details
@@ -210,46 +226,47 @@ def other_jobs_of_user(uid: int, job_id: str) -> List[str]:
 
 def clean_dev_shm(uid: int, job_id: str, shm: str = "/dev/shm") -> Dict[str, Any]:
     """Remove ``uid``'s files and directories in ``/dev/shm`` when no other job of that user
-    runs here. Never follows symlinks; only entries owned by ``uid`` are touched."""
+    runs here. Only top-level entries owned by ``uid`` are touched.
+
+    ``/dev/shm`` is writable by the user, who can swap any directory in it for a symlink
+    while we walk: every step is therefore relative to a file descriptor opened without
+    following links (``shutil.rmtree`` with ``dir_fd``, which Python guarantees safe
+    against symlink attacks where ``shutil.rmtree.avoids_symlink_attacks``); nothing is
+    ever deleted by path name. Where that guarantee is missing the cleanup is skipped.
+    """
     others = other_jobs_of_user(uid, job_id)
     if others:
         return {"skipped": f"other job(s) of uid {uid} still here: {','.join(others)}", "removed": []}
+    if not shutil.rmtree.avoids_symlink_attacks:
+        return {"skipped": "shutil.rmtree is not safe against symlink attacks here", "removed": []}
     removed: List[str] = []
     errors: List[str] = []
     try:
-        entries = os.listdir(shm)
+        dfd = os.open(shm, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as exc:
         return {"skipped": f"{shm}: {exc.strerror}", "removed": []}
-    for name in entries:
-        path = os.path.join(shm, name)
-        try:
-            st = os.lstat(path)
-        except OSError:
-            continue
-        if st.st_uid != uid:
-            continue
-        try:
-            if stat.S_ISDIR(st.st_mode):
-                _rmtree_owned(path, uid)
-            else:
-                os.unlink(path)
-            removed.append(name)
-        except OSError as exc:
-            errors.append(f"{name}: {exc.strerror}")
+    try:
+        with os.scandir(dfd) as it:
+            entries = [e.name for e in it]
+        for name in entries:
+            try:
+                st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+            except OSError:
+                continue
+            if st.st_uid != uid:
+                continue
+            try:
+                if stat.S_ISDIR(st.st_mode):
+                    # refuses a name that became a symlink since the stat, and never leaves the tree
+                    shutil.rmtree(name, dir_fd=dfd)
+                else:
+                    os.unlink(name, dir_fd=dfd)  # a symlink itself, never its target
+                removed.append(name)
+            except OSError as exc:
+                errors.append(f"{name}: {exc.strerror or exc}")
+    finally:
+        os.close(dfd)
     return {"removed": removed, "errors": errors}
-
-
-def _rmtree_owned(path: str, uid: int) -> None:
-    for root, dirs, files in os.walk(path, topdown=False, followlinks=False):
-        for f in files:
-            os.unlink(os.path.join(root, f))
-        for d in dirs:
-            full = os.path.join(root, d)
-            if os.path.islink(full):
-                os.unlink(full)
-            else:
-                os.rmdir(full)
-    os.rmdir(path)
 
 
 # ---------------------------------------------------------------------- escalation
@@ -266,10 +283,17 @@ def parse_exit(text: Optional[str]) -> Optional[tuple]:
         return None
 
 
-def escalation_triggers(ctx, results: List[CheckResult]) -> List[str]:
-    """Why this job's end points at hardware (empty: it does not)."""
-    from slurmkit.health import xid as xidmod
+#: Fast checks whose FAIL is hardware evidence a job's user cannot produce: the GPU
+#: driver (NVML) reports it, not the job.
+HARDWARE_EVIDENCE_CHECKS = ("gpu_ecc", "gpu_memory_errors", "gpu_count", "nvlink_state")
 
+
+def exit_hints(ctx) -> List[str]:
+    """The job's exit (signal or code) that the site says may point at hardware.
+
+    Only a hint: the job's user chooses how the job ends (``kill -BUS $$`` gives
+    signal 7), so it never triggers escalation by itself; see :func:`escalation_triggers`.
+    """
     esc = ctx.health["escalation"]
     why = []
     for var in ("SLURM_JOB_EXIT_CODE2", "SLURM_JOB_DERIVED_EC"):
@@ -281,8 +305,26 @@ def escalation_triggers(ctx, results: List[CheckResult]) -> List[str]:
             why.append(f"{var}={ctx.env[var]} (signal {sig})")
         elif code and code in esc["exit_codes"]:
             why.append(f"{var}={ctx.env[var]} (exit code {code})")
+    return sorted(set(why))
+
+
+def escalation_triggers(ctx, results: List[CheckResult]) -> List[str]:
+    """Hardware evidence, from the driver and the kernel, that this node needs more than a
+    drain (empty: none). Evidence is what the job's user cannot fake: new Xids at or
+    above ``escalation.xid_min_action`` (kernel log), a failed ECC, retired-page, GPU
+    count or NVLink check, or a GPU backend that hung (NVML)."""
+    from slurmkit.health import xid as xidmod
+
+    esc = ctx.health["escalation"]
+    why = []
+    for r in results:
+        if r.status == Status.FAIL and r.check in HARDWARE_EVIDENCE_CHECKS:
+            why.append(f"{r.check}: {r.code}")
+    if ctx.backend_hung_in:
+        why.append(f"GPU backend hung in {ctx.backend_hung_in}")
     if ctx.xid_events_seen:
-        table = xidmod.load_table(ctx.params("xid").get("table"))
+        configured = ctx.params("xid").get("table")
+        table = xidmod.load_table(None if xidmod.table_problem(configured) else configured)
         floor = Action(esc["xid_min_action"]).severity
         for e in ctx.xid_events_seen:
             act = table.action(
@@ -294,11 +336,25 @@ def escalation_triggers(ctx, results: List[CheckResult]) -> List[str]:
 
 
 def escalate(ctx, results: List[CheckResult], extra: Dict[str, Any]) -> List[CheckResult]:
-    why = escalation_triggers(ctx, results)
-    if not why:
-        return []
+    evidence = escalation_triggers(ctx, results)
+    hints = exit_hints(ctx)
     mode = ctx.health["escalation"]["action"]
-    extra["escalation"] = {"why": why, "action": mode}
+    if not evidence:
+        if not hints:
+            return []
+        extra["escalation"] = {"why": [], "hints": hints, "action": "none"}
+        return [
+            CheckResult(
+                "escalation",
+                Status.OK,
+                "ESCALATION_NO_EVIDENCE",
+                f"job exit ({'; '.join(hints)}) suggests hardware, but no Xid, ECC or NVML evidence; "
+                "not escalating",
+                details={"hints": hints},
+            )
+        ]
+    why = evidence + hints
+    extra["escalation"] = {"why": why, "evidence": evidence, "hints": hints, "action": mode}
     if mode == "none":
         return [
             CheckResult(

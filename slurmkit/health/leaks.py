@@ -6,9 +6,12 @@ to no running job. Never touched, whatever it holds:
 
 * root and system users (uid < ``leaks.min_uid``, 1000 by default);
 * processes under a ``slurmstepd`` (a live job step);
-* processes whose ``SLURM_JOB_ID`` is a job Slurm still runs (``squeue``; when squeue
-  fails nothing is killed);
+* processes in the cgroup of a job Slurm still runs (``squeue``; when squeue fails
+  nothing is killed);
 * this process and its ancestors.
+
+A process's own ``SLURM_JOB_ID`` proves nothing (its user can set it to any running
+job's id), so it never spares a process; it is only copied into the audit log.
 
 Kills are SIGTERM, then SIGKILL after ``health.kill_grace``; every candidate and every
 action goes to a JSON-lines audit log.
@@ -95,11 +98,9 @@ def scan(health: Dict[str, Any], node: str, running: Set[str], backend=None) -> 
             return f"system user (uid {p.uid} < {min_uid})" if p.uid else "root"
         if procs.under_slurmstepd(pid, table):
             return "under slurmstepd (live job step)"
-        env = procs.environ(pid)
-        jid = env.get("SLURM_JOB_ID")
-        arr = env.get("SLURM_ARRAY_JOB_ID"), env.get("SLURM_ARRAY_TASK_ID")
-        if jid and (jid in running or (arr[0] and f"{arr[0]}_{arr[1]}" in running)):
-            return f"job {jid} is running"
+        jid = procs.cgroup_job(pid)
+        if jid and jid in running:
+            return f"in the cgroup of running job {jid}"
         return None
 
     def consider(pid: int, why: str, detail: str, **kw) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 import signal
 import time
 from dataclasses import dataclass
@@ -119,7 +120,51 @@ def ancestors(pid: int, table: Dict[int, Proc]) -> List[Proc]:
 
 
 def under_slurmstepd(pid: int, table: Dict[int, Proc]) -> bool:
-    return any(a.comm.startswith("slurmstepd") for a in ancestors(pid, table))
+    """Under a live job step: a root-owned ``slurmstepd`` ancestor (a user can name a
+    program of their own ``slurmstepd``, not run it as root)."""
+    return any(a.comm.startswith("slurmstepd") and a.uid == 0 for a in ancestors(pid, table))
+
+
+_CGROUP_JOB_RE = re.compile(r"/job_(\d+)(?:/|$)")
+_STEPD_JOB_RE = re.compile(r"\[(\d+)(?:_\d+)?\.[^\]]*\]")
+
+
+def cgroup_job(pid: int) -> Optional[str]:
+    """The Slurm job whose cgroup holds ``pid`` (``.../job_<id>/...`` in ``/proc/<pid>/cgroup``,
+    cgroup v1 or v2), else ``None``. The kernel keeps this file; a user cannot edit it, and
+    only root can move a process into another user's job cgroup."""
+    try:
+        with open(f"/proc/{pid}/cgroup", encoding="utf-8", errors="replace") as fh:
+            text = fh.read()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        m = _CGROUP_JOB_RE.search(line.split(":", 2)[-1])
+        if m:
+            return m.group(1)
+    return None
+
+
+def stepd_job(pid: int, table: Dict[int, Proc]) -> Optional[str]:
+    """The job of the nearest live ``slurmstepd`` above ``pid`` (its command line is
+    ``slurmstepd: [<job>.<step>]``), else ``None``. slurmstepd runs as root, so a user
+    cannot forge the ancestor; ``"?"`` when one is there but its job cannot be read."""
+    for a in ancestors(pid, table):
+        if a.comm.startswith("slurmstepd") and a.uid == 0:
+            try:
+                with open(f"/proc/{a.pid}/cmdline", "rb") as fh:
+                    cmd = fh.read().replace(b"\0", b" ").decode("utf-8", "replace")
+            except OSError:
+                return "?"
+            m = _STEPD_JOB_RE.search(cmd)
+            return m.group(1) if m else "?"
+    return None
+
+
+def owning_job(pid: int, table: Dict[int, Proc]) -> Optional[str]:
+    """Which live job ``pid`` provably belongs to: its job cgroup, else the slurmstepd it
+    runs under. Never the environment (``SLURM_JOB_ID`` is the user's to set)."""
+    return cgroup_job(pid) or stepd_job(pid, table)
 
 
 def protected_pids() -> Set[int]:

@@ -110,6 +110,20 @@ def default_table_path() -> str:
 _TABLE_CACHE: Dict[str, XidTable] = {}
 
 
+def table_problem(path: Optional[str]) -> Optional[str]:
+    """Why the configured table cannot be used (missing, unreadable, not a file), else
+    ``None``. Cheap (one open), so every Xid check runs it: a typo in the path must show
+    on the first run, not on the day the first Xid arrives."""
+    if not path:
+        return None
+    try:
+        with open(path, "rb") as fh:
+            fh.read(1)
+    except OSError as exc:
+        return f"Xid table {path}: {exc.strerror or exc}"
+    return None
+
+
 def load_table(path: Optional[str] = None) -> XidTable:
     """Load (once per process) the Xid table; a missing or broken table raises ``ConfigError``."""
     from slurmkit.errors import ConfigError

@@ -23,7 +23,8 @@ SITE_SCHEMA = Section({
     "nccl_profiles_dir": Field("str", None, "Directory of NCCL profiles (<fabric>.yaml); default: "
                                "etc/nccl in the slurmkit source tree."),
     "checkpoint_root": Field("str", None, "Shared directory under which a job without "
-                             "`checkpoint.dir` gets <root>/<job id>; default: <paths.shared_dir>/ssubmit."),
+                             "`checkpoint.dir` gets <root>/<user>/<job id> (created 0700; make the root "
+                             "1777 like /tmp); default: <paths.shared_dir>/ssubmit."),
     "verdict_root": Field("str", None, "Root of the sweep verdict store consulted before a "
                           "requeue-with-exclude; default: paths.shared_dir."),
     "record_dir": Field("str", None, "Where ssubmit remembers submitted jobs (spec, log path) for "

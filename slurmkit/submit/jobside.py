@@ -16,6 +16,10 @@
   re-run after a failed training step (an NCCL error, a node that died).
 * ``requeue`` - after the checkpoint signal: requeue the job if retries remain for
   the cause (time limit or preemption, counted separately); exit 10 when requeued.
+* ``checkpoint-dir DIR`` - create the job's checkpoint directory private (0700) and
+  refuse (exit 78, one line) one that another user owns or can write into, or that
+  lies under a directory where another user could swap it: a trainer unpickles what it
+  finds there, so a directory someone else prepared is code run as this user.
 
 Why Python instead of more bash: these decisions are where jobs silently go wrong, so
 they are unit-tested functions. The commands import neither torch nor click.
@@ -40,6 +44,8 @@ from slurmkit.slurm import client, runner
 from slurmkit.slurm.node import this_node
 
 REQUEUED_EXIT = 10
+#: The checkpoint directory is not private (sysexits' EX_CONFIG): the job stops before any step.
+CHECKPOINT_REFUSED_EXIT = 78
 STATE_FILE = "requeue-state.json"
 
 
@@ -493,6 +499,70 @@ def cmd_requeue(args: argparse.Namespace) -> int:
 
 # --------------------------------------------------------------------------- CLI
 
+# --------------------------------------------------------------------------- checkpoint directory
+
+def private_dir_problem(path: str, uid: Optional[int] = None) -> Optional[str]:
+    """Create ``path`` (each missing level 0700) and check it is private to ``uid``.
+
+    The rules are sshd's StrictModes: the directory itself must be owned by ``uid`` and
+    not writable by group or others; every directory above it must be owned by root or
+    ``uid`` and not writable by group or others unless it is sticky (``/tmp``-like, where
+    nobody can rename another user's entry). Returns ``None`` when private, else a
+    one-line reason.
+    """
+    uid = os.geteuid() if uid is None else uid
+    path = os.path.abspath(path)
+    missing: List[str] = []
+    cur = path
+    while not os.path.lexists(cur):
+        missing.append(cur)
+        parent = os.path.dirname(cur)
+        if parent == cur:
+            break
+        cur = parent
+    for d in reversed(missing):
+        try:
+            os.mkdir(d, 0o700)
+        except FileExistsError:
+            pass  # made meanwhile (another node): checked below like any existing one
+        except OSError as exc:
+            return f"cannot create {d}: {exc.strerror}"
+    real = os.path.realpath(path)
+    try:
+        st = os.stat(real)
+    except OSError as exc:
+        return f"{path}: {exc.strerror}"
+    if not os.path.isdir(real):
+        return f"{path} is not a directory"
+    if st.st_uid != uid:
+        return f"{path} belongs to uid {st.st_uid}, not to this job's user (uid {uid})"
+    if st.st_mode & 0o022:
+        return f"{path} is writable by group or others (mode {st.st_mode & 0o7777:04o}); chmod go-w it"
+    parent = os.path.dirname(real)
+    while True:
+        try:
+            pst = os.stat(parent)
+        except OSError as exc:
+            return f"{parent}: {exc.strerror}"
+        if pst.st_uid not in (0, uid):
+            return f"{parent} (above {path}) belongs to uid {pst.st_uid}, who could swap the directory"
+        if pst.st_mode & 0o022 and not pst.st_mode & 0o1000:
+            return (f"{parent} (above {path}) is writable by group or others and not sticky "
+                    f"(mode {pst.st_mode & 0o7777:04o}): another user could swap the directory")
+        up = os.path.dirname(parent)
+        if up == parent:
+            return None
+        parent = up
+
+
+def cmd_checkpoint_dir(args: argparse.Namespace) -> int:
+    problem = private_dir_problem(args.dir)
+    if problem:
+        log(f"error: refusing the checkpoint directory: {problem}")
+        return CHECKPOINT_REFUSED_EXIT
+    return 0
+
+
 def _add_requeue_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--job-id", required=True)
     p.add_argument("--state-dir", required=True)
@@ -545,6 +615,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--time-limit-s", type=int, default=0)
     _add_requeue_args(p)
     p.set_defaults(fn=cmd_requeue)
+
+    p = sub.add_parser("checkpoint-dir")
+    p.add_argument("dir")
+    p.set_defaults(fn=cmd_checkpoint_dir)
 
     p = sub.add_parser("finish-requeue")
     p.add_argument("--job-id", required=True)

@@ -147,14 +147,18 @@ def _launch_argv(spec: Dict[str, Any]) -> List[str]:
     return [*head, *spec["args"]]
 
 
+_CKPT_PLACEHOLDERS = {"{job_id}": '"${SLURM_JOB_ID}"', "{user}": '"${SK_USER}"'}
+
+
 def _checkpoint_dir_expr(template: str) -> str:
-    """Quoted bash expression for the checkpoint dir, ``{job_id}`` -> ``$SLURM_JOB_ID``.
+    """Quoted bash expression for the checkpoint dir: ``{job_id}`` -> ``$SLURM_JOB_ID``,
+    ``{user}`` -> ``$SK_USER`` (the job's user, from ``id -un`` at run time).
 
     Built from ``shlex.quote``d literal parts joined by the unquoted-but-double-quoted
-    variable reference: no part of the user's string is ever outside single quotes.
+    variable references: no part of the user's string is ever outside single quotes.
     """
-    parts = template.split("{job_id}")
-    return '"${SLURM_JOB_ID}"'.join(shlex.quote(p) if p else "" for p in parts) or "''"
+    parts = re.split(r"(\{job_id\}|\{user\})", template)
+    return "".join(_CKPT_PLACEHOLDERS.get(p) or shlex.quote(p) for p in parts if p) or "''"
 
 
 def resolve_python(spec: Dict[str, Any], site: Dict[str, Any]) -> str:
@@ -170,7 +174,8 @@ def build_context(spec: Dict[str, Any], *, site: Dict[str, Any], paths: Dict[str
     # The user's own env wins over profile values: leave those out of the NCCL block.
     nccl_env = {k: v for k, v in resolved_nccl["env"].items() if k not in spec["env"]}
     ckpt_root = site.get("checkpoint_root") or os.path.join(paths["shared_dir"], "ssubmit")
-    ckpt_template = spec["checkpoint"]["dir"] or os.path.join(ckpt_root, "{job_id}")
+    # per user: a shared root is world-writable, so <root>/<job id> could be prepared by anyone
+    ckpt_template = spec["checkpoint"]["dir"] or os.path.join(ckpt_root, "{user}", "{job_id}")
     minutes = parse_time_limit(spec["time"])
     rdzv = spec["rendezvous"]
     opts = sbatch_options(spec)

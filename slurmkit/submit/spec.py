@@ -27,6 +27,7 @@ from typing import Any, Dict, List, Optional
 from slurmkit.core.schema import Field, Section, deep_merge, parse_set_option, validate
 from slurmkit.core.yamlload import LineDict, load_yaml_file
 from slurmkit.errors import ConfigError
+from slurmkit.slurm import sbatch_options
 from slurmkit.slurm.parse import ParseError, gpus_from_gres, parse_time_limit
 
 # --------------------------------------------------------------------------- value checks
@@ -46,9 +47,11 @@ SIGNALS = ("USR2", "USR1", "TERM", "INT", "HUP", "URG", "XCPU")
 MAIL_TYPES = ("NONE", "BEGIN", "END", "FAIL", "REQUEUE", "ALL", "INVALID_DEPEND", "STAGE_OUT",
               "TIME_LIMIT", "TIME_LIMIT_90", "TIME_LIMIT_80", "TIME_LIMIT_50", "ARRAY_TASKS")
 FABRICS = ("auto", "infiniband", "roce", "ethernet", "none")
-#: sbatch options that would break the one-torchrun-per-node contract if set via extra_sbatch.
-FORBIDDEN_EXTRA = ("--ntasks-per-node", "--ntasks", "-n", "--signal", "--open-mode", "--gres",
-                   "--gpus-per-node", "--nodes", "-N", "--requeue", "--no-requeue")
+#: sbatch options that would break the one-torchrun-per-node contract if set via extra_sbatch
+#: (long names; every spelling is mapped to these by slurmkit.slurm.sbatch_options).
+FORBIDDEN_EXTRA = ("--ntasks-per-node", "--ntasks", "--signal", "--open-mode", "--gres", "--gpus-per-node",
+                   "--gpus", "--gpus-per-task", "--ntasks-per-gpu", "--ntasks-per-socket",
+                   "--ntasks-per-core", "--nodes", "--requeue", "--no-requeue", "--wrap")
 
 
 def _matches(regex: "re.Pattern[str]", what: str) -> Any:
@@ -90,13 +93,16 @@ def _check_module_lines(value: List[str]) -> Optional[str]:
 
 
 def _check_extra_sbatch(value: List[str]) -> Optional[str]:
-    for item in value or []:
-        if not item.startswith("-"):
-            return f"extra_sbatch item {item!r} must be an sbatch option such as --reservation=foo"
-        flag = item.split("=", 1)[0]
+    """Parse the items as sbatch does (every spelling of an option: ``-N2``, ``-N 2``,
+    ``--nodes 2``, ``--nod=2``, bundles) and refuse options ssubmit derives."""
+    try:
+        pairs = sbatch_options.parse(list(value or []))
+    except sbatch_options.SbatchOptionError as exc:
+        return f"extra_sbatch: {exc}; items must be an sbatch option such as --reservation=foo"
+    for flag, _value in pairs:
         if flag in FORBIDDEN_EXTRA:
-            return (f"extra_sbatch may not set {flag}: ssubmit derives it from the spec "
-                    "(nodes, gpus_per_node, requeue); set those keys instead")
+            return (f"extra_sbatch may not set {flag}, in any spelling: ssubmit derives it from the spec "
+                    "(nodes, gpus_per_node, requeue, script); set those keys instead")
     return None
 
 
@@ -211,7 +217,9 @@ SPEC_FIELDS: Dict[str, Field] = {
                   items=Field("str", nullable=False), nullable=False),
     "checkpoint": Section({
         "dir": Field("str", None, "Shared checkpoint directory (SLURMKIT_CHECKPOINT_DIR); '{job_id}' "
-                     "is replaced by the job id at run time. Default: <submit.checkpoint_root>/{job_id}."),
+                     "and '{user}' are replaced by the job id and user at run time. It must be private: "
+                     "the job stops with exit 78 if another user owns or can write it. Default: "
+                     "<submit.checkpoint_root>/{user}/{job_id}."),
         "every": Field("int", 0, "SLURMKIT_CHECKPOINT_EVERY (steps; 0 = only when asked).", min=0,
                        nullable=False),
     }, "Checkpoint contract with the trainer."),
@@ -338,6 +346,8 @@ def validate_spec(raw: Any, path: Optional[str] = None, spec_dir: Optional[str] 
         pass  # Slurm mails the submitting user by default; fine.
 
     # Normalise scalars and defaults that depend on other keys.
+    # one "--long-name[=value]" item per option, whatever spelling the spec used (checked above)
+    spec["extra_sbatch"] = sbatch_options.to_items(sbatch_options.parse(spec["extra_sbatch"]))
     spec["env"] = {k: _env_str(v) for k, v in spec["env"].items()}
     spec["nccl"]["env"] = {k: _env_str(v) for k, v in spec["nccl"]["env"].items()}
     if isinstance(spec["command"], str):

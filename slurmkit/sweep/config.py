@@ -46,8 +46,9 @@ STORAGE_SCHEMA = Section(
             None,
             "Fail below this write throughput (GB/s). Unset: "
             "derived from model_size_gb / checkpoint_window_s when both are set.",
+            min=0,
         ),
-        "min_read_gbps": Field("float", None, "Fail below this read throughput (GB/s)."),
+        "min_read_gbps": Field("float", None, "Fail below this read throughput (GB/s).", min=0),
         "model_size_gb": Field("float", None, "Checkpoint size per node in GB, for the sizing rule.", min=0),
         "checkpoint_window_s": Field(
             "float",
@@ -119,9 +120,10 @@ PAIRS_SCHEMA = Section(
         "enabled": Field("bool", False, "Also submit 2-node all_reduce jobs that exercise inter-node links."),
         "topology_conf": Field("str", None, "Slurm topology.conf; unset: next to $SLURM_CONF, if present."),
         "max_pairs": Field("int", 1, "Pair jobs per sweep run.", min=0),
-        "min_busbw_gbps": Field("float", None, "Fail a pair below this all_reduce busbw (GB/s)."),
+        "min_busbw_gbps": Field("float", None, "Fail a pair below this all_reduce busbw (GB/s).", min=0),
         "theoretical_busbw_gbps": Field(
-            "float", None, "The fabric's per-node figure; the pair fails below 90% of it (nccl-tests rule)."
+            "float", None, "The fabric's per-node figure; the pair fails below 90% of it (nccl-tests rule).",
+            min=0,
         ),
         "size_mb": Field("int", 256, "all_reduce message size in MiB.", min=1),
         "iterations": Field("int", 20, "Timed all_reduce iterations.", min=1),

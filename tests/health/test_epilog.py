@@ -13,7 +13,7 @@ import pytest
 
 from slurmkit.health import epilog as ep
 from slurmkit.health import procs
-from slurmkit.health.base import Status
+from slurmkit.health.base import Action, CheckResult, Status
 from tests.health.conftest import REPO, spawn_as
 
 EPILOG = str(REPO / "epilog" / "slurmkit-epilog")
@@ -107,7 +107,9 @@ def test_clean_dev_shm_only_when_the_user_has_no_other_job(tmp_path, reap):
 
 def test_escalation_triggers(ctx_factory):
     ctx = ctx_factory(hook="epilog", env={"SLURM_JOB_ID": "1", "SLURM_JOB_EXIT_CODE2": "0:7"})
-    assert ep.escalation_triggers(ctx, []) == ["SLURM_JOB_EXIT_CODE2=0:7 (signal 7)"]
+    # the job's own exit is a hint, never evidence (a user can `kill -BUS $$`)
+    assert ep.escalation_triggers(ctx, []) == []
+    assert ep.exit_hints(ctx) == ["SLURM_JOB_EXIT_CODE2=0:7 (signal 7)"]
     ctx = ctx_factory(hook="epilog", env={"SLURM_JOB_ID": "1", "SLURM_JOB_EXIT_CODE2": "1:0"})
     assert ep.escalation_triggers(ctx, []) == []
     ctx.xid_events_seen = [{"xid": 79, "gpu": 3, "message": ""}, {"xid": 13, "gpu": 1, "message": ""}]
@@ -141,7 +143,8 @@ def test_escalation_heavy_runs_the_heavy_tier(ctx_factory, gpu_fixture):
         health={"escalation": {"action": "heavy"}},
     )
     extra = {}
-    out = ep.escalate(ctx, [], extra)
+    ecc = CheckResult("gpu_ecc", Status.FAIL, "GPU_ECC_UNCORRECTED", "GPU 1: 2 uncorrected", Action.RESET)
+    out = ep.escalate(ctx, [ecc], extra)
     names = [r.check for r in out]
     assert names[0] == "escalation"
     assert {"nvlink_bandwidth", "allreduce_busbw", "gemm_tflops", "hbm_bandwidth"} <= set(names)

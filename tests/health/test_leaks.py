@@ -24,11 +24,32 @@ def alive(pid):
     return p is not None and p.state != "Z"
 
 
+JOB_CGROUP = f"/sys/fs/cgroup/pids/slurm_sktest{os.getpid()}/uid_{NOBODY}/job_555"
+
+
 @pytest.fixture
-def scene(tmp_path, gpu_fixture, reap):
+def job_cgroup():
+    """A real cgroup v1 directory laid out as Slurm's proctrack/cgroup makes it; removed after."""
+    if not os.path.isdir("/sys/fs/cgroup/pids"):
+        pytest.skip("no cgroup v1 pids hierarchy here")
+    os.makedirs(JOB_CGROUP)
+    yield JOB_CGROUP
+    for d in (JOB_CGROUP, os.path.dirname(JOB_CGROUP), os.path.dirname(os.path.dirname(JOB_CGROUP))):
+        for _ in range(50):
+            try:
+                os.rmdir(d)
+                break
+            except OSError:
+                time.sleep(0.1)
+
+
+@pytest.fixture
+def scene(tmp_path, gpu_fixture, job_cgroup, reap):  # reap (kill) before the cgroup goes
     leaked = spawn_as(NOBODY, ["/bin/sleep", "300"], double_fork=True)
     small = spawn_as(NOBODY, ["/bin/sleep", "301"])
     running_job = spawn_as(NOBODY, ["/bin/sleep", "302"], env={"SLURM_JOB_ID": "555"})
+    with open(os.path.join(job_cgroup, "cgroup.procs"), "w") as fh:  # a live job's process: in its cgroup
+        fh.write(str(running_job))
     root_proc = subprocess.Popen(["/bin/sleep", "303"]).pid
     # a fake slurmstepd (a copy of sh, so its comm is "slurmstepd") with a nobody child: a live job step
     stepd = tmp_path / "slurmstepd"
@@ -94,7 +115,7 @@ def test_dry_run_lists_only_the_leak_and_kills_nothing(scene, tmp_path):
     )
     spared = {s["pid"]: s["why"] for s in report["spared"]}
     assert spared[scene["step"]].startswith("under slurmstepd")
-    assert spared[scene["running_job"]] == "job 555 is running"
+    assert spared[scene["running_job"]] == "in the cgroup of running job 555"
     assert spared[scene["root"]] == "root"
     assert scene["small"] not in spared  # 1000 MiB is not a leak candidate at all
     assert all(alive(scene[k]) for k in ("leaked", "small", "running_job", "root", "step"))

@@ -142,7 +142,13 @@ def save_checkpoint(ckpt_dir: Path, model, optimizer, step: int, args) -> None:
 
 
 def load_checkpoint(path: Path, model, optimizer, device: torch.device) -> int:
-    ckpt = torch.load(path, map_location=device, weights_only=False)
+    """Resume from ``path``. ``weights_only=True``: a checkpoint holds tensors, numbers and
+    strings only, so unpickling can never run code; and a file someone else owns, or
+    may rewrite, is refused outright (shared checkpoint trees are often world-writable)."""
+    st = path.stat()
+    if st.st_uid != os.geteuid() or st.st_mode & 0o022 or path.parent.stat().st_mode & 0o022:
+        raise SystemExit(f"refusing to load {path}: not owned by this user, or writable by others")
+    ckpt = torch.load(path, map_location=device, weights_only=True)
     model.load_state_dict(ckpt["model"])
     optimizer.load_state_dict(ckpt["optimizer"])
     torch.set_rng_state(ckpt["rng"]["torch"])

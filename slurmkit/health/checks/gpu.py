@@ -371,12 +371,17 @@ def check_xid(ctx, params) -> CheckResult:
     state_dir = ctx.paths["state_dir"]
     lock_wait = max(0.1, float(ctx.health["check_timeout"]) / 2)
     unknown = params.get("unknown_action", "monitor")
+    # A configured table that cannot be read is reported on every run (UNKNOWN, counted as
+    # slurmkit's own fault: log line and metric), and events are judged with the packaged
+    # table meanwhile, so an Xid 79 still fails the node.
+    table_error = xidmod.table_problem(params.get("table"))
+    table_path = None if table_error else params.get("table")
 
     def judge(events, sticky):
         v = _Verdicts("xid")
         if not events and not sticky:
             return v.result("no new Xid events", 0, "events"), []
-        table = xidmod.load_table(params.get("table"))
+        table = xidmod.load_table(table_path)
         v.details = {"table_version": table.version, "events": [e.to_dict() for e in events]}
         failing = []
         for e in events:
@@ -408,10 +413,16 @@ def check_xid(ctx, params) -> CheckResult:
             v.details["sticky"] = kept
         return v.result(f"{len(events)} new Xid event(s), none actionable", len(events), "events"), failing
 
-    sticky = xidmod.sticky_events(state_dir, ctx.node)
+    def flag_table(result: CheckResult) -> CheckResult:
+        if table_error is None or result.status == Status.FAIL:
+            return result
+        return CheckResult("xid", Status.UNKNOWN, "CONFIG_ERROR",
+                           f"{table_error}; judging with the packaged table ({result.reason})",
+                           details={"internal": True, **result.details})
+
     if not ctx.advance_xid_cursor:
         cur = xidmod.Cursor(xidmod.cursor_path(state_dir, ctx.node))
-        return judge(b.xid_events(cur.since), sticky)[0]
+        return flag_table(judge(b.xid_events(cur.since), xidmod.sticky_events(state_dir, ctx.node))[0])
     try:
         with xidmod.locked_cursor(state_dir, ctx.node, lock_wait) as cur:
             events = b.xid_events(cur.since)
@@ -424,14 +435,13 @@ def check_xid(ctx, params) -> CheckResult:
                     cur.advance(max(e.timestamp for e in events), len(events))
                 except (OSError, UntrustedFile) as exc:
                     result.details["state_error"] = f"cursor not advanced: {exc}"
-            return result
+            return flag_table(result)
     except (TimeoutError, UntrustedFile) as exc:
-        # the cursor cannot be held: judge what is new since it without moving it
-        # Read the cursor, then the sticky file: the lock holder writes sticky before it
+        # The cursor cannot be held: judge what is new since it without moving it. Read the cursor, then the sticky file: the lock holder writes sticky before it
         # moves the cursor, so an event it consumed meanwhile is in one or the other.
         cur = xidmod.Cursor(xidmod.cursor_path(state_dir, ctx.node))
         events = b.xid_events(cur.since)
         result, _ = judge(events, xidmod.sticky_events(state_dir, ctx.node))
         ctx.xid_events_seen.extend(e.to_dict() for e in events)
         result.details["state_error"] = f"cursor not advanced: {exc}"
-        return result
+        return flag_table(result)
