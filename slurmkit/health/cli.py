@@ -90,14 +90,14 @@ def health_run(tier, checks, node, advance_cursor, fmt, as_json, config_path, ve
 
     health_cfg, paths = _sections(config_path)
     node = _local_or_simulated(node, health_cfg)
-    if not quiet:
+    start = time.monotonic()
+    results = run_selected(health_cfg, paths, tier=Tier(tier), names=list(checks) or None, node=node,
+                           only_enabled=not checks, advance_xid_cursor=advance_cursor)
+    if not quiet:  # after the arguments were accepted: a usage error stays one line
         from slurmkit.slurm.settings import warn_lines
 
         for line in warn_lines() or []:  # one line per Slurm setting the kill path relies on
             click.echo(f"slurmkit: {line}", err=True)
-    start = time.monotonic()
-    results = run_selected(health_cfg, paths, tier=Tier(tier), names=list(checks) or None, node=node,
-                           only_enabled=not checks, advance_xid_cursor=advance_cursor)
     status = worst(results)
     if resolve_format(fmt, as_json) == "json":
         print_json(
