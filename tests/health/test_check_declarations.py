@@ -73,3 +73,30 @@ def test_health_list_json_matches_golden(site):
     )
     assert res.exit_code == 0, res.output
     compare_golden("health-list.json", json.loads(res.stdout))
+
+
+def test_each_check_is_one_declaration_the_catalog_and_schema_come_from():
+    from slurmkit.health.catalog import CATALOG
+    from slurmkit.health.config import CHECKS_SCHEMA
+
+    assert list(CHECKS_SCHEMA.fields) == list(CATALOG)
+    for name, spec in CATALOG.items():
+        assert spec.fn.check_spec is spec, name  # the function carries its own declaration
+        assert set(CHECKS_SCHEMA.fields[name].fields) == {"enabled", "timeout", *spec.params}, name
+        for key, f in spec.params.items():
+            assert CHECKS_SCHEMA.fields[name].fields[key] is f, (name, key)
+
+
+def test_a_check_declared_twice_is_refused():
+    from slurmkit.health import declare
+    from slurmkit.health.base import Tier
+    from slurmkit.health.catalog import build_catalog
+
+    @declare.check("twin", Tier.FAST, "first")
+    def one(ctx, params): ...
+
+    @declare.check("twin", Tier.FAST, "second")
+    def two(ctx, params): ...
+
+    with pytest.raises(ValueError, match="'twin' declared twice"):
+        build_catalog([one.check_spec, two.check_spec])
