@@ -282,7 +282,9 @@ def fleet_status(site_cfg, now: float, ask_slurm: bool = True) -> List[Dict[str,
     return status_rows(site_cfg, now, states)
 
 
-def invalidate(site_cfg, nodes: List[str], checks: Optional[List[str]], dry_run: bool) -> Dict[str, List[str]]:
+def invalidate(
+    site_cfg, nodes: List[str], checks: Optional[List[str]], dry_run: bool
+) -> Dict[str, List[str]]:
     """End the validity of ``nodes``' verdicts (``checks`` only, or all) now; returns, per node,
     the verdicts that were still valid. With ``dry_run`` nothing is written."""
     store = open_store(site_cfg)
