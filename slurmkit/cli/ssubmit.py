@@ -35,10 +35,6 @@ import click
 
 from slurmkit.cli.common import common_options, load_config, print_json, run_main, setup_logging
 from slurmkit.errors import ConfigError, SlurmCommandError, UsageError
-from slurmkit.submit import follow as job_follow
-from slurmkit.submit.follow import ACTIVE_STATES, WaitTimeout  # noqa: F401 (still importable from here)
-from slurmkit.submit.follow import exit_code_from as _exit_from
-from slurmkit.submit.follow import job_state as _job_state
 
 
 class SsubmitGroup(click.Group):
@@ -171,13 +167,30 @@ def _tail(path: Optional[str], lines: int) -> List[str]:
         return []
 
 
+# The job-state polling lives in slurmkit.submit.follow, imported inside the commands like the
+# Slurm client it uses, so `ssubmit --help` loads neither.
+
+def _job_state(job_id: str) -> Dict[str, str]:
+    from slurmkit.submit import follow
+
+    return follow.job_state(job_id)
+
+
+def _exit_from(state: Dict[str, str]) -> int:
+    from slurmkit.submit import follow
+
+    return follow.exit_code_from(state)
+
+
 def wait_for_job(job_id: str, *, poll: float, timeout: float, quiet: bool) -> Dict[str, str]:
     """``--wait``: follow the job to its end (:func:`slurmkit.submit.follow.wait_for_job`), printing
     each new state on stderr unless ``quiet``."""
-    def show(state: Dict[str, str]) -> None:
-        click.echo(job_follow.describe(job_id, state), err=True)
+    from slurmkit.submit import follow
 
-    return job_follow.wait_for_job(job_id, poll=poll, timeout=timeout, on_change=None if quiet else show)
+    def show(state: Dict[str, str]) -> None:
+        click.echo(follow.describe(job_id, state), err=True)
+
+    return follow.wait_for_job(job_id, poll=poll, timeout=timeout, on_change=None if quiet else show)
 
 
 # --------------------------------------------------------------------------- submit
@@ -343,7 +356,9 @@ def logs_cmd(job_id, lines, follow, config_path, verbose, quiet) -> None:
     for line in _tail(path, lines):
         click.echo(line)
     if follow:
-        for chunk in job_follow.follow_log(path, job_id, poll=site["wait_poll_seconds"]):
+        from slurmkit.submit.follow import follow_log
+
+        for chunk in follow_log(path, job_id, poll=site["wait_poll_seconds"]):
             click.echo(chunk, nl=False)
 
 
