@@ -12,6 +12,8 @@ from __future__ import annotations
 import difflib
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any, Dict
 
@@ -100,3 +102,17 @@ def test_a_check_declared_twice_is_refused():
 
     with pytest.raises(ValueError, match="'twin' declared twice"):
         build_catalog([one.check_spec, two.check_spec])
+
+
+def test_loading_the_declarations_imports_nothing_heavy():
+    """The prolog imports every check module for its declaration, heavy.py included: none of them
+    may load torch (or numpy, triton), nor statistics (~5 ms of fractions/decimal/random)."""
+    code = (
+        "import sys\n"
+        "import slurmkit.health.config, slurmkit.health.catalog, slurmkit.health.engine\n"
+        "assert 'slurmkit.health.heavy' in sys.modules\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'numpy', 'triton', 'statistics')))\n"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == "[]"
