@@ -111,7 +111,8 @@ def test_loading_the_declarations_imports_nothing_heavy():
         "import sys\n"
         "import slurmkit.health.config, slurmkit.health.catalog, slurmkit.health.engine\n"
         "assert 'slurmkit.health.heavy' in sys.modules\n"
-        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'numpy', 'triton', 'statistics')))\n"
+        "heavy = ('torch', 'numpy', 'triton', 'statistics')\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in heavy))\n"
     )
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, res.stderr
