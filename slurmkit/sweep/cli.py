@@ -24,10 +24,6 @@ from slurmkit.cli.common import (
 )
 from slurmkit.errors import UsageError
 from slurmkit.slurm.node import this_node
-from slurmkit.sweep import cron
-from slurmkit.sweep.pairs import run_pair
-from slurmkit.sweep.runnode import run_node
-from slurmkit.sweep.store import check_node_name
 
 
 @click.group("sweep", invoke_without_command=True)
@@ -48,6 +44,8 @@ def sweep(ctx, config_path, verbose, quiet, dry_run, max_nodes, fmt, as_json) ->
     if ctx.invoked_subcommand is not None:
         ctx.obj = {"config_path": config_path, "verbose": verbose, "quiet": quiet}
         return
+    from slurmkit.sweep import cron  # here, not at the top: `sweep --help` never loads jinja2 and the store
+
     setup_logging(verbose, quiet)
     site_cfg = load_config(config_path)
     report = cron.plan_and_submit(site_cfg, config_path=config_path, dry_run=dry_run, max_nodes=max_nodes)
@@ -114,6 +112,8 @@ def _ctx_opts(ctx, config_path, verbose, quiet):
 @click.pass_context
 def status_cmd(ctx, config_path, verbose, quiet, fmt, as_json, nodes, no_slurm) -> None:
     """Per node: last complete pass, its verdict, valid-until, and what failed."""
+    from slurmkit.sweep import cron
+
     config_path, verbose, quiet = _ctx_opts(ctx, config_path, verbose, quiet)
     setup_logging(verbose, quiet)
     rows = cron.fleet_status(load_config(config_path), time.time(), ask_slurm=not no_slurm)
@@ -163,6 +163,9 @@ def run_node_cmd(ctx, config_path, verbose, quiet, fmt, as_json, node, run_id, g
     """Run one node's pass (inside a sweep job): heavy tier + storage probe,
     outliers, store, drain/resume, notify, metrics. Exit: 0 ok, 1 warn, 2 fail, 3 unknown
     (with --exit-zero: 0 whenever the pass was recorded)."""
+    from slurmkit.sweep import cron
+    from slurmkit.sweep.runnode import run_node
+
     config_path, verbose, quiet = _ctx_opts(ctx, config_path, verbose, quiet)
     setup_logging(verbose, quiet)
     site_cfg = load_config(config_path)
@@ -199,6 +202,10 @@ def run_node_cmd(ctx, config_path, verbose, quiet, fmt, as_json, node, run_id, g
 @click.pass_context
 def run_pair_cmd(ctx, config_path, verbose, quiet, nodes, run_id) -> None:
     """One rank of a pairwise 2-node all_reduce job (started by srun inside it)."""
+    from slurmkit.sweep import cron
+    from slurmkit.sweep.pairs import run_pair
+    from slurmkit.sweep.store import check_node_name
+
     config_path, verbose, quiet = _ctx_opts(ctx, config_path, verbose, quiet)
     setup_logging(verbose, quiet)
     site_cfg = load_config(config_path)
@@ -220,6 +227,8 @@ def run_pair_cmd(ctx, config_path, verbose, quiet, nodes, run_id) -> None:
 def invalidate_cmd(ctx, config_path, verbose, quiet, dry_run, nodes, checks) -> None:
     """End the validity of NODES' sweep verdicts now (after a repair), so the prolog stops
     reporting them; the next sweep re-validates a node whose last pass failed first."""
+    from slurmkit.sweep import cron
+
     config_path, verbose, quiet = _ctx_opts(ctx, config_path, verbose, quiet)
     setup_logging(verbose, quiet)
     ended = cron.invalidate(load_config(config_path), list(nodes), list(checks), dry_run)
