@@ -34,17 +34,7 @@ from typing import Any, Dict, List, Optional
 import click
 
 from slurmkit.cli.common import common_options, load_config, print_json, run_main, setup_logging
-from slurmkit.errors import ConfigError, SlurmCommandError, SlurmkitError, UsageError
-
-ACTIVE_STATES = {"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED", "REQUEUE_HOLD",
-                 "REQUEUE_FED", "RESIZING", "SUSPENDED", "STAGE_OUT", "SIGNALING", "STOPPED",
-                 "RESV_DEL_HOLD", "SPECIAL_EXIT"}
-
-
-class WaitTimeout(SlurmkitError):
-    """``--wait`` ran past ``--wait-timeout``; the job itself is untouched."""
-
-    exit_code = 4
+from slurmkit.errors import ConfigError, SlurmCommandError, UsageError
 
 
 class SsubmitGroup(click.Group):
@@ -135,25 +125,6 @@ def _check_cluster(spec: Dict[str, Any], site: Dict[str, Any]) -> Optional[str]:
     return None
 
 
-def _job_state(job_id: str) -> Dict[str, str]:
-    """Current state: squeue while Slurm holds the job, else sacct's final record."""
-    from slurmkit.slurm import client
-
-    rows = client.jobs(job_ids=[job_id])
-    if rows:
-        row = rows[0]
-        return {"state": row["state"], "nodes": row["nodelist"], "reason": row["reason"], "exit_code": "",
-                "source": "squeue"}
-    acct = client.sacct(["JobID", "State", "ExitCode", "NodeList"], ["-j", job_id, "-X"])
-    acct = [r for r in acct if r["JobID"] == job_id] or acct
-    if acct:
-        r = acct[-1]
-        return {"state": r["State"].split()[0] if r["State"] else "UNKNOWN", "nodes": r["NodeList"],
-                "reason": "", "exit_code": r["ExitCode"],
-                "source": "sacct"}
-    return {"state": "UNKNOWN", "nodes": "", "reason": "", "exit_code": "", "source": "none"}
-
-
 def _log_path(job_id: str, site: Dict[str, Any]) -> Optional[str]:
     from slurmkit.slurm import client
 
@@ -196,16 +167,19 @@ def _tail(path: Optional[str], lines: int) -> List[str]:
         return []
 
 
+# The job-state polling lives in slurmkit.submit.follow, imported inside the commands like the
+# Slurm client it uses, so `ssubmit --help` loads neither.
+
+def _job_state(job_id: str) -> Dict[str, str]:
+    from slurmkit.submit import follow
+
+    return follow.job_state(job_id)
+
+
 def _exit_from(state: Dict[str, str]) -> int:
-    code = 0
-    ec = state.get("exit_code") or "0:0"
-    try:
-        code = int(ec.split(":")[0])
-    except ValueError:
-        code = 0
-    if state["state"] == "COMPLETED":
-        return code
-    return code or 1
+    from slurmkit.submit import follow
+
+    return follow.exit_code_from(state)
 
 
 def _efficiency(job_id: str, state: Dict[str, str]) -> Optional[Any]:
@@ -223,28 +197,14 @@ def _efficiency(job_id: str, state: Dict[str, str]) -> Optional[Any]:
 
 
 def wait_for_job(job_id: str, *, poll: float, timeout: float, quiet: bool) -> Dict[str, str]:
-    """Follow a job (through requeues) until it leaves Slurm's queue; sacct gives the end."""
-    deadline = time.monotonic() + timeout
-    last = None
-    missing = 0
-    while True:
-        state = _job_state(job_id)
-        if state["state"] != last and not quiet:
-            click.echo(f"ssubmit: job {job_id}: {state['state']}"
-                       + (f" on {state['nodes']}" if state.get("nodes") and state["state"] == "RUNNING" else "")
-                       + (f" ({state['reason']})" if state.get("reason") not in ("", "None", None) else ""),
-                       err=True)
-            last = state["state"]
-        if state["source"] == "sacct" and state["state"] not in ACTIVE_STATES:
-            return state
-        if state["source"] == "none":
-            missing += 1
-            if missing > 10:  # accounting lag is seconds; 10 polls without a trace is not lag
-                return state
-        if time.monotonic() > deadline:
-            raise WaitTimeout(f"job {job_id} still {state['state']} after {timeout:g}s; it keeps running "
-                              f"(ssubmit status {job_id})")
-        time.sleep(poll)
+    """``--wait``: follow the job to its end (:func:`slurmkit.submit.follow.wait_for_job`), printing
+    each new state on stderr unless ``quiet``."""
+    from slurmkit.submit import follow
+
+    def show(state: Dict[str, str]) -> None:
+        click.echo(follow.describe(job_id, state), err=True)
+
+    return follow.wait_for_job(job_id, poll=poll, timeout=timeout, on_change=None if quiet else show)
 
 
 # --------------------------------------------------------------------------- submit
@@ -423,16 +383,10 @@ def logs_cmd(job_id, lines, follow, config_path, verbose, quiet) -> None:
     for line in _tail(path, lines):
         click.echo(line)
     if follow:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            fh.seek(0, os.SEEK_END)
-            while True:
-                chunk = fh.read()
-                if chunk:
-                    click.echo(chunk, nl=False)
-                elif _job_state(job_id)["state"] not in ACTIVE_STATES:
-                    break
-                else:
-                    time.sleep(site["wait_poll_seconds"])
+        from slurmkit.submit.follow import follow_log
+
+        for chunk in follow_log(path, job_id, poll=site["wait_poll_seconds"]):
+            click.echo(chunk, nl=False)
 
 
 @cli.command("schema")

@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any, Dict, Optional
 
 from slurmkit.core.schema import Field, Section
+from slurmkit.health.catalog import CATALOG
 
 
 def _positive_or_null(value: Any) -> Optional[str]:
@@ -141,108 +142,9 @@ def _check(enabled: bool = True, timeout: Optional[float] = None, **params: Fiel
     return Section(fields)
 
 
+#: ``health.checks``: one block per declared check (slurmkit.health.declare), in catalog order.
 CHECKS_SCHEMA = Section(
-    {
-        "gpu_count": _check(
-            expected=Field(
-                "int",
-                None,
-                "GPUs this node must show; null: the node's gres "
-                "count from gres.conf next to SLURM_CONF, when it can be read.",
-                min=0,
-            )
-        ),
-        "gpu_ecc": _check(),
-        "gpu_memory_errors": _check(),
-        "gpu_temperature": _check(),
-        "gpu_power": _check(),
-        "gpu_persistence": _check(
-            severity=Field("str", "warn", "Verdict when persistence mode is off.", choices=("warn", "fail"))
-        ),
-        "gpu_throttle": _check(
-            ignore=Field(
-                "list",
-                ["gpu_idle", "applications_clocks_setting", "sw_power_cap"],
-                "Throttle reasons that are normal and never warn.",
-                items=Field("str"),
-            )
-        ),
-        "nvlink_state": _check(),
-        "gpu_leftover": _check(),
-        "xid": _check(
-            table=Field("str", None, "Xid->action table (YAML); null: the packaged etc/xid-actions.yaml."),
-            unknown_action=Field(
-                "str",
-                "monitor",
-                "Action for an Xid not in the table.",
-                choices=("none", "monitor", "reset", "reboot", "isolate"),
-            ),
-        ),
-        "disk_space": _check(
-            paths=Field(
-                "dict",
-                {"/tmp": {"min_free_gb": 1.0, "min_free_inodes_pct": 1.0}},
-                "Path -> {min_free_gb, min_free_inodes_pct}.",
-                items=Field("dict"),
-            )
-        ),
-        "memory_available": _check(min_available_gb=Field("float", 1.0, "MemAvailable floor (GB).", min=0)),
-        "mounts": _check(
-            required=Field("list", [], "Mount points that must be mounted and writable.", items=Field("str")),
-            write_test=Field("bool", True, "Create and delete a file to prove writability."),
-        ),
-        "infiniband": _check(
-            enabled=True,
-            expected_rate_gbps=Field(
-                "float", None, "Rate every port must run at (e.g. 400); null: any rate.", min=0
-            ),
-            min_active_ports=Field(
-                "int",
-                0,
-                "Fewer ACTIVE ports than this fails; 0 with no HCA present is ok (GPU nodes without IB).",
-                min=0,
-            ),
-            devices=Field("list", [], "Only these HCAs (e.g. mlx5_0); empty: all.", items=Field("str")),
-            sysfs_root=Field("str", "/sys", "sysfs root (tests point it at a fixture tree)."),
-        ),
-        "services": _check(
-            required=Field(
-                "list",
-                [],
-                "Process names that must be running (e.g. nv-fabricmanager, nvidia-persistenced).",
-                items=Field("str"),
-            )
-        ),
-        "heavy_cache": _check(
-            store_timeout=Field(
-                "float",
-                1.0,
-                "Seconds the shared verdict store may take to answer; past it the check is "
-                "unknown (fails open), never a failure.",
-                min=0.05,
-            )
-        ),
-        # heavy tier (sweeps; needs torch)
-        "nvlink_bandwidth": _check(
-            size_mb=Field("int", 256, "Bytes per pair copy (MiB).", min=1),
-            iterations=Field("int", 5, "Timed copies per pair.", min=1),
-        ),
-        "allreduce_busbw": _check(
-            size_mb=Field("int", 1024, "all_reduce message size (MiB).", min=1),
-            cpu_size_mb=Field("int", 8, "Message size with the gloo/CPU fallback (MiB).", min=1),
-            iterations=Field("int", 10, "Timed all_reduce calls.", min=1),
-        ),
-        "gemm_tflops": _check(
-            size=Field("int", 8192, "Square matrix size (CPU runs use cpu_size).", min=64),
-            cpu_size=Field("int", 256, "Matrix size on CPU tensors.", min=16),
-            iterations=Field("int", 10, "Timed matmuls.", min=1),
-        ),
-        "hbm_bandwidth": _check(
-            size_mb=Field("int", 2048, "Bytes copied per iteration (MiB).", min=1),
-            cpu_size_mb=Field("int", 32, "Bytes per copy on CPU tensors (MiB).", min=1),
-            iterations=Field("int", 10, "Timed copies.", min=1),
-        ),
-    },
+    {name: _check(**spec.params) for name, spec in CATALOG.items()},
     "Per-check switches and parameters. Every check has enabled and timeout.",
 )
 

@@ -21,6 +21,7 @@ from typing import Any, Dict, List, Optional, Sequence
 from slurmkit.health.backends import BackendError, BackendUnavailable, GpuBackend
 from slurmkit.health.base import Action, CheckResult, Status, Tier
 from slurmkit.health.catalog import CheckSpec, select
+from slurmkit.health.config import thresholds_for
 from slurmkit.health.deadline import ProbeTimeout, call_with_deadline
 from slurmkit.slurm.node import this_node
 
@@ -124,6 +125,11 @@ class Context:
 
     def params(self, check: str) -> Dict[str, Any]:
         return self.health["checks"].get(check, {})
+
+    def thresholds(self, gpu_name: str) -> Dict[str, Any]:
+        """The threshold block for a GPU of this (NVML) name: the checks read it here rather than
+        from the config module, which is built from their declarations."""
+        return thresholds_for(self.health, gpu_name)
 
 
 def check_timeout(ctx: Context, spec: CheckSpec) -> float:

@@ -18,12 +18,12 @@ test share; GEMM TFLOP/s = 2 n^3 / s / 1e12.
 
 from __future__ import annotations
 
-import statistics
 import time
 from typing import Any, Dict, List, Optional, Sequence
 
-from slurmkit.health import collective
-from slurmkit.health.base import Action, CheckResult, Status
+from slurmkit.core.schema import Field
+from slurmkit.health import collective, declare
+from slurmkit.health.base import Action, CheckResult, Status, Tier
 
 GB = 1e9
 
@@ -67,12 +67,6 @@ def _model_name(ctx, device_index: Optional[int] = None) -> str:
     except Exception:
         pass
     return "CPU"
-
-
-def _thresholds(ctx, name: str) -> Dict[str, Any]:
-    from slurmkit.health.config import thresholds_for
-
-    return thresholds_for(ctx.health, name)
 
 
 # ---------------------------------------------------------------------- NVLink matrix
@@ -122,6 +116,10 @@ def judge_nvlink_matrix(
     row or of its column (off-diagonal). One weak link hides under a global floor
     but stands out against its own row and column; a whole slow GPU pulls its row
     median down but not its peers' column medians, so it is still caught."""
+    # statistics pulls in fractions, decimal and random (~5 ms); the catalog imports this module
+    # for its declarations on every prolog, which never judges a matrix
+    import statistics
+
     n = len(matrix)
     if n < 2:
         return CheckResult(check, Status.OK, "OK", "fewer than 2 GPUs: no pairs", value=None, unit="GB/s")
@@ -187,11 +185,23 @@ def judge_nvlink_matrix(
     )
 
 
+@declare.check(
+    "nvlink_bandwidth",
+    Tier.HEAVY,
+    "GPU-to-GPU copy bandwidth for every pair (N x N); a pair below the floor or far "
+    "below its row/column median fails.",
+    codes="NVLINK_BW_FLOOR, NVLINK_BW_OUTLIER",
+    hooks=declare.HEAVY_HOOKS,
+    params={
+        "size_mb": Field("int", 256, "Bytes per pair copy (MiB).", min=1),
+        "iterations": Field("int", 5, "Timed copies per pair.", min=1),
+    },
+)
 def check_nvlink_bandwidth(ctx, params) -> CheckResult:
     m = nvlink_matrix(
         ctx, size_mb=int(params.get("size_mb", 256)), iterations=int(params.get("iterations", 5))
     )
-    th = _thresholds(ctx, _model_name(ctx))
+    th = ctx.thresholds(_model_name(ctx))
     return judge_nvlink_matrix(m, th["nvlink_pair_floor_gbps"], th["nvlink_outlier_fraction"])
 
 
@@ -303,6 +313,18 @@ def judge_allreduce(result: Dict[str, Any], expected_gbps: float, min_fraction: 
     )
 
 
+@declare.check(
+    "allreduce_busbw",
+    Tier.HEAVY,
+    "Single-node all_reduce busbw (nccl-tests formula) against 90 % of expected.",
+    codes="ALLREDUCE_BUSBW_LOW, ALLREDUCE_WRONG",
+    hooks=declare.HEAVY_HOOKS,
+    params={
+        "size_mb": Field("int", 1024, "all_reduce message size (MiB).", min=1),
+        "cpu_size_mb": Field("int", 8, "Message size with the gloo/CPU fallback (MiB).", min=1),
+        "iterations": Field("int", 10, "Timed all_reduce calls.", min=1),
+    },
+)
 def check_allreduce_busbw(ctx, params) -> CheckResult:
     res = allreduce_busbw(
         ctx,
@@ -310,7 +332,7 @@ def check_allreduce_busbw(ctx, params) -> CheckResult:
         int(params.get("iterations", 10)),
         cpu_size_mb=int(params.get("cpu_size_mb", 8)),
     )
-    th = _thresholds(ctx, _model_name(ctx) if res["backend"] != "gloo" else "CPU")
+    th = ctx.thresholds(_model_name(ctx) if res["backend"] != "gloo" else "CPU")
     return judge_allreduce(res, th["allreduce_busbw_gbps"], th["allreduce_min_fraction"])
 
 
@@ -418,6 +440,18 @@ def _per_device(ctx, fixture_key: str, measure) -> Dict[str, float]:
     return {"cpu": measure("cpu", False)}
 
 
+@declare.check(
+    "gemm_tflops",
+    Tier.HEAVY,
+    "Per-GPU GEMM TFLOP/s against a floor and the node's best GPU.",
+    codes="GEMM_TFLOPS_LOW, GEMM_TFLOPS_SPREAD",
+    hooks=declare.HEAVY_HOOKS,
+    params={
+        "size": Field("int", 8192, "Square matrix size (CPU runs use cpu_size).", min=64),
+        "cpu_size": Field("int", 256, "Matrix size on CPU tensors.", min=16),
+        "iterations": Field("int", 10, "Timed matmuls.", min=1),
+    },
+)
 def check_gemm_tflops(ctx, params) -> CheckResult:
     vals = _per_device(
         ctx,
@@ -426,7 +460,7 @@ def check_gemm_tflops(ctx, params) -> CheckResult:
             dev, int(params.get("size" if gpu else "cpu_size", 256)), int(params.get("iterations", 10))
         ),
     )
-    th = _thresholds(ctx, "CPU" if "cpu" in vals else _model_name(ctx))
+    th = ctx.thresholds("CPU" if "cpu" in vals else _model_name(ctx))
     return judge_per_device(
         "gemm_tflops",
         vals,
@@ -438,6 +472,18 @@ def check_gemm_tflops(ctx, params) -> CheckResult:
     )
 
 
+@declare.check(
+    "hbm_bandwidth",
+    Tier.HEAVY,
+    "Per-GPU device-memory copy bandwidth against a floor.",
+    codes="HBM_BW_LOW",
+    hooks=declare.HEAVY_HOOKS,
+    params={
+        "size_mb": Field("int", 2048, "Bytes copied per iteration (MiB).", min=1),
+        "cpu_size_mb": Field("int", 32, "Bytes per copy on CPU tensors (MiB).", min=1),
+        "iterations": Field("int", 10, "Timed copies.", min=1),
+    },
+)
 def check_hbm_bandwidth(ctx, params) -> CheckResult:
     vals = _per_device(
         ctx,
@@ -446,5 +492,5 @@ def check_hbm_bandwidth(ctx, params) -> CheckResult:
             dev, int(params.get("size_mb" if gpu else "cpu_size_mb", 32)), int(params.get("iterations", 10))
         ),
     )
-    th = _thresholds(ctx, "CPU" if "cpu" in vals else _model_name(ctx))
+    th = ctx.thresholds("CPU" if "cpu" in vals else _model_name(ctx))
     return judge_per_device("hbm_bandwidth", vals, th["hbm_min_gbps"], None, "GB/s", "HBM_BW_LOW", None)

@@ -11,6 +11,8 @@ Layout (core first, then the parts that touch Slurm or run inside the job):
   (head-node resolution, per-node launch, fabric agreement, requeue with exclude);
 * :mod:`.preflight` - the torch.distributed all_reduce pre-flight (imports torch
   lazily; only the job's Python needs torch).
+* :mod:`.follow` - following a submitted job: its state (squeue, then sacct), the
+  ``--wait`` polling loop and its exit code, ``logs --follow``.
 
 Nothing in :mod:`.spec`, :mod:`.nccl` or :mod:`.render` spawns a process.
 """

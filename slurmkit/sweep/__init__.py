@@ -9,5 +9,6 @@ The pieces, each usable on its own:
 * :mod:`slurmkit.sweep.probes`: checkpoint-storage throughput and pairwise selection;
 * :mod:`slurmkit.sweep.notify`: de-duplicated notifications;
 * :mod:`slurmkit.sweep.runnode`: what runs inside one sweep job on the node;
-* :mod:`slurmkit.sweep.cli`: ``slurmkit sweep``.
+* :mod:`slurmkit.sweep.cron`: one cron run (plan and submit), fleet status, invalidation;
+* :mod:`slurmkit.sweep.cli`: ``slurmkit sweep``, a thin click wrapper over :mod:`.cron`.
 """

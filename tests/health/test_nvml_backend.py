@@ -3,7 +3,7 @@
 This only proves the translation (host numbering by minor number, NOT_SUPPORTED read as
 empty, error names and which errors count as hardware faults, throttle bits, kernel-log
 Xids mapped to GPUs by PCI address). The real driver path is exercised by
-tests/gpu/run_real_nvml.py on a GPU node.
+tests/gpu/test_real_nvml.py (``pytest -m gpu``) on a GPU node.
 """
 
 from __future__ import annotations

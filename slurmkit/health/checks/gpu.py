@@ -11,8 +11,9 @@ import os
 import re
 from typing import Any, Dict, List, Optional, Tuple
 
-from slurmkit.health.base import Action, CheckResult, Status
-from slurmkit.health.config import thresholds_for
+from slurmkit.core.schema import Field
+from slurmkit.health import declare
+from slurmkit.health.base import Action, CheckResult, Status, Tier
 
 
 class _Verdicts:
@@ -87,6 +88,21 @@ def gres_gpu_count(node: str, gres_conf: str) -> Optional[int]:
     return total if seen else None
 
 
+@declare.check(
+    "gpu_count",
+    Tier.FAST,
+    "GPU count against the node's gres and the job's SLURM_JOB_GPUS (host numbering).",
+    codes="GPU_COUNT_LOW, GPU_COUNT_HIGH, GPU_JOB_MISSING",
+    params={
+        "expected": Field(
+            "int",
+            None,
+            "GPUs this node must show; null: the node's gres "
+            "count from gres.conf next to SLURM_CONF, when it can be read.",
+            min=0,
+        )
+    },
+)
 def check_gpu_count(ctx, params) -> CheckResult:
     gpus = _gpus(ctx)
     found = len(gpus)
@@ -137,12 +153,18 @@ def check_gpu_count(ctx, params) -> CheckResult:
 # ---------------------------------------------------------------- counters
 
 
+@declare.check(
+    "gpu_ecc",
+    Tier.FAST,
+    "Volatile uncorrected ECC errors fail; many corrected ones warn.",
+    codes="GPU_ECC_UNCORRECTED, GPU_ECC_CORRECTED",
+)
 def check_gpu_ecc(ctx, params) -> CheckResult:
     b = ctx.backend()
     v = _Verdicts("gpu_ecc")
     total_unc = 0
     for g in _gpus(ctx):
-        th = thresholds_for(ctx.health, g.name)
+        th = ctx.thresholds(g.name)
         ecc = b.ecc(g.index)
         v.details[str(g.index)] = ecc
         if not ecc:
@@ -166,12 +188,18 @@ def check_gpu_ecc(ctx, params) -> CheckResult:
     return v.result("no uncorrected ECC errors", total_unc, "errors")
 
 
+@declare.check(
+    "gpu_memory_errors",
+    Tier.FAST,
+    "Retired pages over the limit, pending retirement, pending or failed row remaps.",
+    codes="GPU_RETIRED_PAGES, GPU_RETIREMENT_PENDING, GPU_ROW_REMAP_PENDING, GPU_ROW_REMAP_FAILED",
+)
 def check_gpu_memory_errors(ctx, params) -> CheckResult:
     b = ctx.backend()
     v = _Verdicts("gpu_memory_errors")
     worst_pages = 0
     for g in _gpus(ctx):
-        th = thresholds_for(ctx.health, g.name)
+        th = ctx.thresholds(g.name)
         rp = b.retired_pages(g.index)
         rr = b.remapped_rows(g.index)
         v.details[str(g.index)] = {"retired_pages": rp, "remapped_rows": rr}
@@ -210,12 +238,18 @@ def check_gpu_memory_errors(ctx, params) -> CheckResult:
     return v.result("no retired-page or row-remap problems", worst_pages, "pages")
 
 
+@declare.check(
+    "gpu_temperature",
+    Tier.FAST,
+    "GPU temperature against the model's warn/fail thresholds.",
+    codes="GPU_TEMPERATURE",
+)
 def check_gpu_temperature(ctx, params) -> CheckResult:
     b = ctx.backend()
     v = _Verdicts("gpu_temperature")
     hottest = None
     for g in _gpus(ctx):
-        th = thresholds_for(ctx.health, g.name)
+        th = ctx.thresholds(g.name)
         t = b.temperature(g.index)
         v.details[str(g.index)] = t
         hottest = t if hottest is None else max(hottest, t)
@@ -236,12 +270,18 @@ def check_gpu_temperature(ctx, params) -> CheckResult:
     return v.result(f"hottest GPU {hottest:.0f} C" if hottest is not None else "no GPUs", hottest, "celsius")
 
 
+@declare.check(
+    "gpu_power",
+    Tier.FAST,
+    "Power draw: warn at the model's power_warn_w (680 W on H100).",
+    codes="GPU_POWER",
+)
 def check_gpu_power(ctx, params) -> CheckResult:
     b = ctx.backend()
     v = _Verdicts("gpu_power")
     top = None
     for g in _gpus(ctx):
-        th = thresholds_for(ctx.health, g.name)
+        th = ctx.thresholds(g.name)
         w = b.power(g.index)
         v.details[str(g.index)] = w
         top = w if top is None else max(top, w)
@@ -262,6 +302,15 @@ def check_gpu_power(ctx, params) -> CheckResult:
     return v.result(f"highest draw {top:.0f} W" if top is not None else "no GPUs", top, "watts")
 
 
+@declare.check(
+    "gpu_persistence",
+    Tier.FAST,
+    "Persistence mode on (off: warn, or fail per config).",
+    codes="GPU_PERSISTENCE_OFF",
+    params={
+        "severity": Field("str", "warn", "Verdict when persistence mode is off.", choices=("warn", "fail"))
+    },
+)
 def check_gpu_persistence(ctx, params) -> CheckResult:
     b = ctx.backend()
     v = _Verdicts("gpu_persistence")
@@ -282,6 +331,20 @@ def check_gpu_persistence(ctx, params) -> CheckResult:
     return v.result("persistence mode on", len(off), "gpus")
 
 
+@declare.check(
+    "gpu_throttle",
+    Tier.FAST,
+    "Clock-throttle reasons other than the ignored ones warn.",
+    codes="GPU_THROTTLE",
+    params={
+        "ignore": Field(
+            "list",
+            ["gpu_idle", "applications_clocks_setting", "sw_power_cap"],
+            "Throttle reasons that are normal and never warn.",
+            items=Field("str"),
+        )
+    },
+)
 def check_gpu_throttle(ctx, params) -> CheckResult:
     b = ctx.backend()
     v = _Verdicts("gpu_throttle")
@@ -296,6 +359,12 @@ def check_gpu_throttle(ctx, params) -> CheckResult:
     return v.result("no clock throttling", count, "gpus")
 
 
+@declare.check(
+    "nvlink_state",
+    Tier.FAST,
+    "Every NVLink link active; an inactive link fails.",
+    codes="NVLINK_DOWN",
+)
 def check_nvlink_state(ctx, params) -> CheckResult:
     b = ctx.backend()
     v = _Verdicts("nvlink_state")
@@ -315,6 +384,13 @@ def check_nvlink_state(ctx, params) -> CheckResult:
     return v.result("all NVLink links active", down_total, "links")
 
 
+@declare.check(
+    "gpu_leftover",
+    Tier.FAST,
+    "No compute process and < leftover_memory_mib used on the GPUs handed to the job.",
+    hooks=frozenset({"prolog", "manual"}),
+    codes="GPU_LEFTOVER_PROCESS, GPU_LEFTOVER_MEMORY",
+)
 def check_gpu_leftover(ctx, params) -> CheckResult:
     """Processes or memory left on the GPUs handed to the job (all GPUs outside a job)."""
     b = ctx.backend()
@@ -330,7 +406,7 @@ def check_gpu_leftover(ctx, params) -> CheckResult:
         indices = sorted(gpus)
     most = 0.0
     for i in indices:
-        th = thresholds_for(ctx.health, gpus[i].name)
+        th = ctx.thresholds(gpus[i].name)
         procs = b.processes(i)
         used = b.memory_used_mib(i)
         most = max(most, used)
@@ -355,6 +431,21 @@ def check_gpu_leftover(ctx, params) -> CheckResult:
 # ---------------------------------------------------------------- xid
 
 
+@declare.check(
+    "xid",
+    Tier.FAST,
+    "New Xid events since the node's cursor, judged by the versioned Xid->action table.",
+    codes="XID_<n>",
+    params={
+        "table": Field("str", None, "Xid->action table (YAML); null: the packaged etc/xid-actions.yaml."),
+        "unknown_action": Field(
+            "str",
+            "monitor",
+            "Action for an Xid not in the table.",
+            choices=("none", "monitor", "reset", "reboot", "isolate"),
+        ),
+    },
+)
 def check_xid(ctx, params) -> CheckResult:
     """New Xid events since the node's cursor, plus the node's sticky Xid failures.
 

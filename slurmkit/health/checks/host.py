@@ -6,9 +6,26 @@ import os
 import time
 from typing import Any, Dict, List
 
-from slurmkit.health.base import Action, CheckResult, Status, safe_code, safe_text
+from slurmkit.core.schema import Field
+from slurmkit.health import declare
+from slurmkit.health.base import Action, CheckResult, Status, Tier, safe_code, safe_text
 
 
+@declare.check(
+    "disk_space",
+    Tier.FAST,
+    "Free space and inodes on configured paths.",
+    gpu=False,
+    codes="DISK_PATH_MISSING, DISK_FREE_LOW, DISK_INODES_LOW",
+    params={
+        "paths": Field(
+            "dict",
+            {"/tmp": {"min_free_gb": 1.0, "min_free_inodes_pct": 1.0}},
+            "Path -> {min_free_gb, min_free_inodes_pct}.",
+            items=Field("dict"),
+        )
+    },
+)
 def check_disk_space(ctx, params) -> CheckResult:
     problems: List[tuple] = []
     details: Dict[str, Any] = {}
@@ -74,6 +91,14 @@ def meminfo() -> Dict[str, int]:
     return out
 
 
+@declare.check(
+    "memory_available",
+    Tier.FAST,
+    "MemAvailable above the floor.",
+    gpu=False,
+    codes="MEMORY_LOW",
+    params={"min_available_gb": Field("float", 1.0, "MemAvailable floor (GB).", min=0)},
+)
 def check_memory_available(ctx, params) -> CheckResult:
     info = meminfo()
     avail_gb = info.get("MemAvailable", info.get("MemFree", 0)) / 1e9
@@ -105,6 +130,17 @@ def _mount_table() -> Dict[str, List[str]]:
     return table
 
 
+@declare.check(
+    "mounts",
+    Tier.FAST,
+    "Required mounts present and writable.",
+    gpu=False,
+    codes="MOUNT_MISSING, MOUNT_READONLY, MOUNT_NOT_WRITABLE",
+    params={
+        "required": Field("list", [], "Mount points that must be mounted and writable.", items=Field("str")),
+        "write_test": Field("bool", True, "Create and delete a file to prove writability."),
+    },
+)
 def check_mounts(ctx, params) -> CheckResult:
     required = params.get("required") or []
     if not required:
@@ -136,6 +172,26 @@ def check_mounts(ctx, params) -> CheckResult:
     )
 
 
+@declare.check(
+    "infiniband",
+    Tier.FAST,
+    "InfiniBand ports ACTIVE at the expected rate (sysfs).",
+    gpu=False,
+    codes="IB_PORT_DOWN, IB_RATE_LOW, IB_TOO_FEW_PORTS",
+    params={
+        "expected_rate_gbps": Field(
+            "float", None, "Rate every port must run at (e.g. 400); null: any rate.", min=0
+        ),
+        "min_active_ports": Field(
+            "int",
+            0,
+            "Fewer ACTIVE ports than this fails; 0 with no HCA present is ok (GPU nodes without IB).",
+            min=0,
+        ),
+        "devices": Field("list", [], "Only these HCAs (e.g. mlx5_0); empty: all.", items=Field("str")),
+        "sysfs_root": Field("str", "/sys", "sysfs root (tests point it at a fixture tree)."),
+    },
+)
 def check_infiniband(ctx, params) -> CheckResult:
     from slurmkit.health.sysfs import ib_ports
 
@@ -213,6 +269,21 @@ def running_process_names() -> set:
     return names
 
 
+@declare.check(
+    "services",
+    Tier.FAST,
+    "Required services running (process check, e.g. nv-fabricmanager).",
+    gpu=False,
+    codes="SERVICE_DOWN",
+    params={
+        "required": Field(
+            "list",
+            [],
+            "Process names that must be running (e.g. nv-fabricmanager, nvidia-persistenced).",
+            items=Field("str"),
+        )
+    },
+)
 def check_services(ctx, params) -> CheckResult:
     required = params.get("required") or []
     if not required:
@@ -245,6 +316,24 @@ def _stored_action(value) -> Action:
         return Action.ISOLATE
 
 
+@declare.check(
+    "heavy_cache",
+    Tier.FAST,
+    "Still-valid heavy verdicts from the sweep store, reported not re-run; a valid FAIL fails.",
+    gpu=False,
+    hooks=frozenset({"prolog", "manual"}),
+    codes="<the stored code>, STORE_UNREACHABLE, STORE_UNREADABLE",
+    remote=True,
+    params={
+        "store_timeout": Field(
+            "float",
+            1.0,
+            "Seconds the shared verdict store may take to answer; past it the check is "
+            "unknown (fails open), never a failure.",
+            min=0.05,
+        )
+    },
+)
 def check_heavy_cache(ctx, params) -> CheckResult:
     """Report (never re-run) heavy verdicts from the sweep store that are still valid.
 

@@ -16,7 +16,7 @@ from ssubmit_helpers import GOLDEN, REPO, SPECS, make_site, render_dict, render_
 
 SPEC_FILES = sorted(p.name for p in SPECS.glob("*.yaml"))
 UPDATE = bool(os.environ.get("SLURMKIT_UPDATE_GOLDENS"))
-REGENERATE = "SLURMKIT_UPDATE_GOLDENS=1 python -m pytest tests/submit/test_ssubmit_render.py -k golden"
+REGENERATE = "SLURMKIT_UPDATE_GOLDENS=1 python -m pytest tests/submit/test_render.py -k golden"
 
 
 def bash_n(script: str) -> subprocess.CompletedProcess:
@@ -209,7 +209,7 @@ def test_hostile_spec_never_executes_anything(tmp_path):
 
 
 def test_golden_mismatch_prints_diff_and_regenerate_command(tmp_path, monkeypatch):
-    import test_ssubmit_render as me
+    import test_render as me
 
     (tmp_path / "minimal.sbatch").write_text("#!/bin/bash\necho stale\n")
     monkeypatch.setattr(me, "GOLDEN", tmp_path)
