@@ -185,6 +185,8 @@ def _exit_from(state: Dict[str, str]) -> int:
 def _efficiency(job_id: str, state: Dict[str, str]) -> Optional[Any]:
     """The ended job's GPU efficiency from its AdminComment summary (the epilog's), or
     ``None`` while it runs, when it had no GPUs, or when sacct cannot say."""
+    from slurmkit.submit.follow import ACTIVE_STATES
+
     if state.get("source") != "sacct" or state.get("state") in ACTIVE_STATES:
         return None
     from slurmkit.errors import ExternalCommandError
