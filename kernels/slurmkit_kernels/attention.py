@@ -6,13 +6,15 @@ See :func:`flash_attention`. The Triton kernels themselves live in ``_kernels.py
 from __future__ import annotations
 
 import contextlib
+import functools
+import json
 import math
 
 import torch
 from triton.runtime.interpreter import InterpretedFunction
 
 from . import _kernels
-from .config import KernelConfig, LaunchConfig, config_for_device
+from .config import KernelConfig, LaunchConfig, config_for_device, parse_config
 
 SUPPORTED_HEAD_DIMS = (16, 32, 64, 128)
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -202,26 +204,77 @@ def _backward(do, q, k, v, o, lse, band, scale, precision, config):
     return dq, dk, dv
 
 
-class _FlashAttentionFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, q, k, v, band, scale, precision, config):
-        with _on_device(q):
-            o, lse = _forward(q, k, v, band, scale, precision, config)
-        ctx.save_for_backward(q, k, v, o, lse)
-        ctx.band, ctx.scale, ctx.precision, ctx.config = band, scale, precision, config
-        return o
+def _config_from_json(config_json: str | None, q: torch.Tensor) -> KernelConfig:
+    """The op's ``config`` argument: the caller's config as JSON, or None for the device's."""
+    if config_json is None:
+        return _select_config(q, None)
+    return _parsed_config(config_json)
 
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx, do):
-        q, k, v, o, lse = ctx.saved_tensors
-        if do.dtype != q.dtype or do.device != q.device:
-            raise ValueError(
-                f"grad_output has dtype {do.dtype} on {do.device}; expected {q.dtype} on {q.device}"
-            )
-        with _on_device(q):
-            dq, dk, dv = _backward(do, q, k, v, o, lse, ctx.band, ctx.scale, ctx.precision, ctx.config)
-        return dq, dk, dv, None, None, None, None
+
+@functools.lru_cache(maxsize=32)
+def _parsed_config(config_json: str) -> KernelConfig:
+    return parse_config(json.loads(config_json), source="flash_attention(config=...)")
+
+
+# The kernels as torch.library custom ops, so torch.compile sees one opaque node per pass
+# (with fake implementations giving output shapes) instead of tracing into the Triton
+# launches, and a compiled model has no graph break. Their CPU path is the same kernel
+# run by Triton's interpreter (TRITON_INTERPRET=1); elsewhere _validate refuses CPU tensors.
+@torch.library.custom_op("slurmkit::flash_attention_fwd", mutates_args=())
+def _flash_attention_fwd(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, d_lo: int, d_hi: int, scale: float, precision: str,
+    config_json: str | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    config = _config_from_json(config_json, q)
+    with _on_device(q):
+        return _forward(q, k, v, (d_lo, d_hi), scale, precision, config)
+
+
+@_flash_attention_fwd.register_fake
+def _(q, k, v, d_lo, d_hi, scale, precision, config_json):
+    batch, h_q, n_q, d = q.shape
+    return q.new_empty((batch, h_q, n_q, d)), q.new_empty((batch, h_q, n_q), dtype=torch.float32)
+
+
+@torch.library.custom_op("slurmkit::flash_attention_bwd", mutates_args=())
+def _flash_attention_bwd(
+    do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, lse: torch.Tensor,
+    d_lo: int, d_hi: int, scale: float, precision: str, config_json: str | None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    if do.dtype != q.dtype or do.device != q.device:
+        raise ValueError(f"grad_output has dtype {do.dtype} on {do.device}; expected {q.dtype} on {q.device}")
+    config = _config_from_json(config_json, q)
+    with _on_device(q):
+        return _backward(do, q, k, v, o, lse, (d_lo, d_hi), scale, precision, config)
+
+
+@_flash_attention_bwd.register_fake
+def _(do, q, k, v, o, lse, d_lo, d_hi, scale, precision, config_json):
+    # The kernels write fresh contiguous tensors of the inputs' shapes.
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+
+
+def _setup_context(ctx, inputs, output):
+    q, k, v, d_lo, d_hi, scale, precision, config_json = inputs
+    o, lse = output
+    ctx.save_for_backward(q, k, v, o, lse)
+    ctx.args = (d_lo, d_hi, scale, precision, config_json)
+    ctx.mark_non_differentiable(lse)
+
+
+def _backward_rule(ctx, do, _dlse):
+    q, k, v, o, lse = ctx.saved_tensors
+    dq, dk, dv = _flash_attention_bwd(do, q, k, v, o, lse, *ctx.args)
+    return dq, dk, dv, None, None, None, None, None
+
+
+def _no_double_backward(ctx, *grads):
+    raise RuntimeError("flash_attention supports first-order gradients only: its backward is "
+                       "once_differentiable (double backward is not implemented)")
+
+
+_flash_attention_fwd.register_autograd(_backward_rule, setup_context=_setup_context)
+_flash_attention_bwd.register_autograd(_no_double_backward, setup_context=lambda ctx, inputs, output: None)
 
 
 def flash_attention(
@@ -287,5 +340,6 @@ def flash_attention(
     band = _band(causal, window, q.shape[2], k.shape[2])
     if config is not None and not isinstance(config, KernelConfig):
         raise ValueError(f"config must be a KernelConfig (see load_config), got {type(config).__name__}")
-    config = _select_config(q, config)
-    return _FlashAttentionFunction.apply(q, k, v, band, scale, precision, config)
+    config_json = None if config is None else config.json
+    out, _lse = _flash_attention_fwd(q, k, v, band[0], band[1], scale, precision, config_json)
+    return out

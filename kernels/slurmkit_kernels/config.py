@@ -77,6 +77,12 @@ class KernelConfig:
     provenance: str
     kernels: Mapping[str, Mapping[str, LaunchConfig]]
 
+    def __post_init__(self) -> None:
+        # Serialised once, here: flash_attention hands the config to its torch.library op
+        # as this string, and serialising it at call time would be traced (and refused) by
+        # torch.compile's Dynamo.
+        object.__setattr__(self, "json", json.dumps(self.to_dict(), sort_keys=True))
+
     def lookup(self, kernel: str, head_dim: int, dtype_name: str) -> LaunchConfig:
         """Most specific entry for ``kernel`` at this head dim and dtype (e.g. ``"float16"``)."""
         table = self.kernels[kernel]
