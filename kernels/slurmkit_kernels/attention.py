@@ -130,6 +130,11 @@ def _kernel_flags(dtype: torch.dtype, precision: str) -> tuple[bool, str]:
     return emulate_bf16, input_precision
 
 
+def _lookup_precision(dtype: torch.dtype, precision: str) -> str | None:
+    """The precision part of a config lookup: only float32 dots depend on it."""
+    return precision if dtype == torch.float32 else None
+
+
 def _empty(shape, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     """Allocate a kernel output. The tests replace this to fill outputs with NaN, which
     proves that the kernels write every element instead of leaving stale memory."""
@@ -156,7 +161,7 @@ def _forward(q, k, v, band, scale, precision, config):
     o = _empty((batch, h_q, n_q, d), q.dtype, q.device)
     lse = _empty((batch, h_q, n_q), torch.float32, q.device)
     emulate_bf16, input_precision = _kernel_flags(q.dtype, precision)
-    cfg = config.lookup("fwd", d, _dtype_name(q.dtype))
+    cfg = config.lookup("fwd", d, _dtype_name(q.dtype), _lookup_precision(q.dtype, precision))
     grid = (_cdiv(n_q, cfg.BLOCK_M), batch * h_q)
     _kernels._attn_fwd[grid](
         q, k, v, o, lse, *q.stride(), *k.stride(), *v.stride(), *o.stride(),
@@ -183,7 +188,7 @@ def _backward(do, q, k, v, o, lse, band, scale, precision, config):
 
     dk = _empty(k.shape, k.dtype, k.device)
     dv = _empty(v.shape, v.dtype, v.device)
-    cfg = config.lookup("bwd_dkdv", d, dtype_name)
+    cfg = config.lookup("bwd_dkdv", d, dtype_name, _lookup_precision(q.dtype, precision))
     _kernels._attn_bwd_dkdv[(_cdiv(n_k, cfg.BLOCK_N), batch * h_kv)](
         q, k, v, do, lse, delta, dk, dv,
         *q.stride(), *k.stride(), *v.stride(), *do.stride(), *dk.stride(), *dv.stride(),
@@ -193,7 +198,7 @@ def _backward(do, q, k, v, o, lse, band, scale, precision, config):
     )
 
     dq = _empty(q.shape, q.dtype, q.device)
-    cfg = config.lookup("bwd_dq", d, dtype_name)
+    cfg = config.lookup("bwd_dq", d, dtype_name, _lookup_precision(q.dtype, precision))
     _kernels._attn_bwd_dq[(_cdiv(n_q, cfg.BLOCK_M), batch * h_q)](
         q, k, v, do, lse, delta, dq,
         *q.stride(), *k.stride(), *v.stride(), *do.stride(), *dq.stride(),
@@ -316,9 +321,11 @@ def flash_attention(
     scale : float, optional
         Softmax scale; default ``1 / sqrt(head_dim)``.
     precision : {"ieee", "tf32"}
-        Only for float32 inputs: ``"ieee"`` (default, like PyTorch's default matmul) or
-        the faster, less accurate TF32 tensor-core path. fp16/bf16 always multiply on
-        tensor cores with fp32 accumulation.
+        Only for float32 inputs: ``"ieee"`` (default, like PyTorch's default fp32 matmul)
+        computes exact fp32 products on CUDA cores with small tiles (the config's
+        ``float32`` entries; larger tiles spill registers); ``"tf32"`` opts in to the
+        faster, less accurate TF32 tensor-core path (``float32/tf32`` entries). fp16/bf16
+        always multiply on tensor cores with fp32 accumulation.
     config : KernelConfig, optional
         Launch configuration; default: the shipped file for this GPU model (see
         :mod:`slurmkit_kernels.config`).
