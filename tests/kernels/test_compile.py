@@ -51,6 +51,7 @@ def table_rows(stdout: str) -> list[dict]:
     return [dict(zip(header, cells[: len(header) - 1] + [" ".join(cells[len(header) - 1:])])) for cells in body]
 
 
+@pytest.mark.timeout(3000)
 def test_shipped_configs_compile_without_spills(cache_dir):
     proc = run_compile_check(["--config", "h100", "h200", "--dtypes", "bfloat16", "--seq-lens", "4096"],
                              cache_dir, timeout=1500)
@@ -71,6 +72,7 @@ def test_shipped_configs_compile_without_spills(cache_dir):
 
 
 @pytest.mark.compile_sweep
+@pytest.mark.timeout(3600)
 def test_full_sweep(cache_dir):
     """Every dtype, head dim, fp32 precision, MHA and GQA 4:1 of h100/h200 (the docs table)."""
     proc = run_compile_check(["--seq-lens", "4096"], cache_dir, timeout=3000)
