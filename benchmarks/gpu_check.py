@@ -158,17 +158,18 @@ def throughput(torch, bench_mod, flash_attention, attention_flops, device, timer
     return rows, skipped, failures
 
 
-def _compile_group(config_name: str, problems: list, arch: int) -> list[str]:
+def _compile_group(device_name: str, problems: list, arch: int) -> list[str]:
     """Worker: compile (and spill-check) every kernel launch of ``problems`` for this GPU's
     arch into the shared Triton cache, exactly as the timed run will launch them."""
-    from slurmkit_kernels import compile_check
-    from slurmkit_kernels.config import builtin_config
+    from slurmkit_kernels import compile_check, config_for_device
 
-    rows = compile_check.check(compile_check.load_kernel_sets(), [builtin_config(config_name)], problems, arch)
+    # The config flash_attention will pick on this GPU (SLURMKIT_KERNELS_CONFIG included).
+    config = config_for_device(device_name)
+    rows = compile_check.check(compile_check.load_kernel_sets(), [config], problems, arch)
     return [compile_check.format_row(r) for r in rows]
 
 
-def prewarm(config_name: str, problems: list, workers: int, arch: int) -> tuple[list[str], list[str]]:
+def prewarm(device_name: str, problems: list, workers: int, arch: int) -> tuple[list[str], list[str]]:
     """Compile ``problems`` in parallel processes, one per (dtype, head dim), so the
     correctness and timing steps find every kernel in the Triton cache instead of compiling
     one after another. Returns (table lines, failures: spills, shared memory, errors)."""
@@ -181,7 +182,8 @@ def prewarm(config_name: str, problems: list, workers: int, arch: int) -> tuple[
     lines, failures = [], []
     ctx = multiprocessing.get_context("spawn")  # no CUDA state is inherited
     with concurrent.futures.ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
-        futures = {pool.submit(_compile_group, config_name, group, arch): key for key, group in groups.items()}
+        futures = {pool.submit(_compile_group, device_name, group, arch): key
+                   for key, group in groups.items()}
         for future in concurrent.futures.as_completed(futures):
             try:
                 rows = future.result()
@@ -212,7 +214,8 @@ def format_markdown(rows: list[dict], env: dict, skipped: list[str], failures: l
     head = ["dtype", "d", "causal", "N", "B", "H", "mode", "slurmkit", "sdpa-flash", "sdpa-cudnn",
             "x flash", "x cuDNN"]
     out = ["# slurmkit_kernels on " + str(env.get("gpu", "?")), "",
-           "Written by `bash benchmarks/gpu_check.sh`. " + ", ".join(f"{k} {v}" for k, v in env.items()) + ".",
+           "Written by `bash benchmarks/gpu_check.sh`. "
+           + ", ".join(f"{k} {v}" for k, v in env.items()) + ".",
            "", "TFLOP/s (FLOPs: forward `4*B*H*N*N*D`, halved when causal; forward+backward 3.5x forward); "
            "`x flash`/`x cuDNN`: slurmkit's TFLOP/s divided by that SDPA back end's.", ""]
     if correctness_failures is None:
@@ -224,8 +227,9 @@ def format_markdown(rows: list[dict], env: dict, skipped: list[str], failures: l
     for r in rows:
         for mode in ("fwd", "fwd_bwd"):
             ours, flash, cudnn = (r.get(f"{p}/{mode}") for p in ("slurmkit", "sdpa-flash", "sdpa-cudnn"))
-            cells = [r["dtype"], str(r["d"]), "yes" if r["causal"] else "no", str(r["N"]), str(r["B"]), str(r["H"]),
-                     mode, _fmt(ours), _fmt(flash), _fmt(cudnn), _ratio(ours, flash), _ratio(ours, cudnn)]
+            cells = [r["dtype"], str(r["d"]), "yes" if r["causal"] else "no", str(r["N"]), str(r["B"]),
+                     str(r["H"]), mode, _fmt(ours), _fmt(flash), _fmt(cudnn), _ratio(ours, flash),
+                     _ratio(ours, cudnn)]
             out.append("| " + " | ".join(cells) + " |")
     if skipped:
         out += ["", f"Not run (time budget): {', '.join(skipped)}"]
@@ -252,7 +256,8 @@ def main(argv=None) -> int:
     bench_mod = _attention_bench()
     if args.cpu_smoke:
         device = "cpu"
-        env = {"gpu": "CPU (Triton interpreter smoke run)", "torch": torch.__version__, "triton": triton.__version__}
+        env = {"gpu": "CPU (Triton interpreter smoke run)", "torch": torch.__version__,
+               "triton": triton.__version__}
         dtypes, head_dims, seq_lens, tokens, hidden = ["float16", "bfloat16"], [16], [32], 64, 32
         shapes = [(1, 2, 2, 33, 33), (1, 4, 1, 17, 40)]
         corr_dtypes = ["float32", "bfloat16"]
@@ -288,10 +293,10 @@ def main(argv=None) -> int:
         problems += [Problem(max(1, tokens // n), hidden // d, hidden // d, n, n, d, causal, dt, "ieee")
                      for dt in dtypes for d in head_dims for causal in (False, True) for n in seq_lens]
         major, minor = torch.cuda.get_device_capability(0)
-        lines, compile_failures = prewarm(env["kernel_config"], problems, min(8, os.cpu_count() or 1),
+        lines, compile_failures = prewarm(env["gpu"], problems, min(8, os.cpu_count() or 1),
                                           10 * major + minor)
-        print("# compile_check (kernel set, kernel, configs, tiles, warps, stages, dtype, prec, d, group, regs, "
-              "spill st/ld, smem, wgmma, tma, s, result):")
+        print("# compile_check (kernel set, kernel, configs, tiles, warps, stages, dtype, prec, d, group, "
+              "regs, spill st/ld, smem, wgmma, tma, s, result):")
         for line in sorted(lines):
             print("#   " + line)
         print(f"# compiled in {time.monotonic() - t0:.0f} s, {len(compile_failures)} failure(s)", flush=True)
@@ -309,8 +314,8 @@ def main(argv=None) -> int:
             print(f"# FAILED {f}", flush=True)
     rows, skipped, failures = [], [], []
     if not args.skip_throughput:
-        rows, skipped, failures = throughput(torch, bench_mod, flash_attention, attention_flops, device, timer,
-                                             dtypes, head_dims, seq_lens, tokens, hidden,
+        rows, skipped, failures = throughput(torch, bench_mod, flash_attention, attention_flops, device,
+                                             timer, dtypes, head_dims, seq_lens, tokens, hidden,
                                              args.budget_s - (time.monotonic() - t0))
     text = format_markdown(rows, env, skipped, failures + compile_failures, correctness_failures)
     print(text)

@@ -334,22 +334,24 @@ def _record(rows, by_kernel, kset, config, problem, launch, target, limit, progr
     except Exception as e:  # noqa: BLE001 (report every failing kernel, not just the first)
         compiled, error = None, f"COMPILE ERROR: {type(e).__name__}: {(str(e).splitlines() or [''])[0][:120]}"
     if compiled is None:
+        warps, stages = launch.kwargs.get("num_warps", -1), launch.kwargs.get("num_stages", -1)
         key = (kset.name, name, problem.dtype, problem.head_dim, problem.precision, _tiles(launch.kwargs),
-               launch.kwargs.get("num_warps"), launch.kwargs.get("num_stages"))
-        row = rows.setdefault(key, Row(kset.name, name, [], problem.dtype, problem.head_dim, problem.precision,
-                                       _tiles(launch.kwargs), launch.kwargs.get("num_warps", -1),
-                                       launch.kwargs.get("num_stages", -1), result=error or "COMPILE ERROR"))
+               warps, stages)
+        row = rows.setdefault(key, Row(kset.name, name, [], problem.dtype, problem.head_dim,
+                                       problem.precision,
+                                       _tiles(launch.kwargs), warps, stages, result=error or "COMPILE ERROR"))
     elif id(compiled) in by_kernel:
         row = by_kernel[id(compiled)]
     else:
         meta = compiled.metadata
-        row = Row(kset.name, name, [], problem.dtype, problem.head_dim, problem.precision, _tiles(launch.kwargs),
-                  meta.num_warps, meta.num_stages, smem=meta.shared)
+        row = Row(kset.name, name, [], problem.dtype, problem.head_dim, problem.precision,
+                  _tiles(launch.kwargs), meta.num_warps, meta.num_stages, smem=meta.shared)
         ptx = compiled.asm["ptx"]
         row.wgmma = len(re.findall(r"^\s*wgmma\.mma_async", ptx, re.MULTILINE))
         row.tma = len(re.findall(r"^\s*cp\.async\.bulk\.tensor", ptx, re.MULTILINE))
         try:
-            row.regs, row.spill_stores, row.spill_loads = parse_ptxas_log(_ptxas_log(compiled, target, captured))
+            log = _ptxas_log(compiled, target, captured)
+            row.regs, row.spill_stores, row.spill_loads = parse_ptxas_log(log)
         except Exception as e:  # noqa: BLE001
             row.result = f"NO PTXAS REPORT: {e}"
         if row.result == "ok":
@@ -372,7 +374,8 @@ HEADER = ("set", "kernel", "configs", "tiles", "warps", "stages", "dtype", "prec
 def _cells(row: Row) -> tuple[str, ...]:
     return (row.kernel_set, row.kernel, ",".join(row.configs), row.tiles, str(row.num_warps),
             str(row.num_stages), row.dtype, row.precision if row.dtype == "float32" else "-",
-            str(row.head_dim), _groups(row), str(row.regs), f"{row.spill_stores}/{row.spill_loads}", str(row.smem),
+            str(row.head_dim), _groups(row), str(row.regs), f"{row.spill_stores}/{row.spill_loads}",
+            str(row.smem),
             str(row.wgmma), str(row.tma), f"{row.seconds:.1f}", row.result)
 
 
@@ -474,7 +477,8 @@ def main(argv=None) -> int:
     failures = [r for r in rows if r.result != "ok"]
     print(f"# {len(rows)} distinct kernels, {len(failures)} failure(s)")
     if args.markdown_into:
-        command = "python -m slurmkit_kernels.compile_check " + " ".join(argv if argv is not None else sys.argv[1:])
+        given = argv if argv is not None else sys.argv[1:]
+        command = "python -m slurmkit_kernels.compile_check " + " ".join(given)
         replace_marked_section(args.markdown_into, format_markdown(rows, args.arch, command))
     return 1 if failures else 0
 

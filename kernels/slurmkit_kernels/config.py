@@ -84,7 +84,9 @@ class KernelConfig:
         # torch.compile's Dynamo.
         object.__setattr__(self, "json", json.dumps(self.to_dict(), sort_keys=True))
 
-    def lookup(self, kernel: str, head_dim: int, dtype_name: str, precision: str | None = None) -> LaunchConfig:
+    def lookup(
+        self, kernel: str, head_dim: int, dtype_name: str, precision: str | None = None
+    ) -> LaunchConfig:
         """Most specific entry for ``kernel`` at this head dim and dtype (e.g. ``"float16"``).
 
         ``precision`` (``"ieee"``/``"tf32"``, float32 only) selects ``.../<precision>`` entries:

@@ -126,7 +126,8 @@ def test_lookup_order():
     keys = ["128/float32/tf32", "128/float32", "float32/tf32", "float32", "128", "default"]
     table = {key: config_mod.LaunchConfig(16 * 2**i, 16) for i, key in enumerate(keys)}
     for i, key in enumerate(keys):
-        cfg = config_mod.KernelConfig("t", (), "", {k: dict(list(table.items())[i:]) for k in config_mod.KERNEL_NAMES})
+        kernels = {k: dict(list(table.items())[i:]) for k in config_mod.KERNEL_NAMES}
+        cfg = config_mod.KernelConfig("t", (), "", kernels)
         assert cfg.lookup("fwd", 128, "float32", "tf32") == table[key]
     assert cfg.lookup("fwd", 128, "float32", "ieee") == table["default"]
     cfg = config_mod.KernelConfig("t", (), "", {k: table for k in config_mod.KERNEL_NAMES})

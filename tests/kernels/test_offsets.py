@@ -8,11 +8,13 @@ reads (or writes) memory before the tensor; a packed-QKV view ``(B, T, 3, H, D)`
   (no memory needed: it only computes numbers);
 * forward and backward through views whose rows lie more than 2**31 elements past their
   first element, for every tensor the kernels address by row (Q, K, V, O, dO, dQ, dK, dV).
-  The views live in one large allocation of which only a few pages are ever touched, so
-  the test needs ~9.5 GB of address space but only kilobytes of memory on the CPU (pages
-  that are never written are never backed). The views start 2**31 elements into that
-  allocation, so a wrapped offset lands inside it: with int32 offsets the test fails on
-  wrong values instead of crashing.
+  The views live in five large allocations (the inputs, then O, dQ, dK, dV each alone: a
+  custom op's outputs may share storage neither with its inputs nor with each other) of
+  which only a few pages are ever touched, so the test needs ~48 GB of address space but
+  only kilobytes of memory on the CPU (pages that are never written are never backed;
+  with SLURMKIT_TEST_DEVICE=cuda it needs ~48 GB of GPU memory and skips without). The views start 2**31 elements into each allocation, so a
+  wrapped offset lands inside it: with int32 offsets the test fails on wrong values
+  instead of crashing.
 """
 
 import pytest
@@ -46,7 +48,9 @@ def test_tile_offsets_are_exact_past_2_31(stride_row, stride_col, device):
 
 # Views (1, 1, N, D) whose row stride is 2**26 elements: rows 32..39 start past 2**31.
 N, D, ROW_STRIDE = 40, 16, 2**26
-SLOTS = ("q", "k", "v", "do", "o", "dq", "dk", "dv")
+# slot -> (allocation, column block within a row)
+SLOTS = {"q": ("in", 0), "k": ("in", 1), "v": ("in", 2), "do": ("in", 3), "o": ("o", 0),
+         "dq": ("dq", 0), "dk": ("dk", 0), "dv": ("dv", 0)}
 ONE_BLOCK = KernelConfig(
     name="one-block", match=(), provenance="tests",
     kernels={name: {"default": LaunchConfig(64, 64)} for name in ("fwd", "bwd_dkdv", "bwd_dq")},
@@ -55,16 +59,19 @@ ONE_BLOCK = KernelConfig(
 
 def test_forward_backward_on_views_past_2_31_elements(device, monkeypatch):
     dtype = torch.float16
-    numel = TWO_31 + (N - 1) * ROW_STRIDE + len(SLOTS) * D
+    numel = TWO_31 + (N - 1) * ROW_STRIDE + 4 * D
     try:
-        big = torch.empty(numel, dtype=dtype, device=device)
+        big = {name: torch.empty(numel, dtype=dtype, device=device)
+               for name in ("in", "o", "dq", "dk", "dv")}
     except (RuntimeError, MemoryError) as e:  # torch.OutOfMemoryError is a RuntimeError
-        pytest.skip(f"cannot allocate {numel * 2 / 1e9:.1f} GB for views past 2**31 elements on {device}: {e}")
+        pytest.skip(f"cannot allocate 5 x {numel * 2 / 1e9:.1f} GB for views past 2**31 elements "
+                    f"on {device}: {e}")
     assert (N - 1) * ROW_STRIDE >= TWO_31
 
     def view(slot: str) -> torch.Tensor:
-        return big.as_strided((1, 1, N, D), (N * ROW_STRIDE, N * ROW_STRIDE, ROW_STRIDE, 1),
-                              TWO_31 + SLOTS.index(slot) * D)
+        storage, column = SLOTS[slot]
+        return big[storage].as_strided((1, 1, N, D), (N * ROW_STRIDE, N * ROW_STRIDE, ROW_STRIDE, 1),
+                                       TWO_31 + column * D)
 
     gen = torch.Generator().manual_seed(5)
     values = {s: torch.randn((1, 1, N, D), generator=gen).to(device, dtype) for s in ("q", "k", "v", "do")}

@@ -82,7 +82,6 @@ def test_ops_pass_opcheck(device):
                           test_utils=("test_schema", "test_autograd_registration", "test_faketensor"))
     o, lse = attention._flash_attention_fwd(*args)
     do = torch.randn_like(o)
-    torch.library.opcheck(attention._flash_attention_bwd,
-                          (do, q.detach(), k.detach(), v.detach(), o.detach(), lse, -(2**30), 16, 0.25, "ieee",
-                           None),
+    bwd_args = (do, q.detach(), k.detach(), v.detach(), o.detach(), lse, -(2**30), 16, 0.25, "ieee", None)
+    torch.library.opcheck(attention._flash_attention_bwd, bwd_args,
                           test_utils=("test_schema", "test_faketensor"))
