@@ -65,7 +65,9 @@ fi
 status=0
 echo "== compile, correctness of the shipped config, throughput (time left $(left) s)"
 # The script stops starting rows at --budget-s; the rest covers the rows in flight and the table.
-if ! timeout "$(($(left) - 5))" "$PY" benchmarks/gpu_check.py --budget-s "$(($(left) - 45))" "${args[@]}"; then
+run_budget=$(($(left) - 45))
+if ! timeout "$(($(left) - 5))" "$PY" benchmarks/gpu_check.py --budget-s "$run_budget" \
+    ${args[@]+"${args[@]}"}; then
   status=1
 fi
 
