@@ -66,6 +66,19 @@ def _cast(x, dtype: tl.constexpr, EMULATE_BF16: tl.constexpr):
 
 
 @triton.jit
+def _tile(rows, cols, stride_row, stride_col):
+    """Element offsets ``rows[:, None] * stride_row + cols[None, :] * stride_col`` in int64.
+
+    int32 would wrap once ``row * stride`` passes 2**31 elements and address memory
+    before the tensor: a packed-QKV view ``(B, T, 3, H, D)`` has a row stride of
+    ``3 * H * D``, so with ``H * D = 8192`` that happens at T ~ 87k.
+    The indices themselves stay int32 (masks and band arithmetic are cheaper in 32 bits);
+    only the products are widened.
+    """
+    return rows.to(tl.int64)[:, None] * stride_row + cols.to(tl.int64)[None, :] * stride_col
+
+
+@triton.jit
 def _ranges(start, BLOCK_OWN: tl.constexpr, BLOCK_STEP: tl.constexpr, d_lo, d_hi, N_OTHER):
     """Loop bounds over the other axis for the block ``[start, start + BLOCK_OWN)``.
 
@@ -98,8 +111,8 @@ def _fwd_inner(
     offs_n0 = tl.arange(0, BLOCK_N)
     for start_n in range(lo, hi, BLOCK_N):
         offs_n = start_n + offs_n0
-        k_ptrs = k_base + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd
-        v_ptrs = v_base + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd
+        k_ptrs = k_base + _tile(offs_n, offs_d, stride_kn, stride_kd)
+        v_ptrs = v_base + _tile(offs_n, offs_d, stride_vn, stride_vd)
         if MASK:
             k = tl.load(k_ptrs, mask=offs_n[:, None] < N_K, other=0.0)
         else:
@@ -154,7 +167,7 @@ def _attn_fwd(
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_DIM)
     row_ok = offs_m < N_Q
-    q = tl.load(q_base + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd,
+    q = tl.load(q_base + _tile(offs_m, offs_d, stride_qm, stride_qd),
                 mask=row_ok[:, None], other=0.0)
 
     acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
@@ -180,7 +193,7 @@ def _attn_fwd(
     l_safe = tl.where(empty, 1.0, l_i)
     out = acc / l_safe[:, None]
     lse = tl.where(empty, float("inf"), m_i + tl.math.log2(l_safe))
-    tl.store(o_base + offs_m[:, None] * stride_om + offs_d[None, :] * stride_od,
+    tl.store(o_base + _tile(offs_m, offs_d, stride_om, stride_od),
              _cast(out, O.dtype.element_ty, EMULATE_BF16), mask=row_ok[:, None])
     tl.store(LSE + pid_bh.to(tl.int64) * N_Q + offs_m, lse, mask=row_ok)
 
@@ -201,10 +214,10 @@ def _attn_bwd_preprocess(
     offs_d = tl.arange(0, HEAD_DIM)
     row_ok = offs_m < N_Q
     o = tl.load(O + off_b.to(tl.int64) * stride_ob + off_h.to(tl.int64) * stride_oh
-                + offs_m[:, None] * stride_om + offs_d[None, :] * stride_od,
+                + _tile(offs_m, offs_d, stride_om, stride_od),
                 mask=row_ok[:, None], other=0.0)
     do = tl.load(DO + off_b.to(tl.int64) * stride_dob + off_h.to(tl.int64) * stride_doh
-                 + offs_m[:, None] * stride_dom + offs_d[None, :] * stride_dod,
+                 + _tile(offs_m, offs_d, stride_dom, stride_dod),
                  mask=row_ok[:, None], other=0.0)
     delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), 1)
     tl.store(DELTA + pid_bh.to(tl.int64) * N_Q + offs_m, delta, mask=row_ok)
@@ -229,9 +242,9 @@ def _bwd_dkdv_inner(
     for start_m in range(lo, hi, BLOCK_M):
         offs_m = start_m + offs_m0
         row_ok = offs_m < N_Q
-        q = tl.load(q_base + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd,
+        q = tl.load(q_base + _tile(offs_m, offs_d, stride_qm, stride_qd),
                     mask=row_ok[:, None], other=0.0)
-        do = tl.load(do_base + offs_m[:, None] * stride_dom + offs_d[None, :] * stride_dod,
+        do = tl.load(do_base + _tile(offs_m, offs_d, stride_dom, stride_dod),
                      mask=row_ok[:, None], other=0.0)
         lse = tl.load(lse_base + offs_m, mask=row_ok, other=float("inf"))
         delta = tl.load(delta_base + offs_m, mask=row_ok, other=0.0)
@@ -273,10 +286,10 @@ def _attn_bwd_dkdv(
     offs_d = tl.arange(0, HEAD_DIM)
     col_ok = offs_n < N_K
     k = tl.load(K + off_b.to(tl.int64) * stride_kb + off_hkv.to(tl.int64) * stride_kh
-                + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd,
+                + _tile(offs_n, offs_d, stride_kn, stride_kd),
                 mask=col_ok[:, None], other=0.0)
     v = tl.load(V + off_b.to(tl.int64) * stride_vb + off_hkv.to(tl.int64) * stride_vh
-                + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd,
+                + _tile(offs_n, offs_d, stride_vn, stride_vd),
                 mask=col_ok[:, None], other=0.0)
 
     # Query i sees key j iff D_LO <= j - i <= D_HI, i.e. -D_HI <= i - j <= -D_LO.
@@ -310,10 +323,10 @@ def _attn_bwd_dkdv(
         )
     dk = dk * sm_scale
     tl.store(DK + off_b.to(tl.int64) * stride_dkb + off_hkv.to(tl.int64) * stride_dkh
-             + offs_n[:, None] * stride_dkn + offs_d[None, :] * stride_dkd,
+             + _tile(offs_n, offs_d, stride_dkn, stride_dkd),
              _cast(dk, DK.dtype.element_ty, EMULATE_BF16), mask=col_ok[:, None])
     tl.store(DV + off_b.to(tl.int64) * stride_dvb + off_hkv.to(tl.int64) * stride_dvh
-             + offs_n[:, None] * stride_dvn + offs_d[None, :] * stride_dvd,
+             + _tile(offs_n, offs_d, stride_dvn, stride_dvd),
              _cast(dv, DV.dtype.element_ty, EMULATE_BF16), mask=col_ok[:, None])
 
 
@@ -329,8 +342,8 @@ def _bwd_dq_inner(
     offs_n0 = tl.arange(0, BLOCK_N)
     for start_n in range(lo, hi, BLOCK_N):
         offs_n = start_n + offs_n0
-        k_ptrs = k_base + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd
-        v_ptrs = v_base + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd
+        k_ptrs = k_base + _tile(offs_n, offs_d, stride_kn, stride_kd)
+        v_ptrs = v_base + _tile(offs_n, offs_d, stride_vn, stride_vd)
         if MASK:
             k = tl.load(k_ptrs, mask=offs_n[:, None] < N_K, other=0.0)
             v = tl.load(v_ptrs, mask=offs_n[:, None] < N_K, other=0.0)
@@ -370,10 +383,10 @@ def _attn_bwd_dq(
     offs_d = tl.arange(0, HEAD_DIM)
     row_ok = offs_m < N_Q
     q = tl.load(Q + off_b.to(tl.int64) * stride_qb + off_h.to(tl.int64) * stride_qh
-                + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd,
+                + _tile(offs_m, offs_d, stride_qm, stride_qd),
                 mask=row_ok[:, None], other=0.0)
     do = tl.load(DO + off_b.to(tl.int64) * stride_dob + off_h.to(tl.int64) * stride_doh
-                 + offs_m[:, None] * stride_dom + offs_d[None, :] * stride_dod,
+                 + _tile(offs_m, offs_d, stride_dom, stride_dod),
                  mask=row_ok[:, None], other=0.0)
     # Rows past N_Q (and rows that see no key) get lse = +inf, hence P = 0.
     lse = tl.load(LSE + pid_bh.to(tl.int64) * N_Q + offs_m, mask=row_ok, other=float("inf"))
@@ -400,5 +413,5 @@ def _attn_bwd_dq(
     )
     dq = dq * sm_scale
     tl.store(DQ + off_b.to(tl.int64) * stride_dqb + off_h.to(tl.int64) * stride_dqh
-             + offs_m[:, None] * stride_dqm + offs_d[None, :] * stride_dqd,
+             + _tile(offs_m, offs_d, stride_dqm, stride_dqd),
              _cast(dq, DQ.dtype.element_ty, EMULATE_BF16), mask=row_ok[:, None])

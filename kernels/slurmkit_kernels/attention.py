@@ -6,13 +6,15 @@ See :func:`flash_attention`. The Triton kernels themselves live in ``_kernels.py
 from __future__ import annotations
 
 import contextlib
+import functools
+import json
 import math
 
 import torch
 from triton.runtime.interpreter import InterpretedFunction
 
 from . import _kernels
-from .config import KernelConfig, LaunchConfig, config_for_device
+from .config import KernelConfig, LaunchConfig, config_for_device, parse_config
 
 SUPPORTED_HEAD_DIMS = (16, 32, 64, 128)
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -128,6 +130,11 @@ def _kernel_flags(dtype: torch.dtype, precision: str) -> tuple[bool, str]:
     return emulate_bf16, input_precision
 
 
+def _lookup_precision(dtype: torch.dtype, precision: str) -> str | None:
+    """The precision part of a config lookup: only float32 dots depend on it."""
+    return precision if dtype == torch.float32 else None
+
+
 def _empty(shape, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     """Allocate a kernel output. The tests replace this to fill outputs with NaN, which
     proves that the kernels write every element instead of leaving stale memory."""
@@ -154,7 +161,7 @@ def _forward(q, k, v, band, scale, precision, config):
     o = _empty((batch, h_q, n_q, d), q.dtype, q.device)
     lse = _empty((batch, h_q, n_q), torch.float32, q.device)
     emulate_bf16, input_precision = _kernel_flags(q.dtype, precision)
-    cfg = config.lookup("fwd", d, _dtype_name(q.dtype))
+    cfg = config.lookup("fwd", d, _dtype_name(q.dtype), _lookup_precision(q.dtype, precision))
     grid = (_cdiv(n_q, cfg.BLOCK_M), batch * h_q)
     _kernels._attn_fwd[grid](
         q, k, v, o, lse, *q.stride(), *k.stride(), *v.stride(), *o.stride(),
@@ -181,7 +188,7 @@ def _backward(do, q, k, v, o, lse, band, scale, precision, config):
 
     dk = _empty(k.shape, k.dtype, k.device)
     dv = _empty(v.shape, v.dtype, v.device)
-    cfg = config.lookup("bwd_dkdv", d, dtype_name)
+    cfg = config.lookup("bwd_dkdv", d, dtype_name, _lookup_precision(q.dtype, precision))
     _kernels._attn_bwd_dkdv[(_cdiv(n_k, cfg.BLOCK_N), batch * h_kv)](
         q, k, v, do, lse, delta, dk, dv,
         *q.stride(), *k.stride(), *v.stride(), *do.stride(), *dk.stride(), *dv.stride(),
@@ -191,7 +198,7 @@ def _backward(do, q, k, v, o, lse, band, scale, precision, config):
     )
 
     dq = _empty(q.shape, q.dtype, q.device)
-    cfg = config.lookup("bwd_dq", d, dtype_name)
+    cfg = config.lookup("bwd_dq", d, dtype_name, _lookup_precision(q.dtype, precision))
     _kernels._attn_bwd_dq[(_cdiv(n_q, cfg.BLOCK_M), batch * h_q)](
         q, k, v, do, lse, delta, dq,
         *q.stride(), *k.stride(), *v.stride(), *do.stride(), *dq.stride(),
@@ -202,26 +209,77 @@ def _backward(do, q, k, v, o, lse, band, scale, precision, config):
     return dq, dk, dv
 
 
-class _FlashAttentionFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, q, k, v, band, scale, precision, config):
-        with _on_device(q):
-            o, lse = _forward(q, k, v, band, scale, precision, config)
-        ctx.save_for_backward(q, k, v, o, lse)
-        ctx.band, ctx.scale, ctx.precision, ctx.config = band, scale, precision, config
-        return o
+def _config_from_json(config_json: str | None, q: torch.Tensor) -> KernelConfig:
+    """The op's ``config`` argument: the caller's config as JSON, or None for the device's."""
+    if config_json is None:
+        return _select_config(q, None)
+    return _parsed_config(config_json)
 
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx, do):
-        q, k, v, o, lse = ctx.saved_tensors
-        if do.dtype != q.dtype or do.device != q.device:
-            raise ValueError(
-                f"grad_output has dtype {do.dtype} on {do.device}; expected {q.dtype} on {q.device}"
-            )
-        with _on_device(q):
-            dq, dk, dv = _backward(do, q, k, v, o, lse, ctx.band, ctx.scale, ctx.precision, ctx.config)
-        return dq, dk, dv, None, None, None, None
+
+@functools.lru_cache(maxsize=32)
+def _parsed_config(config_json: str) -> KernelConfig:
+    return parse_config(json.loads(config_json), source="flash_attention(config=...)")
+
+
+# The kernels as torch.library custom ops, so torch.compile sees one opaque node per pass
+# (with fake implementations giving output shapes) instead of tracing into the Triton
+# launches, and a compiled model has no graph break. Their CPU path is the same kernel
+# run by Triton's interpreter (TRITON_INTERPRET=1); elsewhere _validate refuses CPU tensors.
+@torch.library.custom_op("slurmkit::flash_attention_fwd", mutates_args=())
+def _flash_attention_fwd(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, d_lo: int, d_hi: int, scale: float, precision: str,
+    config_json: str | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    config = _config_from_json(config_json, q)
+    with _on_device(q):
+        return _forward(q, k, v, (d_lo, d_hi), scale, precision, config)
+
+
+@_flash_attention_fwd.register_fake
+def _(q, k, v, d_lo, d_hi, scale, precision, config_json):
+    batch, h_q, n_q, d = q.shape
+    return q.new_empty((batch, h_q, n_q, d)), q.new_empty((batch, h_q, n_q), dtype=torch.float32)
+
+
+@torch.library.custom_op("slurmkit::flash_attention_bwd", mutates_args=())
+def _flash_attention_bwd(
+    do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, lse: torch.Tensor,
+    d_lo: int, d_hi: int, scale: float, precision: str, config_json: str | None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    if do.dtype != q.dtype or do.device != q.device:
+        raise ValueError(f"grad_output has dtype {do.dtype} on {do.device}; expected {q.dtype} on {q.device}")
+    config = _config_from_json(config_json, q)
+    with _on_device(q):
+        return _backward(do, q, k, v, o, lse, (d_lo, d_hi), scale, precision, config)
+
+
+@_flash_attention_bwd.register_fake
+def _(do, q, k, v, o, lse, d_lo, d_hi, scale, precision, config_json):
+    # The kernels write fresh contiguous tensors of the inputs' shapes.
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+
+
+def _setup_context(ctx, inputs, output):
+    q, k, v, d_lo, d_hi, scale, precision, config_json = inputs
+    o, lse = output
+    ctx.save_for_backward(q, k, v, o, lse)
+    ctx.args = (d_lo, d_hi, scale, precision, config_json)
+    ctx.mark_non_differentiable(lse)
+
+
+def _backward_rule(ctx, do, _dlse):
+    q, k, v, o, lse = ctx.saved_tensors
+    dq, dk, dv = _flash_attention_bwd(do, q, k, v, o, lse, *ctx.args)
+    return dq, dk, dv, None, None, None, None, None
+
+
+def _no_double_backward(ctx, *grads):
+    raise RuntimeError("flash_attention supports first-order gradients only: its backward is "
+                       "once_differentiable (double backward is not implemented)")
+
+
+_flash_attention_fwd.register_autograd(_backward_rule, setup_context=_setup_context)
+_flash_attention_bwd.register_autograd(_no_double_backward, setup_context=lambda ctx, inputs, output: None)
 
 
 def flash_attention(
@@ -263,9 +321,11 @@ def flash_attention(
     scale : float, optional
         Softmax scale; default ``1 / sqrt(head_dim)``.
     precision : {"ieee", "tf32"}
-        Only for float32 inputs: ``"ieee"`` (default, like PyTorch's default matmul) or
-        the faster, less accurate TF32 tensor-core path. fp16/bf16 always multiply on
-        tensor cores with fp32 accumulation.
+        Only for float32 inputs: ``"ieee"`` (default, like PyTorch's default fp32 matmul)
+        computes exact fp32 products on CUDA cores with small tiles (the config's
+        ``float32`` entries; larger tiles spill registers); ``"tf32"`` opts in to the
+        faster, less accurate TF32 tensor-core path (``float32/tf32`` entries). fp16/bf16
+        always multiply on tensor cores with fp32 accumulation.
     config : KernelConfig, optional
         Launch configuration; default: the shipped file for this GPU model (see
         :mod:`slurmkit_kernels.config`).
@@ -287,5 +347,6 @@ def flash_attention(
     band = _band(causal, window, q.shape[2], k.shape[2])
     if config is not None and not isinstance(config, KernelConfig):
         raise ValueError(f"config must be a KernelConfig (see load_config), got {type(config).__name__}")
-    config = _select_config(q, config)
-    return _FlashAttentionFunction.apply(q, k, v, band, scale, precision, config)
+    config_json = None if config is None else config.json
+    out, _lse = _flash_attention_fwd(q, k, v, band[0], band[1], scale, precision, config_json)
+    return out

@@ -1,66 +1,448 @@
-"""Compile the kernels ahead of time for a GPU architecture, without a GPU.
+"""Compile the kernels exactly as the JIT launches them, for a GPU architecture, without a GPU.
 
-    $ python -m slurmkit_kernels.compile_check --config h100 --arch 90
-    $ python -m slurmkit_kernels.compile_check --config tuned.json --arch 90 --dtypes bfloat16
+    $ python -m slurmkit_kernels.compile_check --config h100 h200 --arch 90
+    $ python -m slurmkit_kernels.compile_check --config tuned.json --dtypes bfloat16 --head-dims 128
+    $ python -m slurmkit_kernels.compile_check --config h100 h200 --markdown-into docs/kernels.md
 
-For each kernel of a launch-config file and each requested head dim and dtype (one
-compiled variant serves every mask: the band is a runtime argument), this runs Triton's
-full compiler (TTIR -> TTGIR -> LLVM -> PTX -> ptxas cubin) for the target architecture
-and checks the kernel's shared memory against the architecture's per-block limit. It
-catches, on a CPU-only machine, what the interpreter cannot: code that only fails when
-compiled, and tiles that do not fit. It does not check speed or numerics on hardware.
+What is compiled is what a launch would compile, not a hand-written signature: the host
+launch code of each kernel set (for the portable kernels, ``attention._forward`` and
+``attention._backward``) runs on ``meta`` tensors with the benchmark's shapes
+(``benchmarks/attention.py``: 16k tokens, ``H * D = 2048``, sequence 1k-16k, causal on and
+off), every kernel launch is intercepted, and each is replayed through the kernel's own
+``JITFunction.run(..., warmup=True)`` under a stand-in Triton driver that reports the
+target architecture. Triton's binder therefore specialises the arguments as it does for a
+real call (ints equal to 1 become constants, so a contiguous ``stride_d`` and MHA's
+``GROUP`` fold away; ints and pointers divisible by 16 carry the divisibility attribute:
+``meta`` tensors have address 0, as aligned as the CUDA caching allocator's blocks), and
+launches with the same specialisation compile once, exactly as in the JIT's cache.
 
-Must run without ``TRITON_INTERPRET=1`` (exit code 2 otherwise). Exit code 1 if any
-kernel fails to compile or exceeds the limit; the table is printed either way.
+Per kernel, launch config, dtype and head dim it reports registers and spills (bytes
+per thread, from ``ptxas -v`` run by Triton's own ``make_cubin``), shared memory (Triton's
+metadata), and the number of ``wgmma`` (warpgroup MMA) and ``cp.async.bulk.tensor`` (TMA)
+instructions in the PTX. Exit code 1 on a compile error, **any spill**, or shared memory
+over the architecture's per-block limit (227 KB on sm_90); the table is printed either
+way. Exit code 2 under ``TRITON_INTERPRET=1`` (the interpreter does not compile) or for a
+bad config file.
+
+Registering more kernels (for example a Hopper path): write a function returning a
+:class:`KernelSet`, a name and a ``launch(problem, config, arch)`` that runs the host
+launch code on ``meta`` tensors (it may launch nothing for an arch it does not serve), and
+add ``"module:function"`` to :data:`KERNEL_SETS`. Every ``@triton.jit`` launch made inside
+``launch`` is recorded, whatever module makes it. Autotuned kernels must be pinned to one
+config: the stand-in driver cannot time candidates.
 """
 
 from __future__ import annotations
 
 import argparse
-import inspect
+import contextlib
+import importlib
+import io
+import math
 import os
+import re
 import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 # Max shared memory per block (opt-in) by compute capability, CUDA programming guide.
 SMEM_LIMIT = {80: 166912, 86: 101376, 89: 101376, 90: 232448}
-TRITON_DTYPE = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}
-_FLOAT_ARGS = ("qk_scale", "sm_scale")
-_FP32_POINTERS = ("LSE", "DELTA")
-_DATA_POINTERS = ("Q", "K", "V", "O", "DO", "DQ", "DK", "DV")
+DTYPES = ("bfloat16", "float16", "float32")
+HEAD_DIMS = (16, 32, 64, 128)
+# The benchmark's sizing (benchmarks/attention.py, after the FlashAttention-3 paper).
+BENCH_SEQ_LENS = (1024, 2048, 4096, 8192, 16384)
+BENCH_TOKENS = 16384
+BENCH_HIDDEN = 2048
+# "module:function" entries, each returning a KernelSet; see the module docstring.
+KERNEL_SETS = ["slurmkit_kernels.compile_check:portable_kernel_set"]
+MARK_BEGIN = "<!-- compile_check table: begin -->"
+MARK_END = "<!-- compile_check table: end -->"
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One attention call: the host code derives every kernel argument from it."""
+
+    batch: int
+    heads_q: int
+    heads_kv: int
+    seq_q: int
+    seq_k: int
+    head_dim: int
+    causal: bool
+    dtype: str  # torch dtype name, e.g. "bfloat16"
+    precision: str  # flash_attention's ``precision`` argument
+
+
+@dataclass(frozen=True)
+class KernelSet:
+    """JIT kernels whose launches are compiled, and the host code that launches them."""
+
+    name: str
+    launch: Callable[[Problem, Any, int], None]  # (problem, KernelConfig, arch) -> None
+
+
+@dataclass
+class Row:
+    """One distinct compiled kernel and what it costs (spills: stores/loads, bytes per thread)."""
+
+    kernel_set: str
+    kernel: str
+    configs: list[str]
+    dtype: str
+    head_dim: int
+    precision: str
+    tiles: str
+    num_warps: int
+    num_stages: int
+    regs: int = -1
+    spill_stores: int = -1
+    spill_loads: int = -1
+    smem: int = -1
+    wgmma: int = 0
+    tma: int = 0
+    seconds: float = 0.0
+    launches: int = 0
+    result: str = "ok"
+    groups: set[int] = field(default_factory=set)  # query heads per KV head of the problems using it
+
+
+def portable_kernel_set() -> KernelSet:
+    """The kernels of ``_kernels.py``, launched by ``attention._forward``/``_backward``."""
+    from . import attention
+
+    def launch(problem: Problem, config, arch: int) -> None:
+        import torch
+
+        dtype = getattr(torch, problem.dtype)
+        b, hq, hkv, nq, nk, d = (problem.batch, problem.heads_q, problem.heads_kv, problem.seq_q,
+                                 problem.seq_k, problem.head_dim)
+        q = torch.empty((b, hq, nq, d), dtype=dtype, device="meta")
+        k = torch.empty((b, hkv, nk, d), dtype=dtype, device="meta")
+        v = torch.empty((b, hkv, nk, d), dtype=dtype, device="meta")
+        band = attention._band(problem.causal, None, nq, nk)
+        scale = 1.0 / math.sqrt(d)
+        o, lse = attention._forward(q, k, v, band, scale, problem.precision, config)
+        attention._backward(torch.empty_like(o), q, k, v, o, lse, band, scale, problem.precision, config)
+
+    return KernelSet("portable", launch)
+
+
+def load_kernel_sets(entries: Sequence[str] = KERNEL_SETS) -> list[KernelSet]:
+    sets = []
+    for entry in entries:
+        module, _, func = entry.partition(":")
+        sets.append(getattr(importlib.import_module(module), func)())
+    return sets
+
+
+def benchmark_problems(dtypes: Sequence[str], head_dims: Sequence[int], seq_lens: Sequence[int],
+                       gqa: int, precisions: dict[str, Sequence[str]]) -> list[Problem]:
+    """The benchmark's shapes for each dtype and head dim (plus GQA ``gqa``:1 if ``gqa > 1``)."""
+    problems = []
+    for dtype in dtypes:
+        for precision in precisions.get(dtype, ("ieee",)):
+            for d in head_dims:
+                heads = max(1, BENCH_HIDDEN // d)
+                groups = (1, gqa) if gqa > 1 and heads % gqa == 0 else (1,)
+                for group in groups:
+                    for n in seq_lens:
+                        for causal in (False, True):
+                            problems.append(Problem(max(1, BENCH_TOKENS // n), heads, heads // group, n, n,
+                                                    d, causal, dtype, precision))
+    return problems
+
+
+@dataclass(frozen=True)
+class Launch:
+    fn: Any  # JITFunction
+    args: tuple
+    kwargs: dict
+
+
+@contextlib.contextmanager
+def capture_launches() -> Iterator[list[Launch]]:
+    """Record instead of run every JIT kernel launch made inside the block.
+
+    ``kernel[grid](...)`` (and an Autotuner's or Heuristics' inner call) ends in
+    ``JITFunction.run``; the class method is swapped for a recorder and restored on exit,
+    so host code needs no change and no launch escapes unrecorded.
+    """
+    from triton.runtime.jit import JITFunction
+
+    launches: list[Launch] = []
+
+    def recorder(self, *args, grid, warmup, **kwargs):
+        launches.append(Launch(self, args, dict(kwargs)))
+
+    original = JITFunction.run
+    JITFunction.run = recorder
+    try:
+        yield launches
+    finally:
+        JITFunction.run = original
+
+
+def _target_driver(target):
+    """A Triton driver that only names a target: enough for ``run(..., warmup=True)``."""
+    from triton.backends.driver import DriverBase
+
+    class TargetDriver(DriverBase):
+        device = f"compile_check:{target.backend}:{target.arch}"
+
+        @classmethod
+        def is_active(cls):
+            return False
+
+        def map_python_to_cpp_type(self, ty):
+            raise NotImplementedError("compile_check never launches")
+
+        def get_current_target(self):
+            return target
+
+        def get_active_torch_device(self):
+            import torch
+
+            return torch.device("meta")
+
+        def get_benchmarker(self):
+            raise NotImplementedError("compile_check cannot time kernels (no GPU)")
+
+        def get_current_device(self):
+            return self.device
+
+        def get_current_stream(self, device=None):
+            return 0
+
+        @property
+        def launcher_cls(self):
+            raise RuntimeError("compile_check: a kernel was launched outside capture_launches()")
+
+    return TargetDriver()
+
+
+@contextlib.contextmanager
+def target_driver(target) -> Iterator[Any]:
+    from triton.runtime.driver import driver
+
+    previous = driver._active  # no public getter that does not create the default driver
+    stand_in = _target_driver(target)
+    driver.set_active(stand_in)
+    try:
+        yield stand_in
+    finally:
+        driver._active = previous
+
+
+_PTXAS_REGS = re.compile(r"Used (\d+) registers")
+_PTXAS_SPILLS = re.compile(r"(\d+) bytes spill stores, (\d+) bytes spill loads")
+
+
+def parse_ptxas_log(log: str) -> tuple[int, int, int]:
+    """(registers, spill-store bytes, spill-load bytes) per thread from ``ptxas -v`` output."""
+    regs, spills = _PTXAS_REGS.search(log), _PTXAS_SPILLS.search(log)
+    if not regs or not spills:
+        raise ValueError(f"no register/spill figures in the ptxas log: {log[-300:]!r}")
+    return int(regs.group(1)), int(spills.group(1)), int(spills.group(2))
+
+
+def verdict(row: Row, smem_limit: int) -> str:
+    """"ok", or what is wrong with a compiled kernel: any spill, or too much shared memory."""
+    problems = []
+    if row.spill_stores or row.spill_loads:
+        problems.append("SPILLS")
+    if row.smem > smem_limit:
+        problems.append(f"SMEM OVER {smem_limit}")
+    return ", ".join(problems) or "ok"
+
+
+def _ptxas_log(compiled, target, captured: str) -> str:
+    """ptxas's ``-v`` report for ``compiled``: the one printed while compiling, or (kernel
+    taken from Triton's on-disk cache) a re-run of Triton's own ``make_cubin`` on its PTX."""
+    if _PTXAS_REGS.search(captured):
+        return captured
+    from triton import knobs
+    from triton.compiler import make_backend
+
+    buf = io.StringIO()
+    with knobs.nvidia.scope(), contextlib.redirect_stdout(buf):
+        knobs.nvidia.dump_ptxas_log = True
+        make_backend(target).make_cubin(compiled.asm["ptx"], {}, compiled.metadata, target.arch)
+    return buf.getvalue()
+
+
+def compile_launch(launch: Launch, target) -> tuple[Any, str]:
+    """Compile one recorded launch the way the JIT would; returns (CompiledKernel, ptxas log).
+
+    Must run inside :func:`target_driver`. Identical specialisations hit the JIT's cache and
+    return the same CompiledKernel object.
+    """
+    from triton import knobs
+
+    buf = io.StringIO()
+    with knobs.nvidia.scope(), contextlib.redirect_stdout(buf):
+        knobs.nvidia.dump_ptxas_log = True
+        compiled = launch.fn.run(*launch.args, grid=None, warmup=True, **launch.kwargs)
+    return compiled, buf.getvalue()
+
+
+def _tiles(kwargs: dict) -> str:
+    blocks = [str(kwargs[k]) for k in sorted(kwargs) if k.startswith("BLOCK_")]
+    return "x".join(blocks) or "-"
+
+
+def check(kernel_sets: Sequence[KernelSet], configs: Sequence[Any], problems: Sequence[Problem],
+          arch: int, progress: Callable[[str], None] | None = None,
+          kernel_names: Sequence[str] | None = None) -> list[Row]:
+    """Compile every distinct launch of ``problems`` under ``configs`` for ``arch``; one Row each.
+
+    ``kernel_names`` (function names, e.g. ``_attn_fwd``) restricts what is compiled.
+    """
+    from triton.backends.compiler import GPUTarget
+
+    target = GPUTarget("cuda", arch, 32)
+    limit = SMEM_LIMIT[arch]
+    rows: dict[tuple, Row] = {}
+    by_kernel: dict[int, Row] = {}
+    used = set()
+    with target_driver(target) as stand_in:
+        try:
+            for kset in kernel_sets:
+                for config in configs:
+                    for problem in problems:
+                        with capture_launches() as launches:
+                            kset.launch(problem, config, arch)
+                        for launch in launches:
+                            if kernel_names and launch.fn.fn.__name__ not in kernel_names:
+                                continue
+                            used.add(launch.fn)
+                            _record(rows, by_kernel, kset, config, problem, launch, target, limit, progress)
+        finally:
+            for fn in used:  # the stand-in device's JIT cache would only confuse a later real launch
+                fn.device_caches.pop(stand_in.device, None)
+    return list(rows.values())
+
+
+def _record(rows, by_kernel, kset, config, problem, launch, target, limit, progress) -> None:
+    name = launch.fn.fn.__name__
+    start = time.monotonic()
+    try:
+        compiled, captured = compile_launch(launch, target)
+        error = None
+    except Exception as e:  # noqa: BLE001 (report every failing kernel, not just the first)
+        compiled, error = None, f"COMPILE ERROR: {type(e).__name__}: {(str(e).splitlines() or [''])[0][:120]}"
+    if compiled is None:
+        warps, stages = launch.kwargs.get("num_warps", -1), launch.kwargs.get("num_stages", -1)
+        key = (kset.name, name, problem.dtype, problem.head_dim, problem.precision, _tiles(launch.kwargs),
+               warps, stages)
+        row = rows.setdefault(key, Row(kset.name, name, [], problem.dtype, problem.head_dim,
+                                       problem.precision,
+                                       _tiles(launch.kwargs), warps, stages, result=error or "COMPILE ERROR"))
+    elif id(compiled) in by_kernel:
+        row = by_kernel[id(compiled)]
+    else:
+        meta = compiled.metadata
+        row = Row(kset.name, name, [], problem.dtype, problem.head_dim, problem.precision,
+                  _tiles(launch.kwargs), meta.num_warps, meta.num_stages, smem=meta.shared)
+        ptx = compiled.asm["ptx"]
+        row.wgmma = len(re.findall(r"^\s*wgmma\.mma_async", ptx, re.MULTILINE))
+        row.tma = len(re.findall(r"^\s*cp\.async\.bulk\.tensor", ptx, re.MULTILINE))
+        try:
+            log = _ptxas_log(compiled, target, captured)
+            row.regs, row.spill_stores, row.spill_loads = parse_ptxas_log(log)
+        except Exception as e:  # noqa: BLE001
+            row.result = f"NO PTXAS REPORT: {e}"
+        if row.result == "ok":
+            row.result = verdict(row, limit)
+        row.seconds = time.monotonic() - start
+        by_kernel[id(compiled)] = row
+        rows[("compiled", id(compiled))] = row
+        if progress:
+            progress(format_row(row))
+    if config.name not in row.configs:
+        row.configs.append(config.name)
+    row.launches += 1
+    row.groups.add(problem.heads_q // problem.heads_kv)
+
+
+HEADER = ("set", "kernel", "configs", "tiles", "warps", "stages", "dtype", "prec", "d", "group", "regs",
+          "spill", "smem", "wgmma", "tma", "s", "result")
+
+
+def _cells(row: Row) -> tuple[str, ...]:
+    return (row.kernel_set, row.kernel, ",".join(row.configs), row.tiles, str(row.num_warps),
+            str(row.num_stages), row.dtype, row.precision if row.dtype == "float32" else "-",
+            str(row.head_dim), _groups(row), str(row.regs), f"{row.spill_stores}/{row.spill_loads}",
+            str(row.smem),
+            str(row.wgmma), str(row.tma), f"{row.seconds:.1f}", row.result)
+
+
+def _groups(row: Row) -> str:
+    """GQA group sizes sharing the kernel: 1 alone means only MHA launches compile to it."""
+    return ",".join(str(g) for g in sorted(row.groups)) or "-"
+
+
+def format_row(row: Row) -> str:
+    return " ".join(_cells(row))
+
+
+def format_table(rows: Sequence[Row]) -> str:
+    lines = [HEADER, *(_cells(r) for r in rows)]
+    widths = [max(len(line[i]) for line in lines) for i in range(len(HEADER))]
+    return "\n".join("  ".join(c.rjust(w) for c, w in zip(line, widths)).rstrip() for line in lines)
+
+
+def format_markdown(rows: Sequence[Row], arch: int, command: str) -> str:
+    import triton
+
+    head = ("kernel", "configs", "tiles", "warps", "stages", "dtype", "d", "group", "regs", "spill st/ld (B)",
+            "smem (B)", "wgmma", "TMA", "result")
+    out = [f"Generated by `{command}` (triton {triton.__version__}, sm_{arch}, limit "
+           f"{SMEM_LIMIT[arch]} B of shared memory per block).", "",
+           "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        dtype = r.dtype if r.dtype != "float32" else f"float32 ({r.precision})"
+        cells = (f"{r.kernel_set}/{r.kernel}", ", ".join(r.configs), r.tiles, str(r.num_warps),
+                 str(r.num_stages), dtype, str(r.head_dim), _groups(r), str(r.regs),
+                 f"{r.spill_stores}/{r.spill_loads}",
+                 str(r.smem), str(r.wgmma), str(r.tma), r.result)
+        out.append("| " + " | ".join(cells) + " |")
+    return "\n".join(out) + "\n"
+
+
+def replace_marked_section(path: str, text: str) -> None:
+    with open(path, encoding="utf-8") as f:
+        doc = f.read()
+    begin, end = doc.find(MARK_BEGIN), doc.find(MARK_END)
+    if begin < 0 or end < begin:
+        raise ValueError(f"{path}: markers {MARK_BEGIN!r} ... {MARK_END!r} not found")
+    doc = doc[: begin + len(MARK_BEGIN)] + "\n" + text + doc[end:]
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(doc)
 
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(prog="python -m slurmkit_kernels.compile_check",
                                 description=__doc__.split("\n\n")[0])
-    p.add_argument("--config", default="h100",
-                   help="built-in config name or path to a JSON file (default h100)")
+    p.add_argument("--config", nargs="+", default=["h100", "h200"],
+                   help="built-in config names or JSON files (default: h100 h200)")
     p.add_argument("--arch", type=int, default=90, choices=sorted(SMEM_LIMIT), help="compute capability x10")
-    p.add_argument("--head-dims", type=int, nargs="+", default=[16, 32, 64, 128])
-    p.add_argument("--dtypes", nargs="+", choices=sorted(TRITON_DTYPE),
-                   default=["bfloat16", "float16", "float32"])
+    p.add_argument("--head-dims", type=int, nargs="+", default=list(HEAD_DIMS))
+    p.add_argument("--dtypes", nargs="+", choices=DTYPES, default=list(DTYPES))
+    p.add_argument("--fp32-precisions", nargs="+", choices=("ieee", "tf32"), default=["ieee", "tf32"],
+                   help="precision values compiled for float32 (fp16/bf16 ignore it)")
+    p.add_argument("--seq-lens", type=int, nargs="+", default=list(BENCH_SEQ_LENS))
+    p.add_argument("--gqa", type=int, default=4,
+                   help="also compile GQA with this many query heads per KV head (1: MHA only)")
+    p.add_argument("--kernel-sets", nargs="+", default=None,
+                   help="names of registered kernel sets to check (default: all)")
+    p.add_argument("--kernels", nargs="+", default=None,
+                   help="compile only these kernels (function names, e.g. _attn_bwd_dkdv)")
+    p.add_argument("--markdown-into", metavar="FILE",
+                   help=f"also write the table as markdown between {MARK_BEGIN!r} and {MARK_END!r} in FILE")
     return p.parse_args(argv)
-
-
-def _compile(fn, elem: str, constexprs: dict, target, num_warps: int, num_stages: int):
-    import triton
-    from triton.compiler import ASTSource
-
-    names = list(inspect.signature(fn.fn).parameters)
-    signature = {}
-    for name in names:
-        if name in constexprs:
-            signature[name] = "constexpr"
-        elif name in _FP32_POINTERS:
-            signature[name] = "*fp32"
-        elif name in _FLOAT_ARGS:
-            signature[name] = "fp32"
-        elif name in _DATA_POINTERS:
-            signature[name] = f"*{elem}"
-        else:
-            signature[name] = "i32"
-    src = ASTSource(fn=fn, signature=signature,
-                    constexprs={(names.index(k),): v for k, v in constexprs.items()})
-    return triton.compile(src, target=target, options={"num_warps": num_warps, "num_stages": num_stages})
 
 
 def main(argv=None) -> int:
@@ -68,44 +450,36 @@ def main(argv=None) -> int:
     if os.environ.get("TRITON_INTERPRET") == "1":
         print("compile_check: unset TRITON_INTERPRET; the interpreter does not compile", file=sys.stderr)
         return 2
-    from triton.backends.compiler import GPUTarget
-
-    from . import _kernels
     from .config import builtin_config, builtin_config_names, load_config
 
-    if args.config in builtin_config_names():
-        config = builtin_config(args.config)
-    else:
-        config = load_config(args.config)
-    target = GPUTarget("cuda", args.arch, 32)
-    limit = SMEM_LIMIT[args.arch]
-    kernels = {"fwd": _kernels._attn_fwd, "bwd_dkdv": _kernels._attn_bwd_dkdv,
-               "bwd_dq": _kernels._attn_bwd_dq}
-    failures = 0
-    print(f"# config {config.name}, sm_{args.arch}, shared-memory limit {limit} bytes")
-    print(f"{'kernel':>9} {'dtype':>9} {'d':>4} {'tiles':>8} {'warps':>5} {'stages':>6} "
-          f"{'smem':>7}  result")
-    for dtype in args.dtypes:
-        precision = "ieee" if dtype == "float32" else "tf32"
-        for head_dim in args.head_dims:
-            for name, fn in kernels.items():
-                cfg = config.lookup(name, head_dim, dtype)
-                constexprs = {"HEAD_DIM": head_dim, "EMULATE_BF16": False, "INPUT_PRECISION": precision,
-                              "BLOCK_M": cfg.BLOCK_M, "BLOCK_N": cfg.BLOCK_N}
-                try:
-                    compiled = _compile(fn, TRITON_DTYPE[dtype], constexprs, target,
-                                        cfg.num_warps, cfg.num_stages)
-                    smem = compiled.metadata.shared
-                    result = "ok" if smem <= limit else "EXCEEDS LIMIT"
-                except Exception as e:  # noqa: BLE001 (report every failing kernel, not just the first)
-                    first_line = str(e).splitlines()[0][:120] if str(e) else ""
-                    smem, result = -1, f"COMPILE ERROR: {type(e).__name__}: {first_line}"
-                failures += result != "ok"
-                print(f"{name:>9} {dtype:>9} {head_dim:>4} "
-                      f"{cfg.BLOCK_M:>3}x{cfg.BLOCK_N:<4} {cfg.num_warps:>5} {cfg.num_stages:>6} "
-                      f"{smem:>7}  {result}",
-                      flush=True)
-    print(f"# {failures} failure(s)")
+    try:
+        configs = [builtin_config(c) if c in builtin_config_names() else load_config(c) for c in args.config]
+    except (OSError, ValueError) as e:
+        print(f"compile_check: {e}", file=sys.stderr)
+        return 2
+    kernel_sets = load_kernel_sets()
+    if args.kernel_sets:
+        unknown = set(args.kernel_sets) - {k.name for k in kernel_sets}
+        if unknown:
+            print(f"compile_check: unknown kernel set(s) {sorted(unknown)}; registered: "
+                  f"{[k.name for k in kernel_sets]}", file=sys.stderr)
+            return 2
+        kernel_sets = [k for k in kernel_sets if k.name in args.kernel_sets]
+    problems = benchmark_problems(args.dtypes, args.head_dims, args.seq_lens, args.gqa,
+                                  {"float32": args.fp32_precisions})
+    print(f"# configs {', '.join(c.name for c in configs)}; sm_{args.arch}; shared-memory limit "
+          f"{SMEM_LIMIT[args.arch]} B; {len(problems)} problems (benchmark shapes); kernel sets "
+          f"{', '.join(k.name for k in kernel_sets)}", flush=True)
+    rows = check(kernel_sets, configs, problems, args.arch,
+                 progress=lambda line: print(f"# compiled {line}", file=sys.stderr, flush=True),
+                 kernel_names=args.kernels)
+    print(format_table(rows))
+    failures = [r for r in rows if r.result != "ok"]
+    print(f"# {len(rows)} distinct kernels, {len(failures)} failure(s)")
+    if args.markdown_into:
+        given = argv if argv is not None else sys.argv[1:]
+        command = "python -m slurmkit_kernels.compile_check " + " ".join(given)
+        replace_marked_section(args.markdown_into, format_markdown(rows, args.arch, command))
     return 1 if failures else 0
 
 

@@ -21,7 +21,8 @@ File format (``configs/*.json``)::
     }
 
 Each entry is ``{"BLOCK_M": int, "BLOCK_N": int, "num_warps": int, "num_stages": int}``
-and is looked up as ``"<head_dim>/<dtype>"``, then ``"<head_dim>"``, then ``"default"``.
+and is looked up as ``"<head_dim>/<dtype>/<precision>"`` (float32 only), ``"<head_dim>/<dtype>"``,
+``"<dtype>/<precision>"`` (float32 only), ``"<dtype>"``, ``"<head_dim>"``, then ``"default"``.
 For ``fwd`` and ``bwd_dq`` the program owns a BLOCK_M block of queries and walks keys in
 BLOCK_N steps; for ``bwd_dkdv`` it owns a BLOCK_N block of keys and walks queries in
 BLOCK_M steps.
@@ -77,10 +78,26 @@ class KernelConfig:
     provenance: str
     kernels: Mapping[str, Mapping[str, LaunchConfig]]
 
-    def lookup(self, kernel: str, head_dim: int, dtype_name: str) -> LaunchConfig:
-        """Most specific entry for ``kernel`` at this head dim and dtype (e.g. ``"float16"``)."""
+    def __post_init__(self) -> None:
+        # Serialised once, here: flash_attention hands the config to its torch.library op
+        # as this string, and serialising it at call time would be traced (and refused) by
+        # torch.compile's Dynamo.
+        object.__setattr__(self, "json", json.dumps(self.to_dict(), sort_keys=True))
+
+    def lookup(
+        self, kernel: str, head_dim: int, dtype_name: str, precision: str | None = None
+    ) -> LaunchConfig:
+        """Most specific entry for ``kernel`` at this head dim and dtype (e.g. ``"float16"``).
+
+        ``precision`` (``"ieee"``/``"tf32"``, float32 only) selects ``.../<precision>`` entries:
+        exact fp32 dots run on CUDA cores and need far smaller tiles than TF32 tensor-core dots.
+        """
+        keys = [f"{head_dim}/{dtype_name}", f"{dtype_name}", str(head_dim)]
+        if precision:
+            keys[1:1] = [f"{dtype_name}/{precision}"]
+            keys.insert(0, f"{head_dim}/{dtype_name}/{precision}")
         table = self.kernels[kernel]
-        for key in (f"{head_dim}/{dtype_name}", str(head_dim)):
+        for key in keys:
             if key in table:
                 return table[key]
         return table["default"]  # parse_config guarantees it exists

@@ -114,9 +114,26 @@ def test_builtin_configs_parse_and_cover_every_kernel():
 
 def test_lookup_prefers_specific_entries():
     cfg = builtin_config("h100")
-    assert cfg.lookup("fwd", 128, "float32") == cfg.kernels["fwd"]["128/float32"]
     assert cfg.lookup("fwd", 128, "bfloat16") == cfg.kernels["fwd"]["128"]
     assert cfg.lookup("fwd", 16, "bfloat16") == cfg.kernels["fwd"]["default"]
+    # float32: exact (IEEE) dots get their own small tiles, TF32 its tensor-core tiles.
+    assert cfg.lookup("fwd", 128, "float32", "ieee") == cfg.kernels["fwd"]["float32"]
+    assert cfg.lookup("fwd", 128, "float32", "tf32") == cfg.kernels["fwd"]["float32/tf32"]
+    assert cfg.lookup("bwd_dkdv", 128, "float32", "tf32") == cfg.kernels["bwd_dkdv"]["128/float32/tf32"]
+
+
+def test_lookup_order():
+    keys = ["128/float32/tf32", "128/float32", "float32/tf32", "float32", "128", "default"]
+    table = {key: config_mod.LaunchConfig(16 * 2**i, 16) for i, key in enumerate(keys)}
+    for i, key in enumerate(keys):
+        kernels = {k: dict(list(table.items())[i:]) for k in config_mod.KERNEL_NAMES}
+        cfg = config_mod.KernelConfig("t", (), "", kernels)
+        assert cfg.lookup("fwd", 128, "float32", "tf32") == table[key]
+    assert cfg.lookup("fwd", 128, "float32", "ieee") == table["default"]
+    cfg = config_mod.KernelConfig("t", (), "", {k: table for k in config_mod.KERNEL_NAMES})
+    assert cfg.lookup("fwd", 128, "float32", "ieee") == table["128/float32"]
+    assert cfg.lookup("fwd", 64, "float32", "ieee") == table["float32"]
+    assert cfg.lookup("fwd", 128, "bfloat16") == table["128"]
 
 
 @pytest.mark.parametrize(

@@ -1,12 +1,21 @@
-"""Ahead-of-time compilation of the shipped configs for real GPU architectures.
+"""Ahead-of-time compilation for sm_90 of what the JIT would launch (no GPU needed).
 
-The interpreter never runs Triton's compiler, so code that only breaks when compiled,
-or tiles that overflow shared memory, would pass every other CPU test. This runs
+The interpreter never runs Triton's compiler, so register spills, shared-memory overflow
+and code that only breaks when compiled would pass every other CPU test. These tests run
 ``python -m slurmkit_kernels.compile_check`` (full compile to a cubin with the ptxas
-bundled in the triton wheel; no GPU needed) in a subprocess, because this test process
-has TRITON_INTERPRET=1 set. To stay within the CI budget it compiles only the combinations
-with the largest shared-memory footprint; run the tool without filters for the full
-matrix.
+bundled in the triton wheel) in a subprocess, because this test process has
+TRITON_INTERPRET=1 set.
+
+* ``test_shipped_configs_compile_without_spills``: the shipped Hopper configs (h100 and
+  h200, which compile to the same kernels) for bf16 at d64 and d128 (the largest tiles and
+  the entries changed to remove spills), MHA and GQA, plus fp32 (IEEE and TF32) at d128:
+  22 distinct kernels, about 2 minutes on 2 busy cores.
+* ``test_full_sweep`` (marked ``compile_sweep``; part of ``tests/run.sh``, deselect with
+  ``-m "not compile_sweep"``): every dtype, head dim and fp32 precision of h100/h200 on
+  sm_90, MHA and GQA (108 kernels), reusing the cubins of the test above: ~8 minutes on
+  2 busy cores.
+* a known-spilling config is reported and fails the tool, and the launch arguments are
+  specialised as the JIT specialises them (checked without compiling).
 """
 
 import os
@@ -22,25 +31,120 @@ pytest.importorskip("triton")
 KERNELS_SRC = Path(__file__).resolve().parents[2] / "kernels"
 
 
-@pytest.mark.parametrize(
-    "config, arch, head_dims, dtypes",
-    [
-        # d128 has the largest tiles, so it decides the shared-memory fit; the code is the
-        # same for every head dim. fp32 on sm_90 is left out: it compiles slowly (~20 s per
-        # kernel with IEEE dots) and uses under half of sm_90's shared memory.
-        ("h100", "90", ["128"], ["bfloat16"]),
-        ("default", "86", ["128"], ["float32"]),  # sm_86: the smallest smem limit; fp32: the largest tiles
-    ],
-)
-def test_shipped_configs_compile_and_fit_shared_memory(config, arch, head_dims, dtypes, tmp_path):
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory):
+    """One Triton cache for the module: the full sweep reuses the CI subset's cubins (a cache
+    hit re-runs only ptxas, for its register report)."""
+    return tmp_path_factory.mktemp("triton-cache")
+
+
+def run_compile_check(args, cache, timeout):
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = os.pathsep.join([str(KERNELS_SRC), env.get("PYTHONPATH", "")])
+    env["TRITON_CACHE_DIR"] = str(cache)
+    return subprocess.run([sys.executable, "-m", "slurmkit_kernels.compile_check", *args],
+                          env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def table_rows(stdout: str) -> list[dict]:
+    lines = [line.split() for line in stdout.splitlines() if line.strip() and not line.startswith("#")]
+    header, body = lines[0], lines[1:]
+    # "result" may contain spaces ("SMEM OVER ..."): join the tail.
+    last = len(header) - 1
+    return [dict(zip(header, cells[:last] + [" ".join(cells[last:])])) for cells in body]
+
+
+@pytest.mark.timeout(3000)
+def test_shipped_configs_compile_without_spills(cache_dir):
+    proc = run_compile_check(["--config", "h100", "h200", "--dtypes", "bfloat16", "--head-dims", "64", "128",
+                              "--seq-lens", "4096"], cache_dir, timeout=1500)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = table_rows(proc.stdout)
+    assert {r["d"] for r in rows} == {"64", "128"}
+    assert all(r["result"] == "ok" and r["spill"] == "0/0" for r in rows), proc.stdout
+    assert all(r["configs"] == "h100,h200" for r in rows), proc.stdout
+    # Hopper tensor-core code: every matmul kernel issues wgmma.
+    assert all(int(r["wgmma"]) > 0 for r in rows if r["kernel"] != "_attn_bwd_preprocess"), proc.stdout
+    # GQA (group 4) compiles separately from MHA (group 1 is a constant) and is checked too.
+    assert any(r["group"] == "4" for r in rows if r["kernel"] == "_attn_bwd_dkdv"), proc.stdout
+
+    proc = run_compile_check(["--config", "h100", "h200", "--dtypes", "float32", "--head-dims", "128",
+                              "--seq-lens", "4096", "--gqa", "1"], cache_dir, timeout=1500)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = table_rows(proc.stdout)
+    assert {r["prec"] for r in rows if r["kernel"] == "_attn_fwd"} == {"ieee", "tf32"}
+
+
+@pytest.mark.compile_sweep
+@pytest.mark.timeout(3600)
+def test_full_sweep(cache_dir):
+    """Every dtype, head dim, fp32 precision, MHA and GQA 4:1 of h100/h200 (the docs table)."""
+    proc = run_compile_check(["--seq-lens", "4096"], cache_dir, timeout=3000)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_spilling_config_fails_the_check(tmp_path, cache_dir):
+    """The d64 dK/dV tile 32x128 with 4 warps (shipped before) spills on sm_90; 8 warps do not."""
+    import json
+
+    from slurmkit_kernels.config import builtin_config
+
+    data = builtin_config("h100").to_dict()
+    data["name"] = "spills"
+    data["kernels"]["bwd_dkdv"]["64"] = {"BLOCK_M": 32, "BLOCK_N": 128, "num_warps": 4, "num_stages": 3}
+    path = tmp_path / "spills.json"
+    path.write_text(json.dumps(data))
+    proc = run_compile_check(["--config", str(path), "--dtypes", "bfloat16", "--head-dims", "64",
+                              "--seq-lens", "4096", "--gqa", "1"], cache_dir, timeout=900)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    rows = {r["kernel"]: r for r in table_rows(proc.stdout)}
+    assert rows["_attn_bwd_dkdv"]["result"] == "SPILLS", proc.stdout
+    assert rows["_attn_bwd_dkdv"]["spill"] != "0/0"
+    assert rows["_attn_fwd"]["result"] == "ok"
+
+
+def test_launches_are_specialised_like_the_jit(tmp_path):
+    """compile_check hands Triton the arguments of a real launch: stride_d == 1 and MHA's
+    GROUP == 1 become constants, pointers and 16-divisible ints carry divisibility 16.
+    Checked through Triton's jit_cache_hook, which sees the specialisation and skips the compile."""
+    script = r"""
+import json, sys
+from triton import knobs
+from triton.backends.compiler import GPUTarget
+from slurmkit_kernels import compile_check as cc
+from slurmkit_kernels.config import builtin_config
+seen = {}
+def hook(*args, **kwargs):
+    fn, constexprs, attrs = kwargs["fn"], kwargs["compile"]["constants"], kwargs["compile"]["configs"][0]
+    names = fn.jit_function.arg_names
+    seen[fn.name] = {"constants": {names[k[0]]: str(v) for k, v in constexprs.items()},
+                     "divisible": sorted(names[k[0]] for k, v in attrs.items()
+                                         if ["tt.divisibility", 16] in [list(x) for x in v])}
+    return True
+knobs.runtime.jit_cache_hook = hook
+kset = cc.portable_kernel_set()
+problem = cc.Problem(4, 16, 16, 4096, 4096, 128, True, "bfloat16", "ieee")
+target = GPUTarget("cuda", 90, 32)
+with cc.target_driver(target):
+    with cc.capture_launches() as launches:
+        kset.launch(problem, builtin_config("h100"), 90)
+    for launch in launches:
+        cc.compile_launch(launch, target)
+print(json.dumps(seen))
+"""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = os.pathsep.join([str(KERNELS_SRC), env.get("PYTHONPATH", "")])
     env["TRITON_CACHE_DIR"] = str(tmp_path / "triton-cache")
-    proc = subprocess.run(
-        [sys.executable, "-m", "slurmkit_kernels.compile_check", "--config", config, "--arch", arch,
-         "--head-dims", *head_dims, "--dtypes", *dtypes],
-        env=env, capture_output=True, text=True, timeout=600,
-    )
+    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
+                          timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    rows = [line for line in proc.stdout.splitlines() if line.rstrip().endswith(" ok")]
-    assert len(rows) == 3 * len(head_dims) * len(dtypes), proc.stdout  # one row per kernel
+    import json
+
+    seen = json.loads(proc.stdout.splitlines()[-1])
+    assert set(seen) == {"_attn_fwd", "_attn_bwd_preprocess", "_attn_bwd_dkdv", "_attn_bwd_dq"}
+    fwd = seen["_attn_fwd"]
+    assert fwd["constants"]["stride_qd"] == "1" and fwd["constants"]["GROUP"] == "1"
+    assert fwd["constants"]["HEAD_DIM"] == "128" and fwd["constants"]["EMULATE_BF16"] == "False"
+    assert {"Q", "K", "V", "O", "LSE", "stride_qm", "N_Q", "N_K"} <= set(fwd["divisible"])
+    dkdv = seen["_attn_bwd_dkdv"]
+    assert dkdv["constants"]["stride_dkd"] == "1" and dkdv["constants"]["GROUP"] == "1"

@@ -1,6 +1,7 @@
 """The GPU-only tools fail clearly on a machine without a GPU; their pure parts work."""
 
 import importlib.util
+import sys
 from pathlib import Path
 
 import pytest
@@ -93,3 +94,75 @@ def test_benchmark_sweep_runs_end_to_end_on_cpu():
     assert ours[0]["batch"] == 2 and ours[0]["heads"] == 2
     status = {r["provider"]: r["status"] for r in rows}
     assert status == {"slurmkit": "ok", "sdpa-flash": "ok", "sdpa-cudnn": "n/a"}
+
+
+GPU_CHECK = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu_check.py"
+
+
+def test_gpu_check_cpu_smoke_runs_every_step(tmp_path, capsys):
+    """benchmarks/gpu_check.py's correctness and throughput steps, through the interpreter
+    with tiny shapes: the GPU run (benchmarks/gpu_check.sh) uses the same functions."""
+    from slurmkit_kernels import interpreter_active
+
+    if not interpreter_active():
+        pytest.skip("the smoke run needs CPU tensors, i.e. the interpreter")
+    spec = importlib.util.spec_from_file_location("gpu_check", GPU_CHECK)
+    gpu_check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gpu_check)
+    out = tmp_path / "table.md"
+    assert gpu_check.main(["--cpu-smoke", "--out", str(out)]) == 0
+    text = out.read_text()
+    assert "Correctness of the shipped configs: 0 failure(s)" in text
+    rows = [line for line in text.splitlines() if line.startswith(("| float16", "| bfloat16"))]
+    assert len(rows) == 2 * 2 * 2  # dtypes x causal x modes, one length
+    for row in rows:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        assert float(cells[7]) > 0 and float(cells[8]) > 0 and cells[9] == "n/a"  # no cuDNN on CPU
+    assert "ok float32 d16 causal" in capsys.readouterr().out
+
+
+def test_gpu_check_script_without_gpu_exits_2(tmp_path):
+    import os
+    import subprocess
+
+    script = GPU_CHECK.with_suffix(".sh")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHON"] = sys.executable
+    env["TRITON_CACHE_DIR"] = str(tmp_path)
+    env["CUDA_VISIBLE_DEVICES"] = ""  # no GPU even on a GPU machine
+    proc = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "torch sees no CUDA GPU" in proc.stderr
+    assert "== versions" in proc.stdout and "torch 2." in proc.stdout
+
+
+PTXAS_LOG = """ptxas info    : Compiling entry function '_attn_bwd_dkdv' for 'sm_90a'
+ptxas info    : Function properties for _attn_bwd_dkdv
+    32 bytes stack frame, 172 bytes spill stores, 200 bytes spill loads
+ptxas info    : Used 255 registers, used 1 barriers, 32 bytes cumulative stack size
+"""
+
+
+def test_compile_check_reads_registers_and_spills_from_ptxas():
+    assert compile_check.parse_ptxas_log(PTXAS_LOG) == (255, 172, 200)
+    with pytest.raises(ValueError, match="no register"):
+        compile_check.parse_ptxas_log("ptxas info    : Compile time = 3 ms")
+
+
+def test_compile_check_verdicts_and_markdown_section(tmp_path):
+    rows = [compile_check.Row("portable", "_attn_fwd", ["h100"], "bfloat16", 64, "ieee", "128x64", 4, 3,
+                              regs=236, spill_stores=0, spill_loads=0, smem=65536, wgmma=48, groups={1, 4}),
+            compile_check.Row("portable", "_attn_bwd_dkdv", ["h100"], "float32", 128, "tf32", "32x64", 4, 2,
+                              regs=255, spill_stores=8, spill_loads=8, smem=300000)]
+    assert compile_check.verdict(rows[0], 232448) == "ok"
+    assert compile_check.verdict(rows[1], 232448) == "SPILLS, SMEM OVER 232448"
+    doc = tmp_path / "doc.md"
+    doc.write_text(f"intro\n{compile_check.MARK_BEGIN}\nold table\n{compile_check.MARK_END}\noutro\n")
+    compile_check.replace_marked_section(str(doc), compile_check.format_markdown(rows, 90, "cmd"))
+    text = doc.read_text()
+    assert "old table" not in text and text.startswith("intro\n") and text.endswith("outro\n")
+    row = "| portable/_attn_fwd | h100 | 128x64 | 4 | 3 | bfloat16 | 64 | 1,4 | 236 | 0/0 | 65536 | 48 | 0 |"
+    assert row in text
+    assert "float32 (tf32)" in text
+    with pytest.raises(ValueError, match="markers"):
+        compile_check.replace_marked_section(str(BENCHMARK), "x")
