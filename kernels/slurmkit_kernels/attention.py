@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 
 import torch
 from triton.runtime.interpreter import InterpretedFunction
 
-from . import _kernels
+from . import _hopper, _kernels
 from .config import KernelConfig, LaunchConfig, config_for_device
 
 SUPPORTED_HEAD_DIMS = (16, 32, 64, 128)
@@ -21,6 +22,9 @@ _LOG2E = 1.4426950408889634
 # A band edge beyond any index difference (sequence lengths are far below 2**30), small
 # enough that the kernels' index arithmetic stays inside int32.
 _UNBOUNDED = 2**30
+# Feature flag for the Hopper kernels (_hopper.py): "1" uses them on sm_90+ GPUs where
+# eligible, anything else keeps the portable kernels. The ``hopper=`` argument overrides it.
+HOPPER_ENV = "SLURMKIT_KERNELS_HOPPER"
 
 
 def interpreter_active() -> bool:
@@ -148,7 +152,36 @@ def _launch(cfg: LaunchConfig) -> dict[str, int]:
             "num_warps": cfg.num_warps, "num_stages": cfg.num_stages}
 
 
-def _forward(q, k, v, band, scale, precision, config):
+def _use_hopper(q, k, v, scale: float, hopper: bool | None) -> bool:
+    """Whether this call runs the Hopper kernels (TMA, warp specialisation, 5-matmul backward).
+
+    ``hopper=None`` follows ``SLURMKIT_KERNELS_HOPPER`` and needs a CUDA device of compute
+    capability 9.0 or newer; ``True`` also runs them under the interpreter (tests);
+    ``False`` never. Either way the inputs must suit them: fp16/bf16 (fp32 keeps the
+    portable IEEE/TF32 path), a positive scale (the folded FMA takes the row max of
+    unscaled scores), and layouts TMA can address; anything else uses the portable kernels.
+    """
+    if hopper is False or (hopper is None and os.environ.get(HOPPER_ENV) != "1"):
+        return False
+    if hopper is None and not (
+        q.device.type == "cuda" and torch.cuda.get_device_capability(q.device)[0] >= 9
+    ):
+        return False
+    return (
+        q.dtype in (torch.float16, torch.bfloat16)
+        and scale > 0
+        and all(_hopper.tma_compatible(t) for t in (q, k, v))
+    )
+
+
+def _forward(q, k, v, band, scale, precision, config, hopper=False):
+    if hopper:
+        o = _empty(q.shape, q.dtype, q.device)
+        lse = _empty(q.shape[:3], torch.float32, q.device)
+        emulate_bf16, _ = _kernel_flags(q.dtype, precision)
+        _hopper.forward(q, k, v, o, lse, band, scale * _LOG2E, _hopper.HOPPER_TILES["fwd", q.shape[3]],
+                        _hopper.WARP_SPECIALIZE, emulate_bf16)
+        return o, lse
     batch, h_q, n_q, d = q.shape
     h_kv, n_k = k.shape[1], k.shape[2]
     o = _empty((batch, h_q, n_q, d), q.dtype, q.device)
@@ -165,7 +198,7 @@ def _forward(q, k, v, band, scale, precision, config):
     return o, lse
 
 
-def _backward(do, q, k, v, o, lse, band, scale, precision, config):
+def _backward(do, q, k, v, o, lse, band, scale, precision, config, hopper=False, deterministic=True):
     batch, h_q, n_q, d = q.shape
     h_kv, n_k = k.shape[1], k.shape[2]
     group = h_q // h_kv
@@ -181,6 +214,13 @@ def _backward(do, q, k, v, o, lse, band, scale, precision, config):
 
     dk = _empty(k.shape, k.dtype, k.device)
     dv = _empty(v.shape, v.dtype, v.device)
+    if hopper:
+        if not _hopper.tma_compatible(do):
+            do = do.contiguous()
+        dq = _empty(q.shape, q.dtype, q.device)
+        _hopper.backward(q, k, v, do, lse, delta, dq, dk, dv, band, scale, qk_scale,
+                         _hopper.HOPPER_TILES["bwd", d], deterministic, emulate_bf16)
+        return dq, dk, dv
     cfg = config.lookup("bwd_dkdv", d, dtype_name)
     _kernels._attn_bwd_dkdv[(_cdiv(n_k, cfg.BLOCK_N), batch * h_kv)](
         q, k, v, do, lse, delta, dk, dv,
@@ -204,11 +244,12 @@ def _backward(do, q, k, v, o, lse, band, scale, precision, config):
 
 class _FlashAttentionFunction(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, band, scale, precision, config):
+    def forward(ctx, q, k, v, band, scale, precision, config, hopper=False, deterministic=True):
         with _on_device(q):
-            o, lse = _forward(q, k, v, band, scale, precision, config)
+            o, lse = _forward(q, k, v, band, scale, precision, config, hopper)
         ctx.save_for_backward(q, k, v, o, lse)
         ctx.band, ctx.scale, ctx.precision, ctx.config = band, scale, precision, config
+        ctx.hopper, ctx.deterministic = hopper, deterministic
         return o
 
     @staticmethod
@@ -220,8 +261,9 @@ class _FlashAttentionFunction(torch.autograd.Function):
                 f"grad_output has dtype {do.dtype} on {do.device}; expected {q.dtype} on {q.device}"
             )
         with _on_device(q):
-            dq, dk, dv = _backward(do, q, k, v, o, lse, ctx.band, ctx.scale, ctx.precision, ctx.config)
-        return dq, dk, dv, None, None, None, None
+            dq, dk, dv = _backward(do, q, k, v, o, lse, ctx.band, ctx.scale, ctx.precision, ctx.config,
+                                   ctx.hopper, ctx.deterministic)
+        return dq, dk, dv, None, None, None, None, None, None
 
 
 def flash_attention(
@@ -234,6 +276,8 @@ def flash_attention(
     scale: float | None = None,
     precision: str = "ieee",
     config: KernelConfig | None = None,
+    hopper: bool | None = None,
+    deterministic: bool = True,
 ) -> torch.Tensor:
     """Exact softmax attention ``softmax(scale * q @ k^T) @ v``, FlashAttention-2 style.
 
@@ -269,6 +313,16 @@ def flash_attention(
     config : KernelConfig, optional
         Launch configuration; default: the shipped file for this GPU model (see
         :mod:`slurmkit_kernels.config`).
+    hopper : bool, optional
+        Use the Hopper kernels (TMA descriptors, warp specialisation, 5-matmul backward;
+        see ``_hopper.py``). ``None`` (default) follows the environment variable
+        ``SLURMKIT_KERNELS_HOPPER=1`` on GPUs of compute capability >= 9.0; ``False`` always
+        uses the portable kernels. Inputs the Hopper kernels cannot take (fp32, layouts
+        TMA cannot address, a non-positive scale) use the portable kernels either way.
+    deterministic : bool
+        Hopper backward only: add dQ contributions in a fixed order (default), making the
+        backward bitwise reproducible; ``False`` lets them race (faster). The portable
+        backward is always deterministic.
 
     Returns
     -------
@@ -288,4 +342,9 @@ def flash_attention(
     if config is not None and not isinstance(config, KernelConfig):
         raise ValueError(f"config must be a KernelConfig (see load_config), got {type(config).__name__}")
     config = _select_config(q, config)
-    return _FlashAttentionFunction.apply(q, k, v, band, scale, precision, config)
+    if hopper is not None and not isinstance(hopper, bool):
+        raise ValueError(f"hopper must be None, True or False, got {hopper!r}")
+    if not isinstance(deterministic, bool):
+        raise ValueError(f"deterministic must be a bool, got {deterministic!r}")
+    use_hopper = _use_hopper(q, k, v, scale, hopper)
+    return _FlashAttentionFunction.apply(q, k, v, band, scale, precision, config, use_hopper, deterministic)
