@@ -7,7 +7,8 @@ of ``_hopper.forward_launch`` / ``backward_launch`` from meta tensors (no memory
 lets Triton specialise the arguments the way its JIT does at launch (divisibility by 16,
 ints equal to 1 as constants, tensor-descriptor block types), compiles to a cubin with
 the ptxas bundled in the triton wheel, and reports registers per thread, spilled bytes,
-shared memory and the number of wgmma and TMA instructions in the PTX. Exit code 1 if
+shared memory, the number of wgmma and TMA instructions in the PTX, and the release
+increments of the deterministic backward's dQ semaphore (0 in the non-deterministic one). Exit code 1 if
 any kernel fails to compile, spills, exceeds sm_90's 227 KB of shared memory per block,
 or lacks wgmma or TMA instructions (then it would not be the Hopper path it claims to
 be). Must run without ``TRITON_INTERPRET=1`` (exit code 2 otherwise).
@@ -96,6 +97,8 @@ def compile_launch(kernel, args, kwargs, arch: int = 90) -> dict:
         "shared": compiled.metadata.shared,
         "wgmma": len(re.findall(r"\bwgmma\.mma_async", ptx)),
         "tma": len(re.findall(r"\bcp\.async\.bulk\.tensor", ptx)),
+        # Release increments of the deterministic backward's dQ semaphore.
+        "sem": len(re.findall(r"\batom\.global\.gpu\.release\.add", ptx)),
         "num_warps": compiled.metadata.num_warps,
     }
 
@@ -160,7 +163,7 @@ def main(argv=None) -> int:
     failures = 0
     print(f"# Hopper kernels, sm_90, shared-memory limit {SMEM_LIMIT_SM90} bytes")
     print(f"{'kernel':>10} {'dtype':>9} {'d':>4} {'tiles':>8} {'warps':>5} {'stages':>6} {'regs':>5} "
-          f"{'spill':>6} {'smem':>7} {'wgmma':>6} {'tma':>4}  result")
+          f"{'spill':>6} {'smem':>7} {'wgmma':>6} {'tma':>4} {'sem':>4}  result")
     for dtype in args.dtypes:
         for head_dim in args.head_dims:
             for name, kernel, launch_args, kwargs in hopper_launches(dtype, head_dim):
@@ -173,12 +176,12 @@ def main(argv=None) -> int:
                 except Exception as e:  # noqa: BLE001 (report every failing kernel)
                     first = str(e).strip().splitlines()[0][:120] if str(e).strip() else ""
                     stats = {"registers": -1, "spill_bytes": -1, "shared": -1, "wgmma": -1, "tma": -1,
-                             "num_warps": kwargs["num_warps"]}
+                             "sem": -1, "num_warps": kwargs["num_warps"]}
                     result = f"COMPILE ERROR: {type(e).__name__}: {first}"
                 failures += result != "ok"
                 print(f"{name:>10} {dtype:>9} {head_dim:>4} {tiles:>8} {stats['num_warps']:>5} "
                       f"{kwargs['num_stages']:>6} {stats['registers']:>5} {stats['spill_bytes']:>6} "
-                      f"{stats['shared']:>7} {stats['wgmma']:>6} {stats['tma']:>4}  {result}", flush=True)
+                      f"{stats['shared']:>7} {stats['wgmma']:>6} {stats['tma']:>4} {stats['sem']:>4}  {result}", flush=True)
     print(f"# {failures} failure(s)")
     return 1 if failures else 0
 

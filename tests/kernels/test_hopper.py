@@ -185,6 +185,8 @@ def test_hopper_kernels_compile_for_sm90_without_spills(dtype, head_dim, tmp_pat
     rows = [line.split() for line in proc.stdout.splitlines() if not line.startswith("#")][1:]
     assert [r[0] for r in rows] == ["fwd", "fwd-causal", "bwd", "bwd-nondet"], proc.stdout
     for row in rows:
-        regs, spill, smem, wgmma, tma = map(int, row[6:11])
+        regs, spill, smem, wgmma, tma, sem = map(int, row[6:12])
         assert row[-1] == "ok" and spill == 0 and 0 < regs <= 255 and smem <= 232448, proc.stdout
         assert wgmma > 0 and tma > 0, proc.stdout
+        # Only the deterministic backward orders its dQ atomics with the semaphore.
+        assert (sem > 0) == (row[0] == "bwd"), proc.stdout
