@@ -49,8 +49,6 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 
 from ._kernels import _cast, _dot, _ranges
 
-_LN2: tl.constexpr = 0.6931471805599453
-
 
 @triton.jit
 def _tile(desc, off_b, off_h, start, ROWS: tl.constexpr, HEAD_DIM: tl.constexpr):
@@ -333,7 +331,7 @@ def backward(q, k, v, do, lse, delta, dq, dk, dv, band, scale, qk_scale, tiles, 
     batch, h_q, n_q, d = q.shape
     h_kv, n_k = k.shape[1], k.shape[2]
     group = h_q // h_kv
-    block_m, block_n, num_warps, num_stages = tiles
+    block_m = tiles[0]
     dq_acc = torch.zeros((batch, h_q, n_q, d), dtype=torch.float32, device=q.device)
     sem = torch.zeros((batch * h_q, triton.cdiv(n_q, block_m)), dtype=torch.int32, device=q.device)
     if group == 1:

@@ -26,7 +26,7 @@ import triton.language as tl
 from ._kernels import _bwd_dkdv_inner, _bwd_dq_inner, _cast, _fwd_inner, _ranges
 
 # A band edge beyond any index difference; equals attention._UNBOUNDED.
-_UNBOUNDED: tl.constexpr = 2**30
+_UNBOUNDED = tl.constexpr(2**30)
 
 
 @triton.jit

@@ -136,6 +136,44 @@ def hopper_launches(dtype_name: str, head_dim: int):
     return out
 
 
+def varlen_launches(dtype_name: str, head_dim: int, config_name: str = "h100"):
+    """[(name, kernel, args, kwargs)] of the variable-length kernels (``_varlen.py``, pointer
+    based) with a shipped config's tiles, on meta tensors (8 sequences, 4096 tokens, GQA 4:1)."""
+    import torch
+
+    from . import _varlen
+    from .config import builtin_config
+
+    config = builtin_config(config_name)
+    dtype = getattr(torch, dtype_name)
+
+    def meta(*shape, dt=dtype):
+        return torch.empty(shape, dtype=dt, device="meta")
+
+    q, k = meta(4096, 8, head_dim), meta(4096, 2, head_dim)
+    lse, cu = meta(8, 4096, dt=torch.float32), meta(9, dt=torch.int32)
+    scale = head_dim ** -0.5
+    qk_scale = scale * 1.4426950408889634
+    qs, ks = q.stride(), k.stride()
+    out = []
+    for name, kernel, args in (
+        ("varlen-fwd", _varlen._varlen_fwd,
+         (q, k, k, q, lse, cu, cu, *qs, *ks, *ks, *qs, 4096, 4, -1, -1, qk_scale)),
+        ("varlen-dkdv", _varlen._varlen_bwd_dkdv,
+         (q, k, k, q, lse, lse, k, k, cu, cu, *qs, *ks, *ks, *qs, *ks, *ks, 4096, 4, -1, -1, scale,
+          qk_scale)),
+        ("varlen-dq", _varlen._varlen_bwd_dq,
+         (q, k, k, q, lse, lse, q, cu, cu, *qs, *ks, *ks, *qs, *qs, 4096, 4, -1, -1, scale, qk_scale)),
+    ):
+        kernel_name = {"varlen-fwd": "fwd", "varlen-dkdv": "bwd_dkdv", "varlen-dq": "bwd_dq"}[name]
+        tiles = config.lookup(kernel_name, head_dim, dtype_name)
+        kwargs = dict(CAUSAL=True, HEAD_DIM=head_dim, EMULATE_BF16=False, INPUT_PRECISION="tf32",
+                      BLOCK_M=tiles.BLOCK_M, BLOCK_N=tiles.BLOCK_N, num_warps=tiles.num_warps,
+                      num_stages=tiles.num_stages)
+        out.append((name, kernel, args, kwargs))
+    return out
+
+
 def check(stats: dict) -> str:
     """'ok' or what disqualifies the kernel."""
     problems = []
@@ -151,7 +189,8 @@ def check(stats: dict) -> str:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m slurmkit_kernels.hopper_check", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m slurmkit_kernels.hopper_check",
+                                description=__doc__.split("\n\n")[0])
     p.add_argument("--dtypes", nargs="+", choices=DTYPES, default=list(DTYPES))
     p.add_argument("--head-dims", type=int, nargs="+", choices=HEAD_DIMS, default=list(HEAD_DIMS))
     p.add_argument("--kernels", nargs="+", choices=["fwd", "fwd-causal", "bwd", "bwd-nondet"],
@@ -181,7 +220,9 @@ def main(argv=None) -> int:
                 failures += result != "ok"
                 print(f"{name:>10} {dtype:>9} {head_dim:>4} {tiles:>8} {stats['num_warps']:>5} "
                       f"{kwargs['num_stages']:>6} {stats['registers']:>5} {stats['spill_bytes']:>6} "
-                      f"{stats['shared']:>7} {stats['wgmma']:>6} {stats['tma']:>4} {stats['sem']:>4}  {result}", flush=True)
+                      f"{stats['shared']:>7} {stats['wgmma']:>6} {stats['tma']:>4} {stats['sem']:>4}"
+                      f"  {result}",
+                      flush=True)
     print(f"# {failures} failure(s)")
     return 1 if failures else 0
 

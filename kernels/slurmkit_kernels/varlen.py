@@ -39,7 +39,8 @@ def _validate_cu_seqlens(name: str, cu: torch.Tensor, total: int, max_seqlen, de
         raise ValueError(f"{name} must be a torch.Tensor, got {type(cu).__name__}")
     if cu.dtype != torch.int32 or cu.dim() != 1 or cu.numel() < 2:
         raise ValueError(
-            f"{name} must be a 1-D int32 tensor of batch + 1 offsets, got {cu.dtype} of shape {tuple(cu.shape)}"
+            f"{name} must be a 1-D int32 tensor of batch + 1 offsets, "
+            f"got {cu.dtype} of shape {tuple(cu.shape)}"
         )
     if cu.device != device:
         raise ValueError(f"{name} is on {cu.device}; q, k, v are on {device}")
@@ -51,10 +52,12 @@ def _validate_cu_seqlens(name: str, cu: torch.Tensor, total: int, max_seqlen, de
         )
     lengths = [b - a for a, b in zip(offsets, offsets[1:])]
     if min(lengths) < 0:
-        raise ValueError(f"{name} must be non-decreasing (sequence {lengths.index(min(lengths))} is negative)")
+        first = lengths.index(min(lengths))
+        raise ValueError(f"{name} must be non-decreasing (sequence {first} has a negative length)")
     if isinstance(max_seqlen, bool) or not isinstance(max_seqlen, int) or max_seqlen < max(lengths):
         raise ValueError(
-            f"max_seqlen for {name} must be an int >= the longest sequence ({max(lengths)}), got {max_seqlen!r}"
+            f"max_seqlen for {name} must be an int >= the longest sequence ({max(lengths)}), "
+            f"got {max_seqlen!r}"
         )
     return lengths
 
@@ -207,7 +210,7 @@ def flash_attention_varlen(
         if t.numel() == 0:
             raise ValueError(f"{name} is empty (shape {tuple(t.shape)}); pack at least one token")
     # The dense checks, on (1, heads, tokens, head_dim) views of the packed tensors.
-    scale = _validate(q.transpose(0, 1)[None], k.transpose(0, 1)[None], v.transpose(0, 1)[None], scale, precision)
+    scale = _validate(*(t.transpose(0, 1)[None] for t in (q, k, v)), scale, precision)
     sides = _window_sides(causal, window)
     _validate_cu_seqlens("cu_seqlens_q", cu_seqlens_q, q.shape[0], max_seqlen_q, q.device)
     _validate_cu_seqlens("cu_seqlens_k", cu_seqlens_k, k.shape[0], max_seqlen_k, q.device)

@@ -72,7 +72,7 @@ def cu_seqlens(lengths, device):
 def per_sequence(q, k, v, lens, causal, scale, window):
     """Dense attention of each packed sequence alone, concatenated back to (total, H, D)."""
     outs = []
-    qs, ks, vs = 0, 0, 0
+    qs, ks = 0, 0
     for n_q, n_k in lens:
         qi = q[qs:qs + n_q].transpose(0, 1)[None]
         ki = k[ks:ks + n_k].transpose(0, 1)[None]
@@ -152,7 +152,9 @@ def test_varlen_backward_is_bitwise_deterministic(device):
     v = torch.randn((45, 1, 16), generator=gen).to(device, torch.bfloat16).requires_grad_()
     do = torch.randn((45, 4, 16), generator=gen).to(device, torch.bfloat16)
     cu = cu_seqlens([30, 15], device)
-    fn = lambda a, b, c: flash_attention_varlen(a, b, c, cu, cu, 30, 30, causal=True, config=SMALL_TILES)  # noqa: E731
+    def fn(a, b, c):
+        return flash_attention_varlen(a, b, c, cu, cu, 30, 30, causal=True, config=SMALL_TILES)
+
     first, second = run_with_grads(fn, q, k, v, do), run_with_grads(fn, q, k, v, do)
     for a, b in zip(first, second):
         assert torch.equal(a.view(torch.int16), b.view(torch.int16))
@@ -171,8 +173,10 @@ BAD_VARLEN = {
     "cu-2d": (lambda a: (*a[:3], a[3][None], *a[4:]), {}, "1-D"),
     "cu-not-from-zero": (lambda a: (*a[:3], a[3] + 1, *a[4:]), {}, "start at 0"),
     "cu-short-total": (lambda a: (*a[:3], cu_seqlens([4, 5], a[0].device), *a[4:]), {}, "end at"),
-    "cu-decreasing": (lambda a: (*a[:3], torch.tensor([0, 7, 5, 10], dtype=torch.int32, device=a[0].device), *a[4:]),
-                      {}, "non-decreasing|batch"),
+    "cu-decreasing": (
+        lambda a: (*a[:3], torch.tensor([0, 7, 5, 10], dtype=torch.int32, device=a[0].device), *a[4:]),
+        {}, "non-decreasing|batch",
+    ),
     "batch-mismatch": (lambda a: (*a[:4], cu_seqlens([5, 5, 2], a[0].device), a[5], a[6]), {}, "sequences"),
     "max-too-small": (lambda a: (*a[:5], 5, a[6]), {}, "longest"),
     "max-float": (lambda a: (*a[:6], 7.0), {}, "longest"),
