@@ -269,7 +269,16 @@ HOPPER_TILES = {
     # d128: dK, dV (fp32) plus K, V stay resident per program; every larger tile tried
     # (64x128, 32x128, 64x64, 32x64 at 4/8/16 warps) spills on sm_90, so this one is small.
     ("bwd", 128): (16, 64, 8, 2),
+    # Without the semaphore's spin loop the d128 backward fits a larger tile spill-free.
+    ("bwd-nondet", 128): (32, 64, 8, 2),
 }
+
+
+def backward_tiles(head_dim: int, deterministic: bool) -> tuple[int, int, int, int]:
+    """The backward's tiles: a ``bwd-nondet`` entry, if any, serves ``deterministic=False``."""
+    if not deterministic and ("bwd-nondet", head_dim) in HOPPER_TILES:
+        return HOPPER_TILES["bwd-nondet", head_dim]
+    return HOPPER_TILES["bwd", head_dim]
 
 
 def _desc(t: torch.Tensor, rows: int) -> TensorDescriptor:

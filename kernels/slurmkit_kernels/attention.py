@@ -219,7 +219,7 @@ def _backward(do, q, k, v, o, lse, band, scale, precision, config, hopper=False,
             do = do.contiguous()
         dq = _empty(q.shape, q.dtype, q.device)
         _hopper.backward(q, k, v, do, lse, delta, dq, dk, dv, band, scale, qk_scale,
-                         _hopper.HOPPER_TILES["bwd", d], deterministic, emulate_bf16)
+                         _hopper.backward_tiles(d, deterministic), deterministic, emulate_bf16)
         return dq, dk, dv
     cfg = config.lookup("bwd_dkdv", d, dtype_name)
     _kernels._attn_bwd_dkdv[(_cdiv(n_k, cfg.BLOCK_N), batch * h_kv)](

@@ -120,16 +120,16 @@ def hopper_launches(dtype_name: str, head_dim: int):
     lse, delta = meta(batch, heads, seq, dt=torch.float32), meta(batch, heads, seq, dt=torch.float32)
     full, causal = (-(2**30), 2**30), (-(2**30), 0)
     qk_scale = head_dim ** -0.5 * 1.4426950408889634
-    fwd_tiles, bwd_tiles = _hopper.HOPPER_TILES["fwd", head_dim], _hopper.HOPPER_TILES["bwd", head_dim]
+    fwd_tiles = _hopper.HOPPER_TILES["fwd", head_dim]
     out = []
     for name, band in (("fwd", full), ("fwd-causal", causal)):
         launch = _hopper.forward_launch(q, k, v, o, lse, band, qk_scale, fwd_tiles, _hopper.WARP_SPECIALIZE,
                                         False)
         out.append((name, launch[0], launch[2], launch[3]))
-    block_m = bwd_tiles[0]
     dq_acc = meta(batch, heads, seq, head_dim, dt=torch.float32)
-    sem = meta(batch * heads, seq // block_m, dt=torch.int32)
     for name, deterministic in (("bwd", True), ("bwd-nondet", False)):
+        bwd_tiles = _hopper.backward_tiles(head_dim, deterministic)
+        sem = meta(batch * heads, seq // bwd_tiles[0], dt=torch.int32)
         launch = _hopper.backward_launch(q, k, v, do, lse, delta, dq_acc, sem, meta(*k.shape), meta(*v.shape),
                                          full, head_dim ** -0.5, qk_scale, bwd_tiles, deterministic, False)
         out.append((name, launch[0], launch[2], launch[3]))

@@ -77,9 +77,8 @@ def calls(monkeypatch):
     return seen
 
 
-# The deterministic mode for every case; the atomic mode where tiles are small (several
-# key blocks write each dQ block).
-RUNS = [(c, True) for c in CASES] + [(c, False) for c in CASES if c[-1] == "small"]
+# Both dQ modes for every case (they may use different shipped tiles: backward_tiles).
+RUNS = [(c, det) for c in CASES for det in (True, False)]
 
 
 @pytest.mark.timeout(600)
