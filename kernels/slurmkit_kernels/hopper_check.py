@@ -174,6 +174,53 @@ def varlen_launches(dtype_name: str, head_dim: int, config_name: str = "h100"):
     return out
 
 
+def hopper_problem_launch(problem, config, arch: int) -> None:
+    """Run the Hopper path's host code for one problem on ``meta`` tensors (a ``launch`` for a
+    generic compile check that records the JIT launches made inside it).
+
+    ``problem`` has ``batch, heads_q, heads_kv, seq_q, seq_k, head_dim, causal, dtype,
+    precision``; nothing is launched below sm_90 or for fp32 (which keeps the portable path).
+    Launches the forward and both backward modes (deterministic and atomic dQ).
+    """
+    import torch
+
+    from . import attention
+
+    if arch < 90 or problem.dtype == "float32":
+        return
+    dtype = getattr(torch, problem.dtype)
+    q = torch.empty((problem.batch, problem.heads_q, problem.seq_q, problem.head_dim), dtype=dtype,
+                    device="meta")
+    k, v = (torch.empty((problem.batch, problem.heads_kv, problem.seq_k, problem.head_dim), dtype=dtype,
+                        device="meta") for _ in range(2))
+    band = attention._band(problem.causal, None, problem.seq_q, problem.seq_k)
+    scale = problem.head_dim ** -0.5
+    o, lse = attention._forward(q, k, v, band, scale, problem.precision, config, True)
+    for deterministic in (True, False):
+        attention._backward(torch.empty_like(o), q, k, v, o, lse, band, scale, problem.precision, config,
+                            True, deterministic)
+
+
+def varlen_problem_launch(problem, config, arch: int) -> None:
+    """The variable-length path's host code for one problem on ``meta`` tensors: ``batch``
+    sequences of ``seq_q``/``seq_k`` tokens packed (see :func:`hopper_problem_launch`)."""
+    import torch
+
+    from . import varlen
+
+    dtype = getattr(torch, problem.dtype)
+    b, d = problem.batch, problem.head_dim
+    q = torch.empty((b * problem.seq_q, problem.heads_q, d), dtype=dtype, device="meta")
+    k, v = (torch.empty((b * problem.seq_k, problem.heads_kv, d), dtype=dtype, device="meta") for _ in range(2))
+    cu_q, cu_k = (torch.empty((b + 1,), dtype=torch.int32, device="meta") for _ in range(2))
+    sides = varlen._window_sides(problem.causal, None)
+    scale = d ** -0.5
+    o, lse = varlen._varlen_forward(q, k, v, cu_q, cu_k, problem.seq_q, sides, problem.causal, scale,
+                                    problem.precision, config)
+    varlen._varlen_backward(torch.empty_like(o), q, k, v, o, lse, cu_q, cu_k, problem.seq_q, problem.seq_k,
+                            sides, problem.causal, scale, problem.precision, config)
+
+
 def check(stats: dict) -> str:
     """'ok' or what disqualifies the kernel."""
     problems = []

@@ -221,3 +221,36 @@ def test_varlen_kernels_compile_for_sm90(tmp_path):
     assert sorted(stats) == ["varlen-dkdv", "varlen-dq", "varlen-fwd"]
     for name, s in stats.items():
         assert s["wgmma"] > 0 and s["shared"] <= 232448 and 0 < s["registers"] <= 255, (name, s)
+
+
+def test_problem_launches_for_a_generic_compile_check():
+    """hopper_problem_launch / varlen_problem_launch (the hooks a generic compile check
+    registers) run the real host code on meta tensors and launch the expected kernels."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = os.pathsep.join([str(KERNELS_SRC), env.get("PYTHONPATH", "")])
+    script = (
+        "import json, types\n"
+        "from triton.runtime.jit import JITFunction\n"
+        "from slurmkit_kernels import hopper_check\n"
+        "from slurmkit_kernels.config import builtin_config\n"
+        "seen = []\n"
+        "JITFunction.run = lambda self, *a, grid, warmup, **kw: seen.append(self.fn.__name__)\n"
+        "p = types.SimpleNamespace(batch=2, heads_q=8, heads_kv=2, seq_q=256, seq_k=256, head_dim=64,\n"
+        "                          causal=True, dtype='bfloat16', precision='ieee')\n"
+        "out = {}\n"
+        "for name, fn, arch in (('hopper', hopper_check.hopper_problem_launch, 90),\n"
+        "                       ('hopper-sm80', hopper_check.hopper_problem_launch, 80),\n"
+        "                       ('varlen', hopper_check.varlen_problem_launch, 90)):\n"
+        "    fn(p, builtin_config('h100'), arch)\n"
+        "    out[name] = list(seen)\n"
+        "    seen.clear()\n"
+        "print(json.dumps(out))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["hopper"] == ["_hopper_fwd", "_attn_bwd_preprocess", "_hopper_bwd",
+                             "_attn_bwd_preprocess", "_hopper_bwd"]
+    assert out["hopper-sm80"] == []
+    assert out["varlen"] == ["_varlen_fwd", "_attn_bwd_preprocess", "_varlen_bwd_dkdv", "_varlen_bwd_dq"]
