@@ -211,7 +211,8 @@ def varlen_problem_launch(problem, config, arch: int) -> None:
     dtype = getattr(torch, problem.dtype)
     b, d = problem.batch, problem.head_dim
     q = torch.empty((b * problem.seq_q, problem.heads_q, d), dtype=dtype, device="meta")
-    k, v = (torch.empty((b * problem.seq_k, problem.heads_kv, d), dtype=dtype, device="meta") for _ in range(2))
+    k, v = (torch.empty((b * problem.seq_k, problem.heads_kv, d), dtype=dtype, device="meta")
+            for _ in range(2))
     cu_q, cu_k = (torch.empty((b + 1,), dtype=torch.int32, device="meta") for _ in range(2))
     sides = varlen._window_sides(problem.causal, None)
     scale = d ** -0.5
