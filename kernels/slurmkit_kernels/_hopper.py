@@ -51,7 +51,7 @@ from ._kernels import _cast, _dot, _ranges
 
 
 @triton.jit
-def _tile(desc, off_b, off_h, start, ROWS: tl.constexpr, HEAD_DIM: tl.constexpr):
+def _desc_tile(desc, off_b, off_h, start, ROWS: tl.constexpr, HEAD_DIM: tl.constexpr):
     """Load a ``[ROWS, HEAD_DIM]`` tile of one (batch, head) through a 4-D descriptor."""
     return desc.load([off_b, off_h, start, 0]).reshape(ROWS, HEAD_DIM)
 
@@ -66,7 +66,7 @@ def _hopper_fwd_inner(
     """Online softmax over key blocks ``[lo, hi)``; the scale enters as one FMA."""
     offs_n0 = tl.arange(0, BLOCK_N)
     for start_n in tl.range(lo, hi, BLOCK_N, warp_specialize=WARP_SPECIALIZE):
-        k = _tile(desc_k, off_b, off_hkv, start_n, BLOCK_N, HEAD_DIM)
+        k = _desc_tile(desc_k, off_b, off_hkv, start_n, BLOCK_N, HEAD_DIM)
         s = _dot(q, tl.trans(k), EMULATE_BF16, "tf32")
         if MASK:
             offs_n = start_n + offs_n0
@@ -81,7 +81,7 @@ def _hopper_fwd_inner(
             m_shift = m_new
         p = tl.math.exp2(s * qk_scale - m_shift[:, None])
         alpha = tl.math.exp2(m_i - m_shift)
-        v = _tile(desc_v, off_b, off_hkv, start_n, BLOCK_N, HEAD_DIM)
+        v = _desc_tile(desc_v, off_b, off_hkv, start_n, BLOCK_N, HEAD_DIM)
         acc = acc * alpha[:, None] + _dot(_cast(p, v.dtype, EMULATE_BF16), v, EMULATE_BF16, "tf32")
         l_i = l_i * alpha + tl.sum(p, 1)
         m_i = m_new
@@ -105,7 +105,7 @@ def _hopper_fwd(
     off_h = pid_bh % H_Q
     off_hkv = off_h // GROUP
     offs_m = start_m + tl.arange(0, BLOCK_M)
-    q = _tile(desc_q, off_b, off_h, start_m, BLOCK_M, HEAD_DIM)
+    q = _desc_tile(desc_q, off_b, off_h, start_m, BLOCK_M, HEAD_DIM)
 
     acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
@@ -149,8 +149,8 @@ def _hopper_bwd_inner(
     for start_m in tl.range(lo, hi, BLOCK_M):
         offs_m = start_m + offs_m0
         row_ok = offs_m < N_Q
-        q = _tile(desc_q, off_b, off_h, start_m, BLOCK_M, HEAD_DIM)
-        do = _tile(desc_do, off_b, off_h, start_m, BLOCK_M, HEAD_DIM)
+        q = _desc_tile(desc_q, off_b, off_h, start_m, BLOCK_M, HEAD_DIM)
+        do = _desc_tile(desc_do, off_b, off_h, start_m, BLOCK_M, HEAD_DIM)
         lse = tl.load(lse_base + offs_m, mask=row_ok, other=float("inf"))
         delta = tl.load(delta_base + offs_m, mask=row_ok, other=0.0)
         s_t = _dot(k_s, tl.trans(q), EMULATE_BF16, "tf32")
@@ -165,7 +165,7 @@ def _hopper_bwd_inner(
         ds_t = _cast(p_t * (dp_t - delta[None, :]), q.dtype, EMULATE_BF16)
         dk += _dot(ds_t, q, EMULATE_BF16, "tf32")
         dq = _dot(tl.trans(ds_t), k_s, EMULATE_BF16, "tf32")
-        dq_ptrs = dq_base + offs_m[:, None] * HEAD_DIM + offs_d[None, :]
+        dq_ptrs = dq_base + offs_m.to(tl.int64)[:, None] * HEAD_DIM + offs_d[None, :]
         if DETERMINISTIC:
             # Key blocks add into this query block in ascending order: wait until the
             # blocks before this one (from the first that sees the query block) are done.
@@ -203,9 +203,9 @@ def _hopper_bwd(
     off_h = pid_bh % H_Q
     off_hkv = off_h // GROUP
     offs_n = start_n + tl.arange(0, BLOCK_N)
-    k = _tile(desc_k, off_b, off_hkv, start_n, BLOCK_N, HEAD_DIM)
+    k = _desc_tile(desc_k, off_b, off_hkv, start_n, BLOCK_N, HEAD_DIM)
     k_s = _cast(k.to(tl.float32) * qk_scale, k.dtype, EMULATE_BF16)
-    v = _tile(desc_v, off_b, off_hkv, start_n, BLOCK_N, HEAD_DIM)
+    v = _desc_tile(desc_v, off_b, off_hkv, start_n, BLOCK_N, HEAD_DIM)
 
     # Query i sees key j iff D_LO <= j - i <= D_HI, i.e. -D_HI <= i - j <= -D_LO.
     lo, mid_lo, mid_hi, hi = _ranges(start_n, BLOCK_N, BLOCK_M, -D_HI, -D_LO, N_Q)

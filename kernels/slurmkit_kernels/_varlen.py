@@ -25,6 +25,15 @@ import triton.language as tl
 
 from ._kernels import _bwd_dkdv_inner, _bwd_dq_inner, _cast, _fwd_inner, _ranges
 
+@triton.jit
+def _tile(rows, cols, stride_row, stride_col):
+    """Element offsets ``rows[:, None] * stride_row + cols[None, :] * stride_col`` in int64:
+    a packed batch reaches 2**31 elements soon (2M tokens x 8 heads x d128), and int32
+    products would wrap. Same helper as the int64-offset change to ``_kernels.py``; import
+    it from there once both are merged."""
+    return rows.to(tl.int64)[:, None] * stride_row + cols.to(tl.int64)[None, :] * stride_col
+
+
 # A band edge beyond any index difference; equals attention._UNBOUNDED.
 _UNBOUNDED = tl.constexpr(2**30)
 
@@ -76,7 +85,7 @@ def _varlen_fwd(
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_DIM)
     row_ok = offs_m < n_q
-    q = tl.load(q_base + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd,
+    q = tl.load(q_base + _tile(offs_m, offs_d, stride_qm, stride_qd),
                 mask=row_ok[:, None], other=0.0)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
@@ -101,7 +110,7 @@ def _varlen_fwd(
     l_safe = tl.where(empty, 1.0, l_i)
     out = acc / l_safe[:, None]
     lse = tl.where(empty, float("inf"), m_i + tl.math.log2(l_safe))
-    tl.store(o_base + offs_m[:, None] * stride_om + offs_d[None, :] * stride_od,
+    tl.store(o_base + _tile(offs_m, offs_d, stride_om, stride_od),
              _cast(out, O.dtype.element_ty, EMULATE_BF16), mask=row_ok[:, None])
     tl.store(LSE + off_h.to(tl.int64) * TOTAL_Q + q_start + offs_m, lse, mask=row_ok)
 
@@ -136,10 +145,10 @@ def _varlen_bwd_dkdv(
     col_ok = offs_n < n_k
     k_row = k_start.to(tl.int64)
     k = tl.load(K + k_row * stride_kn + off_hkv.to(tl.int64) * stride_kh
-                + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd,
+                + _tile(offs_n, offs_d, stride_kn, stride_kd),
                 mask=col_ok[:, None], other=0.0)
     v = tl.load(V + k_row * stride_vn + off_hkv.to(tl.int64) * stride_vh
-                + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd,
+                + _tile(offs_n, offs_d, stride_vn, stride_vd),
                 mask=col_ok[:, None], other=0.0)
     # Query i sees key j iff D_LO <= j - i <= D_HI, i.e. -D_HI <= i - j <= -D_LO.
     lo, mid_lo, mid_hi, hi = _ranges(start_n, BLOCK_N, BLOCK_M, -d_hi, -d_lo, n_q)
@@ -172,10 +181,10 @@ def _varlen_bwd_dkdv(
         )
     dk = dk * sm_scale
     tl.store(DK + k_row * stride_dkn + off_hkv.to(tl.int64) * stride_dkh
-             + offs_n[:, None] * stride_dkn + offs_d[None, :] * stride_dkd,
+             + _tile(offs_n, offs_d, stride_dkn, stride_dkd),
              _cast(dk, DK.dtype.element_ty, EMULATE_BF16), mask=col_ok[:, None])
     tl.store(DV + k_row * stride_dvn + off_hkv.to(tl.int64) * stride_dvh
-             + offs_n[:, None] * stride_dvn + offs_d[None, :] * stride_dvd,
+             + _tile(offs_n, offs_d, stride_dvn, stride_dvd),
              _cast(dv, DV.dtype.element_ty, EMULATE_BF16), mask=col_ok[:, None])
 
 
@@ -208,10 +217,10 @@ def _varlen_bwd_dq(
     offs_d = tl.arange(0, HEAD_DIM)
     row_ok = offs_m < n_q
     q = tl.load(Q + q_row * stride_qm + off_h.to(tl.int64) * stride_qh
-                + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd,
+                + _tile(offs_m, offs_d, stride_qm, stride_qd),
                 mask=row_ok[:, None], other=0.0)
     do = tl.load(DO + q_row * stride_dom + off_h.to(tl.int64) * stride_doh
-                 + offs_m[:, None] * stride_dom + offs_d[None, :] * stride_dod,
+                 + _tile(offs_m, offs_d, stride_dom, stride_dod),
                  mask=row_ok[:, None], other=0.0)
     stat = off_h.to(tl.int64) * TOTAL_Q + q_row + offs_m
     # Rows past the sequence (and rows that see no key) get lse = +inf, hence P = 0.
@@ -239,5 +248,5 @@ def _varlen_bwd_dq(
     )
     dq = dq * sm_scale
     tl.store(DQ + q_row * stride_dqm + off_h.to(tl.int64) * stride_dqh
-             + offs_m[:, None] * stride_dqm + offs_d[None, :] * stride_dqd,
+             + _tile(offs_m, offs_d, stride_dqm, stride_dqd),
              _cast(dq, DQ.dtype.element_ty, EMULATE_BF16), mask=row_ok[:, None])
