@@ -155,18 +155,19 @@ def _launch(cfg: LaunchConfig) -> dict[str, int]:
 def _use_hopper(q, k, v, scale: float, hopper: bool | None) -> bool:
     """Whether this call runs the Hopper kernels (TMA, warp specialisation, 5-matmul backward).
 
-    ``hopper=None`` follows ``SLURMKIT_KERNELS_HOPPER`` and needs a CUDA device of compute
-    capability 9.0 or newer; ``True`` also runs them under the interpreter (tests);
-    ``False`` never. Either way the inputs must suit them: fp16/bf16 (fp32 keeps the
+    ``hopper=None`` follows ``SLURMKIT_KERNELS_HOPPER``; ``True`` uses them regardless of
+    it, also under the interpreter (tests); ``False`` never. On CUDA they need compute
+    capability 9.0 or newer. Either way the inputs must suit them: fp16/bf16 (fp32 keeps the
     portable IEEE/TF32 path), a positive scale (the folded FMA takes the row max of
     unscaled scores), and layouts TMA can address; anything else uses the portable kernels.
     """
     if hopper is False or (hopper is None and os.environ.get(HOPPER_ENV) != "1"):
         return False
-    if hopper is None and not (
-        q.device.type == "cuda" and torch.cuda.get_device_capability(q.device)[0] >= 9
-    ):
-        return False
+    if q.device.type == "cuda":
+        if torch.cuda.get_device_capability(q.device)[0] < 9:  # no TMA or wgmma before Hopper
+            return False
+    elif hopper is None:
+        return False  # the interpreter runs them only when asked to (tests)
     return (
         q.dtype in (torch.float16, torch.bfloat16)
         and scale > 0

@@ -19,6 +19,7 @@ import math
 import os
 import subprocess
 import sys
+import types
 import zlib
 from pathlib import Path
 
@@ -254,3 +255,25 @@ def test_problem_launches_for_a_generic_compile_check():
                              "_attn_bwd_preprocess", "_hopper_bwd"]
     assert out["hopper-sm80"] == []
     assert out["varlen"] == ["_varlen_fwd", "_attn_bwd_preprocess", "_varlen_bwd_dkdv", "_varlen_bwd_dq"]
+
+
+@pytest.mark.parametrize("capability, env, hopper, expected", [
+    ((8, 0), "1", True, False),  # no TMA/wgmma before sm_90, even when asked
+    ((8, 0), "1", None, False),
+    ((9, 0), "1", None, True),  # sm_90 with the feature flag
+    ((9, 0), None, None, False),  # sm_90 without it: portable (opt-in until timed on a GPU)
+    ((9, 0), None, True, True),
+    ((10, 0), "1", None, True),
+    ((9, 0), "1", False, False),
+])
+def test_hopper_selection_by_target_and_flag(capability, env, hopper, expected, monkeypatch):
+    """Selection on a CUDA device, by compute capability and SLURMKIT_KERNELS_HOPPER / hopper=."""
+    real = torch.zeros((1, 2, 32, 16), dtype=torch.float16)
+    fake = types.SimpleNamespace(device=torch.device("cuda", 0), dtype=real.dtype, stride=real.stride,
+                                 element_size=real.element_size, data_ptr=lambda: 0)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device: capability)
+    if env is None:
+        monkeypatch.delenv(attention_mod.HOPPER_ENV, raising=False)
+    else:
+        monkeypatch.setenv(attention_mod.HOPPER_ENV, env)
+    assert attention_mod._use_hopper(fake, fake, fake, 0.125, hopper) is expected
