@@ -4,6 +4,8 @@ Public API
 ----------
 flash_attention(q, k, v, *, causal=False, window=None, scale=None, precision="ieee", config=None)
     The kernel, differentiable, (batch, heads, seq, head_dim) like SDPA.
+flash_attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, ...)
+    Packed variable-length sequences, FlashAttention-2's varlen layout.
 FlashAttention
     ``nn.Module`` wrapper holding ``causal``/``scale``/``precision``.
 scaled_dot_product_attention
@@ -24,6 +26,7 @@ from .attention import SUPPORTED_DTYPES, SUPPORTED_HEAD_DIMS, flash_attention, i
 from .config import KernelConfig, LaunchConfig, builtin_config, config_for_device, load_config
 from .flops import attention_flops
 from .nn import FlashAttention, scaled_dot_product_attention, swap_sdpa
+from .varlen import flash_attention_varlen
 
 __all__ = [
     "SUPPORTED_DTYPES",
@@ -35,6 +38,7 @@ __all__ = [
     "builtin_config",
     "config_for_device",
     "flash_attention",
+    "flash_attention_varlen",
     "interpreter_active",
     "load_config",
     "scaled_dot_product_attention",

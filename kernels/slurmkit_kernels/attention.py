@@ -9,11 +9,12 @@ import contextlib
 import functools
 import json
 import math
+import os
 
 import torch
 from triton.runtime.interpreter import InterpretedFunction
 
-from . import _kernels
+from . import _hopper, _kernels
 from .config import KernelConfig, LaunchConfig, config_for_device, parse_config
 
 SUPPORTED_HEAD_DIMS = (16, 32, 64, 128)
@@ -23,6 +24,9 @@ _LOG2E = 1.4426950408889634
 # A band edge beyond any index difference (sequence lengths are far below 2**30), small
 # enough that the kernels' index arithmetic stays inside int32.
 _UNBOUNDED = 2**30
+# Feature flag for the Hopper kernels (_hopper.py): "1" uses them on sm_90+ GPUs where
+# eligible, anything else keeps the portable kernels. The ``hopper=`` argument overrides it.
+HOPPER_ENV = "SLURMKIT_KERNELS_HOPPER"
 
 
 def interpreter_active() -> bool:
@@ -155,7 +159,37 @@ def _launch(cfg: LaunchConfig) -> dict[str, int]:
             "num_warps": cfg.num_warps, "num_stages": cfg.num_stages}
 
 
-def _forward(q, k, v, band, scale, precision, config):
+def _use_hopper(q, k, v, scale: float, hopper: bool | None) -> bool:
+    """Whether this call runs the Hopper kernels (TMA, warp specialisation, 5-matmul backward).
+
+    ``hopper=None`` follows ``SLURMKIT_KERNELS_HOPPER``; ``True`` uses them regardless of
+    it, also under the interpreter (tests); ``False`` never. On CUDA they need compute
+    capability 9.0 or newer. Either way the inputs must suit them: fp16/bf16 (fp32 keeps the
+    portable IEEE/TF32 path), a positive scale (the folded FMA takes the row max of
+    unscaled scores), and layouts TMA can address; anything else uses the portable kernels.
+    """
+    if hopper is False or (hopper is None and os.environ.get(HOPPER_ENV) != "1"):
+        return False
+    if q.device.type == "cuda":
+        if torch.cuda.get_device_capability(q.device)[0] < 9:  # no TMA or wgmma before Hopper
+            return False
+    elif hopper is None:
+        return False  # the interpreter runs them only when asked to (tests)
+    return (
+        q.dtype in (torch.float16, torch.bfloat16)
+        and scale > 0
+        and all(_hopper.tma_compatible(t) for t in (q, k, v))
+    )
+
+
+def _forward(q, k, v, band, scale, precision, config, hopper=False):
+    if hopper:
+        o = _empty(q.shape, q.dtype, q.device)
+        lse = _empty(q.shape[:3], torch.float32, q.device)
+        emulate_bf16, _ = _kernel_flags(q.dtype, precision)
+        _hopper.forward(q, k, v, o, lse, band, scale * _LOG2E, _hopper.HOPPER_TILES["fwd", q.shape[3]],
+                        _hopper.WARP_SPECIALIZE, emulate_bf16)
+        return o, lse
     batch, h_q, n_q, d = q.shape
     h_kv, n_k = k.shape[1], k.shape[2]
     o = _empty((batch, h_q, n_q, d), q.dtype, q.device)
@@ -172,7 +206,7 @@ def _forward(q, k, v, band, scale, precision, config):
     return o, lse
 
 
-def _backward(do, q, k, v, o, lse, band, scale, precision, config):
+def _backward(do, q, k, v, o, lse, band, scale, precision, config, hopper=False, deterministic=True):
     batch, h_q, n_q, d = q.shape
     h_kv, n_k = k.shape[1], k.shape[2]
     group = h_q // h_kv
@@ -188,6 +222,13 @@ def _backward(do, q, k, v, o, lse, band, scale, precision, config):
 
     dk = _empty(k.shape, k.dtype, k.device)
     dv = _empty(v.shape, v.dtype, v.device)
+    if hopper:
+        if not _hopper.tma_compatible(do):
+            do = do.contiguous()
+        dq = _empty(q.shape, q.dtype, q.device)
+        _hopper.backward(q, k, v, do, lse, delta, dq, dk, dv, band, scale, qk_scale,
+                         _hopper.backward_tiles(d, deterministic), deterministic, emulate_bf16)
+        return dq, dk, dv
     cfg = config.lookup("bwd_dkdv", d, dtype_name, _lookup_precision(q.dtype, precision))
     _kernels._attn_bwd_dkdv[(_cdiv(n_k, cfg.BLOCK_N), batch * h_kv)](
         q, k, v, do, lse, delta, dk, dv,
@@ -228,15 +269,15 @@ def _parsed_config(config_json: str) -> KernelConfig:
 @torch.library.custom_op("slurmkit::flash_attention_fwd", mutates_args=())
 def _flash_attention_fwd(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, d_lo: int, d_hi: int, scale: float, precision: str,
-    config_json: str | None,
+    config_json: str | None, hopper: bool, deterministic: bool,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     config = _config_from_json(config_json, q)
     with _on_device(q):
-        return _forward(q, k, v, (d_lo, d_hi), scale, precision, config)
+        return _forward(q, k, v, (d_lo, d_hi), scale, precision, config, hopper)
 
 
 @_flash_attention_fwd.register_fake
-def _(q, k, v, d_lo, d_hi, scale, precision, config_json):
+def _(q, k, v, d_lo, d_hi, scale, precision, config_json, hopper, deterministic):
     batch, h_q, n_q, d = q.shape
     return q.new_empty((batch, h_q, n_q, d)), q.new_empty((batch, h_q, n_q), dtype=torch.float32)
 
@@ -244,33 +285,34 @@ def _(q, k, v, d_lo, d_hi, scale, precision, config_json):
 @torch.library.custom_op("slurmkit::flash_attention_bwd", mutates_args=())
 def _flash_attention_bwd(
     do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, lse: torch.Tensor,
-    d_lo: int, d_hi: int, scale: float, precision: str, config_json: str | None,
+    d_lo: int, d_hi: int, scale: float, precision: str, config_json: str | None, hopper: bool,
+    deterministic: bool,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     if do.dtype != q.dtype or do.device != q.device:
         raise ValueError(f"grad_output has dtype {do.dtype} on {do.device}; expected {q.dtype} on {q.device}")
     config = _config_from_json(config_json, q)
     with _on_device(q):
-        return _backward(do, q, k, v, o, lse, (d_lo, d_hi), scale, precision, config)
+        return _backward(do, q, k, v, o, lse, (d_lo, d_hi), scale, precision, config, hopper, deterministic)
 
 
 @_flash_attention_bwd.register_fake
-def _(do, q, k, v, o, lse, d_lo, d_hi, scale, precision, config_json):
+def _(do, q, k, v, o, lse, d_lo, d_hi, scale, precision, config_json, hopper, deterministic):
     # The kernels write fresh contiguous tensors of the inputs' shapes.
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 
 
 def _setup_context(ctx, inputs, output):
-    q, k, v, d_lo, d_hi, scale, precision, config_json = inputs
+    q, k, v, d_lo, d_hi, scale, precision, config_json, hopper, deterministic = inputs
     o, lse = output
     ctx.save_for_backward(q, k, v, o, lse)
-    ctx.args = (d_lo, d_hi, scale, precision, config_json)
+    ctx.args = (d_lo, d_hi, scale, precision, config_json, hopper, deterministic)
     ctx.mark_non_differentiable(lse)
 
 
 def _backward_rule(ctx, do, _dlse):
     q, k, v, o, lse = ctx.saved_tensors
     dq, dk, dv = _flash_attention_bwd(do, q, k, v, o, lse, *ctx.args)
-    return dq, dk, dv, None, None, None, None, None
+    return dq, dk, dv, None, None, None, None, None, None, None
 
 
 def _no_double_backward(ctx, *grads):
@@ -292,6 +334,8 @@ def flash_attention(
     scale: float | None = None,
     precision: str = "ieee",
     config: KernelConfig | None = None,
+    hopper: bool | None = None,
+    deterministic: bool = True,
 ) -> torch.Tensor:
     """Exact softmax attention ``softmax(scale * q @ k^T) @ v``, FlashAttention-2 style.
 
@@ -329,6 +373,16 @@ def flash_attention(
     config : KernelConfig, optional
         Launch configuration; default: the shipped file for this GPU model (see
         :mod:`slurmkit_kernels.config`).
+    hopper : bool, optional
+        Use the Hopper kernels (TMA descriptors, warp specialisation, 5-matmul backward;
+        see ``_hopper.py``). ``None`` (default) follows the environment variable
+        ``SLURMKIT_KERNELS_HOPPER=1`` on GPUs of compute capability >= 9.0; ``False`` always
+        uses the portable kernels. Inputs the Hopper kernels cannot take (fp32, layouts
+        TMA cannot address, a non-positive scale) use the portable kernels either way.
+    deterministic : bool
+        Hopper backward only: add dQ contributions in a fixed order (default), making the
+        backward bitwise reproducible; ``False`` lets them race (faster). The portable
+        backward is always deterministic.
 
     Returns
     -------
@@ -347,6 +401,12 @@ def flash_attention(
     band = _band(causal, window, q.shape[2], k.shape[2])
     if config is not None and not isinstance(config, KernelConfig):
         raise ValueError(f"config must be a KernelConfig (see load_config), got {type(config).__name__}")
+    if hopper is not None and not isinstance(hopper, bool):
+        raise ValueError(f"hopper must be None, True or False, got {hopper!r}")
+    if not isinstance(deterministic, bool):
+        raise ValueError(f"deterministic must be a bool, got {deterministic!r}")
+    use_hopper = _use_hopper(q, k, v, scale, hopper)
     config_json = None if config is None else config.json
-    out, _lse = _flash_attention_fwd(q, k, v, band[0], band[1], scale, precision, config_json)
+    out, _lse = _flash_attention_fwd(q, k, v, band[0], band[1], scale, precision, config_json, use_hopper,
+                                     deterministic)
     return out

@@ -56,7 +56,11 @@ BENCH_SEQ_LENS = (1024, 2048, 4096, 8192, 16384)
 BENCH_TOKENS = 16384
 BENCH_HIDDEN = 2048
 # "module:function" entries, each returning a KernelSet; see the module docstring.
-KERNEL_SETS = ["slurmkit_kernels.compile_check:portable_kernel_set"]
+KERNEL_SETS = [
+    "slurmkit_kernels.compile_check:portable_kernel_set",
+    "slurmkit_kernels.compile_check:hopper_kernel_set",
+    "slurmkit_kernels.compile_check:varlen_kernel_set",
+]
 MARK_BEGIN = "<!-- compile_check table: begin -->"
 MARK_END = "<!-- compile_check table: end -->"
 
@@ -128,6 +132,21 @@ def portable_kernel_set() -> KernelSet:
         attention._backward(torch.empty_like(o), q, k, v, o, lse, band, scale, problem.precision, config)
 
     return KernelSet("portable", launch)
+
+
+def hopper_kernel_set() -> KernelSet:
+    """The Hopper path of ``_hopper.py`` (TMA, 5-matmul backward in both dQ modes); launches
+    nothing below sm_90 or for fp32, which keep the portable kernels."""
+    from . import hopper_check
+
+    return KernelSet("hopper", hopper_check.hopper_problem_launch)
+
+
+def varlen_kernel_set() -> KernelSet:
+    """The variable-length kernels of ``_varlen.py``, with the shipped dense configs."""
+    from . import hopper_check
+
+    return KernelSet("varlen", hopper_check.varlen_problem_launch)
 
 
 def load_kernel_sets(entries: Sequence[str] = KERNEL_SETS) -> list[KernelSet]:
