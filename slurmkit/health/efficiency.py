@@ -47,18 +47,16 @@ Nothing here can fail the job or drain the node: problems are recorded, never ra
 
 from __future__ import annotations
 
-import errno
-import fcntl
 import gzip
 import json
 import math
 import os
 import re
-import stat
 import time
 import zlib
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
+from slurmkit.core import trust
 from slurmkit.health.backends import BackendError
 
 PREFIX = "sk1:"
@@ -233,8 +231,10 @@ def cursor_path(state_dir: str, node: str) -> str:
 
 def read_cursor(state_dir: str, node: str) -> Dict[str, float]:
     try:
-        with open(cursor_path(state_dir, node), encoding="utf-8") as fh:
-            data = json.load(fh)
+        raw = trust.read_trusted(cursor_path(state_dir, node))
+        if raw is None:
+            return {}
+        data = json.loads(raw.decode("utf-8"))
         return {str(k): float(v) for k, v in (data.get("gpus") or {}).items() if finite(v) is not None}
     except (OSError, ValueError, TypeError, AttributeError):
         return {}
@@ -249,17 +249,8 @@ def advance_cursor(state_dir: str, node: str, newest: Dict[str, float], timeout:
         return
     os.makedirs(state_dir, exist_ok=True)
     path = cursor_path(state_dir, node)
-    fd = os.open(path + ".lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    fd = trust.lock(path + ".lock", timeout)  # TimeoutError when it stays held
     try:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except OSError as exc:
-                if exc.errno not in (errno.EAGAIN, errno.EACCES) or time.monotonic() >= deadline:
-                    raise TimeoutError(f"efficiency cursor {path} stayed locked") from None
-                time.sleep(0.01)
         cur = read_cursor(state_dir, node)
         for k, v in newest.items():
             cur[k] = max(v, cur.get(k, v))
@@ -342,43 +333,19 @@ def accounting_setup(backend, enable: bool) -> List[Dict[str, Any]]:
 # ---------------------------------------------------------------------- shared merge
 
 
-def _trusted_dir(path: str) -> bool:
-    try:
-        st = os.lstat(path)
-    except OSError:
-        return False
-    return (stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid()
-            and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH))
-
-
 def _ensure_dir(path: str) -> None:
-    try:
-        os.mkdir(path, 0o755)
-    except FileExistsError:
-        pass
-    if not _trusted_dir(path):
-        raise PermissionError(f"{path} is not a directory owned by uid {os.geteuid()} and closed to others")
+    why = trust.writable_dir(path, 0o755)
+    if why:
+        raise PermissionError(why)
 
 
 def _read_trusted_json(path: str) -> Optional[Dict[str, Any]]:
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
-        return None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022 \
-                or st.st_size > 1 << 20:
-            return None
-        with os.fdopen(fd, encoding="utf-8") as fh:
-            fd = -1
-            data = json.load(fh, parse_constant=_reject_constant)
-        return data if isinstance(data, dict) else None
+        raw = trust.read_trusted(path, max_bytes=1 << 20)
+        data = None if raw is None else json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
     except (OSError, ValueError, SummaryError):
         return None
-    finally:
-        if fd >= 0:
-            os.close(fd)
+    return data if isinstance(data, dict) else None
 
 
 def job_nodes(env: Dict[str, str], me: str) -> List[str]:
