@@ -28,7 +28,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from slurmkit.slurm.client import JOB_FIELDS, NODE_FIELDS  # noqa: E402
 from slurmkit.slurm.parse import parse_parsable2  # noqa: E402
 from slurmkit.sweep.planner import plan, sweep_job_nodes  # noqa: E402
-from slurmkit.sweep.store import VerdictStore  # noqa: E402
+from slurmkit.verdict.store import VerdictStore  # noqa: E402
 
 STATES = ["idle"] * 6 + ["mixed", "allocated", "allocated", "drained"]
 HEAVY = [
@@ -64,7 +64,7 @@ def populate(store: VerdictStore, n: int, rng: random.Random) -> None:
     """Node files as three heavy passes would leave them, written directly (recording
     10,000 passes one by one would also rewrite the summary 10,000 times, which a real
     fleet spreads over a week), then the summary rebuilt once from the files."""
-    from slurmkit.sweep.store import empty_doc
+    from slurmkit.verdict.store import empty_doc
 
     now = time.time()
     for i in range(n):

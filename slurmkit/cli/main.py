@@ -9,11 +9,11 @@ from slurmkit.cli.common import LazyGroup, common_options, format_options, load_
     resolve_format, run_main
 
 LAZY = {
-    "devcluster": "slurmkit.devcluster.cli:devcluster",
-    "health": "slurmkit.health.cli:health",
-    "node": "slurmkit.health.cli:node",
-    "kill-leaks": "slurmkit.health.cli:kill_leaks",
-    "sweep": "slurmkit.sweep.cli:sweep",
+    "devcluster": "slurmkit.cli.devcluster:devcluster",
+    "health": "slurmkit.cli.health:health",
+    "node": "slurmkit.cli.health:node",
+    "kill-leaks": "slurmkit.cli.health:kill_leaks",
+    "sweep": "slurmkit.cli.sweep:sweep",
     "report": "slurmkit.report.cli:report",
 }
 
@@ -51,6 +51,14 @@ def config_validate(config_path, verbose, quiet) -> None:
         for line in warn_lines() or []:
             click.echo(f"slurmkit: {line}", err=True)
     problems = named_file_problems(cfg)
+    table = cfg.section("health")["checks"]["xid"]["table"]
+    if table and not problems:
+        from slurmkit.health.xid import load_table
+
+        try:
+            load_table(table)
+        except ConfigError as exc:
+            problems.append(str(exc))
     if problems:
         for first in problems[:-1]:
             click.echo(f"slurmkit: error: {first}", err=True)

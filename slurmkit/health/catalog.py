@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Dict, List, Optional
 
 from slurmkit.health import heavy
-from slurmkit.health.base import Tier
+from slurmkit.verdict.base import Tier
 from slurmkit.health.checks import gpu, host
 from slurmkit.health.declare import ALL_HOOKS, HEAVY_HOOKS, CheckSpec, declared
 

@@ -45,7 +45,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Dict, Optional
 
-from slurmkit.health.base import Action, CheckResult, Status
+from slurmkit.verdict.base import Action, CheckResult, Status
 
 GB = 1e9
 

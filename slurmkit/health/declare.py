@@ -29,7 +29,7 @@ from types import ModuleType
 from typing import Callable, Dict, FrozenSet, List, Mapping, Optional
 
 from slurmkit.core.schema import Field
-from slurmkit.health.base import CheckResult, Tier
+from slurmkit.verdict.base import CheckResult, Tier
 
 ALL_HOOKS = frozenset({"prolog", "epilog", "healthcheck", "manual"})
 #: heavy checks run only when asked for: sweeps and escalating epilogs call them as "manual"

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence
 
 from slurmkit.health.backends import BackendError, BackendUnavailable, GpuBackend
-from slurmkit.health.base import Action, CheckResult, Status, Tier
+from slurmkit.verdict.base import Action, CheckResult, Status, Tier
 from slurmkit.health.catalog import CheckSpec, select
 from slurmkit.health.config import thresholds_for
 from slurmkit.health.deadline import ProbeTimeout, call_with_deadline

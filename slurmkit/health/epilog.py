@@ -25,7 +25,7 @@ import stat
 import time
 from typing import Any, Dict, List, Optional
 
-from slurmkit.health.base import Action, CheckResult, Status, Tier
+from slurmkit.verdict.base import Action, CheckResult, Status, Tier
 
 
 def _job_gpu_indices(ctx) -> List[int]:

@@ -32,7 +32,7 @@ import time
 from typing import Any, Dict, List, Optional, Tuple
 
 from slurmkit.core import trust
-from slurmkit.health.base import DRAIN_REASON_PREFIX, Action, CheckResult, Status, Tier
+from slurmkit.verdict.base import DRAIN_REASON_PREFIX, Action, CheckResult, Status, Tier
 from slurmkit.slurm.node import this_node
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -142,7 +142,7 @@ def _record(
     internal: List[str],
     extra: Optional[Dict[str, Any]] = None,
 ) -> None:
-    from slurmkit.health import record
+    from slurmkit.verdict import record
 
     node = ctx.node if ctx else this_node()
     job = ctx.job_id if ctx else os.environ.get("SLURM_JOB_ID")
@@ -225,7 +225,7 @@ def run_hook(hook: str, env: Optional[Dict[str, str]] = None) -> int:
     client.configure(slurm.get("bin_dir"), slurm.get("timeout"))
     try:
         from slurmkit.health.catalog import select
-        from slurmkit.health.base import first_failure, worst
+        from slurmkit.verdict.base import first_failure, worst
         from slurmkit.health.engine import Context, internal_problems, run_checks
 
         ctx = Context.from_env(health, paths, hook, env)

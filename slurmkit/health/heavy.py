@@ -23,7 +23,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from slurmkit.core.schema import Field
 from slurmkit.health import collective, declare
-from slurmkit.health.base import Action, CheckResult, Status, Tier
+from slurmkit.verdict.base import Action, CheckResult, Status, Tier
 
 GB = 1e9
 

@@ -167,7 +167,7 @@ def kill_leaks(
     backend=None,
 ) -> Dict[str, Any]:
     """Scan, then (unless ``dry_run``) kill; audit every candidate and action. Returns a report."""
-    from slurmkit.health.record import append_jsonl
+    from slurmkit.verdict.record import append_jsonl
 
     if running is None:
         running = running_job_ids()

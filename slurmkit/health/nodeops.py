@@ -26,7 +26,7 @@ import time
 from typing import Any, Callable, Dict, List, Optional
 
 from slurmkit.errors import UsageError
-from slurmkit.health.base import DRAIN_REASON_PREFIX, CheckResult, Tier
+from slurmkit.verdict.base import DRAIN_REASON_PREFIX, CheckResult, Tier
 
 # exit codes of `slurmkit node resume`
 RESUMED = 0  # resumed, or nothing to do (node not drained)
@@ -103,7 +103,7 @@ def guarded_resume(
     sweep job) pass its results instead of re-running them here. Returns a report
     dict with ``exit_code`` (:data:`RESUMED` ... :data:`CANNOT_CHECK`) and ``message``.
     """
-    from slurmkit.health.base import first_failure
+    from slurmkit.verdict.base import first_failure
     from slurmkit.health.engine import internal_problems
     from slurmkit.slurm import client
 
@@ -173,7 +173,7 @@ def guarded_resume(
 
 
 def node_status(node: str, health: Dict[str, Any], paths: Dict[str, Any]) -> Dict[str, Any]:
-    from slurmkit.health import record
+    from slurmkit.verdict import record
 
     info = node_info(node)
     reason = info.get("Reason", "")
@@ -195,7 +195,7 @@ def node_status(node: str, health: Dict[str, Any], paths: Dict[str, Any]) -> Dic
             if r.get("status") in ("fail", "warn")
         ]
     try:
-        from slurmkit.sweep.store import for_paths
+        from slurmkit.verdict.store import for_paths
 
         out["heavy_verdicts"] = for_paths(paths).node(node) or {}
     except Exception:

@@ -21,7 +21,7 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from slurmkit.core import trust
 from slurmkit.core.files import write_json_atomic
-from slurmkit.health.base import Action
+from slurmkit.verdict.base import Action
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 #: Where the table is looked for, in order: the source tree, then an installed wheel's

@@ -28,7 +28,7 @@ one that fires in practice. The previous attempt must be in the same sacct outpu
 one that lies before the report window is not seen.
 
 Health-log join ("suspect" GPU-hours): where slurmkit's health log is available
-(``<paths.log_dir>/health.jsonl``, JSON lines written by :mod:`slurmkit.health.record`:
+(``<paths.log_dir>/health.jsonl``, JSON lines written by :mod:`slurmkit.verdict.record`:
 ``node``, ``time`` (or ``timestamp``) in epoch seconds, ``status``, ``drain_reason``
 ``slurmkit:<CODE> <check>: ...``; or ``code``/``check`` keys), every record that
 drained a node (see :func:`_is_drain`) marks the GPU-hours of every attempt

@@ -306,7 +306,7 @@ def failed_verdict_nodes(verdict_root: Optional[str], nodes: Sequence[str], now:
     if not verdict_root:
         return {}
     try:
-        from slurmkit.sweep.store import VerdictStore  # written by the sweep engineer; optional
+        from slurmkit.verdict.store import VerdictStore  # written by the sweep engineer; optional
     except Exception:  # noqa: BLE001 - absent or broken store must not break a requeue
         return {}
     out: Dict[str, str] = {}

@@ -2,7 +2,7 @@
 
 The pieces, each usable on its own:
 
-* :mod:`slurmkit.sweep.store`: the per-node verdict store on shared storage, read by
+* :mod:`slurmkit.verdict.store`: the per-node verdict store on shared storage, read by
   the prolog (cached heavy verdicts), ``ssubmit`` (requeue-with-exclude) and reports;
 * :mod:`slurmkit.sweep.planner`: which idle nodes to check next (pure, benchmarked);
 * :mod:`slurmkit.sweep.outliers`: fleet-relative median/MAD per GPU model;
@@ -10,5 +10,5 @@ The pieces, each usable on its own:
 * :mod:`slurmkit.sweep.notify`: de-duplicated notifications;
 * :mod:`slurmkit.sweep.runnode`: what runs inside one sweep job on the node;
 * :mod:`slurmkit.sweep.cron`: one cron run (plan and submit), fleet status, invalidation;
-* :mod:`slurmkit.sweep.cli`: ``slurmkit sweep``, a thin click wrapper over :mod:`.cron`.
+* :mod:`slurmkit.cli.sweep`: ``slurmkit sweep``, a thin click wrapper over :mod:`.cron`.
 """

@@ -1,7 +1,7 @@
 """One cron run of the sweep: read Slurm and the verdict store, plan, submit; and the
 per-node status the ``status`` command shows.
 
-The click commands in :mod:`slurmkit.sweep.cli` only parse options and print what these
+The click commands in :mod:`slurmkit.cli.sweep` only parse options and print what these
 functions return, so a site (or a test) can drive a sweep run from Python.
 """
 
@@ -19,7 +19,7 @@ from slurmkit.slurm.parse import gpus_from_gres
 from slurmkit.sweep import jobscript, pairs, planner
 from slurmkit.sweep.metrics import write_controller_metrics
 from slurmkit.sweep.runnode import open_store
-from slurmkit.sweep.store import _NODE_NAME_RE, check_node_name
+from slurmkit.verdict.store import _NODE_NAME_RE, check_node_name
 
 log = logging.getLogger("slurmkit.sweep")
 

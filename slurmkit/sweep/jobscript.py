@@ -30,7 +30,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 import jinja2
 
-from slurmkit.sweep.store import check_node_name
+from slurmkit.verdict.store import check_node_name
 
 SCRIPT_TEMPLATE = """\
 #!/bin/bash

@@ -43,7 +43,7 @@ import logging
 import os
 from typing import Any, Dict, Iterable, List, Mapping, Optional
 
-from slurmkit.health.base import CheckResult, Status, worst
+from slurmkit.verdict.base import CheckResult, Status, worst
 
 log = logging.getLogger("slurmkit.sweep.metrics")
 

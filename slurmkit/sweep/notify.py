@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from typing import Any, Dict, Iterable, List, Mapping, Optional
 
 from slurmkit.errors import ExternalCommandError
-from slurmkit.health.base import CheckResult, Status, worst
-from slurmkit.sweep.store import VerdictStore, check_node_name
+from slurmkit.verdict.base import CheckResult, Status, worst
+from slurmkit.verdict.store import VerdictStore, check_node_name
 
 log = logging.getLogger("slurmkit.sweep.notify")
 

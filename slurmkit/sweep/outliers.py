@@ -26,7 +26,7 @@ from __future__ import annotations
 import statistics
 from typing import Any, Dict, Iterable, List, Mapping, Optional
 
-from slurmkit.health.base import Action, CheckResult, Status
+from slurmkit.verdict.base import Action, CheckResult, Status
 
 OUTLIER_PREFIX = "outlier."
 

@@ -24,14 +24,14 @@ import socket
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from slurmkit.health import collective
-from slurmkit.health.base import CheckResult
+from slurmkit.verdict.base import CheckResult
 from slurmkit.sweep.probes import (
     find_topology_conf,
     parse_topology_conf,
     select_pairs,
 )
 from slurmkit.sweep.jobscript import finish_sbatch_args
-from slurmkit.sweep.store import check_node_name
+from slurmkit.verdict.store import check_node_name
 
 log = logging.getLogger("slurmkit.sweep.pairs")
 

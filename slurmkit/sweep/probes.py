@@ -26,7 +26,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
-from slurmkit.health.base import Action, CheckResult, Status
+from slurmkit.verdict.base import Action, CheckResult, Status
 from slurmkit.slurm.parse import ParseError, expand_hostlist
 
 GB = 1e9

@@ -24,10 +24,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional
 
-from slurmkit.health.base import DRAIN_REASON_PREFIX, CheckResult, Status, first_failure, worst
+from slurmkit.verdict.base import DRAIN_REASON_PREFIX, CheckResult, Status, first_failure, worst
 from slurmkit.sweep import outliers as outlier_rule
 from slurmkit.sweep.probes import storage_checks
-from slurmkit.sweep.store import HISTORY_LEN, VerdictStore
+from slurmkit.verdict.store import HISTORY_LEN, VerdictStore
 
 log = logging.getLogger("slurmkit.sweep.run")
 
@@ -40,7 +40,7 @@ def store_root(site_cfg) -> str:
 
 
 def open_store(site_cfg) -> VerdictStore:
-    from slurmkit.sweep.store import for_paths
+    from slurmkit.verdict.store import for_paths
 
     return for_paths(site_cfg.section("paths"))
 
@@ -82,7 +82,7 @@ class NodeRun:
 def heavy_tier(site_cfg, node: str, checks: Optional[List[str]]) -> List[CheckResult]:
     """The health catalog's heavy tier on this node, through the health gate's own engine
     (per-check deadlines, hung-probe handling, error classification)."""
-    from slurmkit.health.base import Tier
+    from slurmkit.verdict.base import Tier
     from slurmkit.health.engine import run_selected
 
     return run_selected(site_cfg.section("health"), site_cfg.section("paths"), tier=Tier.HEAVY,

@@ -46,7 +46,7 @@ import yaml
 from slurmkit.config import load_site_config
 from slurmkit.health.backends import BackendError
 from slurmkit.health.backends.nvml import NvmlBackend
-from slurmkit.health.base import Status, Tier
+from slurmkit.verdict.base import Status, Tier
 from slurmkit.health.catalog import select
 from slurmkit.health.engine import Context, run_checks
 

@@ -91,7 +91,7 @@ def test_each_check_is_one_declaration_the_catalog_and_schema_come_from():
 
 def test_a_check_declared_twice_is_refused():
     from slurmkit.health import declare
-    from slurmkit.health.base import Tier
+    from slurmkit.verdict.base import Tier
     from slurmkit.health.catalog import build_catalog
 
     @declare.check("twin", Tier.FAST, "first")

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from slurmkit.health.base import Action, Status
+from slurmkit.verdict.base import Action, Status
 from slurmkit.health.catalog import CATALOG
 from slurmkit.health.engine import run_checks, run_one
 

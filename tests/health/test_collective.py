@@ -8,7 +8,7 @@ import math
 import pytest
 
 from slurmkit.health import collective, heavy
-from slurmkit.health.base import Action, Status
+from slurmkit.verdict.base import Action, Status
 
 
 def test_busbw_matches_nccl_tests_definition():

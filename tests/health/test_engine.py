@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from slurmkit.config import load_site_config
 from slurmkit.health import engine
-from slurmkit.health.base import Action, CheckResult, Status, Tier, first_failure, worst
+from slurmkit.verdict.base import Action, CheckResult, Status, Tier, first_failure, worst
 
 
 def r(check, status, action=Action.NONE):

@@ -13,7 +13,7 @@ import pytest
 
 from slurmkit.health import epilog as ep
 from slurmkit.health import procs
-from slurmkit.health.base import Action, CheckResult, Status
+from slurmkit.verdict.base import Action, CheckResult, Status
 from tests.health.conftest import REPO, spawn_as
 
 EPILOG = str(REPO / "epilog" / "slurmkit-epilog")

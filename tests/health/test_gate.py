@@ -223,7 +223,7 @@ def test_healthcheck_drains_itself_on_failure(gpu_fixture, site, fake_scontrol):
 @settings(max_examples=40, deadline=None)
 @given(st.text(min_size=0, max_size=300))
 def test_drain_reason_is_one_prefixed_line_for_any_text(text):
-    from slurmkit.health.base import CheckResult, Status
+    from slurmkit.verdict.base import CheckResult, Status
 
     reason = CheckResult("gpu_ecc", Status.FAIL, "GPU_ECC_UNCORRECTED", text).drain_reason()
     assert reason.startswith("slurmkit:GPU_ECC_UNCORRECTED gpu_ecc: ")

@@ -8,7 +8,7 @@ import math
 import pytest
 
 from slurmkit.health import heavy
-from slurmkit.health.base import Status
+from slurmkit.verdict.base import Status
 from slurmkit.health.catalog import CATALOG
 from slurmkit.health.engine import run_one
 

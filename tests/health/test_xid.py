@@ -10,7 +10,7 @@ import pytest
 
 from slurmkit.errors import ConfigError
 from slurmkit.health import kmsg, xid
-from slurmkit.health.base import Action, Status
+from slurmkit.verdict.base import Action, Status
 from slurmkit.health.catalog import CATALOG
 from slurmkit.health.engine import run_one
 

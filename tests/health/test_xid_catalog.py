@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from slurmkit.health import xid
-from slurmkit.health.base import Action
+from slurmkit.verdict.base import Action
 
 REPO = Path(__file__).resolve().parents[2]
 TABLE = yaml.safe_load((REPO / "etc" / "xid-actions.yaml").read_text())

@@ -20,7 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from slurmkit.health import kmsg, xid
-from slurmkit.health.base import Action
+from slurmkit.verdict.base import Action
 
 REAL = Path(__file__).resolve().parents[1] / "data" / "real"
 

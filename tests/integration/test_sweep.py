@@ -83,7 +83,7 @@ class SweepEnv:
         return json.loads(res.stdout)
 
     def store(self):
-        from slurmkit.sweep.store import VerdictStore
+        from slurmkit.verdict.store import VerdictStore
 
         return VerdictStore(str(self.store_dir))
 

@@ -189,9 +189,9 @@ def test_empty_input():
 
 
 def test_health_log_written_by_the_health_hooks(fixture_path, tmp_path):
-    """The join reads the records slurmkit.health.record writes (``time``, ``drain_reason``)."""
-    from slurmkit.health.base import Action, CheckResult, Status
-    from slurmkit.health.record import append_jsonl, verdict_record
+    """The join reads the records slurmkit.verdict.record writes (``time``, ``drain_reason``)."""
+    from slurmkit.verdict.base import Action, CheckResult, Status
+    from slurmkit.verdict.record import append_jsonl, verdict_record
 
     attempts, w = load(fixture_path)
     log = tmp_path / "health.jsonl"

@@ -154,8 +154,8 @@ time.sleep(120)
 
 RECORD = """
 import sys
-import slurmkit.sweep.store as store
-from slurmkit.health.base import CheckResult, Status
+import slurmkit.verdict.store as store
+from slurmkit.verdict.base import CheckResult, Status
 store.LOCK_TIMEOUT = 1.0
 try:
     store.VerdictStore(sys.argv[1]).record("node1", [CheckResult("x", Status.OK)], 60)
@@ -221,7 +221,7 @@ def test_forged_peers_cannot_make_a_healthy_node_an_outlier(node, unprivileged_u
     forged "peers" at 900 GB/s made a healthy node at 400 GB/s an outlier, and with
     ``outliers.action: drain`` the sweep drained it."""
     from slurmkit.config import load_site_config
-    from slurmkit.health.base import CheckResult, Status
+    from slurmkit.verdict.base import CheckResult, Status
     from slurmkit.slurm import runner
     from slurmkit.slurm.runner import Result
     from slurmkit.sweep.runnode import run_node

@@ -58,7 +58,7 @@ def test_a_user_locking_the_health_log_cannot_make_the_watchdog_pass_a_fail(node
 HANGING_METRICS = """
 import sys, time
 import slurmkit.health.gate as gate
-import slurmkit.health.record as record
+import slurmkit.verdict.record as record
 record.write_verdict_metrics = lambda *a, **k: time.sleep(600)  # a disk that never answers
 if sys.argv[1] == "watchdog":
     gate.RECORD_TIMEOUT = 600.0  # let the hook's own watchdog be what ends it
@@ -102,7 +102,7 @@ def test_the_sweep_drains_before_it_records_into_a_full_store(node, tmpfs):
     """Old: `store.record` raised ENOSPC before the drain: a node the sweep found broken
     stayed in service."""
     from slurmkit.config import load_site_config
-    from slurmkit.health.base import Action, CheckResult, Status
+    from slurmkit.verdict.base import Action, CheckResult, Status
     from slurmkit.slurm import runner
     from slurmkit.slurm.runner import Result
     from slurmkit.sweep.runnode import run_node

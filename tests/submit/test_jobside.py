@@ -10,11 +10,11 @@ import types
 
 import pytest
 
-from slurmkit.health.base import CheckResult, Status
+from slurmkit.verdict.base import CheckResult, Status
 from slurmkit.slurm import runner
 from slurmkit.slurm.runner import Result
 from slurmkit.submit import jobside
-from slurmkit.sweep.store import VerdictStore
+from slurmkit.verdict.store import VerdictStore
 
 
 def fake_resolver(mapping):
@@ -203,15 +203,15 @@ def test_sweep_verdicts_add_failed_nodes(monkeypatch, tmp_path):
                     "node2": {"gpu_ecc": {"status": "fail", "reason": "old", "valid_until": 1.0}},
                     "node3": {"nvlink": {"status": "ok"}}}.get(name, {})
 
-    mod = types.ModuleType("slurmkit.sweep.store")
+    mod = types.ModuleType("slurmkit.verdict.store")
     mod.VerdictStore = Store
-    monkeypatch.setitem(sys.modules, "slurmkit.sweep.store", mod)
+    monkeypatch.setitem(sys.modules, "slurmkit.verdict.store", mod)
     got = jobside.failed_verdict_nodes("/shared", ["node1", "node2", "node3"], now=1e9)
     assert got == {"node1": "sweep verdict gpu_ecc: ECC"}
 
 
 def test_missing_sweep_store_is_tolerated(monkeypatch):
-    monkeypatch.setitem(sys.modules, "slurmkit.sweep.store", None)  # import fails
+    monkeypatch.setitem(sys.modules, "slurmkit.verdict.store", None)  # import fails
     assert jobside.failed_verdict_nodes("/shared", ["node1"]) == {}
 
 

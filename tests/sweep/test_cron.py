@@ -6,9 +6,9 @@ from __future__ import annotations
 import time
 
 from slurmkit.errors import SlurmCommandError
-from slurmkit.health.base import CheckResult, Status
+from slurmkit.verdict.base import CheckResult, Status
 from slurmkit.sweep import cron
-from slurmkit.sweep.store import VerdictStore
+from slurmkit.verdict.store import VerdictStore
 
 SINFO = (
     "node1|idle|gpu:h100:8(S:0-1)|sweep|64|512000|none\n"

@@ -6,7 +6,7 @@ import time
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from slurmkit.health.base import CheckResult, Status
+from slurmkit.verdict.base import CheckResult, Status
 from slurmkit.sweep.metrics import CONTROLLER_FILE, node_file, write_controller_metrics, write_node_metrics
 
 

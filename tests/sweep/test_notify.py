@@ -6,9 +6,9 @@ import json
 import sys
 import time
 
-from slurmkit.health.base import CheckResult, Status
+from slurmkit.verdict.base import CheckResult, Status
 from slurmkit.sweep.notify import Notifier, decide
-from slurmkit.sweep.store import VerdictStore
+from slurmkit.verdict.store import VerdictStore
 
 OK = [CheckResult("nvlink_bandwidth", Status.OK, value=400.0)]
 BAD = [CheckResult("nvlink_bandwidth", Status.FAIL, "NVLINK_BW_FLOOR", "pair 0-1 at 100 GB/s")]

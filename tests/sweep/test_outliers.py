@@ -8,7 +8,7 @@ import time
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from slurmkit.health.base import Status
+from slurmkit.verdict.base import Status
 from slurmkit.sweep.outliers import judge, median_mad
 
 

@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from slurmkit.cli.main import cli
-from slurmkit.health.base import Status
+from slurmkit.verdict.base import Status
 from slurmkit.sweep.pairs import PAIR_CHECK, pair_job_name
 from slurmkit.sweep.planner import sweep_job_nodes
 

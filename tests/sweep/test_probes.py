@@ -7,7 +7,7 @@ import os
 import pytest
 
 from slurmkit.errors import ConfigError
-from slurmkit.health.base import Status
+from slurmkit.verdict.base import Status
 from slurmkit.sweep.probes import (
     measure_storage,
     needed_gbps,

@@ -6,7 +6,7 @@ scontrol is canned; the real path runs in tests/integration/test_sweep.py.
 
 from __future__ import annotations
 
-from slurmkit.health.base import Action, CheckResult, Status
+from slurmkit.verdict.base import Action, CheckResult, Status
 from slurmkit.sweep.runnode import open_store, run_node
 
 

@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from slurmkit.errors import UsageError
-from slurmkit.health.base import Action, CheckResult, Status
-from slurmkit.sweep.store import HISTORY_LEN, VerdictStore
+from slurmkit.verdict.base import Action, CheckResult, Status
+from slurmkit.verdict.store import HISTORY_LEN, VerdictStore
 
 
 def r(check, status=Status.OK, value=None, ts=None, **kw):

@@ -10,8 +10,8 @@ import pytest
 from click.testing import CliRunner
 
 from slurmkit.cli.main import cli
-from slurmkit.health.base import CheckResult, Status
-from slurmkit.sweep.store import VerdictStore
+from slurmkit.verdict.base import CheckResult, Status
+from slurmkit.verdict.store import VerdictStore
 
 SINFO = (
     "\n".join(

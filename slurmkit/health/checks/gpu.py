@@ -13,7 +13,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from slurmkit.core.schema import Field
 from slurmkit.health import declare
-from slurmkit.health.base import Action, CheckResult, Status, Tier
+from slurmkit.verdict.base import Action, CheckResult, Status, Tier
 
 
 class _Verdicts:

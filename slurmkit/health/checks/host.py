@@ -8,7 +8,7 @@ from typing import Any, Dict, List
 
 from slurmkit.core.schema import Field
 from slurmkit.health import declare
-from slurmkit.health.base import Action, CheckResult, Status, Tier, safe_code, safe_text
+from slurmkit.verdict.base import Action, CheckResult, Status, Tier, safe_code, safe_text
 
 
 @declare.check(
@@ -193,7 +193,7 @@ def check_mounts(ctx, params) -> CheckResult:
     },
 )
 def check_infiniband(ctx, params) -> CheckResult:
-    from slurmkit.health.sysfs import ib_ports
+    from slurmkit.hw.sysfs import ib_ports
 
     ports = ib_ports(params.get("sysfs_root") or "/sys", params.get("devices") or ())
     expected = params.get("expected_rate_gbps")
@@ -339,7 +339,7 @@ def check_heavy_cache(ctx, params) -> CheckResult:
 
     A still-valid heavy FAIL fails the prolog: the node was found broken by a sweep and
     has not been re-checked since. Expired verdicts are ignored. The store is another
-    component's (slurmkit.sweep.store); when it is not installed or unreadable the
+    component's (slurmkit.verdict.store); when it is not installed or unreadable the
     check is OK with a note, because the absence of a sweep is not a node fault.
 
     The store is shared storage: it is read under its own short timeout
@@ -353,7 +353,7 @@ def check_heavy_cache(ctx, params) -> CheckResult:
     if not ctx.health.get("use_verdict_store", True):
         return CheckResult("heavy_cache", Status.OK, "OK", "verdict store disabled", value=0)
     try:
-        from slurmkit.sweep.store import for_paths
+        from slurmkit.verdict.store import for_paths
     except Exception as exc:  # not there yet, or broken: not a node fault
         return CheckResult(
             "heavy_cache",

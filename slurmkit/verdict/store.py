@@ -62,9 +62,9 @@ from typing import Any, Dict, Iterable, Iterator, List, Optional
 from slurmkit.errors import ConfigError, UsageError
 from slurmkit.core import trust
 from slurmkit.core.files import write_json_atomic
-from slurmkit.health.base import CheckResult, Status, Tier
+from slurmkit.verdict.base import CheckResult, Status, Tier
 
-log = logging.getLogger("slurmkit.sweep.store")
+log = logging.getLogger("slurmkit.verdict.store")
 
 FORMAT_VERSION = 1
 #: Passes and per-check values kept per node: enough for a robust "recent" median,

@@ -21,7 +21,7 @@ import time
 from typing import Any, Dict, List, Optional
 
 from slurmkit.core import trust
-from slurmkit.health.base import CheckResult, Status
+from slurmkit.verdict.base import CheckResult, Status
 
 HEALTH_LOG = "health.jsonl"
 _APPEND = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)

@@ -85,7 +85,7 @@ def health() -> None:
 def health_run(tier, checks, node, advance_cursor, fmt, as_json, config_path, verbose, quiet) -> None:
     """Run the checks of a tier (or the named ones) on this node and print verdicts."""
     setup_logging(verbose, quiet)
-    from slurmkit.health.base import Tier, worst
+    from slurmkit.verdict.base import Tier, worst
     from slurmkit.health.engine import run_selected
 
     health_cfg, paths = _sections(config_path)

@@ -207,7 +207,7 @@ def run_pair_cmd(ctx, config_path, verbose, quiet, nodes, run_id) -> None:
     """One rank of a pairwise 2-node all_reduce job (started by srun inside it)."""
     from slurmkit.sweep import cron
     from slurmkit.sweep.pairs import run_pair
-    from slurmkit.sweep.store import check_node_name
+    from slurmkit.verdict.store import check_node_name
 
     config_path, verbose, quiet = _ctx_opts(ctx, config_path, verbose, quiet)
     setup_logging(verbose, quiet)

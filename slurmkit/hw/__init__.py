@@ -1,0 +1,1 @@
+"""Node hardware interfaces read by several layers (sysfs)."""

@@ -1,0 +1,1 @@
+"""Verdicts: their vocabulary (status, action, tier, result), the shared store and the record."""
