@@ -42,6 +42,9 @@ def period_options(f: Callable) -> Callable:
         click.option("--sacct-file", type=click.Path(dir_okay=False, allow_dash=True),
                      help="Read saved `sacct --parsable2` output (with header) instead of calling sacct; "
                           "- reads stdin."),
+        click.option("--sacct-columns", help="The file has no header: its columns in order, as its sacct "
+                                             "--format list (JobID,JobName,User,...)."),
+        click.option("--sacct-delimiter", help="The file's sacct --delimiter (default: | or \\x1f, recognised)."),
         click.option("--now", "now_opt", hidden=True, help="Pretend the time is this (tests)."),
     ]):
         f = opt(f)
@@ -110,13 +113,33 @@ def gc_paused():
             gc.enable()
 
 
-def load_attempts(*, window, now, filters, sacct_file: Optional[str], need_columns=(), timeout: float):
+def _delimiter(text: Optional[str]) -> Optional[str]:
+    """``--sacct-delimiter``: the character itself, or an escape such as ``\\x1f``."""
+    if text is None:
+        return None
+    value = text
+    if text.startswith("\\"):
+        try:
+            value = text.encode("ascii").decode("unicode_escape")
+        except (UnicodeError, ValueError):
+            raise UsageError(f"--sacct-delimiter {text!r}: not a valid escape") from None
+    if not value or "\n" in value or "\r" in value:
+        raise UsageError(f"--sacct-delimiter {text!r}: must be a non-empty string without a line break")
+    return value
+
+
+def load_attempts(*, window, now, filters, sacct_file: Optional[str], need_columns=(), timeout: float,
+                  sacct_columns: Optional[str] = None, sacct_delimiter: Optional[str] = None):
     """Attempts from a saved file or a live sacct call; prints the malformed-row warning."""
     from slurmkit.report import sacct
 
+    if (sacct_columns or sacct_delimiter) and not sacct_file:
+        raise UsageError("--sacct-columns and --sacct-delimiter describe a --sacct-file; give one")
     if sacct_file:
+        columns = sacct.parse_column_list(sacct_columns) if sacct_columns is not None else None
         attempts, stats, _ = sacct.read_sacct_file(sacct_file, window=window, now=now, filters=filters,
-                                                   need_columns=need_columns)
+                                                   need_columns=need_columns, columns=columns,
+                                                   delimiter=_delimiter(sacct_delimiter))
         source = sacct_file
         command = None
     else:
@@ -138,7 +161,8 @@ def run_usage(**kwargs: Any) -> int:
         return _run_usage(**kwargs)
 
 
-def _run_usage(*, config_path, verbose, quiet, since, until, month, last, sacct_file, now_opt, by, users,
+def _run_usage(*, config_path, verbose, quiet, since, until, month, last, sacct_file, sacct_columns,
+               sacct_delimiter, now_opt, by, users,
                accounts, partitions, states, names, fmt, as_json, view, plot_path, price, health_log,
                no_health_log, lost_window_hours, show_command, default_view: str = "usage") -> int:
     from slurmkit.report import sacct
@@ -171,7 +195,8 @@ def _run_usage(*, config_path, verbose, quiet, since, until, month, last, sacct_
     need += [c for c, active in (("User", filters.users), ("Account", filters.accounts),
                                  ("Partition", filters.partitions), ("JobName", filters.names)) if active]
     attempts, stats, command = load_attempts(window=window, now=now, filters=filters, sacct_file=sacct_file,
-                                             need_columns=need, timeout=rcfg["sacct_timeout"])
+                                             need_columns=need, timeout=rcfg["sacct_timeout"],
+                                             sacct_columns=sacct_columns, sacct_delimiter=sacct_delimiter)
     lost = find_lost(attempts, rcfg["prolog_requeue_seconds"])
     suspect = None
     health_meta: Dict[str, Any] = {"joined": False}
@@ -281,8 +306,8 @@ def _with_parent_options(kwargs: Dict[str, Any]) -> Dict[str, Any]:
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json", "markdown"]), default="table",
               show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
-def report_capacity(config_path, verbose, quiet, since, until, month, last, sacct_file, now_opt, by,
-                    partitions, gpus_override, fmt, as_json) -> None:
+def report_capacity(config_path, verbose, quiet, since, until, month, last, sacct_file, sacct_columns,
+                    sacct_delimiter, now_opt, by, partitions, gpus_override, fmt, as_json) -> None:
     """Fraction of the installed GPU-hours (sinfo GPU counts x window) that jobs used."""
     from slurmkit.report import sacct
     from slurmkit.report.capacity import capacity_rows, render_capacity
@@ -305,7 +330,8 @@ def report_capacity(config_path, verbose, quiet, since, until, month, last, sacc
     filters = sacct.Filters(partitions=parts)
     with gc_paused():
         attempts, stats, command = load_attempts(window=window, now=now, filters=filters,
-                                                 sacct_file=sacct_file, timeout=rcfg["sacct_timeout"])
+                                                 sacct_file=sacct_file, timeout=rcfg["sacct_timeout"],
+                                                 sacct_columns=sacct_columns, sacct_delimiter=sacct_delimiter)
     data = capacity_rows(attempts, window, by=by, inventory=inventory, gpus_override=gpus_override,
                          partitions=parts, now=now)
     data["meta"]["sacct_command"] = command

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import gc
 import io
+import itertools
 import operator
 import os
 import shlex
@@ -439,14 +440,15 @@ def recommended_hint() -> str:
     return f"save it with: {recommended_command()}"
 
 
-def read_header(first_line: str) -> Tuple[List[str], str, bool]:
+def read_header(first_line: str, delimiter: Optional[str] = None) -> Tuple[List[str], str, bool]:
     """``(columns, separator, trailing)`` from a saved file's header line.
 
-    Both ``|`` and the unit separator (``--delimiter=$'\\x1f'``) are accepted;
-    ``trailing`` is true for ``--parsable`` output (a ``|`` after the last field).
+    Both ``|`` and the unit separator (``--delimiter=$'\\x1f'``) are recognised, or
+    ``delimiter`` when given; ``trailing`` is true for ``--parsable`` output (a
+    separator after the last field).
     """
     line = first_line.rstrip("\r\n")
-    sep = SACCT_DELIMITER if SACCT_DELIMITER in line else "|"
+    sep = delimiter or (SACCT_DELIMITER if SACCT_DELIMITER in line else "|")
     cols = line.split(sep)
     trailing = len(cols) > 1 and cols[-1] == ""
     if trailing:
@@ -457,17 +459,42 @@ def read_header(first_line: str) -> Tuple[List[str], str, bool]:
     return [c.strip() for c in cols], sep, trailing
 
 
+def parse_column_list(text: str) -> List[str]:
+    """``--sacct-columns``: the ``--format`` list a header-less dump was made with
+    (``JobID,JobName,User,...``; ``%N`` widths are ignored, as in sacct's own list)."""
+    cols = [c.strip().split("%")[0] for c in (text or "").split(",")]
+    cols = [c for c in cols if c]
+    if not cols:
+        raise UsageError("--sacct-columns: give the dump's column names, comma-separated "
+                         "(its sacct --format list)")
+    lowered = [c.lower() for c in cols]
+    dup = sorted({c for c in lowered if lowered.count(c) > 1})
+    if dup:
+        raise UsageError(f"--sacct-columns: column(s) listed twice: {', '.join(dup)}")
+    if "jobid" not in lowered:
+        raise UsageError("--sacct-columns: no JobID column")
+    return cols
+
+
 def _strip_trailing(lines: Iterable[str], sep: str) -> Iterator[str]:
     for line in lines:
         line = line.rstrip("\r\n")
-        yield line[:-1] if line.endswith(sep) else line
+        yield line[:-len(sep)] if line.endswith(sep) else line
 
 
 def read_sacct_file(path: str, *, window: Window, now: Optional[float] = None,
-                    filters: Optional[Filters] = None,
-                    need_columns: Iterable[str] = ()) -> Tuple[List[Attempt], ParseStats, List[str]]:
-    """Parse a saved ``sacct --parsable2`` file (with its header line), streaming.
-    ``-`` reads standard input (``sacct ... | slurmkit report --sacct-file -``)."""
+                    filters: Optional[Filters] = None, need_columns: Iterable[str] = (),
+                    columns: Optional[Sequence[str]] = None,
+                    delimiter: Optional[str] = None) -> Tuple[List[Attempt], ParseStats, List[str]]:
+    """Parse a saved ``sacct --parsable2`` file, streaming.
+    ``-`` reads standard input (``sacct ... | slurmkit report --sacct-file -``).
+
+    The file starts with its header line unless ``columns`` names the fields (a dump
+    made with ``--noheader``, in any column order: ``--sacct-columns``). ``delimiter``
+    is sacct's ``--delimiter`` (default: the unit separator or ``|``, recognised).
+    ``--parsable`` output (a delimiter after the last field) is recognised too: from
+    the header, or for a header-less dump from its first row having one more field.
+    """
     try:
         if path == "-":
             fh = io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace", newline=None)
@@ -483,16 +510,26 @@ def read_sacct_file(path: str, *, window: Window, now: Optional[float] = None,
                 break
             first_line += 1
         if not header.strip() or header.startswith("#"):
-            return [], ParseStats(), list(FIELDS)
-        columns, sep, trailing = read_header(header)
-        lacking = missing_columns(columns, list(REQUIRED_COLUMNS) + list(need_columns))
+            return [], ParseStats(), list(columns or FIELDS)
+        if columns is not None:
+            cols = list(columns)
+            first = header.rstrip("\r\n")
+            sep = delimiter or (SACCT_DELIMITER if SACCT_DELIMITER in first else "|")
+            trailing = first.endswith(sep) and len(first.split(sep)) == len(cols) + 1
+            rows: Iterable[str] = itertools.chain([header], fh)  # no header: the first line is data
+            first_row = first_line
+        else:
+            cols, sep, trailing = read_header(header, delimiter)
+            rows = fh
+            first_row = first_line + 1
+        lacking = missing_columns(cols, list(REQUIRED_COLUMNS) + list(need_columns))
         if lacking:
             raise UsageError(f"--sacct-file {path}: missing column(s) {', '.join(lacking)}; "
                              f"{recommended_hint()}")
-        lines: Iterable[str] = _strip_trailing(fh, sep) if trailing else fh
-        attempts, stats = parse_rows(lines, columns, sep=sep, window=window, now=now, filters=filters,
-                                     first_line=first_line + 1)
-    return attempts, stats, columns
+        lines: Iterable[str] = _strip_trailing(rows, sep) if trailing else rows
+        attempts, stats = parse_rows(lines, cols, sep=sep, window=window, now=now, filters=filters,
+                                     first_line=first_row)
+    return attempts, stats, cols
 
 
 # --------------------------------------------------------------------------- live sacct
