@@ -22,6 +22,7 @@ import click
 
 from slurmkit.cli.common import common_options, load_config, print_json, setup_logging
 from slurmkit.errors import UsageError
+from slurmkit.report import FORMATS, VIEWS
 
 log = logging.getLogger("slurmkit.report")
 
@@ -52,8 +53,6 @@ def period_options(f: Callable) -> Callable:
 
 
 def usage_options(f: Callable) -> Callable:
-    from slurmkit.report.render import FORMATS, VIEWS
-
     for opt in reversed([
         click.option("--by", help="Group by user, account, partition, state, gpu_type, node, day, week or "
                                   "month; comma-separated to combine (account,user)."),

@@ -16,11 +16,9 @@ import os
 import sys
 from typing import Any, Dict, List, Optional, Sequence, TextIO, Tuple
 
+from slurmkit.report import FORMATS, VIEWS  # noqa: F401  (re-exported)
 from slurmkit.report.aggregate import Report
 from slurmkit.report.lost import LOST_CAUSES
-
-VIEWS = ("usage", "states", "lost")
-FORMATS = ("table", "csv", "json", "markdown")
 
 
 def format_duration(seconds: Optional[float]) -> str:
