@@ -128,17 +128,19 @@ def _delimiter(text: Optional[str]) -> Optional[str]:
 
 
 def load_attempts(*, window, now, filters, sacct_file: Optional[str], need_columns=(), timeout: float,
-                  sacct_columns: Optional[str] = None, sacct_delimiter: Optional[str] = None):
+                  sacct_columns: Optional[str] = None, sacct_delimiter: Optional[str] = None,
+                  max_gpus: Optional[int] = None):
     """Attempts from a saved file or a live sacct call; prints the malformed-row warning."""
     from slurmkit.report import sacct
 
+    limits = {"max_gpus": max_gpus} if max_gpus is not None else {}
     if (sacct_columns or sacct_delimiter) and not sacct_file:
         raise UsageError("--sacct-columns and --sacct-delimiter describe a --sacct-file; give one")
     if sacct_file:
         columns = sacct.parse_column_list(sacct_columns) if sacct_columns is not None else None
         attempts, stats, _ = sacct.read_sacct_file(sacct_file, window=window, now=now, filters=filters,
                                                    need_columns=need_columns, columns=columns,
-                                                   delimiter=_delimiter(sacct_delimiter))
+                                                   delimiter=_delimiter(sacct_delimiter), **limits)
         source = sacct_file
         command = None
     else:
@@ -147,7 +149,8 @@ def load_attempts(*, window, now, filters, sacct_file: Optional[str], need_colum
 
         command = query.display(client.binary("sacct"))
         log.info("running %s", command)
-        attempts, stats = sacct.run_query(query, window=window, now=now, filters=filters, timeout=timeout)
+        attempts, stats = sacct.run_query(query, window=window, now=now, filters=filters, timeout=timeout,
+                                          **limits)
         source = "sacct"
     warning = stats.warning(source)
     if warning:
@@ -195,7 +198,8 @@ def _run_usage(*, config_path, verbose, quiet, since, until, month, last, sacct_
                                  ("Partition", filters.partitions), ("JobName", filters.names)) if active]
     attempts, stats, command = load_attempts(window=window, now=now, filters=filters, sacct_file=sacct_file,
                                              need_columns=need, timeout=rcfg["sacct_timeout"],
-                                             sacct_columns=sacct_columns, sacct_delimiter=sacct_delimiter)
+                                             sacct_columns=sacct_columns, sacct_delimiter=sacct_delimiter,
+                                             max_gpus=rcfg["max_gpus"])
     lost = find_lost(attempts, rcfg["prolog_requeue_seconds"])
     suspect = None
     health_meta: Dict[str, Any] = {"joined": False}
@@ -210,6 +214,7 @@ def _run_usage(*, config_path, verbose, quiet, since, until, month, last, sacct_
         elif health_log:
             raise UsageError(f"--health-log {health_log}: no such file")
     report = aggregate(attempts, dims, window_start=window.start, lost=lost, suspect=suspect, prices=prices)
+    report.totals["excluded_rows"] = stats.malformed
     group = ", ".join(dims) if dims else "cluster"
     report.meta = {
         "title": f"GPU-hours by {group}, {window.label}",
@@ -330,7 +335,8 @@ def report_capacity(config_path, verbose, quiet, since, until, month, last, sacc
     with gc_paused():
         attempts, stats, command = load_attempts(window=window, now=now, filters=filters,
                                                  sacct_file=sacct_file, timeout=rcfg["sacct_timeout"],
-                                                 sacct_columns=sacct_columns, sacct_delimiter=sacct_delimiter)
+                                                 sacct_columns=sacct_columns, sacct_delimiter=sacct_delimiter,
+                                                 max_gpus=rcfg["max_gpus"])
     data = capacity_rows(attempts, window, by=by, inventory=inventory, gpus_override=gpus_override,
                          partitions=parts, now=now)
     data["meta"]["sacct_command"] = command
