@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import operator
 import time
-from collections import Counter, defaultdict
+from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
@@ -210,6 +210,18 @@ def aggregate(attempts: Sequence[Attempt], by: Sequence[str], *, window_start: i
               lost: Optional[Dict[int, str]] = None, suspect: Optional[Set[int]] = None,
               prices: Optional[PriceTable] = None) -> Report:
     """Group ``attempts`` by ``by`` (see the module docstring for the rules)."""
+    groups, total = accumulate(attempts, by, window_start=window_start, lost=lost, suspect=suspect,
+                               prices=prices)
+    return finish(groups, total, by, priced=bool(prices and prices.enabled), health=suspect is not None,
+                  currency=prices.currency if prices else "USD")
+
+
+def accumulate(attempts: Sequence[Attempt], by: Sequence[str], *, window_start: int = 0,
+               lost: Optional[Dict[int, str]] = None, suspect: Optional[Set[int]] = None,
+               prices: Optional[PriceTable] = None) -> Tuple[Dict[Tuple, "_Acc"], "_Acc"]:
+    """The per-group and total accumulators behind :func:`aggregate`. Every field of
+    an accumulator is a sum over attempts, so accumulators of attempts of disjoint
+    sets of jobs add up (the DuckDB engine merges its own with these)."""
     lost = lost or {}
     health = suspect is not None
     suspect = suspect or set()
@@ -231,7 +243,12 @@ def aggregate(attempts: Sequence[Attempt], by: Sequence[str], *, window_start: i
         total = _aggregate_fields(attempts, by, groups, lost, suspect, priced_gpus if priced else None, lo)
     else:
         _aggregate_split(attempts, by, groups, total, lost, suspect, prices if priced else None, lo)
+    return groups, total
 
+
+def finish(groups: Dict[Tuple, _Acc], total: _Acc, by: Sequence[str], *, priced: bool, health: bool,
+           currency: str = "USD") -> Report:
+    """Rows, ranks and totals from accumulators."""
     total_seconds = total.gpu_seconds
     rows = []
     for key, acc in groups.items():
@@ -247,8 +264,7 @@ def aggregate(attempts: Sequence[Attempt], by: Sequence[str], *, window_start: i
     totals["groups"] = len(rows)
     states = sorted(total.by_state, key=lambda s: -total.by_state[s])
     causes = sorted(total.lost_by_cause, key=lambda c: -total.lost_by_cause[c])
-    return Report(list(by), rows, totals, states, causes, priced, health,
-                  prices.currency if prices else "USD")
+    return Report(list(by), rows, totals, states, causes, priced, health, currency)
 
 
 _I = {name: i for i, name in enumerate(Attempt._fields)}
@@ -295,11 +311,14 @@ def _aggregate_fields(attempts: Sequence[Attempt], by: Sequence[str], groups: Di
                 if rs > lo and rs >= sub:
                     acc[3] += rs - sub
                     acc[4] += 1
-    jids = [a[jid_i] for a in attempts]
-    seen = set(jids)
+    seen: Set[str] = set()
     duplicated: Set[str] = set()
-    if len(seen) < len(jids):
-        duplicated = {j for j, n in Counter(jids).items() if n > 1}
+    for a in attempts:  # distinct jobs: one set, and the (few) jobs seen twice
+        j = a[jid_i]
+        if j in seen:
+            duplicated.add(j)
+        else:
+            seen.add(j)
     total = _Acc()
     # groups from (dims, state) keys
     for k, (gs, cost, n, wsum, wn) in accs.items():
