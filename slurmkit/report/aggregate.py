@@ -359,22 +359,48 @@ def _aggregate_fields(attempts: Sequence[Attempt], by: Sequence[str], groups: Di
     return total
 
 
+def _nodes_of(nodelist: str, cache: Dict[str, Tuple[str, ...]]) -> Tuple[str, ...]:
+    v = cache.get(nodelist)
+    if v is None:
+        try:
+            v = tuple(expand_hostlist(nodelist)) if nodelist not in ("None assigned", "") else ()
+        except ParseError:
+            v = ()
+        v = cache[nodelist] = v or ("(unknown)",)
+    return v
+
+
+def pieces_of(a: Attempt, by: Sequence[str], prices: Optional[PriceTable],
+              nodes_cache: Dict[str, Tuple[str, ...]]) -> List[Tuple[Tuple, float, float]]:
+    """``[(group key, GPUs, priced GPUs)]`` of one attempt: its split by GPU type and
+    node; the time dimension's slot holds ``None`` (the caller splits the time)."""
+    pieces: List[Tuple[Tuple, float, float]] = [((), float(a.gpus),
+                                                 prices.priced_gpus(a.gpus, a.gpu_types) if prices else 0.0)]
+    for d in by:
+        if d in FIELD_DIMS:
+            v = a[FIELD_DIMS[d]]
+            pieces = [(k + (v,), g, p) for k, g, p in pieces]
+        elif d == "gpu_type":
+            split = _type_split(a)
+            pieces = [(k + (t,), float(n) * (g / a.gpus if a.gpus else 1.0),
+                       (n * (prices.price(t) if prices else 0.0)) * (g / a.gpus if a.gpus else 1.0))
+                      for k, g, p in pieces for t, n in split]
+        elif d == "node":
+            ns = _nodes_of(a.nodelist, nodes_cache)
+            share = 1.0 / len(ns)
+            pieces = [(k + (n,), g * share, p * share) for k, g, p in pieces for n in ns]
+        else:  # time dimension: placeholder
+            pieces = [(k + (None,), g, p) for k, g, p in pieces]
+    return pieces
+
+
 def _aggregate_split(attempts: Sequence[Attempt], by: Sequence[str], groups: Dict[Tuple, _Acc], total: _Acc,
                      lost: Dict[int, str], suspect: Set[int], prices: Optional[PriceTable], lo: int) -> None:
     """The general path: each attempt becomes pieces (GPU type x node x period)."""
     time_dim = next((d for d in by if d in TIME_DIMS), None)
     splitter = PeriodSplitter(time_dim) if time_dim else None
     nodes_cache: Dict[str, Tuple[str, ...]] = {}
-
-    def nodes_of(nodelist: str) -> Tuple[str, ...]:
-        v = nodes_cache.get(nodelist)
-        if v is None:
-            try:
-                v = tuple(expand_hostlist(nodelist)) if nodelist not in ("None assigned", "") else ()
-            except ParseError:
-                v = ()
-            nodes_cache[nodelist] = v or ("(unknown)",)
-        return nodes_cache[nodelist]
+    pos = by.index(time_dim) if time_dim else 0
 
     for i, a in enumerate(attempts):
         cause = lost.get(i)
@@ -383,35 +409,15 @@ def _aggregate_split(attempts: Sequence[Attempt], by: Sequence[str], groups: Dic
         # totals: whole attempt, once
         tcost = (prices.priced_gpus(a.gpus, a.gpu_types) * secs_total) if prices else 0.0
         total.add(a, a.gpus * secs_total, tcost, cause, sus, True, lo)
-        # pieces: list of (key parts, gpus, priced gpus)
-        base_price = prices.priced_gpus(a.gpus, a.gpu_types) if prices else 0.0
-        pieces: List[Tuple[Tuple, float, float]] = [((), float(a.gpus), base_price)]
-        periods: Optional[List[Tuple[str, int]]] = None
-        for d in by:
-            if d in FIELD_DIMS:
-                v = a[FIELD_DIMS[d]]
-                pieces = [(k + (v,), g, p) for k, g, p in pieces]
-            elif d == "gpu_type":
-                split = _type_split(a)
-                pieces = [(k + (t,), float(n) * (g / a.gpus if a.gpus else 1.0),
-                           (n * (prices.price(t) if prices else 0.0)) * (g / a.gpus if a.gpus else 1.0))
-                          for k, g, p in pieces for t, n in split]
-            elif d == "node":
-                ns = nodes_of(a.nodelist)
-                share = 1.0 / len(ns)
-                pieces = [(k + (n,), g * share, p * share) for k, g, p in pieces for n in ns]
-            else:  # time dimension: placeholder, filled below
-                pieces = [(k + (None,), g, p) for k, g, p in pieces]
-                periods = splitter.split(a.start, a.end)
-        if periods is None:
+        pieces = pieces_of(a, by, prices, nodes_cache)
+        if splitter is None:
             for key, g, p in pieces:
                 acc = groups.get(key)
                 if acc is None:
                     acc = groups[key] = _Acc()
                 acc.add(a, g * secs_total, p * secs_total, cause, sus, True, lo)
         else:
-            pos = by.index(time_dim)
-            for n_period, (label, secs) in enumerate(periods):
+            for n_period, (label, secs) in enumerate(splitter.split(a.start, a.end)):
                 for key, g, p in pieces:
                     key = key[:pos] + (label,) + key[pos + 1:]
                     acc = groups.get(key)

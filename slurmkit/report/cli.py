@@ -79,6 +79,10 @@ def usage_options(f: Callable) -> Callable:
                      help="Health join: hours before a drain that make a job suspect (default 6)."),
         click.option("--show-command", is_flag=True,
                      help="Print the exact sacct command and exit without running it."),
+        click.option("--engine", type=click.Choice(["auto", "duckdb", "python"]), default="auto",
+                     show_default=True,
+                     help="Saved files: duckdb (the slurmkit[report] extra; auto uses it when installed) "
+                          "or the pure-Python reference."),
     ]):
         f = opt(f)
     return f
@@ -163,10 +167,61 @@ def run_usage(**kwargs: Any) -> int:
         return _run_usage(**kwargs)
 
 
+def _use_engine(choice: str, sacct_file: Optional[str]) -> bool:
+    """Whether to try the DuckDB engine: for a saved file (not stdin), unless told
+    ``--engine python``; ``auto`` only when the ``slurmkit[report]`` extra is installed."""
+    if choice == "python" or not sacct_file or sacct_file == "-":
+        if choice == "duckdb" and (not sacct_file or sacct_file == "-"):
+            raise UsageError("--engine duckdb reads a saved file: give --sacct-file FILE (not -)")
+        return False
+    import importlib.util
+
+    if importlib.util.find_spec("duckdb") is None:
+        if choice == "duckdb":
+            raise UsageError("--engine duckdb needs the report extra: pip install 'slurmkit[report]'")
+        return False
+    return True
+
+
+def _run_engine(sacct_file: str, *, sacct_columns, sacct_delimiter, window, now, filters, dims, prices, rcfg,
+                need, drains, hours, explicit: bool):
+    """``(report, stats, engine meta)`` from the DuckDB engine, or ``(None, None, meta)``
+    when the input needs the reference path (rows to report with line numbers)."""
+    import duckdb
+
+    from slurmkit.report import engine, sacct
+    from slurmkit.report.aggregate import finish
+
+    columns = sacct.parse_column_list(sacct_columns) if sacct_columns is not None else None
+    src = engine.probe_file(sacct_file, columns, _delimiter(sacct_delimiter))
+    if src is None:
+        return None, None, {"name": "python", "why": "empty file"}
+    lacking = sacct.missing_columns(src.columns, list(sacct.REQUIRED_COLUMNS) + list(need))
+    if lacking:
+        raise UsageError(f"--sacct-file {sacct_file}: missing column(s) {', '.join(lacking)}; "
+                         f"{sacct.recommended_hint()}")
+    try:
+        groups, total, stats = engine.run(src, window=window, now=now, filters=filters, by=dims, prices=prices,
+                                          max_gpus=rcfg["max_gpus"],
+                                          prolog_requeue_seconds=rcfg["prolog_requeue_seconds"], drains=drains,
+                                          lost_window_hours=hours)
+    except engine.NeedsReference as exc:
+        log.info("duckdb engine: %s; using the reference path", exc)
+        return None, None, {"name": "python", "why": str(exc)}
+    except duckdb.Error as exc:
+        if explicit:
+            raise UsageError(f"--sacct-file {sacct_file}: DuckDB could not read it: {str(exc).splitlines()[0]}")
+        log.info("duckdb engine failed (%s); using the reference path", str(exc).splitlines()[0])
+        return None, None, {"name": "python", "why": "duckdb: " + str(exc).splitlines()[0]}
+    report = finish(groups, total, dims, priced=bool(prices and prices.enabled), health=drains is not None,
+                    currency=prices.currency if prices else "USD")
+    return report, stats, {"name": "duckdb", "version": duckdb.__version__}
+
+
 def _run_usage(*, config_path, verbose, quiet, since, until, month, last, sacct_file, sacct_columns,
                sacct_delimiter, now_opt, by, users,
                accounts, partitions, states, names, fmt, as_json, view, plot_path, price, health_log,
-               no_health_log, lost_window_hours, show_command, default_view: str = "usage") -> int:
+               no_health_log, lost_window_hours, show_command, engine="auto", default_view: str = "usage") -> int:
     from slurmkit.report import sacct
     from slurmkit.report.aggregate import aggregate, parse_by
     from slurmkit.report.cost import price_table
@@ -196,24 +251,31 @@ def _run_usage(*, config_path, verbose, quiet, since, until, month, last, sacct_
     need = [sacct.COLUMN_FOR[d] for d in dims if d in sacct.COLUMN_FOR]
     need += [c for c, active in (("User", filters.users), ("Account", filters.accounts),
                                  ("Partition", filters.partitions), ("JobName", filters.names)) if active]
-    attempts, stats, command = load_attempts(window=window, now=now, filters=filters, sacct_file=sacct_file,
-                                             need_columns=need, timeout=rcfg["sacct_timeout"],
-                                             sacct_columns=sacct_columns, sacct_delimiter=sacct_delimiter,
-                                             max_gpus=rcfg["max_gpus"])
-    lost = find_lost(attempts, rcfg["prolog_requeue_seconds"])
-    suspect = None
+    hl = None
+    hours = lost_window_hours if lost_window_hours is not None else rcfg["lost_window_hours"]
     health_meta: Dict[str, Any] = {"joined": False}
     if not no_health_log:
         pattern = health_log or rcfg["health_log"] or os.path.join(paths["log_dir"], HEALTH_LOG_NAME)
         hl = read_health_log(pattern)
         if hl is not None:
-            hours = lost_window_hours if lost_window_hours is not None else rcfg["lost_window_hours"]
-            suspect = find_suspect(attempts, hl.events, hours)
             health_meta = {"joined": True, "path": pattern, "drain_events": len(hl.events),
                            "window_hours": hours, "bad_lines": hl.bad_lines}
         elif health_log:
             raise UsageError(f"--health-log {health_log}: no such file")
-    report = aggregate(attempts, dims, window_start=window.start, lost=lost, suspect=suspect, prices=prices)
+    report, stats, command, engine_meta = None, None, None, {"name": "python"}
+    if _use_engine(engine, sacct_file):
+        report, stats, engine_meta = _run_engine(
+            sacct_file, sacct_columns=sacct_columns, sacct_delimiter=sacct_delimiter, window=window, now=now,
+            filters=filters, dims=dims, prices=prices, rcfg=rcfg, need=need,
+            drains=hl.events if hl is not None else None, hours=hours, explicit=engine == "duckdb")
+    if report is None:
+        attempts, stats, command = load_attempts(window=window, now=now, filters=filters, sacct_file=sacct_file,
+                                                 need_columns=need, timeout=rcfg["sacct_timeout"],
+                                                 sacct_columns=sacct_columns, sacct_delimiter=sacct_delimiter,
+                                                 max_gpus=rcfg["max_gpus"])
+        lost = find_lost(attempts, rcfg["prolog_requeue_seconds"])
+        suspect = find_suspect(attempts, hl.events, hours) if hl is not None else None
+        report = aggregate(attempts, dims, window_start=window.start, lost=lost, suspect=suspect, prices=prices)
     report.totals["excluded_rows"] = stats.malformed
     group = ", ".join(dims) if dims else "cluster"
     report.meta = {
@@ -226,15 +288,16 @@ def _run_usage(*, config_path, verbose, quiet, since, until, month, last, sacct_
         "parse": stats.to_dict(),
         "prices": prices.to_dict() if prices.enabled else None,
         "health_log": health_meta,
+        "engine": engine_meta,
         "filters": {k: sorted(v) if v else None for k, v in (("user", filters.users),
                                                               ("account", filters.accounts),
                                                               ("partition", filters.partitions),
                                                               ("state", filters.states),
                                                               ("name", filters.names))},
     }
-    if not attempts:
+    if not report.totals["attempts"]:
         click.echo(f"slurmkit: no jobs in window ({window.label})", err=True)
-    if attempts or fmt in ("json", "csv"):
+    if report.totals["attempts"] or fmt in ("json", "csv"):
         render(report, fmt, view, sys.stdout)
     if plot_path:
         from slurmkit.report.plot import write_plot
