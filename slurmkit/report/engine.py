@@ -446,6 +446,7 @@ def _aggregate(con, plan: _Plan, by: Sequence[str], time_dim: Optional[str], tre
             if n_first:
                 _add(total, st, gpus * whole, (prices.priced_gpus(gpus, types) if priced else 0.0) * whole,
                      st in lost_states, n_first, n_first, row["wsum"] or 0, wn)
+            seen = set()  # a NodeList may name a node twice: its pieces add up, its job counts once
             for key, g, p in pieces_of(fake, by, prices if priced else None, nodes_cache):
                 if pos is not None:
                     key = key[:pos] + (row["k_period"],) + key[pos + 1:]
@@ -453,7 +454,9 @@ def _aggregate(con, plan: _Plan, by: Sequence[str], time_dim: Optional[str], tre
                 if acc is None:
                     acc = groups[key] = _Acc()
                     acc.njobs = 0
-                _add(acc, st, g * secs, p * secs, st in lost_states, n, n_first, row["wsum"] or 0, wn)
+                _add(acc, st, g * secs, p * secs, st in lost_states, 0 if key in seen else n, n_first,
+                     row["wsum"] or 0, wn)
+                seen.add(key)
     return groups, total, stats, py_lines, sus_lines
 
 
