@@ -45,7 +45,7 @@ stamp="$VENV/.slurmkit-installed"
 want="$(cat "$REPO/pyproject.toml" "$REPO/kernels/pyproject.toml" 2>/dev/null | sha256sum | cut -c1-16)"
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   echo "slurmkit: installing slurmkit and slurmkit-kernels into $VENV (torch 2.13.0, triton 3.7.1)" >&2
-  timeout 1800 "$PY" -m pip install -q --disable-pip-version-check -e "$REPO[train,gpu,plot,metrics,test]" \
+  timeout 1800 "$PY" -m pip install -q --disable-pip-version-check -e "$REPO[train,gpu,plot,metrics,report,test]" \
     -e "$REPO/kernels"
   echo "$want" > "$stamp"
 fi

@@ -46,7 +46,7 @@ from slurmkit.report.window import Window
 
 #: Columns read beyond the expected ones: a trailing delimiter and surplus fields
 #: (a ``|`` in a job name). A row that fills the last one may have lost fields.
-EXTRA = 8
+EXTRA = 3
 _NULL = "\u0000slurmkit-no-null\u0001"  # DuckDB's nullstr: no field ever equals it
 _UNKNOWN_SQL = "('Unknown', 'None', '', 'N/A')"
 
@@ -349,7 +349,7 @@ def _aggregate(con, plan: _Plan, by: Sequence[str], time_dim: Optional[str], tre
             WHEN st < {sacct.EARLIEST_TIME} OR en < {sacct.EARLIEST_TIME} OR sub < {sacct.EARLIEST_TIME}
                  OR en < st THEN 'py'
             ELSE 'ok' END AS c0
-        FROM r0 LEFT JOIN multi m ON m.jid = r0.jid AND NOT r0.is_step),
+        FROM r0 LEFT JOIN multi m ON m.jid = r0.jid),
     r2 AS (
         SELECT *, CASE WHEN c0 = 'run' THEN {hi} ELSE en END AS e_raw FROM r1),
     r3 AS (
@@ -360,7 +360,7 @@ def _aggregate(con, plan: _Plan, by: Sequence[str], time_dim: Optional[str], tre
             WHEN e <= s AND NOT (st = e_raw AND st >= {lo} AND st < {hi}) THEN 'outside'
             WHEN t.tres IS NULL THEN 'py'
             ELSE 'agg' END AS cls
-        FROM r3 LEFT JOIN tres t ON t.tres = r3.{plan.tres} AND r3.c0 IN ('ok', 'run')),
+        FROM r3 LEFT JOIN tres t ON t.tres = r3.{plan.tres}),
     r AS (
         SELECT cls, {keys_sql + ',' if keys_sql else ''} {node_sql},
                CASE WHEN cls = 'agg' THEN state END AS k_state,
