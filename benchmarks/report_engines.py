@@ -37,7 +37,8 @@ def timed(argv, timeout):
     proc = subprocess.run(["/usr/bin/time", "-v", *argv], capture_output=True, text=True, timeout=timeout)
     if proc.returncode != 0:
         raise SystemExit(f"{argv[0]} failed ({proc.returncode}): {proc.stderr[-800:]}")
-    wall = re.search(r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): (?:(\d+):)?(\d+):([\d.]+)", proc.stderr)
+    wall = re.search(r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): (?:(\d+):)?(\d+):([\d.]+)",
+                     proc.stderr)
     h, m, s = (float(x) if x else 0.0 for x in wall.groups())
     rss = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", proc.stderr).group(1)) / 1024
     return h * 3600 + m * 60 + s, rss, proc.stdout
@@ -57,9 +58,9 @@ def main() -> None:
         if shutil.which(awk):
             commands[awk] = [awk, "-F", "|", AWK, args.file]
     for eng in args.engines.split(","):
-        commands[f"slurmkit report --engine {eng}"] = [py, "-m", "slurmkit.cli.main", "report", "--sacct-file",
-                                                        args.file, "--by", args.by, "--format", "json",
-                                                        "--no-health-log", "--engine", eng]
+        commands[f"slurmkit report --engine {eng}"] = [
+            py, "-m", "slurmkit.cli.main", "report", "--sacct-file", args.file, "--by", args.by,
+            "--format", "json", "--no-health-log", "--engine", eng]
     with open("/proc/loadavg") as fh:
         load_before = fh.read().split()[:3]
     samples = {name: [] for name in commands}

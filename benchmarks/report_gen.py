@@ -69,8 +69,8 @@ def write_month(fh, rows: int, month: int, seed: int) -> int:
             start = submit + rng.randrange(0, 600)
             end = start + rng.randrange(1, 3600)
             state = "REQUEUED" if attempt < attempts - 1 else states[rng.randrange(len(states))]
-            out.append(f"{jid}|{job}|{state}|{tres}|{submit}|{start}|{end}|{end - start}|{user}|{account}|{part}|"
-                       f"{nodelist}|None|{name}\n")
+            out.append(f"{jid}|{job}|{state}|{tres}|{submit}|{start}|{end}|{end - start}|{user}|{account}|"
+                       f"{part}|{nodelist}|None|{name}\n")
             gpu_seconds += gpus * (end - start)
             written += 1
             step_tres = f"cpu={cpus},gres/gpu:{gt}={gpus},gres/gpu={gpus},mem={cpus * 4}G,node={nodes}"

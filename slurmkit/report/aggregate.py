@@ -223,7 +223,6 @@ def accumulate(attempts: Sequence[Attempt], by: Sequence[str], *, window_start: 
     an accumulator is a sum over attempts, so accumulators of attempts of disjoint
     sets of jobs add up (the DuckDB engine merges its own with these)."""
     lost = lost or {}
-    health = suspect is not None
     suspect = suspect or set()
     priced = bool(prices and prices.enabled)
     lo = window_start

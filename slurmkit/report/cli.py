@@ -45,7 +45,8 @@ def period_options(f: Callable) -> Callable:
                           "- reads stdin."),
         click.option("--sacct-columns", help="The file has no header: its columns in order, as its sacct "
                                              "--format list (JobID,JobName,User,...)."),
-        click.option("--sacct-delimiter", help="The file's sacct --delimiter (default: | or \\x1f, recognised)."),
+        click.option("--sacct-delimiter",
+                     help="The file's sacct --delimiter (default: | or \\x1f, recognised)."),
         click.option("--now", "now_opt", hidden=True, help="Pretend the time is this (tests)."),
     ]):
         f = opt(f)
@@ -79,6 +80,8 @@ def usage_options(f: Callable) -> Callable:
                      help="Health join: hours before a drain that make a job suspect (default 6)."),
         click.option("--show-command", is_flag=True,
                      help="Print the exact sacct command and exit without running it."),
+        click.option("--archive", type=click.Path(file_okay=False),
+                     help="Read the accounting archive made by `slurmkit report ingest` instead of sacct."),
         click.option("--engine", type=click.Choice(["auto", "duckdb", "python"]), default="auto",
                      show_default=True,
                      help="Saved files: duckdb (the slurmkit[report] extra; auto uses it when installed) "
@@ -201,16 +204,16 @@ def _run_engine(sacct_file: str, *, sacct_columns, sacct_delimiter, window, now,
         raise UsageError(f"--sacct-file {sacct_file}: missing column(s) {', '.join(lacking)}; "
                          f"{sacct.recommended_hint()}")
     try:
-        groups, total, stats = engine.run(src, window=window, now=now, filters=filters, by=dims, prices=prices,
-                                          max_gpus=rcfg["max_gpus"],
-                                          prolog_requeue_seconds=rcfg["prolog_requeue_seconds"], drains=drains,
-                                          lost_window_hours=hours)
+        groups, total, stats = engine.run(
+            src, window=window, now=now, filters=filters, by=dims, prices=prices, max_gpus=rcfg["max_gpus"],
+            prolog_requeue_seconds=rcfg["prolog_requeue_seconds"], drains=drains, lost_window_hours=hours)
     except engine.NeedsReference as exc:
         log.info("duckdb engine: %s; using the reference path", exc)
         return None, None, {"name": "python", "why": str(exc)}
     except duckdb.Error as exc:
         if explicit:
-            raise UsageError(f"--sacct-file {sacct_file}: DuckDB could not read it: {str(exc).splitlines()[0]}")
+            raise UsageError(f"--sacct-file {sacct_file}: DuckDB could not read it: "
+                             f"{str(exc).splitlines()[0]}") from None
         log.info("duckdb engine failed (%s); using the reference path", str(exc).splitlines()[0])
         return None, None, {"name": "python", "why": "duckdb: " + str(exc).splitlines()[0]}
     report = finish(groups, total, dims, priced=bool(prices and prices.enabled), health=drains is not None,
@@ -218,10 +221,48 @@ def _run_engine(sacct_file: str, *, sacct_columns, sacct_delimiter, window, now,
     return report, stats, {"name": "duckdb", "version": duckdb.__version__}
 
 
+def _run_archive(directory: str, *, window, now, filters, dims, prices, rcfg, hl, hours, engine: str):
+    """The report from the archive: the DuckDB engine, or the reference over its rows."""
+    import importlib.util
+
+    if importlib.util.find_spec("duckdb") is None:
+        raise UsageError("--archive needs the report extra: pip install 'slurmkit[report]'")
+    from slurmkit.report import archive as arch
+    from slurmkit.report import engine as eng
+    from slurmkit.report import sacct
+    from slurmkit.report.aggregate import aggregate, finish
+    from slurmkit.report.lost import find_lost, find_suspect
+
+    src = arch.source(directory)
+    drains = hl.events if hl is not None else None
+    why = "--engine python"
+    if engine != "python":
+        try:
+            groups, total, stats = eng.run(
+                src, window=window, now=now, filters=filters, by=dims, prices=prices,
+                max_gpus=rcfg["max_gpus"], prolog_requeue_seconds=rcfg["prolog_requeue_seconds"],
+                drains=drains, lost_window_hours=hours)
+            report = finish(groups, total, dims, priced=bool(prices and prices.enabled),
+                            health=drains is not None, currency=prices.currency if prices else "USD")
+            return report, stats, {"name": "duckdb"}
+        except eng.NeedsReference as exc:
+            why = str(exc)
+    attempts, stats = sacct.parse_rows(arch.lines(directory), list(sacct.FIELDS), sep=arch.SEP, window=window,
+                                       now=now, filters=filters, max_gpus=rcfg["max_gpus"])
+    warning = stats.warning(f"archive {directory} (row numbers)")
+    if warning:
+        click.echo(f"slurmkit: warning: {warning}", err=True)
+    suspect = find_suspect(attempts, drains, hours) if drains is not None else None
+    lost = find_lost(attempts, rcfg["prolog_requeue_seconds"])
+    report = aggregate(attempts, dims, window_start=window.start, lost=lost, suspect=suspect, prices=prices)
+    return report, stats, {"name": "python", "why": why}
+
+
 def _run_usage(*, config_path, verbose, quiet, since, until, month, last, sacct_file, sacct_columns,
                sacct_delimiter, now_opt, by, users,
                accounts, partitions, states, names, fmt, as_json, view, plot_path, price, health_log,
-               no_health_log, lost_window_hours, show_command, engine="auto", default_view: str = "usage") -> int:
+               no_health_log, lost_window_hours, show_command, engine="auto", archive=None,
+               default_view: str = "usage") -> int:
     from slurmkit.report import sacct
     from slurmkit.report.aggregate import aggregate, parse_by
     from slurmkit.report.cost import price_table
@@ -263,25 +304,31 @@ def _run_usage(*, config_path, verbose, quiet, since, until, month, last, sacct_
         elif health_log:
             raise UsageError(f"--health-log {health_log}: no such file")
     report, stats, command, engine_meta = None, None, None, {"name": "python"}
-    if _use_engine(engine, sacct_file):
+    if archive:
+        if sacct_file:
+            raise UsageError("--archive and --sacct-file are two sources: give one")
+        report, stats, engine_meta = _run_archive(archive, window=window, now=now, filters=filters, dims=dims,
+                                                  prices=prices, rcfg=rcfg, hl=hl, hours=hours, engine=engine)
+    elif _use_engine(engine, sacct_file):
         report, stats, engine_meta = _run_engine(
             sacct_file, sacct_columns=sacct_columns, sacct_delimiter=sacct_delimiter, window=window, now=now,
             filters=filters, dims=dims, prices=prices, rcfg=rcfg, need=need,
             drains=hl.events if hl is not None else None, hours=hours, explicit=engine == "duckdb")
     if report is None:
-        attempts, stats, command = load_attempts(window=window, now=now, filters=filters, sacct_file=sacct_file,
-                                                 need_columns=need, timeout=rcfg["sacct_timeout"],
-                                                 sacct_columns=sacct_columns, sacct_delimiter=sacct_delimiter,
-                                                 max_gpus=rcfg["max_gpus"])
+        attempts, stats, command = load_attempts(
+            window=window, now=now, filters=filters, sacct_file=sacct_file, need_columns=need,
+            timeout=rcfg["sacct_timeout"], sacct_columns=sacct_columns, sacct_delimiter=sacct_delimiter,
+            max_gpus=rcfg["max_gpus"])
         lost = find_lost(attempts, rcfg["prolog_requeue_seconds"])
         suspect = find_suspect(attempts, hl.events, hours) if hl is not None else None
-        report = aggregate(attempts, dims, window_start=window.start, lost=lost, suspect=suspect, prices=prices)
+        report = aggregate(attempts, dims, window_start=window.start, lost=lost, suspect=suspect,
+                           prices=prices)
     report.totals["excluded_rows"] = stats.malformed
     group = ", ".join(dims) if dims else "cluster"
     report.meta = {
         "title": f"GPU-hours by {group}, {window.label}",
         "window": window.to_dict(),
-        "source": sacct_file or "sacct",
+        "source": sacct_file or (f"archive {archive}" if archive else "sacct"),
         "sacct_command": command,
         "generated_at": int(time.time()),
         "timezone": time.strftime("%Z"),
@@ -358,6 +405,108 @@ def _with_parent_options(kwargs: Dict[str, Any]) -> Dict[str, Any]:
                 and parent.get_parameter_source(name) not in (ParameterSource.DEFAULT, None):
             merged[name] = value
     return merged
+
+
+# --------------------------------------------------------------------------- archive
+
+@report.command("ingest")
+@common_options
+@period_options
+@click.option("--archive", required=True, type=click.Path(file_okay=False),
+              help="The archive directory (Parquet files, one per month: month=YYYY-MM/data.parquet).")
+def report_ingest(config_path, verbose, quiet, since, until, month, last, sacct_file, sacct_columns,
+                  sacct_delimiter, now_opt, archive) -> None:
+    """Add sacct job rows to the accounting archive (incremental and idempotent).
+
+    \b
+    From cron, e.g. daily with an overlapping window:
+      slurmkit report ingest --archive /var/lib/slurmkit/accounting --last 2d
+    From a dump saved WITHOUT -T (each attempt's real Start/End):
+      slurmkit report ingest --archive DIR --sacct-file nov.txt
+    """
+    import importlib.util
+
+    if importlib.util.find_spec("duckdb") is None:
+        raise UsageError("report ingest needs the report extra: pip install 'slurmkit[report]'")
+    from slurmkit.report import archive as arch
+    from slurmkit.report import engine as eng
+    from slurmkit.report import sacct
+
+    setup_logging(verbose, quiet)
+    cfg, rcfg, _ = _load(config_path)
+    if sacct_file:
+        if sacct_file == "-":
+            raise UsageError("report ingest reads a file, not stdin")
+        columns = sacct.parse_column_list(sacct_columns) if sacct_columns is not None else None
+        src = eng.probe_file(sacct_file, columns, _delimiter(sacct_delimiter))
+        if src is None:
+            click.echo(f"slurmkit: {sacct_file}: no rows", err=True)
+            return
+        out = arch.ingest(archive, src)
+    else:
+        window, _ = _window(since, until, month, last, None, now_opt)
+        from slurmkit.slurm import client
+
+        query = sacct.build_query(window, truncate=False)
+        env = dict(os.environ)
+        env.update(query.env)
+        res = client.call("sacct", query.args, env=env, timeout=rcfg["sacct_timeout"])
+        import tempfile
+
+        with tempfile.NamedTemporaryFile("w", suffix=".txt", encoding="utf-8") as tmp:
+            tmp.write(res.stdout)
+            tmp.flush()
+            src = eng.FileSource(tmp.name, list(sacct.FIELDS), sacct.SACCT_DELIMITER, False, 1)
+            out = arch.ingest(archive, src)
+    if not quiet:
+        months = ", ".join(f"{m}: {n}" for m, n in out["months"].items()) or "none"
+        click.echo(f"slurmkit: ingested {out['rows']} attempt(s) into {archive} ({out['skipped']} row(s) "
+                   f"skipped: malformed or not started); rows per month now: {months}", err=True)
+
+
+@report.command("sql")
+@click.argument("query")
+@click.option("--archive", type=click.Path(file_okay=False), help="The archive: queried as the view `jobs`.")
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json", "markdown"]), default="table",
+              show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
+@click.option("-v", "--verbose", count=True, hidden=True)
+@click.option("-q", "--quiet", is_flag=True, hidden=True)
+def report_sql(query, archive, fmt, as_json, verbose, quiet) -> None:
+    """Run an ad-hoc SQL query (DuckDB) over the archive, e.g.
+
+    \b
+      slurmkit report sql --archive DIR "SELECT month, count(*) FROM jobs GROUP BY month ORDER BY month"
+    """
+    import importlib.util
+
+    if importlib.util.find_spec("duckdb") is None:
+        raise UsageError("report sql needs the report extra: pip install 'slurmkit[report]'")
+    from slurmkit.report import archive as arch
+
+    setup_logging(verbose, quiet)
+    names, rows = arch.sql(archive, query)
+    fmt = "json" if as_json else fmt
+    if fmt == "json":
+        print_json([dict(zip(names, r)) for r in rows])
+    elif fmt == "csv":
+        import csv
+
+        w = csv.writer(sys.stdout, lineterminator="\n")
+        w.writerow(names)
+        w.writerows(["" if v is None else v for v in r] for r in rows)
+    else:
+        cells = [[("-" if v is None else str(v)) for v in r] for r in rows]
+        if fmt == "markdown":
+            sys.stdout.write("| " + " | ".join(names) + " |\n|" + "---|" * len(names) + "\n")
+            for r in cells:
+                sys.stdout.write("| " + " | ".join(c.replace("|", "\\|") for c in r) + " |\n")
+        else:
+            widths = [max([len(n)] + [len(r[i]) for r in cells]) for i, n in enumerate(names)]
+            sys.stdout.write("  ".join(n.ljust(w) for n, w in zip(names, widths)).rstrip() + "\n")
+            sys.stdout.write("  ".join("-" * w for w in widths) + "\n")
+            for r in cells:
+                sys.stdout.write("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() + "\n")
 
 
 # --------------------------------------------------------------------------- capacity

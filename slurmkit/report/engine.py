@@ -65,6 +65,8 @@ class FileSource:
     sep: str
     trailing: bool
     first_row: int
+    #: SQL of a relation with columns f0..fN (the archive); None: read ``path`` as CSV
+    relation: Optional[str] = None
 
 
 def probe_file(path: str, columns: Optional[Sequence[str]] = None,
@@ -135,7 +137,8 @@ class _Plan:
         i_name = idx.get("jobname")
         self.jobid_first = idx["jobid"] == 0
         # A surplus field folds into JobName; the JobIDRaw read by DuckDB is wrong when JobName comes first.
-        self.shifts_jid = i_name is not None and i_name < nf - 1 and i_name < idx.get("jobidraw", idx["jobid"])
+        i_jid = idx.get("jobidraw", idx["jobid"])
+        self.shifts_jid = i_name is not None and i_name < nf - 1 and i_name < i_jid
         last = f"f{nf - 1}"
         if src.trailing:
             self.count_ok = "(x0 = '' AND x1 IS NULL)"
@@ -148,7 +151,7 @@ class _Plan:
             self.count_ok = f"({last} IS NOT NULL AND x0 IS NULL)"
             self.surplus = "(x0 IS NOT NULL)"
         self.overflow = f"(x{EXTRA - 1} IS NOT NULL)"
-        self.step = f"(contains(f0, '.') AND f1 IS NOT NULL)" if self.jobid_first else \
+        self.step = "(contains(f0, '.') AND f1 IS NOT NULL)" if self.jobid_first else \
             f"({self.count_ok} AND contains({self.jobid}, '.'))"
         self.lo, self.hi = window.start, hi
         conds = []
@@ -161,9 +164,12 @@ class _Plan:
         self.filtered = " OR ".join(conds) if conds else "FALSE"
 
     def reader(self) -> str:
+        if self.src.relation is not None:
+            return self.src.relation
         spec = "{" + ", ".join(f"'{n}': 'VARCHAR'" for n in self.names) + "}"
-        return (f"read_csv({_q(self.src.path)}, columns={spec}, delim={_q(self.src.sep)}, quote='', escape='', "
-                f"header=false, skip={self.src.first_row - 1}, auto_detect=false, strict_mode=false, "
+        return (f"read_csv({_q(self.src.path)}, columns={spec}, delim={_q(self.src.sep)}, quote='', "
+                f"escape='', header=false, skip={self.src.first_row - 1}, auto_detect=false, "
+                f"strict_mode=false, "
                 f"null_padding=true, nullstr={_q(_NULL)}, parallel=true)")
 
     @staticmethod
@@ -252,8 +258,8 @@ def _periods(unit: str, start: int, end: int) -> List[Tuple[str, int, int]]:
         t = hi
 
 
-def run(src: FileSource, *, window: Window, now: Optional[float], filters: Optional[Filters], by: Sequence[str],
-        prices: Optional[PriceTable], max_gpus: int, prolog_requeue_seconds: float,
+def run(src: FileSource, *, window: Window, now: Optional[float], filters: Optional[Filters],
+        by: Sequence[str], prices: Optional[PriceTable], max_gpus: int, prolog_requeue_seconds: float,
         drains: Optional[Sequence[DrainEvent]] = None, lost_window_hours: float = 6.0,
         threads: Optional[int] = None) -> Tuple[Dict[Tuple, _Acc], _Acc, ParseStats]:
     """The report's accumulators and parse statistics for a saved dump."""
@@ -295,12 +301,12 @@ def run(src: FileSource, *, window: Window, now: Optional[float], filters: Optio
             span = lost_window_hours * 3600.0
             drain_windows = [(ev.timestamp - span, ev.timestamp) for ev in drains]
             _table(con, "drains", ("lo", "hi"), ("DOUBLE", "DOUBLE"), drain_windows)
-        groups, total, stats, py_lines, sus_lines = _aggregate(con, plan, by, time_dim, tres_map, priced, prices,
-                                                               bool(drain_windows), bool(hours))
+        groups, total, stats, py_lines, sus_lines = _aggregate(
+            con, plan, by, time_dim, tres_map, priced, prices, bool(drain_windows), bool(hours))
     finally:
         con.close()
-    _merge_reference(groups, total, stats, py_lines, sus_lines, src, window, now, filters, by, prices, max_gpus,
-                     prolog_requeue_seconds, drains, lost_window_hours)
+    _merge_reference(groups, total, stats, py_lines, sus_lines, src, window, now, filters, by, prices,
+                     max_gpus, prolog_requeue_seconds, drains, lost_window_hours)
     return groups, total, stats
 
 
@@ -324,7 +330,8 @@ def _aggregate(con, plan: _Plan, by: Sequence[str], time_dim: Optional[str], tre
     field_keys = [d for d in by if d in FIELD_DIMS]
     key_expr = {"user": plan.user, "account": plan.account, "partition": plan.partition, "state": "state"}
     keys_sql = ", ".join(f"CASE WHEN cls = 'agg' THEN {key_expr[d]} END AS k_{d}" for d in field_keys)
-    node_sql = f"CASE WHEN cls = 'agg' THEN {plan.nodelist} END AS k_nodes" if "node" in by else "NULL AS k_nodes"
+    node_sql = f"CASE WHEN cls = 'agg' THEN {plan.nodelist} END AS k_nodes" if "node" in by \
+        else "NULL AS k_nodes"
     drain_sql = ("(cls = 'agg' AND EXISTS (SELECT 1 FROM drains d WHERE st <= d.hi AND e >= d.lo))"
                  if with_drains else "FALSE")
     sql = f"""
@@ -367,7 +374,8 @@ def _aggregate(con, plan: _Plan, by: Sequence[str], time_dim: Optional[str], tre
                CASE WHEN cls = 'agg' THEN {plan.tres} END AS k_tres,
                CASE WHEN cls = 'agg' THEN s ELSE -1 END AS s,
                CASE WHEN cls = 'agg' THEN greatest(e, s) ELSE -1 END AS e,
-               CASE WHEN cls = 'agg' AND sub IS NOT NULL AND st > {lo} AND st >= sub THEN st - sub END AS wait,
+               CASE WHEN cls = 'agg' AND sub IS NOT NULL AND st > {lo} AND st >= sub
+                    THEN st - sub END AS wait,
                CASE WHEN cls = 'py' OR {drain_sql} THEN {line} END AS line,
                {drain_sql} AS sus
         FROM r4)
@@ -436,8 +444,8 @@ def _aggregate(con, plan: _Plan, by: Sequence[str], time_dim: Optional[str], tre
             gpus, types = tres_map[row["k_tres"]]
             st = row["k_state"]
             fake = Attempt("", "", row.get("k_user") or "", row.get("k_account") or "",
-                           row.get("k_partition") or "", row["k_nodes"] or "", "", "", st, gpus, types, None, 0,
-                           0, 0, 0, False)
+                           row.get("k_partition") or "", row["k_nodes"] or "", "", "", st, gpus, types, None,
+                           0, 0, 0, 0, False)
             secs = row["secs"] or 0
             wn = row["wn"] or 0
             n_first = row["n_first"]
@@ -491,8 +499,8 @@ def _merge(into: _Acc, acc: _Acc, jobs_too: bool = True) -> None:
 
 
 def _merge_reference(groups, total, stats: ParseStats, py_lines: List[str], sus_lines: List[str],
-                     src: FileSource, window: Window, now, filters, by, prices, max_gpus, prolog_requeue_seconds,
-                     drains, lost_window_hours) -> None:
+                     src: FileSource, window: Window, now, filters, by, prices, max_gpus,
+                     prolog_requeue_seconds, drains, lost_window_hours) -> None:
     """Run the reference parser and aggregator on the rows SQL left alone, and add."""
     lines: Iterable[str] = py_lines
     if src.trailing:
@@ -515,12 +523,11 @@ def _merge_reference(groups, total, stats: ParseStats, py_lines: List[str], sus_
     _merge(total, t2)
     if sus_lines and drains:
         s_lines: Iterable[str] = sacct._strip_trailing(sus_lines, src.sep) if src.trailing else sus_lines
-        s_att, _ = sacct.parse_rows(s_lines, src.columns, sep=src.sep, window=window, now=now, filters=filters,
-                                    first_line=0, max_gpus=max_gpus)
+        s_att, _ = sacct.parse_rows(s_lines, src.columns, sep=src.sep, window=window, now=now,
+                                    filters=filters, first_line=0, max_gpus=max_gpus)
         sus = find_suspect(s_att, drains, lost_window_hours)
         if sus:
             g3, t3 = accumulate(s_att, by, window_start=window.start, suspect=sus, prices=prices)
             for key, acc in g3.items():
                 groups[key].suspect += acc.suspect
             total.suspect += t3.suspect
-

@@ -72,8 +72,8 @@ def is_prolog_requeue(attempt: Attempt, max_seconds: float = DEFAULT_PROLOG_REQU
 def _order(a: Attempt) -> tuple:
     """Time order of one job's attempts; ties (same Start) are broken by content, not by
     the line number, so the answer does not depend on the order rows arrive in."""
-    return (a.raw_start, a.end, a.state, a.reason, a.job_id, a.gpus, a.gpu_types, a.nodelist, a.user, a.account,
-            a.partition, a.name, -1 if a.submit is None else a.submit)
+    return (a.raw_start, a.end, a.state, a.reason, a.job_id, a.gpus, a.gpu_types, a.nodelist, a.user,
+            a.account, a.partition, a.name, -1 if a.submit is None else a.submit)
 
 
 def find_lost(attempts: Sequence[Attempt],

@@ -107,7 +107,9 @@ def _cells(report: Report, view: str) -> Tuple[List[str], List[List[str]], List[
 def _excluded_note(report: Report) -> str:
     """The line under a totals row that says how many rows the totals leave out."""
     n = report.totals.get("excluded_rows") or 0
-    return f"(excluded: {n} malformed or impossible row(s), not in these totals; see the warning)\n" if n else ""
+    if not n:
+        return ""
+    return f"(excluded: {n} malformed or impossible row(s), not in these totals; see the warning)\n"
 
 
 def render_table(report: Report, view: str, out: TextIO, color: Optional[bool] = None) -> None:

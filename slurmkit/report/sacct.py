@@ -162,7 +162,8 @@ class ParseStats:
             self.malformed_lines) else ""
         why = "; ".join(f"{r} ({n})" for r, n in self.malformed_reasons.most_common())
         impossible = f"; {self.impossible} of them impossible data, excluded" if self.impossible else ""
-        return f"{source}: skipped {self.malformed} malformed row(s) at line(s) {lines}{more}: {why}{impossible}"
+        return (f"{source}: skipped {self.malformed} malformed row(s) at line(s) {lines}{more}: "
+                f"{why}{impossible}")
 
     def to_dict(self) -> dict:
         return {"rows": self.rows, "job_rows": self.job_rows, "step_rows": self.step_rows,
@@ -598,14 +599,16 @@ class SacctQuery:
         return f"{env} {' '.join(words)}".strip()
 
 
-def build_query(window: Window, filters: Optional[Filters] = None) -> SacctQuery:
+def build_query(window: Window, filters: Optional[Filters] = None, truncate: bool = True) -> SacctQuery:
     """The sacct command for ``window``. User/account/partition/name filters are passed
     to sacct (less data) and applied again by the parser; the state filter is only
     applied by the parser, because ``sacct -s`` changes the meaning of ``-S/-E``
-    ("jobs in this state during the window")."""
+    ("jobs in this state during the window"). ``truncate=False`` leaves out ``-T``
+    (the archive keeps each attempt's real Start and End)."""
     filters = filters or Filters()
-    args = ["-a", "-D", "-T", "-S", iso_local(window.start), "-E", iso_local(window.end),
-            "--parsable2", "--noheader", f"--delimiter={SACCT_DELIMITER}", "--format=" + ",".join(FIELDS)]
+    args = ["-a", "-D"] + (["-T"] if truncate else []) + [
+        "-S", iso_local(window.start), "-E", iso_local(window.end), "--parsable2", "--noheader",
+        f"--delimiter={SACCT_DELIMITER}", "--format=" + ",".join(FIELDS)]
     if filters.users is not None:
         args += ["-u", ",".join(sorted(filters.users))]
     if filters.accounts is not None:

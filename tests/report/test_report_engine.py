@@ -36,8 +36,8 @@ def _strip(data: dict) -> dict:
     ("malformed.txt", []),
     ("impossible.txt", ["--now", "2026-12-01T00:00:00"]),
 ])
-@pytest.mark.parametrize("by", ["account,user", "day", "week", "node", "gpu_type", "user,gpu_type,day", "state",
-                                "partition,node,month", ""])
+@pytest.mark.parametrize("by", ["account,user", "day", "week", "node", "gpu_type", "user,gpu_type,day",
+                                "state", "partition,node,month", ""])
 def test_fixtures_same_json_both_engines(cli, fixture_path, fixture, args, by):
     common = ["report", "--sacct-file", fixture_path(fixture), *args, "--by", by, "--json",
               "--price", "h100=2.5,a100=1.2,default=2"]
@@ -59,10 +59,11 @@ def test_engine_is_used_and_said(cli, fixture_path):
 
 
 def test_real_dump_both_engines(cli, monkeypatch):
-    cols = ("JobID,JobName,User,Partition,NodeList,NNodes,NCPUs,NTasks,State,Submit,Start,End,Timelimit,Elapsed,"
-            "TotalCPU,CPUTime,UserCPU,SystemCPU,ReqMem,MaxRSS,MaxVMSize,ReqTRES,AllocTRES,TRESUsageInMax,"
-            "TRESUsageInTot,TRESUsageOutTot,MaxDiskRead,MaxDiskWrite,MaxRSSNode,MaxRSSTask,MaxVMSizeNode,"
-            "MaxVMSizeTask,MaxDiskReadNode,MaxDiskReadTask,MaxDiskWriteNode,MaxDiskWriteTask,Comment")
+    cols = ("JobID,JobName,User,Partition,NodeList,NNodes,NCPUs,NTasks,State,Submit,Start,End,Timelimit,"
+            "Elapsed,TotalCPU,CPUTime,UserCPU,SystemCPU,ReqMem,MaxRSS,MaxVMSize,ReqTRES,AllocTRES,"
+            "TRESUsageInMax,TRESUsageInTot,TRESUsageOutTot,MaxDiskRead,MaxDiskWrite,MaxRSSNode,MaxRSSTask,"
+            "MaxVMSizeNode,MaxVMSizeTask,MaxDiskReadNode,MaxDiskReadTask,MaxDiskWriteNode,MaxDiskWriteTask,"
+            "Comment")
     monkeypatch.setenv("TZ", "Europe/Amsterdam")
     time.tzset()
     sacct.clear_time_caches()
@@ -80,8 +81,9 @@ BASE = 1792800000  # 2026-10-24T...Z: the Europe/Berlin DST change (2026-10-25) 
 _names = st.sampled_from(["train", "a|b", "x|y|z", "", "ü-name", "eval"])
 _states = st.sampled_from(["COMPLETED", "FAILED", "REQUEUED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "RUNNING",
                            "CANCELLED by 1001", "PENDING", "OUT_OF_MEMORY"])
-_tres = st.sampled_from(["gres/gpu=2", "gres/gpu:h100=4,gres/gpu=4", "gres/gpu:a100=2,gres/gpu:h100=2,gres/gpu=4",
-                         "billing=1,cpu=1", "gres/gpu=x", "gres/gpu=100000000000000", "gres/gpu:h100=8,gres/gpu=8",
+_tres = st.sampled_from(["gres/gpu=2", "gres/gpu:h100=4,gres/gpu=4",
+                         "gres/gpu:a100=2,gres/gpu:h100=2,gres/gpu=4", "billing=1,cpu=1", "gres/gpu=x",
+                         "gres/gpu=100000000000000", "gres/gpu:h100=8,gres/gpu=8",
                          "gres/gpumem=80G,gres/gpu=1", ""])
 _nodes = st.sampled_from(["node1", "node[1-2]", "gpu[01-04]", "None assigned", "node1,node1", "bad[", ""])
 _reason = st.sampled_from(["None", "launch_failed_requeued_held", "Prolog", "ReqNodeNotAvail"])
@@ -92,7 +94,8 @@ def _time(draw, iso: bool, clean: bool = False):
     kinds = ["t"] if clean else ["t"] * 8 + ["Unknown", "None", "", "garbage", "old"]
     kind = draw(st.sampled_from(kinds))
     if kind == "t":
-        t = BASE + draw(st.one_of(st.integers(0, 4 * 86400), st.sampled_from([3600, 2 * 86400 + 7])))  # + edges
+        # anywhere in four days, or exactly on a window edge
+        t = BASE + draw(st.one_of(st.integers(0, 4 * 86400), st.sampled_from([3600, 2 * 86400 + 7])))
         return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(t)) if iso else str(t)
     return {"old": "946000000"}.get(kind, kind)
 
@@ -108,7 +111,8 @@ def _row(draw, iso: bool, clean: bool):
     jid = str(draw(st.integers(1, 12)))
     job_id = draw(st.sampled_from([jid, jid, f"{jid}_1", f"{jid}.batch", f"{jid}.0", f"{jid}.extern"]))
     state = draw(_states)
-    start = draw(st.sampled_from(["Unknown", "None"])) if clean and state == "PENDING" else draw(_time(iso, clean))
+    pending = clean and state == "PENDING"
+    start = draw(st.sampled_from(["Unknown", "None"])) if pending else draw(_time(iso, clean))
     if (clean or draw(st.booleans())) and start not in ("Unknown", "None", "", "garbage", "946000000"):
         s = int(start) if not iso else int(time.mktime(time.strptime(start, "%Y-%m-%dT%H:%M:%S")))
         e = s + draw(st.integers(0, 2 * 86400))
@@ -134,7 +138,8 @@ def _reference(path, window, now, by, prices, drains, hours=6.0, filters=None):
     attempts, stats, _ = sacct.read_sacct_file(path, window=window, now=now, filters=filters)
     lost = find_lost(attempts, 120)
     suspect = find_suspect(attempts, drains, hours) if drains is not None else None
-    groups, total = accumulate(attempts, by, window_start=window.start, lost=lost, suspect=suspect, prices=prices)
+    groups, total = accumulate(attempts, by, window_start=window.start, lost=lost, suspect=suspect,
+                               prices=prices)
     rep = finish(groups, total, by, priced=bool(prices and prices.enabled), health=drains is not None)
     return rep, stats
 
@@ -150,8 +155,8 @@ def _compare(a, b, tol):
             assert a[k] == b[k], k
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                 HealthCheck.function_scoped_fixture])
+@settings(max_examples=150, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(data=st.data(), iso=st.booleans(), clean=st.sampled_from([True, True, True, False]),
        by=st.sampled_from([[], ["user"], ["account", "user"], ["state"], ["day"], ["week"], ["node"],
                            ["gpu_type"], ["user", "gpu_type", "day"], ["partition", "node", "month"]]),
@@ -169,7 +174,8 @@ def test_generated_dumps_same_answer(tmp_path_factory, monkeypatch, data, iso, c
         lines = list(dict.fromkeys(lines))
     path.write_text("|".join(sacct.FIELDS) + "\n" + "".join(line + "\n" for line in lines))
     now = BASE + 3 * 86400
-    window = Window(BASE + 3600, BASE + 2 * 86400 + 7, "w") if windowed else resolve_window(default_unbounded=True)
+    window = Window(BASE + 3600, BASE + 2 * 86400 + 7, "w") if windowed else \
+        resolve_window(default_unbounded=True)
     prices = PriceTable({"h100": 2.5}, 1.25) if priced else None
     drains = [DrainEvent("node2", BASE + 86400), DrainEvent("gpu03", BASE + 2 * 86400)] if drained else None
     filters = sacct.Filters(users=frozenset({"alice"})) if user_filter else None
