@@ -29,7 +29,7 @@ import duckdb
 
 from slurmkit.errors import UsageError
 from slurmkit.report import sacct
-from slurmkit.report.engine import EXTRA, FileSource, _Plan, _q
+from slurmkit.report.engine import EXTRA, FileSource, _digits, _Plan, _q
 from slurmkit.report.window import resolve_window
 
 SEP = sacct.SACCT_DELIMITER
@@ -93,7 +93,7 @@ def ingest(directory: str, src: FileSource) -> Dict[str, object]:
         else:
             select.append(f"'' AS \"{c}\"")
     start = plan.start
-    month = (f"CASE WHEN length({start}) BETWEEN 1 AND 12 AND ltrim({start}, '0123456789') = '' "
+    month = (f"CASE WHEN {_digits(start)} "
              f"THEN strftime(make_timestamp(CAST({start} AS BIGINT) * 1000000), '%Y-%m') "
              f"WHEN length({start}) = 19 AND substr({start}, 5, 1) = '-' THEN left({start}, 7) END")
     os.makedirs(directory, exist_ok=True)

@@ -99,8 +99,9 @@ def _q(text: str) -> str:
 
 
 def _digits(expr: str) -> str:
-    """SQL: the text is 1 to 12 ASCII digits (cheaper than a regular expression)."""
-    return f"(length({expr}) BETWEEN 1 AND 12 AND ltrim({expr}, '0123456789') = '')"
+    """SQL: the text is 1 to 12 ASCII digits without a leading zero (a cast and back, cheaper than a
+    regular expression; anything else, such as ``012``, is left to the reference)."""
+    return f"(length({expr}) <= 12 AND CAST(TRY_CAST({expr} AS UBIGINT) AS VARCHAR) = {expr})"
 
 
 def _in_list(values: Iterable[str]) -> str:
