@@ -43,11 +43,20 @@ def period_options(f: Callable) -> Callable:
         click.option("--sacct-file", type=click.Path(dir_okay=False, allow_dash=True),
                      help="Read saved `sacct --parsable2` output (with header) instead of calling sacct; "
                           "- reads stdin."),
+        click.option("--now", "now_opt", hidden=True, help="Pretend the time is this (tests)."),
+    ]):
+        f = opt(f)
+    return f
+
+
+def dump_format_options(f: Callable) -> Callable:
+    """How to read a saved dump that has no header or another delimiter (kept apart from
+    :func:`period_options` so commands built on that keep their signature)."""
+    for opt in reversed([
         click.option("--sacct-columns", help="The file has no header: its columns in order, as its sacct "
                                              "--format list (JobID,JobName,User,...)."),
         click.option("--sacct-delimiter",
                      help="The file's sacct --delimiter (default: | or \\x1f, recognised)."),
-        click.option("--now", "now_opt", hidden=True, help="Pretend the time is this (tests)."),
     ]):
         f = opt(f)
     return f
@@ -358,6 +367,7 @@ def _run_usage(*, config_path, verbose, quiet, since, until, month, last, sacct_
 @click.group("report", invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
 @common_options
 @period_options
+@dump_format_options
 @usage_options
 @click.pass_context
 def report(ctx: click.Context, **kwargs: Any) -> None:
@@ -383,6 +393,7 @@ def report(ctx: click.Context, **kwargs: Any) -> None:
 @report.command("lost")
 @common_options
 @period_options
+@dump_format_options
 @usage_options
 def report_lost(**kwargs: Any) -> None:
     """Lost GPU-hours by cause (NODE_FAIL, PREEMPTED, REQUEUED, TIMEOUT, FAILED after a
@@ -412,6 +423,7 @@ def _with_parent_options(kwargs: Dict[str, Any]) -> Dict[str, Any]:
 @report.command("ingest")
 @common_options
 @period_options
+@dump_format_options
 @click.option("--archive", required=True, type=click.Path(file_okay=False),
               help="The archive directory (Parquet files, one per month: month=YYYY-MM/data.parquet).")
 def report_ingest(config_path, verbose, quiet, since, until, month, last, sacct_file, sacct_columns,
@@ -514,6 +526,7 @@ def report_sql(query, archive, fmt, as_json, verbose, quiet) -> None:
 @report.command("capacity")
 @common_options
 @period_options
+@dump_format_options
 @click.option("--by", type=click.Choice(["total", "partition", "gpu_type"]), default="total",
               show_default=True, help="One row for the cluster, or per partition / GPU type.")
 @click.option("--partition", "partitions", multiple=True, help="Only these partitions.")
@@ -522,8 +535,8 @@ def report_sql(query, archive, fmt, as_json, verbose, quiet) -> None:
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json", "markdown"]), default="table",
               show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
-def report_capacity(config_path, verbose, quiet, since, until, month, last, sacct_file, sacct_columns,
-                    sacct_delimiter, now_opt, by, partitions, gpus_override, fmt, as_json) -> None:
+def report_capacity(config_path, verbose, quiet, since, until, month, last, sacct_file, now_opt, by,
+                    partitions, gpus_override, fmt, as_json, sacct_columns=None, sacct_delimiter=None) -> None:
     """Fraction of the installed GPU-hours (sinfo GPU counts x window) that jobs used."""
     from slurmkit.report import sacct
     from slurmkit.report.capacity import capacity_rows, render_capacity
