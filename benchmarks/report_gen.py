@@ -27,7 +27,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 
 from slurmkit.report.sacct import FIELDS  # noqa: E402
 
-FIRST_MONTH = 1790812800  # 2026-10-01T00:00:00Z
+FIRST_MONTH = 1764547200  # 2025-12-01T00:00:00Z: ten 30-day months end before 2026-09-27, in the past
 MONTH = 30 * 86400
 
 

@@ -348,7 +348,7 @@ def _aggregate(con, plan: _Plan, by: Sequence[str], time_dim: Optional[str], tre
         SELECT *, CASE
             WHEN is_step THEN 'step'
             WHEN NOT {plan.count_ok} THEN 'py'
-            WHEN m.jid IS NOT NULL THEN 'py'
+            WHEN r0.jid IN (SELECT jid FROM multi) THEN 'py'
             WHEN {plan.filtered} THEN 'filtered'
             WHEN {plan.start} IN {_UNKNOWN_SQL} THEN 'notstarted'
             WHEN st IS NULL OR NOT {sub_ok} THEN 'py'
@@ -357,7 +357,7 @@ def _aggregate(con, plan: _Plan, by: Sequence[str], time_dim: Optional[str], tre
             WHEN st < {sacct.EARLIEST_TIME} OR en < {sacct.EARLIEST_TIME} OR sub < {sacct.EARLIEST_TIME}
                  OR en < st THEN 'py'
             ELSE 'ok' END AS c0
-        FROM r0 LEFT JOIN multi m ON m.jid = r0.jid),
+        FROM r0),
     r2 AS (
         SELECT *, CASE WHEN c0 = 'run' THEN {hi} ELSE en END AS e_raw FROM r1),
     r3 AS (
