@@ -204,3 +204,13 @@ def test_generated_dumps_same_answer(tmp_path_factory, monkeypatch, data, iso, c
             ra.pop("rank"), rb.pop("rank")
         _compare(ra, rb, tol)
     _compare(ref.totals, got.totals, tol)
+
+
+def test_auto_engine_by_file_size(cli, fixture_path, monkeypatch):
+    """`--engine auto`: the reference for small files, DuckDB from AUTO_ENGINE_BYTES up."""
+    from slurmkit.report import cli as report_cli
+
+    args = ("report", "--sacct-file", fixture_path("basic.txt"), "--json")
+    assert json.loads(cli(*args).stdout)["meta"]["engine"]["name"] == "python"
+    monkeypatch.setattr(report_cli, "AUTO_ENGINE_BYTES", 1)
+    assert json.loads(cli(*args).stdout)["meta"]["engine"]["name"] == "duckdb"
