@@ -548,7 +548,8 @@ def report_sql(query, archive, fmt, as_json, verbose, quiet) -> None:
               show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
 def report_capacity(config_path, verbose, quiet, since, until, month, last, sacct_file, now_opt, by,
-                    partitions, gpus_override, fmt, as_json, sacct_columns=None, sacct_delimiter=None) -> None:
+                    partitions, gpus_override, fmt, as_json, sacct_columns=None,
+                    sacct_delimiter=None) -> None:
     """Fraction of the installed GPU-hours (sinfo GPU counts x window) that jobs used."""
     from slurmkit.report import sacct
     from slurmkit.report.capacity import capacity_rows, render_capacity
