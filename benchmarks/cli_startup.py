@@ -16,7 +16,8 @@ import sys
 import time
 
 COMMANDS = {"slurmkit --help": ["slurmkit.cli.main", "--help"], "ssubmit --help": ["slurmkit.cli.ssubmit", "--help"],
-            "slurmkit health list": ["slurmkit.cli.main", "health", "list"]}
+            "slurmkit health list": ["slurmkit.cli.main", "health", "list"],
+            "slurmkit report --help": ["slurmkit.cli.main", "report", "--help"]}
 
 
 def _bin(name: str) -> str:

@@ -43,7 +43,7 @@ fi
 PY="$VENV/bin/python"
 # slurmkit's extras installed for development and CI: add a new extra here (and its pins
 # to the constraints file).
-EXTRAS=(train gpu plot metrics test)
+EXTRAS=(train gpu plot metrics report test)
 # The exact versions (pyproject.toml has ranges); it pins torch, which unpinned would pull
 # a multi-GB CUDA build.
 CONSTRAINTS="$REPO/etc/dev/constraints.txt"

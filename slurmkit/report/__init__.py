@@ -15,3 +15,8 @@ Pipeline (each stage is a module, none imports matplotlib or pandas):
 
 The arithmetic is documented with worked examples in ``docs/report.md``.
 """
+
+# Output choices, here rather than in .render so that ``slurmkit report --help`` builds
+# its options without importing the pipeline (render -> aggregate -> sacct ...).
+VIEWS = ("usage", "states", "lost")
+FORMATS = ("table", "csv", "json", "markdown")

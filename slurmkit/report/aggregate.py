@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import operator
 import time
-from collections import Counter, defaultdict
+from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
@@ -210,8 +210,19 @@ def aggregate(attempts: Sequence[Attempt], by: Sequence[str], *, window_start: i
               lost: Optional[Dict[int, str]] = None, suspect: Optional[Set[int]] = None,
               prices: Optional[PriceTable] = None) -> Report:
     """Group ``attempts`` by ``by`` (see the module docstring for the rules)."""
+    groups, total = accumulate(attempts, by, window_start=window_start, lost=lost, suspect=suspect,
+                               prices=prices)
+    return finish(groups, total, by, priced=bool(prices and prices.enabled), health=suspect is not None,
+                  currency=prices.currency if prices else "USD")
+
+
+def accumulate(attempts: Sequence[Attempt], by: Sequence[str], *, window_start: int = 0,
+               lost: Optional[Dict[int, str]] = None, suspect: Optional[Set[int]] = None,
+               prices: Optional[PriceTable] = None) -> Tuple[Dict[Tuple, "_Acc"], "_Acc"]:
+    """The per-group and total accumulators behind :func:`aggregate`. Every field of
+    an accumulator is a sum over attempts, so accumulators of attempts of disjoint
+    sets of jobs add up (the DuckDB engine merges its own with these)."""
     lost = lost or {}
-    health = suspect is not None
     suspect = suspect or set()
     priced = bool(prices and prices.enabled)
     lo = window_start
@@ -231,7 +242,12 @@ def aggregate(attempts: Sequence[Attempt], by: Sequence[str], *, window_start: i
         total = _aggregate_fields(attempts, by, groups, lost, suspect, priced_gpus if priced else None, lo)
     else:
         _aggregate_split(attempts, by, groups, total, lost, suspect, prices if priced else None, lo)
+    return groups, total
 
+
+def finish(groups: Dict[Tuple, _Acc], total: _Acc, by: Sequence[str], *, priced: bool, health: bool,
+           currency: str = "USD") -> Report:
+    """Rows, ranks and totals from accumulators."""
     total_seconds = total.gpu_seconds
     rows = []
     for key, acc in groups.items():
@@ -247,8 +263,7 @@ def aggregate(attempts: Sequence[Attempt], by: Sequence[str], *, window_start: i
     totals["groups"] = len(rows)
     states = sorted(total.by_state, key=lambda s: -total.by_state[s])
     causes = sorted(total.lost_by_cause, key=lambda c: -total.lost_by_cause[c])
-    return Report(list(by), rows, totals, states, causes, priced, health,
-                  prices.currency if prices else "USD")
+    return Report(list(by), rows, totals, states, causes, priced, health, currency)
 
 
 _I = {name: i for i, name in enumerate(Attempt._fields)}
@@ -295,11 +310,14 @@ def _aggregate_fields(attempts: Sequence[Attempt], by: Sequence[str], groups: Di
                 if rs > lo and rs >= sub:
                     acc[3] += rs - sub
                     acc[4] += 1
-    jids = [a[jid_i] for a in attempts]
-    seen = set(jids)
+    seen: Set[str] = set()
     duplicated: Set[str] = set()
-    if len(seen) < len(jids):
-        duplicated = {j for j, n in Counter(jids).items() if n > 1}
+    for a in attempts:  # distinct jobs: one set, and the (few) jobs seen twice
+        j = a[jid_i]
+        if j in seen:
+            duplicated.add(j)
+        else:
+            seen.add(j)
     total = _Acc()
     # groups from (dims, state) keys
     for k, (gs, cost, n, wsum, wn) in accs.items():
@@ -340,22 +358,48 @@ def _aggregate_fields(attempts: Sequence[Attempt], by: Sequence[str], groups: Di
     return total
 
 
+def _nodes_of(nodelist: str, cache: Dict[str, Tuple[str, ...]]) -> Tuple[str, ...]:
+    v = cache.get(nodelist)
+    if v is None:
+        try:
+            v = tuple(expand_hostlist(nodelist)) if nodelist not in ("None assigned", "") else ()
+        except ParseError:
+            v = ()
+        v = cache[nodelist] = v or ("(unknown)",)
+    return v
+
+
+def pieces_of(a: Attempt, by: Sequence[str], prices: Optional[PriceTable],
+              nodes_cache: Dict[str, Tuple[str, ...]]) -> List[Tuple[Tuple, float, float]]:
+    """``[(group key, GPUs, priced GPUs)]`` of one attempt: its split by GPU type and
+    node; the time dimension's slot holds ``None`` (the caller splits the time)."""
+    pieces: List[Tuple[Tuple, float, float]] = [((), float(a.gpus),
+                                                 prices.priced_gpus(a.gpus, a.gpu_types) if prices else 0.0)]
+    for d in by:
+        if d in FIELD_DIMS:
+            v = a[FIELD_DIMS[d]]
+            pieces = [(k + (v,), g, p) for k, g, p in pieces]
+        elif d == "gpu_type":
+            split = _type_split(a)
+            pieces = [(k + (t,), float(n) * (g / a.gpus if a.gpus else 1.0),
+                       (n * (prices.price(t) if prices else 0.0)) * (g / a.gpus if a.gpus else 1.0))
+                      for k, g, p in pieces for t, n in split]
+        elif d == "node":
+            ns = _nodes_of(a.nodelist, nodes_cache)
+            share = 1.0 / len(ns)
+            pieces = [(k + (n,), g * share, p * share) for k, g, p in pieces for n in ns]
+        else:  # time dimension: placeholder
+            pieces = [(k + (None,), g, p) for k, g, p in pieces]
+    return pieces
+
+
 def _aggregate_split(attempts: Sequence[Attempt], by: Sequence[str], groups: Dict[Tuple, _Acc], total: _Acc,
                      lost: Dict[int, str], suspect: Set[int], prices: Optional[PriceTable], lo: int) -> None:
     """The general path: each attempt becomes pieces (GPU type x node x period)."""
     time_dim = next((d for d in by if d in TIME_DIMS), None)
     splitter = PeriodSplitter(time_dim) if time_dim else None
     nodes_cache: Dict[str, Tuple[str, ...]] = {}
-
-    def nodes_of(nodelist: str) -> Tuple[str, ...]:
-        v = nodes_cache.get(nodelist)
-        if v is None:
-            try:
-                v = tuple(expand_hostlist(nodelist)) if nodelist not in ("None assigned", "") else ()
-            except ParseError:
-                v = ()
-            nodes_cache[nodelist] = v or ("(unknown)",)
-        return nodes_cache[nodelist]
+    pos = by.index(time_dim) if time_dim else 0
 
     for i, a in enumerate(attempts):
         cause = lost.get(i)
@@ -364,35 +408,15 @@ def _aggregate_split(attempts: Sequence[Attempt], by: Sequence[str], groups: Dic
         # totals: whole attempt, once
         tcost = (prices.priced_gpus(a.gpus, a.gpu_types) * secs_total) if prices else 0.0
         total.add(a, a.gpus * secs_total, tcost, cause, sus, True, lo)
-        # pieces: list of (key parts, gpus, priced gpus)
-        base_price = prices.priced_gpus(a.gpus, a.gpu_types) if prices else 0.0
-        pieces: List[Tuple[Tuple, float, float]] = [((), float(a.gpus), base_price)]
-        periods: Optional[List[Tuple[str, int]]] = None
-        for d in by:
-            if d in FIELD_DIMS:
-                v = a[FIELD_DIMS[d]]
-                pieces = [(k + (v,), g, p) for k, g, p in pieces]
-            elif d == "gpu_type":
-                split = _type_split(a)
-                pieces = [(k + (t,), float(n) * (g / a.gpus if a.gpus else 1.0),
-                           (n * (prices.price(t) if prices else 0.0)) * (g / a.gpus if a.gpus else 1.0))
-                          for k, g, p in pieces for t, n in split]
-            elif d == "node":
-                ns = nodes_of(a.nodelist)
-                share = 1.0 / len(ns)
-                pieces = [(k + (n,), g * share, p * share) for k, g, p in pieces for n in ns]
-            else:  # time dimension: placeholder, filled below
-                pieces = [(k + (None,), g, p) for k, g, p in pieces]
-                periods = splitter.split(a.start, a.end)
-        if periods is None:
+        pieces = pieces_of(a, by, prices, nodes_cache)
+        if splitter is None:
             for key, g, p in pieces:
                 acc = groups.get(key)
                 if acc is None:
                     acc = groups[key] = _Acc()
                 acc.add(a, g * secs_total, p * secs_total, cause, sus, True, lo)
         else:
-            pos = by.index(time_dim)
-            for n_period, (label, secs) in enumerate(periods):
+            for n_period, (label, secs) in enumerate(splitter.split(a.start, a.end)):
                 for key, g, p in pieces:
                     key = key[:pos] + (label,) + key[pos + 1:]
                     acc = groups.get(key)

@@ -22,6 +22,7 @@ import click
 
 from slurmkit.cli.common import common_options, load_config, print_json, setup_logging
 from slurmkit.errors import UsageError
+from slurmkit.report import FORMATS, VIEWS
 
 log = logging.getLogger("slurmkit.report")
 
@@ -48,9 +49,20 @@ def period_options(f: Callable) -> Callable:
     return f
 
 
-def usage_options(f: Callable) -> Callable:
-    from slurmkit.report.render import FORMATS, VIEWS
+def dump_format_options(f: Callable) -> Callable:
+    """How to read a saved dump that has no header or another delimiter (kept apart from
+    :func:`period_options` so commands built on that keep their signature)."""
+    for opt in reversed([
+        click.option("--sacct-columns", help="The file has no header: its columns in order, as its sacct "
+                                             "--format list (JobID,JobName,User,...)."),
+        click.option("--sacct-delimiter",
+                     help="The file's sacct --delimiter (default: | or \\x1f, recognised)."),
+    ]):
+        f = opt(f)
+    return f
 
+
+def usage_options(f: Callable) -> Callable:
     for opt in reversed([
         click.option("--by", help="Group by user, account, partition, state, gpu_type, node, day, week or "
                                   "month; comma-separated to combine (account,user)."),
@@ -77,6 +89,12 @@ def usage_options(f: Callable) -> Callable:
                      help="Health join: hours before a drain that make a job suspect (default 6)."),
         click.option("--show-command", is_flag=True,
                      help="Print the exact sacct command and exit without running it."),
+        click.option("--archive", type=click.Path(file_okay=False),
+                     help="Read the accounting archive made by `slurmkit report ingest` instead of sacct."),
+        click.option("--engine", type=click.Choice(["auto", "duckdb", "python"]), default="auto",
+                     show_default=True,
+                     help="Saved files: duckdb (the slurmkit[report] extra; auto uses it for files of "
+                          "256 MiB or more) or the pure-Python reference."),
     ]):
         f = opt(f)
     return f
@@ -110,13 +128,35 @@ def gc_paused():
             gc.enable()
 
 
-def load_attempts(*, window, now, filters, sacct_file: Optional[str], need_columns=(), timeout: float):
+def _delimiter(text: Optional[str]) -> Optional[str]:
+    """``--sacct-delimiter``: the character itself, or an escape such as ``\\x1f``."""
+    if text is None:
+        return None
+    value = text
+    if text.startswith("\\"):
+        try:
+            value = text.encode("ascii").decode("unicode_escape")
+        except (UnicodeError, ValueError):
+            raise UsageError(f"--sacct-delimiter {text!r}: not a valid escape") from None
+    if not value or "\n" in value or "\r" in value:
+        raise UsageError(f"--sacct-delimiter {text!r}: must be a non-empty string without a line break")
+    return value
+
+
+def load_attempts(*, window, now, filters, sacct_file: Optional[str], need_columns=(), timeout: float,
+                  sacct_columns: Optional[str] = None, sacct_delimiter: Optional[str] = None,
+                  max_gpus: Optional[int] = None):
     """Attempts from a saved file or a live sacct call; prints the malformed-row warning."""
     from slurmkit.report import sacct
 
+    limits = {"max_gpus": max_gpus} if max_gpus is not None else {}
+    if (sacct_columns or sacct_delimiter) and not sacct_file:
+        raise UsageError("--sacct-columns and --sacct-delimiter describe a --sacct-file; give one")
     if sacct_file:
+        columns = sacct.parse_column_list(sacct_columns) if sacct_columns is not None else None
         attempts, stats, _ = sacct.read_sacct_file(sacct_file, window=window, now=now, filters=filters,
-                                                   need_columns=need_columns)
+                                                   need_columns=need_columns, columns=columns,
+                                                   delimiter=_delimiter(sacct_delimiter), **limits)
         source = sacct_file
         command = None
     else:
@@ -125,7 +165,8 @@ def load_attempts(*, window, now, filters, sacct_file: Optional[str], need_colum
 
         command = query.display(client.binary("sacct"))
         log.info("running %s", command)
-        attempts, stats = sacct.run_query(query, window=window, now=now, filters=filters, timeout=timeout)
+        attempts, stats = sacct.run_query(query, window=window, now=now, filters=filters, timeout=timeout,
+                                          **limits)
         source = "sacct"
     warning = stats.warning(source)
     if warning:
@@ -138,9 +179,111 @@ def run_usage(**kwargs: Any) -> int:
         return _run_usage(**kwargs)
 
 
-def _run_usage(*, config_path, verbose, quiet, since, until, month, last, sacct_file, now_opt, by, users,
+#: ``--engine auto`` uses DuckDB for saved files at least this large: below it the reference
+#: was faster and stays under 0.5 GiB; above it the reference's memory grows with the file
+#: (2.9 GiB at 10M rows) while DuckDB's stays under 0.5 GiB (docs/benchmarks.md).
+AUTO_ENGINE_BYTES = 256 << 20
+
+
+def _use_engine(choice: str, sacct_file: Optional[str]) -> bool:
+    """Whether to try the DuckDB engine: for a saved file (not stdin), when told
+    ``--engine duckdb``, or for ``auto`` when the ``slurmkit[report]`` extra is installed
+    and the file is large (:data:`AUTO_ENGINE_BYTES`)."""
+    if choice == "python" or not sacct_file or sacct_file == "-":
+        if choice == "duckdb" and (not sacct_file or sacct_file == "-"):
+            raise UsageError("--engine duckdb reads a saved file: give --sacct-file FILE (not -)")
+        return False
+    import importlib.util
+
+    if importlib.util.find_spec("duckdb") is None:
+        if choice == "duckdb":
+            raise UsageError("--engine duckdb needs the report extra: pip install 'slurmkit[report]'")
+        return False
+    if choice == "auto":
+        try:
+            return os.path.getsize(sacct_file) >= AUTO_ENGINE_BYTES
+        except OSError:
+            return False  # the reference reports the missing file
+    return True
+
+
+def _run_engine(sacct_file: str, *, sacct_columns, sacct_delimiter, window, now, filters, dims, prices, rcfg,
+                need, drains, hours, explicit: bool):
+    """``(report, stats, engine meta)`` from the DuckDB engine, or ``(None, None, meta)``
+    when the input needs the reference path (rows to report with line numbers)."""
+    import duckdb
+
+    from slurmkit.report import engine, sacct
+    from slurmkit.report.aggregate import finish
+
+    columns = sacct.parse_column_list(sacct_columns) if sacct_columns is not None else None
+    src = engine.probe_file(sacct_file, columns, _delimiter(sacct_delimiter))
+    if src is None:
+        return None, None, {"name": "python", "why": "empty file"}
+    lacking = sacct.missing_columns(src.columns, list(sacct.REQUIRED_COLUMNS) + list(need))
+    if lacking:
+        raise UsageError(f"--sacct-file {sacct_file}: missing column(s) {', '.join(lacking)}; "
+                         f"{sacct.recommended_hint()}")
+    try:
+        groups, total, stats = engine.run(
+            src, window=window, now=now, filters=filters, by=dims, prices=prices, max_gpus=rcfg["max_gpus"],
+            prolog_requeue_seconds=rcfg["prolog_requeue_seconds"], drains=drains, lost_window_hours=hours)
+    except engine.NeedsReference as exc:
+        log.info("duckdb engine: %s; using the reference path", exc)
+        return None, None, {"name": "python", "why": str(exc)}
+    except duckdb.Error as exc:
+        if explicit:
+            raise UsageError(f"--sacct-file {sacct_file}: DuckDB could not read it: "
+                             f"{str(exc).splitlines()[0]}") from None
+        log.info("duckdb engine failed (%s); using the reference path", str(exc).splitlines()[0])
+        return None, None, {"name": "python", "why": "duckdb: " + str(exc).splitlines()[0]}
+    report = finish(groups, total, dims, priced=bool(prices and prices.enabled), health=drains is not None,
+                    currency=prices.currency if prices else "USD")
+    return report, stats, {"name": "duckdb", "version": duckdb.__version__}
+
+
+def _run_archive(directory: str, *, window, now, filters, dims, prices, rcfg, hl, hours, engine: str):
+    """The report from the archive: the DuckDB engine, or the reference over its rows."""
+    import importlib.util
+
+    if importlib.util.find_spec("duckdb") is None:
+        raise UsageError("--archive needs the report extra: pip install 'slurmkit[report]'")
+    from slurmkit.report import archive as arch
+    from slurmkit.report import engine as eng
+    from slurmkit.report import sacct
+    from slurmkit.report.aggregate import aggregate, finish
+    from slurmkit.report.lost import find_lost, find_suspect
+
+    src = arch.source(directory)
+    drains = hl.events if hl is not None else None
+    why = "--engine python"
+    if engine != "python":
+        try:
+            groups, total, stats = eng.run(
+                src, window=window, now=now, filters=filters, by=dims, prices=prices,
+                max_gpus=rcfg["max_gpus"], prolog_requeue_seconds=rcfg["prolog_requeue_seconds"],
+                drains=drains, lost_window_hours=hours)
+            report = finish(groups, total, dims, priced=bool(prices and prices.enabled),
+                            health=drains is not None, currency=prices.currency if prices else "USD")
+            return report, stats, {"name": "duckdb"}
+        except eng.NeedsReference as exc:
+            why = str(exc)
+    attempts, stats = sacct.parse_rows(arch.lines(directory), list(sacct.FIELDS), sep=arch.SEP, window=window,
+                                       now=now, filters=filters, max_gpus=rcfg["max_gpus"])
+    warning = stats.warning(f"archive {directory} (row numbers)")
+    if warning:
+        click.echo(f"slurmkit: warning: {warning}", err=True)
+    suspect = find_suspect(attempts, drains, hours) if drains is not None else None
+    lost = find_lost(attempts, rcfg["prolog_requeue_seconds"])
+    report = aggregate(attempts, dims, window_start=window.start, lost=lost, suspect=suspect, prices=prices)
+    return report, stats, {"name": "python", "why": why}
+
+
+def _run_usage(*, config_path, verbose, quiet, since, until, month, last, sacct_file, sacct_columns,
+               sacct_delimiter, now_opt, by, users,
                accounts, partitions, states, names, fmt, as_json, view, plot_path, price, health_log,
-               no_health_log, lost_window_hours, show_command, default_view: str = "usage") -> int:
+               no_health_log, lost_window_hours, show_command, engine="auto", archive=None,
+               default_view: str = "usage") -> int:
     from slurmkit.report import sacct
     from slurmkit.report.aggregate import aggregate, parse_by
     from slurmkit.report.cost import price_table
@@ -170,42 +313,59 @@ def _run_usage(*, config_path, verbose, quiet, since, until, month, last, sacct_
     need = [sacct.COLUMN_FOR[d] for d in dims if d in sacct.COLUMN_FOR]
     need += [c for c, active in (("User", filters.users), ("Account", filters.accounts),
                                  ("Partition", filters.partitions), ("JobName", filters.names)) if active]
-    attempts, stats, command = load_attempts(window=window, now=now, filters=filters, sacct_file=sacct_file,
-                                             need_columns=need, timeout=rcfg["sacct_timeout"])
-    lost = find_lost(attempts, rcfg["prolog_requeue_seconds"])
-    suspect = None
+    hl = None
+    hours = lost_window_hours if lost_window_hours is not None else rcfg["lost_window_hours"]
     health_meta: Dict[str, Any] = {"joined": False}
     if not no_health_log:
         pattern = health_log or rcfg["health_log"] or os.path.join(paths["log_dir"], HEALTH_LOG_NAME)
         hl = read_health_log(pattern)
         if hl is not None:
-            hours = lost_window_hours if lost_window_hours is not None else rcfg["lost_window_hours"]
-            suspect = find_suspect(attempts, hl.events, hours)
             health_meta = {"joined": True, "path": pattern, "drain_events": len(hl.events),
                            "window_hours": hours, "bad_lines": hl.bad_lines}
         elif health_log:
             raise UsageError(f"--health-log {health_log}: no such file")
-    report = aggregate(attempts, dims, window_start=window.start, lost=lost, suspect=suspect, prices=prices)
+    report, stats, command, engine_meta = None, None, None, {"name": "python"}
+    if archive:
+        if sacct_file:
+            raise UsageError("--archive and --sacct-file are two sources: give one")
+        report, stats, engine_meta = _run_archive(archive, window=window, now=now, filters=filters, dims=dims,
+                                                  prices=prices, rcfg=rcfg, hl=hl, hours=hours, engine=engine)
+    elif _use_engine(engine, sacct_file):
+        report, stats, engine_meta = _run_engine(
+            sacct_file, sacct_columns=sacct_columns, sacct_delimiter=sacct_delimiter, window=window, now=now,
+            filters=filters, dims=dims, prices=prices, rcfg=rcfg, need=need,
+            drains=hl.events if hl is not None else None, hours=hours, explicit=engine == "duckdb")
+    if report is None:
+        attempts, stats, command = load_attempts(
+            window=window, now=now, filters=filters, sacct_file=sacct_file, need_columns=need,
+            timeout=rcfg["sacct_timeout"], sacct_columns=sacct_columns, sacct_delimiter=sacct_delimiter,
+            max_gpus=rcfg["max_gpus"])
+        lost = find_lost(attempts, rcfg["prolog_requeue_seconds"])
+        suspect = find_suspect(attempts, hl.events, hours) if hl is not None else None
+        report = aggregate(attempts, dims, window_start=window.start, lost=lost, suspect=suspect,
+                           prices=prices)
+    report.totals["excluded_rows"] = stats.malformed
     group = ", ".join(dims) if dims else "cluster"
     report.meta = {
         "title": f"GPU-hours by {group}, {window.label}",
         "window": window.to_dict(),
-        "source": sacct_file or "sacct",
+        "source": sacct_file or (f"archive {archive}" if archive else "sacct"),
         "sacct_command": command,
         "generated_at": int(time.time()),
         "timezone": time.strftime("%Z"),
         "parse": stats.to_dict(),
         "prices": prices.to_dict() if prices.enabled else None,
         "health_log": health_meta,
+        "engine": engine_meta,
         "filters": {k: sorted(v) if v else None for k, v in (("user", filters.users),
                                                               ("account", filters.accounts),
                                                               ("partition", filters.partitions),
                                                               ("state", filters.states),
                                                               ("name", filters.names))},
     }
-    if not attempts:
+    if not report.totals["attempts"]:
         click.echo(f"slurmkit: no jobs in window ({window.label})", err=True)
-    if attempts or fmt in ("json", "csv"):
+    if report.totals["attempts"] or fmt in ("json", "csv"):
         render(report, fmt, view, sys.stdout)
     if plot_path:
         from slurmkit.report.plot import write_plot
@@ -219,6 +379,7 @@ def _run_usage(*, config_path, verbose, quiet, since, until, month, last, sacct_
 @click.group("report", invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
 @common_options
 @period_options
+@dump_format_options
 @usage_options
 @click.pass_context
 def report(ctx: click.Context, **kwargs: Any) -> None:
@@ -244,6 +405,7 @@ def report(ctx: click.Context, **kwargs: Any) -> None:
 @report.command("lost")
 @common_options
 @period_options
+@dump_format_options
 @usage_options
 def report_lost(**kwargs: Any) -> None:
     """Lost GPU-hours by cause (NODE_FAIL, PREEMPTED, REQUEUED, TIMEOUT, FAILED after a
@@ -268,11 +430,115 @@ def _with_parent_options(kwargs: Dict[str, Any]) -> Dict[str, Any]:
     return merged
 
 
+# --------------------------------------------------------------------------- archive
+
+@report.command("ingest")
+@common_options
+@period_options
+@dump_format_options
+@click.option("--archive", required=True, type=click.Path(file_okay=False),
+              help="The archive directory (Parquet files, one per month: month=YYYY-MM/data.parquet).")
+def report_ingest(config_path, verbose, quiet, since, until, month, last, sacct_file, sacct_columns,
+                  sacct_delimiter, now_opt, archive) -> None:
+    """Add sacct job rows to the accounting archive (incremental and idempotent).
+
+    \b
+    From cron, e.g. daily with an overlapping window:
+      slurmkit report ingest --archive /var/lib/slurmkit/accounting --last 2d
+    From a dump saved WITHOUT -T (each attempt's real Start/End):
+      slurmkit report ingest --archive DIR --sacct-file nov.txt
+    """
+    import importlib.util
+
+    if importlib.util.find_spec("duckdb") is None:
+        raise UsageError("report ingest needs the report extra: pip install 'slurmkit[report]'")
+    from slurmkit.report import archive as arch
+    from slurmkit.report import engine as eng
+    from slurmkit.report import sacct
+
+    setup_logging(verbose, quiet)
+    cfg, rcfg, _ = _load(config_path)
+    if sacct_file:
+        if sacct_file == "-":
+            raise UsageError("report ingest reads a file, not stdin")
+        columns = sacct.parse_column_list(sacct_columns) if sacct_columns is not None else None
+        src = eng.probe_file(sacct_file, columns, _delimiter(sacct_delimiter))
+        if src is None:
+            click.echo(f"slurmkit: {sacct_file}: no rows", err=True)
+            return
+        out = arch.ingest(archive, src)
+    else:
+        window, _ = _window(since, until, month, last, None, now_opt)
+        from slurmkit.slurm import client
+
+        query = sacct.build_query(window, truncate=False)
+        env = dict(os.environ)
+        env.update(query.env)
+        res = client.call("sacct", query.args, env=env, timeout=rcfg["sacct_timeout"])
+        import tempfile
+
+        with tempfile.NamedTemporaryFile("w", suffix=".txt", encoding="utf-8") as tmp:
+            tmp.write(res.stdout)
+            tmp.flush()
+            src = eng.FileSource(tmp.name, list(sacct.FIELDS), sacct.SACCT_DELIMITER, False, 1)
+            out = arch.ingest(archive, src)
+    if not quiet:
+        months = ", ".join(f"{m}: {n}" for m, n in out["months"].items()) or "none"
+        click.echo(f"slurmkit: ingested {out['rows']} attempt(s) into {archive} ({out['skipped']} row(s) "
+                   f"skipped: malformed or not started); rows per month now: {months}", err=True)
+
+
+@report.command("sql")
+@click.argument("query")
+@click.option("--archive", type=click.Path(file_okay=False), help="The archive: queried as the view `jobs`.")
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json", "markdown"]), default="table",
+              show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
+@click.option("-v", "--verbose", count=True, hidden=True)
+@click.option("-q", "--quiet", is_flag=True, hidden=True)
+def report_sql(query, archive, fmt, as_json, verbose, quiet) -> None:
+    """Run an ad-hoc SQL query (DuckDB) over the archive, e.g.
+
+    \b
+      slurmkit report sql --archive DIR "SELECT month, count(*) FROM jobs GROUP BY month ORDER BY month"
+    """
+    import importlib.util
+
+    if importlib.util.find_spec("duckdb") is None:
+        raise UsageError("report sql needs the report extra: pip install 'slurmkit[report]'")
+    from slurmkit.report import archive as arch
+
+    setup_logging(verbose, quiet)
+    names, rows = arch.sql(archive, query)
+    fmt = "json" if as_json else fmt
+    if fmt == "json":
+        print_json([dict(zip(names, r)) for r in rows])
+    elif fmt == "csv":
+        import csv
+
+        w = csv.writer(sys.stdout, lineterminator="\n")
+        w.writerow(names)
+        w.writerows(["" if v is None else v for v in r] for r in rows)
+    else:
+        cells = [[("-" if v is None else str(v)) for v in r] for r in rows]
+        if fmt == "markdown":
+            sys.stdout.write("| " + " | ".join(names) + " |\n|" + "---|" * len(names) + "\n")
+            for r in cells:
+                sys.stdout.write("| " + " | ".join(c.replace("|", "\\|") for c in r) + " |\n")
+        else:
+            widths = [max([len(n)] + [len(r[i]) for r in cells]) for i, n in enumerate(names)]
+            sys.stdout.write("  ".join(n.ljust(w) for n, w in zip(names, widths)).rstrip() + "\n")
+            sys.stdout.write("  ".join("-" * w for w in widths) + "\n")
+            for r in cells:
+                sys.stdout.write("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() + "\n")
+
+
 # --------------------------------------------------------------------------- capacity
 
 @report.command("capacity")
 @common_options
 @period_options
+@dump_format_options
 @click.option("--by", type=click.Choice(["total", "partition", "gpu_type"]), default="total",
               show_default=True, help="One row for the cluster, or per partition / GPU type.")
 @click.option("--partition", "partitions", multiple=True, help="Only these partitions.")
@@ -282,7 +548,8 @@ def _with_parent_options(kwargs: Dict[str, Any]) -> Dict[str, Any]:
               show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
 def report_capacity(config_path, verbose, quiet, since, until, month, last, sacct_file, now_opt, by,
-                    partitions, gpus_override, fmt, as_json) -> None:
+                    partitions, gpus_override, fmt, as_json, sacct_columns=None,
+                    sacct_delimiter=None) -> None:
     """Fraction of the installed GPU-hours (sinfo GPU counts x window) that jobs used."""
     from slurmkit.report import sacct
     from slurmkit.report.capacity import capacity_rows, render_capacity
@@ -305,7 +572,9 @@ def report_capacity(config_path, verbose, quiet, since, until, month, last, sacc
     filters = sacct.Filters(partitions=parts)
     with gc_paused():
         attempts, stats, command = load_attempts(window=window, now=now, filters=filters,
-                                                 sacct_file=sacct_file, timeout=rcfg["sacct_timeout"])
+                                                 sacct_file=sacct_file, timeout=rcfg["sacct_timeout"],
+                                                 sacct_columns=sacct_columns, sacct_delimiter=sacct_delimiter,
+                                                 max_gpus=rcfg["max_gpus"])
     data = capacity_rows(attempts, window, by=by, inventory=inventory, gpus_override=gpus_override,
                          partitions=parts, now=now)
     data["meta"]["sacct_command"] = command

@@ -39,6 +39,9 @@ SITE_SCHEMA = Section({
                                     "attempt right after it counts as lost.", min=0, nullable=False),
     "sacct_timeout": Field("float", 600.0, "Seconds before the report's sacct call is killed (a month of "
                            "a busy cluster takes a while).", min=1, nullable=False),
+    "max_gpus": Field("int", 100_000, "A job row with more GPUs than this cannot be true (set it to the "
+                      "cluster's GPU count): it is excluded and reported with its line number, like a "
+                      "malformed row.", min=1, nullable=False),
     "plot_top": Field("int", 20, "Bars in --plot charts (the rest are summed into 'other').", min=1,
                       nullable=False),
 }, "slurmkit report: GPU-hour usage, cost and lost hours from sacct.")

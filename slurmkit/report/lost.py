@@ -69,6 +69,13 @@ def is_prolog_requeue(attempt: Attempt, max_seconds: float = DEFAULT_PROLOG_REQU
     return (attempt.end - attempt.raw_start) <= max_seconds
 
 
+def _order(a: Attempt) -> tuple:
+    """Time order of one job's attempts; ties (same Start) are broken by content, not by
+    the line number, so the answer does not depend on the order rows arrive in."""
+    return (a.raw_start, a.end, a.state, a.reason, a.job_id, a.gpus, a.gpu_types, a.nodelist, a.user,
+            a.account, a.partition, a.name, -1 if a.submit is None else a.submit)
+
+
 def find_lost(attempts: Sequence[Attempt],
               prolog_requeue_seconds: float = DEFAULT_PROLOG_REQUEUE_SECONDS) -> Dict[int, str]:
     """``{attempt index: cause}`` for every lost attempt."""
@@ -83,7 +90,7 @@ def find_lost(attempts: Sequence[Attempt],
     for i in [i for i, a in enumerate(attempts) if a[jid_i] in requeued_jobs]:
         by_job.setdefault(attempts[i][jid_i], []).append(i)
     for indices in by_job.values():
-        indices.sort(key=lambda j: (attempts[j].raw_start, attempts[j].line))
+        indices.sort(key=lambda j: _order(attempts[j]))
         for prev, cur in zip(indices, indices[1:]):
             if attempts[cur].state == "FAILED" and attempts[prev].state == "REQUEUED" and (
                     is_prolog_requeue(attempts[prev], prolog_requeue_seconds)

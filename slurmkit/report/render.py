@@ -16,11 +16,9 @@ import os
 import sys
 from typing import Any, Dict, List, Optional, Sequence, TextIO, Tuple
 
+from slurmkit.report import FORMATS, VIEWS  # noqa: F401  (re-exported)
 from slurmkit.report.aggregate import Report
 from slurmkit.report.lost import LOST_CAUSES
-
-VIEWS = ("usage", "states", "lost")
-FORMATS = ("table", "csv", "json", "markdown")
 
 
 def format_duration(seconds: Optional[float]) -> str:
@@ -106,6 +104,14 @@ def _cells(report: Report, view: str) -> Tuple[List[str], List[List[str]], List[
     return headers, body, foot, numeric
 
 
+def _excluded_note(report: Report) -> str:
+    """The line under a totals row that says how many rows the totals leave out."""
+    n = report.totals.get("excluded_rows") or 0
+    if not n:
+        return ""
+    return f"(excluded: {n} malformed or impossible row(s), not in these totals; see the warning)\n"
+
+
 def render_table(report: Report, view: str, out: TextIO, color: Optional[bool] = None) -> None:
     headers, body, foot, numeric = _cells(report, view)
     if color is None:
@@ -123,6 +129,7 @@ def render_table(report: Report, view: str, out: TextIO, color: Optional[bool] =
         for row in body:
             table.add_row(*row)
         Console(file=out).print(table)
+        out.write(_excluded_note(report))
         return
     title = report.meta.get("title")
     if title:
@@ -140,6 +147,7 @@ def render_table(report: Report, view: str, out: TextIO, color: Optional[bool] =
         out.write(line(r) + "\n")
     out.write("  ".join("-" * w for w in widths) + "\n")
     out.write(line(foot) + "\n")
+    out.write(_excluded_note(report))
 
 
 def render_markdown(report: Report, view: str, out: TextIO) -> None:
@@ -150,6 +158,9 @@ def render_markdown(report: Report, view: str, out: TextIO) -> None:
     for r in body:
         out.write("| " + " | ".join(esc(c) for c in r) + " |\n")
     out.write("| " + " | ".join(f"**{esc(c)}**" if c else "" for c in foot) + " |\n")
+    note = _excluded_note(report)
+    if note:
+        out.write("\n" + note)
 
 
 def render_csv(report: Report, view: str, out: TextIO) -> None:

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import gc
 import io
+import itertools
 import operator
 import os
 import shlex
@@ -58,6 +59,13 @@ RUNNING_STATES: FrozenSet[str] = frozenset({"RUNNING", "SUSPENDED", "COMPLETING"
 _UNKNOWN_TIMES = frozenset({"Unknown", "None", "", "N/A"})
 
 MAX_LISTED_LINES = 20
+#: Times before this (2000-01-01T00:00:00Z) cannot come from a Slurm accounting database
+#: (slurmdbd appeared in 2008); such a row is flagged, not summed.
+EARLIEST_TIME = 946684800
+#: Default for ``report.max_gpus``: more GPUs than any cluster holds (set it to your own count).
+DEFAULT_MAX_GPUS = 100_000
+#: Prefix of the reasons for rows that parse but cannot be true (counted with the malformed ones).
+IMPOSSIBLE = "impossible: "
 
 
 class Attempt(NamedTuple):
@@ -131,11 +139,16 @@ class ParseStats:
     outside_window: int = 0
     filtered_out: int = 0
     malformed: int = 0
+    impossible: int = 0
     malformed_lines: List[int] = field(default_factory=list)
     malformed_reasons: Counter = field(default_factory=Counter)
 
     def bad(self, line_no: int, reason: str) -> None:
+        """Count a skipped row; reasons starting with :data:`IMPOSSIBLE` are rows that
+        parse but cannot be true (they are excluded exactly like malformed ones)."""
         self.malformed += 1
+        if reason.startswith(IMPOSSIBLE):
+            self.impossible += 1
         self.malformed_reasons[reason] += 1
         if len(self.malformed_lines) < MAX_LISTED_LINES:
             self.malformed_lines.append(line_no)
@@ -148,12 +161,14 @@ class ParseStats:
         more = f" and {self.malformed - len(self.malformed_lines)} more" if self.malformed > len(
             self.malformed_lines) else ""
         why = "; ".join(f"{r} ({n})" for r, n in self.malformed_reasons.most_common())
-        return f"{source}: skipped {self.malformed} malformed row(s) at line(s) {lines}{more}: {why}"
+        impossible = f"; {self.impossible} of them impossible data, excluded" if self.impossible else ""
+        return (f"{source}: skipped {self.malformed} malformed row(s) at line(s) {lines}{more}: "
+                f"{why}{impossible}")
 
     def to_dict(self) -> dict:
         return {"rows": self.rows, "job_rows": self.job_rows, "step_rows": self.step_rows,
                 "not_started": self.not_started, "outside_window": self.outside_window,
-                "filtered_out": self.filtered_out, "malformed": self.malformed,
+                "filtered_out": self.filtered_out, "malformed": self.malformed, "impossible": self.impossible,
                 "malformed_lines": list(self.malformed_lines),
                 "malformed_reasons": dict(self.malformed_reasons)}
 
@@ -183,7 +198,7 @@ def parse_time(text: str) -> Optional[int]:
     assume ``TZ`` does not change in the process (see :func:`clear_time_caches`).
     Raises :class:`ValueError` for anything else.
     """
-    if text.isdigit():
+    if text.isdigit() and text.isascii():  # int() alone would take " 12", "+12", "1_2" and other digits
         return int(text)
     if text in _UNKNOWN_TIMES:
         return None
@@ -193,13 +208,15 @@ def parse_time(text: str) -> Optional[int]:
     key = text[:13]
     base = _hour_cache.get(key)
     if base is None:
+        if not (key[0:4] + key[5:7] + key[8:10] + key[11:13]).isdigit() or not key.isascii():
+            raise ValueError(text)
         y, mo, d, h = int(key[0:4]), int(key[5:7]), int(key[8:10]), int(key[11:13])
         if not (1 <= mo <= 12 and 1 <= d <= 31 and h < 24):
             raise ValueError(text)
         base = int(time.mktime((y, mo, d, h, 0, 0, 0, 0, -1)))
         _hour_cache[key] = base
     mi, s = text[14:16], text[17:19]
-    if not (mi.isdigit() and s.isdigit()) or int(mi) > 59 or int(s) > 60:
+    if not (mi + s).isdigit() or not text.isascii() or int(mi) > 59 or int(s) > 60:
         raise ValueError(text)
     minute = base + int(mi) * 60
     _minute_cache[text[:16]] = minute
@@ -225,7 +242,8 @@ def missing_columns(columns: Sequence[str], needed: Iterable[str]) -> List[str]:
 
 def parse_rows(lines: Iterable[str], columns: Sequence[str], *, sep: str, window: Window,
                now: Optional[float] = None, filters: Optional[Filters] = None, first_line: int = 1,
-               stats: Optional[ParseStats] = None) -> Tuple[List[Attempt], ParseStats]:
+               stats: Optional[ParseStats] = None,
+               max_gpus: int = DEFAULT_MAX_GPUS) -> Tuple[List[Attempt], ParseStats]:
     """Parse ``--parsable2`` data rows (no header) into attempts inside ``window``.
 
     ``columns`` names the fields of each row (sacct's header names, any order, any
@@ -233,12 +251,16 @@ def parse_rows(lines: Iterable[str], columns: Sequence[str], *, sep: str, window
     The cyclic garbage collector is paused meanwhile: the parser only creates
     acyclic tuples, and generational passes over hundreds of thousands of live
     tuples cost a quarter of the run time.
+
+    Rows that parse but cannot be true are skipped and counted with the malformed
+    ones under reasons starting ``impossible:``: a time before 2000, an End before
+    its Start, more GPUs than ``max_gpus``, an exact duplicate of an earlier job row.
     """
     was_enabled = gc.isenabled()
     gc.disable()
     try:
         return _parse_rows(lines, columns, sep=sep, window=window, now=now, filters=filters,
-                           first_line=first_line, stats=stats)
+                           first_line=first_line, stats=stats, max_gpus=max_gpus)
     finally:
         if was_enabled:
             gc.enable()
@@ -246,7 +268,7 @@ def parse_rows(lines: Iterable[str], columns: Sequence[str], *, sep: str, window
 
 def _parse_rows(lines: Iterable[str], columns: Sequence[str], *, sep: str, window: Window,
                 now: Optional[float], filters: Optional[Filters], first_line: int,
-                stats: Optional[ParseStats]) -> Tuple[List[Attempt], ParseStats]:
+                stats: Optional[ParseStats], max_gpus: int) -> Tuple[List[Attempt], ParseStats]:
     """The hot loop of the report: no per-row datetime, no regular expression,
     step rows rejected before splitting, AllocTRES parses cached per distinct string.
     """
@@ -295,6 +317,8 @@ def _parse_rows(lines: Iterable[str], columns: Sequence[str], *, sep: str, windo
     append = out.append
     bad = stats.bad
     job_rows = step_rows = not_started = outside = filtered = 0
+    earliest = EARLIEST_TIME
+    seen_rows: set = set()  # hashes of the job rows summed so far: exact duplicates are flagged
 
     text_fields = operator.itemgetter(i_jobid, i_raw, i_user, i_account, i_part, i_nodes, i_reason, i_name)
     line_no = first_line - 1
@@ -349,18 +373,30 @@ def _parse_rows(lines: Iterable[str], columns: Sequence[str], *, sep: str, windo
         running = False
         try:
             if epoch_times:
-                start = int(f[i_start])
-                end = int(f[i_end])
-                submit = int(f[i_submit]) if has_submit else None
+                t1, t2 = f[i_start], f[i_end]
+                if not (t1.isdigit() and t2.isdigit()):  # int() would also take " 12" or "+12"
+                    raise ValueError
+                start = int(t1)
+                end = int(t2)
+                if has_submit:
+                    t3 = f[i_submit]
+                    if not t3.isdigit():
+                        raise ValueError
+                    submit = int(t3)
+                else:
+                    submit = None
             else:
                 t1, t2 = f[i_start], f[i_end]
                 if len(t1) != 19 or len(t2) != 19:
                     raise ValueError
-                start = minute_of[t1[:16]] + int(t1[17:])
-                end = minute_of[t2[:16]] + int(t2[17:])
+                s1, s2 = t1[17:], t2[17:]
+                if t1[16] != ":" or t2[16] != ":" or not (s1 + s2).isdigit():
+                    raise ValueError
+                start = minute_of[t1[:16]] + int(s1)
+                end = minute_of[t2[:16]] + int(s2)
                 if has_submit:
                     t3 = f[i_submit]
-                    if len(t3) != 19:
+                    if len(t3) != 19 or t3[16] != ":" or not t3[17:].isdigit():
                         raise ValueError
                     submit = minute_of[t3[:16]] + int(t3[17:])
                 else:
@@ -389,8 +425,11 @@ def _parse_rows(lines: Iterable[str], columns: Sequence[str], *, sep: str, windo
             except ValueError:
                 bad(line_no, "bad time")
                 continue
+        if start < earliest or (end < earliest and not running) or (submit is not None and submit < earliest):
+            bad(line_no, IMPOSSIBLE + "time before 2000")
+            continue
         if end < start and not running:
-            bad(line_no, "end before start")
+            bad(line_no, IMPOSSIBLE + "end before start")
             continue
         # --- clip to the window (again: -T is not trusted, and files may lack it)
         s = start if start > lo else lo
@@ -406,12 +445,19 @@ def _parse_rows(lines: Iterable[str], columns: Sequence[str], *, sep: str, windo
         if g is None:
             try:
                 g = parse_gpu_tres(tres.strip())
+                if max(g[0], sum(n for _, n in g[1])) > max_gpus:
+                    g = ()  # falsy, but not False: "impossible", not "garbage"
             except ParseError:
                 g = False
             tres_cache[tres] = g
-        if g is False:
-            bad(line_no, "garbage AllocTRES")
+        if not g:
+            bad(line_no, "garbage AllocTRES" if g is False else IMPOSSIBLE + "more GPUs than report.max_gpus")
             continue
+        row_hash = hash(line.rstrip("\r\n"))
+        if row_hash in seen_rows:
+            bad(line_no, IMPOSSIBLE + "exact duplicate of an earlier row")
+            continue
+        seen_rows.add(row_hash)
         append(new_attempt(Attempt, text_fields(f) + (state, g[0], g[1], submit, s, e, start, line_no,
                                                        running)))
 
@@ -439,14 +485,15 @@ def recommended_hint() -> str:
     return f"save it with: {recommended_command()}"
 
 
-def read_header(first_line: str) -> Tuple[List[str], str, bool]:
+def read_header(first_line: str, delimiter: Optional[str] = None) -> Tuple[List[str], str, bool]:
     """``(columns, separator, trailing)`` from a saved file's header line.
 
-    Both ``|`` and the unit separator (``--delimiter=$'\\x1f'``) are accepted;
-    ``trailing`` is true for ``--parsable`` output (a ``|`` after the last field).
+    Both ``|`` and the unit separator (``--delimiter=$'\\x1f'``) are recognised, or
+    ``delimiter`` when given; ``trailing`` is true for ``--parsable`` output (a
+    separator after the last field).
     """
     line = first_line.rstrip("\r\n")
-    sep = SACCT_DELIMITER if SACCT_DELIMITER in line else "|"
+    sep = delimiter or (SACCT_DELIMITER if SACCT_DELIMITER in line else "|")
     cols = line.split(sep)
     trailing = len(cols) > 1 and cols[-1] == ""
     if trailing:
@@ -457,17 +504,42 @@ def read_header(first_line: str) -> Tuple[List[str], str, bool]:
     return [c.strip() for c in cols], sep, trailing
 
 
+def parse_column_list(text: str) -> List[str]:
+    """``--sacct-columns``: the ``--format`` list a header-less dump was made with
+    (``JobID,JobName,User,...``; ``%N`` widths are ignored, as in sacct's own list)."""
+    cols = [c.strip().split("%")[0] for c in (text or "").split(",")]
+    cols = [c for c in cols if c]
+    if not cols:
+        raise UsageError("--sacct-columns: give the dump's column names, comma-separated "
+                         "(its sacct --format list)")
+    lowered = [c.lower() for c in cols]
+    dup = sorted({c for c in lowered if lowered.count(c) > 1})
+    if dup:
+        raise UsageError(f"--sacct-columns: column(s) listed twice: {', '.join(dup)}")
+    if "jobid" not in lowered:
+        raise UsageError("--sacct-columns: no JobID column")
+    return cols
+
+
 def _strip_trailing(lines: Iterable[str], sep: str) -> Iterator[str]:
     for line in lines:
         line = line.rstrip("\r\n")
-        yield line[:-1] if line.endswith(sep) else line
+        yield line[:-len(sep)] if line.endswith(sep) else line
 
 
 def read_sacct_file(path: str, *, window: Window, now: Optional[float] = None,
-                    filters: Optional[Filters] = None,
-                    need_columns: Iterable[str] = ()) -> Tuple[List[Attempt], ParseStats, List[str]]:
-    """Parse a saved ``sacct --parsable2`` file (with its header line), streaming.
-    ``-`` reads standard input (``sacct ... | slurmkit report --sacct-file -``)."""
+                    filters: Optional[Filters] = None, need_columns: Iterable[str] = (),
+                    columns: Optional[Sequence[str]] = None, delimiter: Optional[str] = None,
+                    max_gpus: int = DEFAULT_MAX_GPUS) -> Tuple[List[Attempt], ParseStats, List[str]]:
+    """Parse a saved ``sacct --parsable2`` file, streaming.
+    ``-`` reads standard input (``sacct ... | slurmkit report --sacct-file -``).
+
+    The file starts with its header line unless ``columns`` names the fields (a dump
+    made with ``--noheader``, in any column order: ``--sacct-columns``). ``delimiter``
+    is sacct's ``--delimiter`` (default: the unit separator or ``|``, recognised).
+    ``--parsable`` output (a delimiter after the last field) is recognised too: from
+    the header, or for a header-less dump from its first row having one more field.
+    """
     try:
         if path == "-":
             fh = io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace", newline=None)
@@ -483,16 +555,26 @@ def read_sacct_file(path: str, *, window: Window, now: Optional[float] = None,
                 break
             first_line += 1
         if not header.strip() or header.startswith("#"):
-            return [], ParseStats(), list(FIELDS)
-        columns, sep, trailing = read_header(header)
-        lacking = missing_columns(columns, list(REQUIRED_COLUMNS) + list(need_columns))
+            return [], ParseStats(), list(columns or FIELDS)
+        if columns is not None:
+            cols = list(columns)
+            first = header.rstrip("\r\n")
+            sep = delimiter or (SACCT_DELIMITER if SACCT_DELIMITER in first else "|")
+            trailing = first.endswith(sep) and len(first.split(sep)) == len(cols) + 1
+            rows: Iterable[str] = itertools.chain([header], fh)  # no header: the first line is data
+            first_row = first_line
+        else:
+            cols, sep, trailing = read_header(header, delimiter)
+            rows = fh
+            first_row = first_line + 1
+        lacking = missing_columns(cols, list(REQUIRED_COLUMNS) + list(need_columns))
         if lacking:
             raise UsageError(f"--sacct-file {path}: missing column(s) {', '.join(lacking)}; "
                              f"{recommended_hint()}")
-        lines: Iterable[str] = _strip_trailing(fh, sep) if trailing else fh
-        attempts, stats = parse_rows(lines, columns, sep=sep, window=window, now=now, filters=filters,
-                                     first_line=first_line + 1)
-    return attempts, stats, columns
+        lines: Iterable[str] = _strip_trailing(rows, sep) if trailing else rows
+        attempts, stats = parse_rows(lines, cols, sep=sep, window=window, now=now, filters=filters,
+                                     first_line=first_row, max_gpus=max_gpus)
+    return attempts, stats, cols
 
 
 # --------------------------------------------------------------------------- live sacct
@@ -517,14 +599,16 @@ class SacctQuery:
         return f"{env} {' '.join(words)}".strip()
 
 
-def build_query(window: Window, filters: Optional[Filters] = None) -> SacctQuery:
+def build_query(window: Window, filters: Optional[Filters] = None, truncate: bool = True) -> SacctQuery:
     """The sacct command for ``window``. User/account/partition/name filters are passed
     to sacct (less data) and applied again by the parser; the state filter is only
     applied by the parser, because ``sacct -s`` changes the meaning of ``-S/-E``
-    ("jobs in this state during the window")."""
+    ("jobs in this state during the window"). ``truncate=False`` leaves out ``-T``
+    (the archive keeps each attempt's real Start and End)."""
     filters = filters or Filters()
-    args = ["-a", "-D", "-T", "-S", iso_local(window.start), "-E", iso_local(window.end),
-            "--parsable2", "--noheader", f"--delimiter={SACCT_DELIMITER}", "--format=" + ",".join(FIELDS)]
+    args = ["-a", "-D"] + (["-T"] if truncate else []) + [
+        "-S", iso_local(window.start), "-E", iso_local(window.end), "--parsable2", "--noheader",
+        f"--delimiter={SACCT_DELIMITER}", "--format=" + ",".join(FIELDS)]
     if filters.users is not None:
         args += ["-u", ",".join(sorted(filters.users))]
     if filters.accounts is not None:
@@ -537,8 +621,8 @@ def build_query(window: Window, filters: Optional[Filters] = None) -> SacctQuery
 
 
 def run_query(query: SacctQuery, *, window: Window, now: Optional[float] = None,
-              filters: Optional[Filters] = None, timeout: Optional[float] = None
-              ) -> Tuple[List[Attempt], ParseStats]:
+              filters: Optional[Filters] = None, timeout: Optional[float] = None,
+              max_gpus: int = DEFAULT_MAX_GPUS) -> Tuple[List[Attempt], ParseStats]:
     """Run sacct through the shared runner and parse its output.
 
     A missing sacct or an unreachable slurmdbd raises an exit-3 error that says so.
@@ -564,4 +648,4 @@ def run_query(query: SacctQuery, *, window: Window, now: Optional[float] = None,
     # str.split, not io.StringIO: StringIO keeps a 4-byte-per-character copy of the
     # whole output (600 MB for a million-row month); the line list costs a third of that.
     return parse_rows(res.stdout.split("\n"), FIELDS, sep=SACCT_DELIMITER, window=window, now=now,
-                      filters=filters)
+                      filters=filters, max_gpus=max_gpus)

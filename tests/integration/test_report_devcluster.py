@@ -173,6 +173,24 @@ def test_report_matches_requested_gpu_seconds(devcluster, tmp_path):
     again = {(r["account"], r["user"]): r["gpu_hours"] for r in json.loads(res2.stdout)["rows"]}
     assert again == {k: r["gpu_hours"] for k, r in got.items()}
 
+    # The same numbers from the accounting archive: a live ingest (sacct without -T), twice over
+    # overlapping windows, then --archive (needs the report extra).
+    pytest.importorskip("duckdb")
+    arch = tmp_path / "archive"
+    env = {"SLURMKIT_CONFIG": str(devcluster.config_path)}
+    for s_, u_ in ((since, until), (since - 60, until + 60)):
+        ing = devcluster.run([sys.executable, "-m", "slurmkit.cli.main", "report", "ingest", "--archive",
+                              str(arch), "--since", _iso(s_), "--until", _iso(u_)], env=env)
+        assert ing.returncode == 0, ing.stderr
+    res3 = devcluster.run([sys.executable, "-m", "slurmkit.cli.main", "report", "--archive", str(arch), "--since",
+                           _iso(since), "--until", _iso(until), "--by", "account,user", "--json", "--name", name,
+                           "--no-health-log"], env=env)
+    assert res3.returncode == 0, res3.stderr
+    archived = json.loads(res3.stdout)
+    assert {(r["account"], r["user"]): r["gpu_hours"] for r in archived["rows"]} == \
+        {k: r["gpu_hours"] for k, r in got.items()}
+    assert archived["totals"]["attempts"] == data["totals"]["attempts"]
+
 
 def test_report_capacity_on_devcluster(devcluster):
     """sinfo's Gres column of the devcluster (2 nodes x gpu:h100:8) is the capacity."""

@@ -275,7 +275,8 @@ def test_fuzz_structured_rows(rows):
 
 def test_blank_and_separatorless_lines():
     cols = ["JobID", "State", "AllocTRES", "Start", "End"]
-    lines = ["\n", "   \n", "no.separator.here\n", "1|COMPLETED|gres/gpu=1|10|20\n", "1.batch|COMPLETED|x|10|20\n"]
+    lines = ["\n", "   \n", "no.separator.here\n", "1|COMPLETED|gres/gpu=1|1790000010|1790000020\n",
+             "1.batch|COMPLETED|x|10|20\n"]
     attempts, stats = sacct.parse_rows(lines, cols, sep="|", window=resolve_window(default_unbounded=True),
                                        first_line=5)
     assert [a.gpu_seconds for a in attempts] == [10]

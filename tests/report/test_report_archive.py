@@ -1,0 +1,101 @@
+"""The accounting archive: `report ingest` (incremental, idempotent, requeued attempts
+kept apart), every usage view with `--archive`, and `report sql`."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytest.importorskip("duckdb")
+
+from slurmkit.report import sacct  # noqa: E402
+
+NOW = ("--now", "2026-12-01T01:30:00")
+
+
+def _json(res):
+    assert res.exit_code == 0, res.stderr
+    data = json.loads(res.stdout)
+    for k in ("engine", "generated_at", "source"):
+        data["meta"].pop(k, None)
+    return data
+
+
+def _split(path, tmp_path):
+    """Two overlapping dumps of the same rows: the first 2/3 and the last 2/3."""
+    lines = open(path).read().splitlines(keepends=True)
+    header = next(i for i, line in enumerate(lines) if line.startswith("JobID"))
+    rows = lines[header + 1:]
+    a, b = tmp_path / "a.txt", tmp_path / "b.txt"
+    a.write_text(lines[header] + "".join(rows[: 2 * len(rows) // 3]))
+    b.write_text(lines[header] + "".join(rows[len(rows) // 3:]))
+    return str(a), str(b)
+
+
+@pytest.mark.parametrize("by", ["account,user", "day", "node", "gpu_type", "state"])
+def test_archive_report_equals_file_report(cli, fixture_path, tmp_path, by):
+    arch = str(tmp_path / "arch")
+    res = cli("report", "ingest", "--archive", arch, "--sacct-file", fixture_path("basic.txt"))
+    assert res.exit_code == 0
+    args = ["--month", "2026-11", *NOW, "--by", by, "--json"]
+    from_file = _json(cli("report", "--sacct-file", fixture_path("basic.txt"), *args))
+    from_archive = _json(cli("report", "--archive", arch, *args))
+    # the archive keeps job rows only: the step and not-started rows are not there to count
+    for data in (from_file, from_archive):
+        data["meta"].pop("parse")
+    assert from_archive == from_file
+    lost = _json(cli("report", "lost", "--archive", arch, *args))
+    assert lost["totals"]["lost_gpu_hours"] == from_file["totals"]["lost_gpu_hours"] == 9.0
+
+
+def test_ingest_is_idempotent_for_overlapping_windows(cli, fixture_path, tmp_path):
+    arch = str(tmp_path / "arch")
+    a, b = _split(fixture_path("basic.txt"), tmp_path)
+    for f in (a, b, a, b):  # overlapping, and each twice
+        assert cli("report", "ingest", "--archive", arch, "--sacct-file", f).exit_code == 0
+    args = ["--month", "2026-11", *NOW, "--by", "account,user", "--json"]
+    whole = _json(cli("report", "--sacct-file", fixture_path("basic.txt"), *args))
+    got = _json(cli("report", "--archive", arch, *args))
+    assert got["totals"] == whole["totals"] and got["rows"] == whole["rows"]
+    assert got["totals"]["gpu_hours"] == 62.0 and got["totals"]["attempts"] == 16
+    # job 106 was requeued: two attempts, two rows
+    res = cli("report", "sql", "--archive", arch, "--json",
+              "SELECT \"State\", \"Start\" FROM jobs WHERE \"JobIDRaw\" = '106' ORDER BY \"Start\"")
+    assert [r["State"] for r in json.loads(res.stdout)] == ["REQUEUED", "COMPLETED"]
+
+
+def test_a_running_job_is_updated_not_doubled(cli, tmp_path):
+    head = "|".join(sacct.FIELDS) + "\n"
+    first, later = tmp_path / "1.txt", tmp_path / "2.txt"
+    first.write_text(head + "7|7|RUNNING|gres/gpu=2|1795000000|1795000000|Unknown|0|a|x|p|n1|None|j\n")
+    later.write_text(head + "7|7|COMPLETED|gres/gpu=2|1795000000|1795000000|1795003600|3600|a|x|p|n1|None|j"
+                     "\n")
+    arch = str(tmp_path / "arch")
+    for f in (first, later):
+        assert cli("report", "ingest", "--archive", arch, "--sacct-file", str(f)).exit_code == 0
+    res = cli("report", "sql", "--archive", arch, "--format", "csv", "SELECT \"State\", \"End\" FROM jobs")
+    assert res.stdout == "State,End\nCOMPLETED,1795003600\n"
+    t = _json(cli("report", "--archive", arch, "--json", "--month", "2026-11",
+                  "--now", "2026-12-01T00:00:00"))["totals"]
+    assert t["gpu_hours"] == 2.0 and t["jobs"] == 1
+
+
+def test_archive_with_malformed_rows_uses_reference_and_warns(cli, fixture_path, tmp_path):
+    arch = str(tmp_path / "arch")
+    res = cli("report", "ingest", "--archive", arch, "--sacct-file", fixture_path("malformed.txt"))
+    assert res.exit_code == 0
+    res = cli("report", "--archive", arch, "--json", "--month", "2026-11")
+    data = json.loads(res.stdout)
+    assert data["meta"]["engine"]["name"] == "python"
+    assert data["totals"]["gpu_hours"] == 4.0  # as from the file (tests/report/fixtures/malformed.txt header)
+    assert "malformed row(s)" in res.stderr
+
+
+def test_sql_errors_and_missing_archive_are_usage_errors(cli, tmp_path):
+    res = cli("report", "sql", "--archive", str(tmp_path / "none"), "SELECT 1")
+    assert res.exit_code == 2 and "no archive" in res.stderr
+    res = cli("report", "sql", "SELEC nonsense")
+    assert res.exit_code == 2 and res.stderr.startswith("slurmkit: error: sql:")
+    res = cli("report", "--archive", str(tmp_path / "none"))
+    assert res.exit_code == 2
