@@ -14,7 +14,7 @@ LAZY = {
     "node": "slurmkit.cli.health:node",
     "kill-leaks": "slurmkit.cli.health:kill_leaks",
     "sweep": "slurmkit.cli.sweep:sweep",
-    "report": "slurmkit.report.cli:report",
+    "report": "slurmkit.cli.report:report",
 }
 
 

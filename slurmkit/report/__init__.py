@@ -20,3 +20,6 @@ The arithmetic is documented with worked examples in ``docs/report.md``.
 # its options without importing the pipeline (render -> aggregate -> sacct ...).
 VIEWS = ("usage", "states", "lost")
 FORMATS = ("table", "csv", "json", "markdown")
+#: ``slurmkit report efficiency``: its groupings and the default idle threshold (percent)
+EFFICIENCY_BY = ("job", "user", "account", "partition")
+DEFAULT_IDLE_BELOW = 10.0

@@ -23,18 +23,15 @@ its hours are counted as ``unknown`` and kept out of the ratios, never read as 0
 from __future__ import annotations
 
 import csv
-import io
 import json
-import math
 import os
 import sys
-import time
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, TextIO, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Sequence, TextIO, Tuple
 
-import click
 
 from slurmkit.errors import UsageError
+from slurmkit.report import DEFAULT_IDLE_BELOW
 from slurmkit.health.efficiency import SummaryError, decode, finite, find_token
 from slurmkit.slurm.parse import (
     SACCT_DELIMITER,
@@ -49,10 +46,8 @@ FIELDS: Tuple[str, ...] = ("JobID", "JobIDRaw", "State", "AllocTRES", "Start", "
                            "Account", "Partition", "NodeList", "TRESUsageInAve", "TRESUsageInMax",
                            "AdminComment")
 REQUIRED = ("JobID", "State", "AllocTRES", "AdminComment")
-BY_CHOICES = ("job", "user", "account", "partition")
 FORMATS = ("table", "csv", "json", "markdown")
 RUNNING = frozenset({"RUNNING", "PENDING", "SUSPENDED", "COMPLETING", "CONFIGURING", "REQUEUED", "RESIZING"})
-DEFAULT_IDLE_BELOW = 10.0
 
 
 # --------------------------------------------------------------------------- per job
@@ -577,87 +572,3 @@ def write_chart(rows: List[Dict[str, Any]], by: str, path: str, top: int = 20) -
         fig.savefig(path, format=ext[1:])
     except OSError as exc:
         raise UsageError(f"--plot {path}: {exc.strerror}") from None
-
-
-# --------------------------------------------------------------------------- the command
-
-
-def efficiency_options(f: Callable) -> Callable:
-    for opt in reversed([
-        click.option("--by", type=click.Choice(BY_CHOICES), default="user", show_default=True,
-                     help="One row per job, user, account or partition."),
-        click.option("--user", "users", multiple=True,
-                     help="Only these users (comma-separated or repeated)."),
-        click.option("--account", "accounts", multiple=True, help="Only these accounts."),
-        click.option("--partition", "partitions", multiple=True, help="Only these partitions."),
-        click.option("--job", "job_ids", multiple=True, help="Only these job ids (sacct -j)."),
-        click.option("--idle-below", type=float, default=DEFAULT_IDLE_BELOW, show_default=True,
-                     help="A GPU whose utilisation over the job's life is under this percent is idle."),
-        click.option("--top", type=int, default=0, help="Only the first N rows (worst offenders)."),
-        click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True),
-        click.option("--json", "as_json", is_flag=True, help="Same as --format json."),
-        click.option("--plot", "plot_path", type=click.Path(dir_okay=False),
-                     help="Also write a bar chart (FILE.png or FILE.svg)."),
-    ]):
-        f = opt(f)
-    return f
-
-
-def _csv(values: Tuple[str, ...]) -> List[str]:
-    return [v.strip() for value in values for v in value.split(",") if v.strip()]
-
-
-def run(*, config_path, verbose, quiet, since, until, month, last, sacct_file, now_opt, by, users, accounts,
-        partitions, job_ids, idle_below, top, fmt, as_json, plot_path) -> int:
-    """``slurmkit report efficiency``; returns the exit code."""
-    from slurmkit.cli.common import load_config, setup_logging
-    from slurmkit.report.window import parse_when, resolve_window
-
-    setup_logging(verbose, quiet)
-    cfg = load_config(config_path)
-    rcfg = cfg.section("report")
-    if not math.isfinite(idle_below) or not 0 <= idle_below <= 100:
-        raise UsageError(f"--idle-below {idle_below}: expected a percent between 0 and 100")
-    if top < 0:
-        raise UsageError("--top must be >= 0")
-    now = parse_when(now_opt, "--now") if now_opt else None
-    win = resolve_window(since=since, until=until, month=month, last=last, now=now,
-                         default_unbounded=bool(sacct_file))
-    window = (win.start, win.end)
-    users_l, accounts_l, parts_l, jobs_l = _csv(users), _csv(accounts), _csv(partitions), _csv(job_ids)
-    if sacct_file:
-        res = from_file(sacct_file, idle_below=idle_below, window=window)
-        command = None
-    else:
-        args = sacct_args(window, users_l, accounts_l, parts_l, jobs_l)
-        from slurmkit.slurm import client
-
-        command = "SLURM_TIME_FORMAT=%s " + " ".join([client.binary("sacct"), *args]).replace(
-            SACCT_DELIMITER, "$'\\x1f'")
-        res = from_sacct(args, idle_below=idle_below, window=None if jobs_l else window,
-                         timeout=rcfg["sacct_timeout"])
-    jobs = [j for j in res.jobs
-            if (not users_l or j.user in users_l) and (not accounts_l or j.account in accounts_l)
-            and (not parts_l or j.partition in parts_l) and (not jobs_l or j.job_id in jobs_l)]
-    for w in res.warnings[:20]:
-        click.echo(f"slurmkit: warning: {w}", err=True)
-    rows = group(jobs, by)
-    if top:
-        rows = rows[:top]
-    meta = {"title": f"GPU efficiency by {by}, {win.label} (worst first; idle < {idle_below:g}%)",
-            "window": win.to_dict(), "source": sacct_file or "sacct", "sacct_command": command,
-            "idle_below_pct": idle_below, "generated_at": int(time.time()),
-            "parse": {"rows": res.rows, "malformed": res.malformed, "bad_summaries": res.bad_comments,
-                      "skipped_running": res.skipped_running}}
-    if not jobs:
-        click.echo(f"slurmkit: no ended GPU jobs in window ({win.label})", err=True)
-    fmt = "json" if as_json else fmt
-    if jobs or fmt in ("json", "csv"):
-        buf = io.StringIO()
-        render(rows, by, fmt, meta, buf)
-        sys.stdout.write(buf.getvalue())
-    if plot_path:
-        write_chart(rows, by, plot_path)
-        if not quiet:
-            click.echo(f"slurmkit: wrote {plot_path}", err=True)
-    return 0

@@ -208,7 +208,7 @@ def test_generated_dumps_same_answer(tmp_path_factory, monkeypatch, data, iso, c
 
 def test_auto_engine_by_file_size(cli, fixture_path, monkeypatch):
     """`--engine auto`: the reference for small files, DuckDB from AUTO_ENGINE_BYTES up."""
-    from slurmkit.report import cli as report_cli
+    from slurmkit.cli import report as report_cli
 
     args = ("report", "--sacct-file", fixture_path("basic.txt"), "--json")
     assert json.loads(cli(*args).stdout)["meta"]["engine"]["name"] == "python"

@@ -287,8 +287,9 @@ def test_gpu_memory_and_utilisation_tres_do_not_add_gpu_hours():
     """Slurm 23.02+ AllocTRES carries gres/gpumem and gres/gpuutil next to gres/gpu: 2 GPUs
     for 10 s are 20 GPU-seconds, whatever the memory and utilisation counts say."""
     cols = ["JobID", "State", "AllocTRES", "Start", "End"]
-    lines = ["1|COMPLETED|cpu=8,gres/gpu=2,gres/gpumem=81920,gres/gpuutil=100,mem=64G,node=1|10|20\n",
-             "2|COMPLETED|gres/gpu:h100=1,gres/gpumem=40960,gres/gpuutil=7|10|20\n"]
+    t0 = 1_794_000_000  # 2026-11-06 (times before 2000 are flagged impossible)
+    lines = [f"1|COMPLETED|cpu=8,gres/gpu=2,gres/gpumem=81920,gres/gpuutil=100,mem=64G,node=1|{t0}|{t0 + 10}\n",
+             f"2|COMPLETED|gres/gpu:h100=1,gres/gpumem=40960,gres/gpuutil=7|{t0}|{t0 + 10}\n"]
     attempts, stats = sacct.parse_rows(lines, cols, sep="|", window=resolve_window(default_unbounded=True))
     assert stats.malformed == 0
     assert [(a.gpus, a.gpu_types, a.gpu_seconds) for a in attempts] == [(2, (), 20), (1, (("h100", 1),), 10)]

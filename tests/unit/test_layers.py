@@ -94,6 +94,6 @@ def test_the_walker_sees_hidden_imports(tmp_path):
         init.write_text("")
     (pkg / "core" / "a.py").write_text("def f():\n    from ..cli import main\n")
     (pkg / "core" / "b.py").write_text("def g():\n    from slurmkit import health\n")
-    (pkg / "core" / "c.py").write_text("import slurmkit.report.cli\n")
+    (pkg / "core" / "c.py").write_text("import slurmkit.report.engine\n")
     found = {(src, dst) for _, _, src, dst in _edges(pkg)}
     assert found == {("core", "cli"), ("core", "health"), ("core", "report")}

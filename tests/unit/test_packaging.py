@@ -106,7 +106,7 @@ def test_bootstrap_installs_with_the_constraints_and_reinstalls_when_they_change
 
     (first,) = bootstrap()
     assert f"-c {repo}/etc/dev/constraints.txt " in first
-    assert f"-e {repo}[train,gpu,plot,metrics,test] -e {repo}/kernels" in first
+    assert f"-e {repo}[train,gpu,plot,metrics,report,test] -e {repo}/kernels" in first
     assert bootstrap() == []  # stamp unchanged: nothing installed
     with open(repo / "etc/dev/constraints.txt", "a") as fh:
         fh.write("example-new-pin==1.0\n")

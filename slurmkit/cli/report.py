@@ -12,17 +12,19 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import io
 import logging
+import math
 import os
 import sys
 import time
-from typing import Any, Callable, Dict, FrozenSet, Optional, Tuple
+from typing import Any, Callable, Dict, FrozenSet, List, Optional, Tuple
 
 import click
 
 from slurmkit.cli.common import common_options, load_config, print_json, setup_logging
 from slurmkit.errors import UsageError
-from slurmkit.report import FORMATS, VIEWS
+from slurmkit.report import DEFAULT_IDLE_BELOW, EFFICIENCY_BY, FORMATS, VIEWS
 
 log = logging.getLogger("slurmkit.report")
 
@@ -643,7 +645,86 @@ def report_build_vs_rent(bvr_config, hardware, power, cooling, staff, gpus, rent
 
 # --------------------------------------------------------------------------- efficiency
 
-from slurmkit.report.efficiency import efficiency_options  # noqa: E402  (light: no heavy imports)
+def efficiency_options(f: Callable) -> Callable:
+    for opt in reversed([
+        click.option("--by", type=click.Choice(EFFICIENCY_BY), default="user", show_default=True,
+                     help="One row per job, user, account or partition."),
+        click.option("--user", "users", multiple=True,
+                     help="Only these users (comma-separated or repeated)."),
+        click.option("--account", "accounts", multiple=True, help="Only these accounts."),
+        click.option("--partition", "partitions", multiple=True, help="Only these partitions."),
+        click.option("--job", "job_ids", multiple=True, help="Only these job ids (sacct -j)."),
+        click.option("--idle-below", type=float, default=DEFAULT_IDLE_BELOW, show_default=True,
+                     help="A GPU whose utilisation over the job's life is under this percent is idle."),
+        click.option("--top", type=int, default=0, help="Only the first N rows (worst offenders)."),
+        click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True),
+        click.option("--json", "as_json", is_flag=True, help="Same as --format json."),
+        click.option("--plot", "plot_path", type=click.Path(dir_okay=False),
+                     help="Also write a bar chart (FILE.png or FILE.svg)."),
+    ]):
+        f = opt(f)
+    return f
+
+
+def _csv_list(values: Tuple[str, ...]) -> List[str]:
+    return [v.strip() for value in values for v in value.split(",") if v.strip()]
+
+
+def run_efficiency(*, config_path, verbose, quiet, since, until, month, last, sacct_file, now_opt, by, users, accounts,
+        partitions, job_ids, idle_below, top, fmt, as_json, plot_path) -> int:
+    """``slurmkit report efficiency``; returns the exit code."""
+    from slurmkit.report.efficiency import SACCT_DELIMITER, from_file, from_sacct, group, render, sacct_args, write_chart
+    from slurmkit.report.window import parse_when, resolve_window
+
+    setup_logging(verbose, quiet)
+    cfg = load_config(config_path)
+    rcfg = cfg.section("report")
+    if not math.isfinite(idle_below) or not 0 <= idle_below <= 100:
+        raise UsageError(f"--idle-below {idle_below}: expected a percent between 0 and 100")
+    if top < 0:
+        raise UsageError("--top must be >= 0")
+    now = parse_when(now_opt, "--now") if now_opt else None
+    win = resolve_window(since=since, until=until, month=month, last=last, now=now,
+                         default_unbounded=bool(sacct_file))
+    window = (win.start, win.end)
+    users_l, accounts_l, parts_l, jobs_l = _csv_list(users), _csv_list(accounts), _csv_list(partitions), _csv_list(job_ids)
+    if sacct_file:
+        res = from_file(sacct_file, idle_below=idle_below, window=window)
+        command = None
+    else:
+        args = sacct_args(window, users_l, accounts_l, parts_l, jobs_l)
+        from slurmkit.slurm import client
+
+        command = "SLURM_TIME_FORMAT=%s " + " ".join([client.binary("sacct"), *args]).replace(
+            SACCT_DELIMITER, "$'\\x1f'")
+        res = from_sacct(args, idle_below=idle_below, window=None if jobs_l else window,
+                         timeout=rcfg["sacct_timeout"])
+    jobs = [j for j in res.jobs
+            if (not users_l or j.user in users_l) and (not accounts_l or j.account in accounts_l)
+            and (not parts_l or j.partition in parts_l) and (not jobs_l or j.job_id in jobs_l)]
+    for w in res.warnings[:20]:
+        click.echo(f"slurmkit: warning: {w}", err=True)
+    rows = group(jobs, by)
+    if top:
+        rows = rows[:top]
+    meta = {"title": f"GPU efficiency by {by}, {win.label} (worst first; idle < {idle_below:g}%)",
+            "window": win.to_dict(), "source": sacct_file or "sacct", "sacct_command": command,
+            "idle_below_pct": idle_below, "generated_at": int(time.time()),
+            "parse": {"rows": res.rows, "malformed": res.malformed, "bad_summaries": res.bad_comments,
+                      "skipped_running": res.skipped_running}}
+    if not jobs:
+        click.echo(f"slurmkit: no ended GPU jobs in window ({win.label})", err=True)
+    fmt = "json" if as_json else fmt
+    if jobs or fmt in ("json", "csv"):
+        buf = io.StringIO()
+        render(rows, by, fmt, meta, buf)
+        sys.stdout.write(buf.getvalue())
+    if plot_path:
+        write_chart(rows, by, plot_path)
+        if not quiet:
+            click.echo(f"slurmkit: wrote {plot_path}", err=True)
+    return 0
+
 
 
 @report.command("efficiency")
@@ -654,6 +735,4 @@ def report_efficiency(**kwargs: Any) -> None:
     """GPU efficiency per job, user, account or partition from the epilog's AdminComment
     summaries (worst offenders first): GPU-hours allocated, used and idle, GPUs touched,
     peak memory. GPUs without a measurement read "unknown", never 0 (docs/report.md)."""
-    from slurmkit.report.efficiency import run
-
-    sys.exit(run(**kwargs))
+    sys.exit(run_efficiency(**kwargs))
