@@ -38,10 +38,15 @@ def parse_args(argv=None):
     p.add_argument("--providers", nargs="+", choices=PROVIDERS, default=list(PROVIDERS))
     p.add_argument("--tokens", type=int, default=16384, help="B * N (default 16384)")
     p.add_argument("--hidden", type=int, default=2048, help="H * D (default 2048)")
-    p.add_argument("--peak-tflops", type=float, default=None,
-                   help="dense bf16 peak for the %%peak column (default: looked up from the GPU name)")
-    p.add_argument("--budget-s", type=float, default=270.0,
-                   help="stop starting new rows after this many seconds")
+    p.add_argument(
+        "--peak-tflops",
+        type=float,
+        default=None,
+        help="dense bf16 peak for the %%peak column (default: looked up from the GPU name)",
+    )
+    p.add_argument(
+        "--budget-s", type=float, default=270.0, help="stop starting new rows after this many seconds"
+    )
     p.add_argument("--json", metavar="OUT", help="write rows and environment as JSON to OUT")
     return p.parse_args(argv)
 
@@ -108,13 +113,20 @@ def format_table(rows: list[dict], peak: float | None) -> str:
     header = ["provider", "mode", "causal", "d", "N", "B", "H", "ms", "TFLOP/s", "%peak"]
     lines = [header]
     for r in rows:
-        lines.append([
-            r["provider"], r["mode"], "yes" if r["causal"] else "no", str(r["head_dim"]), str(r["seq_len"]),
-            str(r["batch"]), str(r["heads"]),
-            r["status"] if r["ms"] is None else f"{r['ms']:.3f}",
-            r["status"] if r["tflops"] is None else f"{r['tflops']:.1f}",
-            "" if r["tflops"] is None or not peak else f"{100 * r['tflops'] / peak:.1f}",
-        ])
+        lines.append(
+            [
+                r["provider"],
+                r["mode"],
+                "yes" if r["causal"] else "no",
+                str(r["head_dim"]),
+                str(r["seq_len"]),
+                str(r["batch"]),
+                str(r["heads"]),
+                r["status"] if r["ms"] is None else f"{r['ms']:.3f}",
+                r["status"] if r["tflops"] is None else f"{r['tflops']:.1f}",
+                "" if r["tflops"] is None or not peak else f"{100 * r['tflops'] / peak:.1f}",
+            ]
+        )
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
     return "\n".join("  ".join(cell.rjust(w) for cell, w in zip(line, widths)) for line in lines)
 
@@ -135,8 +147,9 @@ def sweep(args, device: str, bench, torch, flash_attention, attention_flops):
                 batch = max(1, args.tokens // seq_len)
                 gen = torch.Generator(device=device).manual_seed(0)
                 q, k, v = (
-                    torch.randn((batch, heads, seq_len, head_dim), device=device, dtype=torch.bfloat16,
-                                generator=gen).requires_grad_()
+                    torch.randn(
+                        (batch, heads, seq_len, head_dim), device=device, dtype=torch.bfloat16, generator=gen
+                    ).requires_grad_()
                     for _ in range(3)
                 )
                 for provider in args.providers:
@@ -150,19 +163,30 @@ def sweep(args, device: str, bench, torch, flash_attention, attention_flops):
                             err = check_against_sdpa(call().detach(), q, k, v, causal, torch)
                             if err > 0.05:  # never time a wrong kernel
                                 raise RuntimeError(f"output differs from SDPA by {err:.3g}")
-                        timings = {m: None if call is None else time_mode(m, call, [q, k, v], torch, bench)
-                                   for m in MODES}
+                        timings = {
+                            m: None if call is None else time_mode(m, call, [q, k, v], torch, bench)
+                            for m in MODES
+                        }
                         status = "ok" if call is not None else "n/a"
                     except Exception as e:  # noqa: BLE001 (report it, keep the rest of the sweep)
                         failures.append(f"{label}: {type(e).__name__}: {e}")
                         timings, status = dict.fromkeys(MODES), "error"
                     for mode, ms in timings.items():
                         flops = attention_flops(batch, heads, seq_len, seq_len, head_dim, causal, mode)
-                        rows.append({
-                            "provider": provider, "mode": mode, "causal": causal, "head_dim": head_dim,
-                            "seq_len": seq_len, "batch": batch, "heads": heads, "ms": ms, "status": status,
-                            "tflops": None if ms is None else flops / (ms * 1e-3) / 1e12,
-                        })
+                        rows.append(
+                            {
+                                "provider": provider,
+                                "mode": mode,
+                                "causal": causal,
+                                "head_dim": head_dim,
+                                "seq_len": seq_len,
+                                "batch": batch,
+                                "heads": heads,
+                                "ms": ms,
+                                "status": status,
+                                "tflops": None if ms is None else flops / (ms * 1e-3) / 1e12,
+                            }
+                        )
                     print(f"done {label} ({time.monotonic() - start:.0f} s)", file=sys.stderr)
                 del q, k, v
     return rows, skipped, failures
@@ -173,10 +197,14 @@ def main(argv=None) -> int:
     import torch
 
     if not torch.cuda.is_available():
-        print("benchmarks/attention.py: no CUDA GPU available (torch.cuda.is_available() is False); "
-              "this benchmark times GPU kernels and cannot run here.", file=sys.stderr)
+        print(
+            "benchmarks/attention.py: no CUDA GPU available (torch.cuda.is_available() is False); "
+            "this benchmark times GPU kernels and cannot run here.",
+            file=sys.stderr,
+        )
         return 2
     import triton
+
     from slurmkit_kernels import attention_flops, config_for_device, flash_attention
 
     env = environment(torch, triton)
@@ -191,16 +219,20 @@ def main(argv=None) -> int:
     rows, skipped, failures = sweep(args, "cuda", bench, torch, flash_attention, attention_flops)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
-            json.dump({"environment": env, "rows": rows, "skipped": skipped, "failures": failures},
-                      f, indent=2)
+            json.dump(
+                {"environment": env, "rows": rows, "skipped": skipped, "failures": failures}, f, indent=2
+            )
     if skipped:
-        print(f"# time budget of {args.budget_s:.0f} s reached; skipped: {', '.join(skipped)}",
-              file=sys.stderr)
+        print(
+            f"# time budget of {args.budget_s:.0f} s reached; skipped: {', '.join(skipped)}", file=sys.stderr
+        )
     for failure in failures:
         print(f"# FAILED {failure}", file=sys.stderr)
-    print(f"# {env['gpu']}, torch {env['torch']}, triton {env['triton']}, CUDA {env['cuda']}, "
-          f"cuDNN {env['cudnn']}, bf16, B*N={args.tokens}, H*D={args.hidden}, peak={peak} TFLOP/s; "
-          "n/a = backend unavailable, error = see FAILED lines")
+    print(
+        f"# {env['gpu']}, torch {env['torch']}, triton {env['triton']}, CUDA {env['cuda']}, "
+        f"cuDNN {env['cudnn']}, bf16, B*N={args.tokens}, H*D={args.hidden}, peak={peak} TFLOP/s; "
+        "n/a = backend unavailable, error = see FAILED lines"
+    )
     print(format_table(rows, peak))
     return 1 if failures else 0
 

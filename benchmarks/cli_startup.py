@@ -15,9 +15,12 @@ import subprocess
 import sys
 import time
 
-COMMANDS = {"slurmkit --help": ["slurmkit.cli.main", "--help"], "ssubmit --help": ["slurmkit.cli.ssubmit", "--help"],
-            "slurmkit health list": ["slurmkit.cli.main", "health", "list"],
-            "slurmkit report --help": ["slurmkit.cli.main", "report", "--help"]}
+COMMANDS = {
+    "slurmkit --help": ["slurmkit.cli.main", "--help"],
+    "ssubmit --help": ["slurmkit.cli.ssubmit", "--help"],
+    "slurmkit health list": ["slurmkit.cli.main", "health", "list"],
+    "slurmkit report --help": ["slurmkit.cli.main", "report", "--help"],
+}
 
 
 def _bin(name: str) -> str:
@@ -35,11 +38,13 @@ def time_runs(argv, runs):
 
 
 def top_imports(module_args, n=6):
-    res = subprocess.run([sys.executable, "-X", "importtime", "-m", *module_args], capture_output=True, text=True)
+    res = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", *module_args], capture_output=True, text=True
+    )
     rows = []
     for line in res.stderr.splitlines():
         if line.startswith("import time:") and "|" in line:
-            parts = [p.strip() for p in line[len("import time:"):].split("|")]
+            parts = [p.strip() for p in line[len("import time:") :].split("|")]
             if parts[0].isdigit():
                 rows.append((int(parts[1]), parts[2].strip()))
     heavy = [name for _, name in rows if name.split(".")[0] in ("torch", "triton")]

@@ -45,12 +45,19 @@ def _attention_bench():
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--cpu-smoke", action="store_true",
-                   help="run every code path on CPU through the Triton interpreter with tiny shapes")
+    p.add_argument(
+        "--cpu-smoke",
+        action="store_true",
+        help="run every code path on CPU through the Triton interpreter with tiny shapes",
+    )
     p.add_argument("--out", help="markdown file for the throughput table (default: docs/kernels-<gpu>.md)")
-    p.add_argument("--budget-s", type=float, default=420.0,
-                   help="seconds for the whole run: correctness cases stop being started at 45%% of it, "
-                        "throughput rows at 100%%")
+    p.add_argument(
+        "--budget-s",
+        type=float,
+        default=420.0,
+        help="seconds for the whole run: correctness cases stop being started at 45%% of it, "
+        "throughput rows at 100%%",
+    )
     p.add_argument("--skip-correctness", action="store_true")
     p.add_argument("--skip-prewarm", action="store_true", help="do not compile in parallel first")
     p.add_argument("--skip-throughput", action="store_true")
@@ -72,8 +79,9 @@ def naive_attention(q, k, v, causal, scale):
     return torch.softmax(s, -1) @ v
 
 
-def correctness(torch, flash_attention, device, dtypes, head_dims, shapes,
-                deadline: float = math.inf) -> tuple[list[str], list[str]]:
+def correctness(
+    torch, flash_attention, device, dtypes, head_dims, shapes, deadline: float = math.inf
+) -> tuple[list[str], list[str]]:
     """(report lines, failures) of the error-budget check for every combination; cases not
     started by ``deadline`` (time.monotonic()) count as failures ("not run")."""
     lines, failures = [], []
@@ -87,8 +95,10 @@ def correctness(torch, flash_attention, device, dtypes, head_dims, shapes,
                         failures.append(f"{label}: not run (time budget)")
                         continue
                     gen = torch.Generator(device="cpu").manual_seed(nq * 31 + nk)
-                    q, k, v = (torch.randn(shape, generator=gen).to(device, dtype).requires_grad_()
-                               for shape in ((b, hq, nq, d), (b, hkv, nk, d), (b, hkv, nk, d)))
+                    q, k, v = (
+                        torch.randn(shape, generator=gen).to(device, dtype).requires_grad_()
+                        for shape in ((b, hq, nq, d), (b, hkv, nk, d), (b, hkv, nk, d))
+                    )
                     do = torch.randn((b, hq, nq, d), generator=gen).to(device, dtype)
                     scale = 1.0 / math.sqrt(d)
                     try:
@@ -114,8 +124,20 @@ def correctness(torch, flash_attention, device, dtypes, head_dims, shapes,
     return lines, failures
 
 
-def throughput(torch, bench_mod, flash_attention, attention_flops, device, timer, dtypes, head_dims, seq_lens,
-               tokens, hidden, budget_s) -> tuple[list[dict], list[str], list[str]]:
+def throughput(
+    torch,
+    bench_mod,
+    flash_attention,
+    attention_flops,
+    device,
+    timer,
+    dtypes,
+    head_dims,
+    seq_lens,
+    tokens,
+    hidden,
+    budget_s,
+) -> tuple[list[dict], list[str], list[str]]:
     """Rows of TFLOP/s per (dtype, d, causal, N, mode) for the three providers."""
     start = time.monotonic()
     rows, skipped, failures = [], [], []
@@ -131,8 +153,12 @@ def throughput(torch, bench_mod, flash_attention, attention_flops, device, timer
                         skipped.append(label)
                         continue
                     gen = torch.Generator(device=device).manual_seed(0)
-                    q, k, v = (torch.randn((batch, heads, n, d), generator=gen, device=device, dtype=dtype)
-                               .requires_grad_() for _ in range(3))
+                    q, k, v = (
+                        torch.randn(
+                            (batch, heads, n, d), generator=gen, device=device, dtype=dtype
+                        ).requires_grad_()
+                        for _ in range(3)
+                    )
                     row = {"dtype": dtype_name, "d": d, "causal": causal, "N": n, "B": batch, "H": heads}
                     for provider in bench_mod.PROVIDERS:
                         try:
@@ -182,8 +208,9 @@ def prewarm(device_name: str, problems: list, workers: int, arch: int) -> tuple[
     lines, failures = [], []
     ctx = multiprocessing.get_context("spawn")  # no CUDA state is inherited
     with concurrent.futures.ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
-        futures = {pool.submit(_compile_group, device_name, group, arch): key
-                   for key, group in groups.items()}
+        futures = {
+            pool.submit(_compile_group, device_name, group, arch): key for key, group in groups.items()
+        }
         for future in concurrent.futures.as_completed(futures):
             try:
                 rows = future.result()
@@ -209,27 +236,61 @@ def _ratio(a, b) -> str:
     return "-"
 
 
-def format_markdown(rows: list[dict], env: dict, skipped: list[str], failures: list[str],
-                    correctness_failures: list[str] | None) -> str:
-    head = ["dtype", "d", "causal", "N", "B", "H", "mode", "slurmkit", "sdpa-flash", "sdpa-cudnn",
-            "x flash", "x cuDNN"]
-    out = ["# slurmkit_kernels on " + str(env.get("gpu", "?")), "",
-           "Written by `bash benchmarks/gpu_check.sh`. "
-           + ", ".join(f"{k} {v}" for k, v in env.items()) + ".",
-           "", "TFLOP/s (FLOPs: forward `4*B*H*N*N*D`, halved when causal; forward+backward 3.5x forward); "
-           "`x flash`/`x cuDNN`: slurmkit's TFLOP/s divided by that SDPA back end's.", ""]
+def format_markdown(
+    rows: list[dict],
+    env: dict,
+    skipped: list[str],
+    failures: list[str],
+    correctness_failures: list[str] | None,
+) -> str:
+    head = [
+        "dtype",
+        "d",
+        "causal",
+        "N",
+        "B",
+        "H",
+        "mode",
+        "slurmkit",
+        "sdpa-flash",
+        "sdpa-cudnn",
+        "x flash",
+        "x cuDNN",
+    ]
+    out = [
+        "# slurmkit_kernels on " + str(env.get("gpu", "?")),
+        "",
+        "Written by `bash benchmarks/gpu_check.sh`. " + ", ".join(f"{k} {v}" for k, v in env.items()) + ".",
+        "",
+        "TFLOP/s (FLOPs: forward `4*B*H*N*N*D`, halved when causal; forward+backward 3.5x forward); "
+        "`x flash`/`x cuDNN`: slurmkit's TFLOP/s divided by that SDPA back end's.",
+        "",
+    ]
     if correctness_failures is None:
         out.append("Correctness of the shipped configs: not run.")
     else:
-        out.append(f"Correctness of the shipped configs: {len(correctness_failures)} failure(s)"
-                   + "".join(f"\n- {f}" for f in correctness_failures))
+        out.append(
+            f"Correctness of the shipped configs: {len(correctness_failures)} failure(s)"
+            + "".join(f"\n- {f}" for f in correctness_failures)
+        )
     out += ["", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         for mode in ("fwd", "fwd_bwd"):
             ours, flash, cudnn = (r.get(f"{p}/{mode}") for p in ("slurmkit", "sdpa-flash", "sdpa-cudnn"))
-            cells = [r["dtype"], str(r["d"]), "yes" if r["causal"] else "no", str(r["N"]), str(r["B"]),
-                     str(r["H"]), mode, _fmt(ours), _fmt(flash), _fmt(cudnn), _ratio(ours, flash),
-                     _ratio(ours, cudnn)]
+            cells = [
+                r["dtype"],
+                str(r["d"]),
+                "yes" if r["causal"] else "no",
+                str(r["N"]),
+                str(r["B"]),
+                str(r["H"]),
+                mode,
+                _fmt(ours),
+                _fmt(flash),
+                _fmt(cudnn),
+                _ratio(ours, flash),
+                _ratio(ours, cudnn),
+            ]
             out.append("| " + " | ".join(cells) + " |")
     if skipped:
         out += ["", f"Not run (time budget): {', '.join(skipped)}"]
@@ -245,8 +306,11 @@ def main(argv=None) -> int:
     import torch
 
     if not args.cpu_smoke and not torch.cuda.is_available():
-        print("gpu_check: no CUDA GPU available (torch.cuda.is_available() is False); use --cpu-smoke "
-              "to exercise the code paths on CPU", file=sys.stderr)
+        print(
+            "gpu_check: no CUDA GPU available (torch.cuda.is_available() is False); use --cpu-smoke "
+            "to exercise the code paths on CPU",
+            file=sys.stderr,
+        )
         return 2
     sys.path.insert(0, str(HERE.parent / "kernels"))  # a checkout without `pip install -e kernels/`
     import triton
@@ -256,8 +320,11 @@ def main(argv=None) -> int:
     bench_mod = _attention_bench()
     if args.cpu_smoke:
         device = "cpu"
-        env = {"gpu": "CPU (Triton interpreter smoke run)", "torch": torch.__version__,
-               "triton": triton.__version__}
+        env = {
+            "gpu": "CPU (Triton interpreter smoke run)",
+            "torch": torch.__version__,
+            "triton": triton.__version__,
+        }
         dtypes, head_dims, seq_lens, tokens, hidden = ["float16", "bfloat16"], [16], [32], 64, 32
         shapes = [(1, 2, 2, 33, 33), (1, 4, 1, 17, 40)]
         corr_dtypes = ["float32", "bfloat16"]
@@ -270,16 +337,22 @@ def main(argv=None) -> int:
         device = "cuda"
         env = bench_mod.environment(torch, triton)
         env["kernel_config"] = config_for_device(env["gpu"]).name
-        dtypes, head_dims, seq_lens, tokens, hidden = (["float16", "bfloat16"], [64, 128],
-                                                       [1024, 2048, 4096, 8192, 16384], 16384, 2048)
+        dtypes, head_dims, seq_lens, tokens, hidden = (
+            ["float16", "bfloat16"],
+            [64, 128],
+            [1024, 2048, 4096, 8192, 16384],
+            16384,
+            2048,
+        )
         # Block multiple; ragged; unequal lengths with GQA 4:1.
         shapes = [(2, 4, 4, 1024, 1024), (1, 4, 4, 1000, 1000), (1, 8, 2, 333, 1021)]
         # The shipped config's fp32 entries are for "ieee", the default precision.
         corr_dtypes = ["float16", "bfloat16", "float32"]
 
         def timer(fn, grad_to_none=None):
-            return triton.testing.do_bench(fn, warmup=25, rep=60, grad_to_none=grad_to_none,
-                                           return_mode="median")
+            return triton.testing.do_bench(
+                fn, warmup=25, rep=60, grad_to_none=grad_to_none, return_mode="median"
+            )
 
     print("# " + ", ".join(f"{k}={v}" for k, v in env.items()), flush=True)
     t0 = time.monotonic()
@@ -287,36 +360,62 @@ def main(argv=None) -> int:
     if not args.cpu_smoke and not args.skip_prewarm:
         from slurmkit_kernels.compile_check import Problem
 
-        problems = [Problem(b, hq, hkv, nq, nk, d, causal, dt, "ieee")
-                    for dt in corr_dtypes for d in head_dims for causal in (False, True)
-                    for b, hq, hkv, nq, nk in shapes]
-        problems += [Problem(max(1, tokens // n), hidden // d, hidden // d, n, n, d, causal, dt, "ieee")
-                     for dt in dtypes for d in head_dims for causal in (False, True) for n in seq_lens]
+        problems = [
+            Problem(b, hq, hkv, nq, nk, d, causal, dt, "ieee")
+            for dt in corr_dtypes
+            for d in head_dims
+            for causal in (False, True)
+            for b, hq, hkv, nq, nk in shapes
+        ]
+        problems += [
+            Problem(max(1, tokens // n), hidden // d, hidden // d, n, n, d, causal, dt, "ieee")
+            for dt in dtypes
+            for d in head_dims
+            for causal in (False, True)
+            for n in seq_lens
+        ]
         major, minor = torch.cuda.get_device_capability(0)
-        lines, compile_failures = prewarm(env["gpu"], problems, min(8, os.cpu_count() or 1),
-                                          10 * major + minor)
-        print("# compile_check (kernel set, kernel, configs, tiles, warps, stages, dtype, prec, d, group, "
-              "regs, spill st/ld, smem, wgmma, tma, s, result):")
+        lines, compile_failures = prewarm(
+            env["gpu"], problems, min(8, os.cpu_count() or 1), 10 * major + minor
+        )
+        print(
+            "# compile_check (kernel set, kernel, configs, tiles, warps, stages, dtype, prec, d, group, "
+            "regs, spill st/ld, smem, wgmma, tma, s, result):"
+        )
         for line in sorted(lines):
             print("#   " + line)
         print(f"# compiled in {time.monotonic() - t0:.0f} s, {len(compile_failures)} failure(s)", flush=True)
     correctness_failures = None
     if not args.skip_correctness:
         start = time.monotonic()
-        lines, correctness_failures = correctness(torch, flash_attention, device, corr_dtypes,
-                                                  head_dims, shapes,
-                                                  deadline=t0 + 0.45 * args.budget_s)
+        lines, correctness_failures = correctness(
+            torch, flash_attention, device, corr_dtypes, head_dims, shapes, deadline=t0 + 0.45 * args.budget_s
+        )
         for line in lines:
             print("# " + line)
-        print(f"# correctness: {len(lines)} cases, {len(correctness_failures)} failure(s), "
-              f"{time.monotonic() - start:.0f} s", flush=True)
+        print(
+            f"# correctness: {len(lines)} cases, {len(correctness_failures)} failure(s), "
+            f"{time.monotonic() - start:.0f} s",
+            flush=True,
+        )
         for f in correctness_failures:
             print(f"# FAILED {f}", flush=True)
     rows, skipped, failures = [], [], []
     if not args.skip_throughput:
-        rows, skipped, failures = throughput(torch, bench_mod, flash_attention, attention_flops, device,
-                                             timer, dtypes, head_dims, seq_lens, tokens, hidden,
-                                             args.budget_s - (time.monotonic() - t0))
+        rows, skipped, failures = throughput(
+            torch,
+            bench_mod,
+            flash_attention,
+            attention_flops,
+            device,
+            timer,
+            dtypes,
+            head_dims,
+            seq_lens,
+            tokens,
+            hidden,
+            args.budget_s - (time.monotonic() - t0),
+        )
     text = format_markdown(rows, env, skipped, failures + compile_failures, correctness_failures)
     print(text)
     out = args.out

@@ -40,8 +40,20 @@ def main() -> None:
     with open("/proc/loadavg") as fh:
         load_before = fh.read().split()[:3]
     shutil.rmtree(args.archive, ignore_errors=True)
-    wall, rss, _ = timed([py, "-m", "slurmkit.cli.main", "report", "ingest", "--archive", args.archive,
-                          "--sacct-file", args.file], args.timeout)
+    wall, rss, _ = timed(
+        [
+            py,
+            "-m",
+            "slurmkit.cli.main",
+            "report",
+            "ingest",
+            "--archive",
+            args.archive,
+            "--sacct-file",
+            args.file,
+        ],
+        args.timeout,
+    )
     size = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(args.archive) for f in fs) / 1e6
     print(f"ingest {args.file}: {wall:.1f} s, peak RSS {rss:.0f} MiB, archive {size:.0f} MB")
     views = args.views.split()
@@ -49,22 +61,43 @@ def main() -> None:
     totals = {}
     for _ in range(args.runs):
         for v in views:
-            w, r, out = timed([py, "-m", "slurmkit.cli.main", "report", "--archive", args.archive, "--since",
-                               args.since, "--until", args.until, "--by", v, "--format", "json",
-                               "--no-health-log"], args.timeout)
+            w, r, out = timed(
+                [
+                    py,
+                    "-m",
+                    "slurmkit.cli.main",
+                    "report",
+                    "--archive",
+                    args.archive,
+                    "--since",
+                    args.since,
+                    "--until",
+                    args.until,
+                    "--by",
+                    v,
+                    "--format",
+                    "json",
+                    "--no-health-log",
+                ],
+                args.timeout,
+            )
             samples[v].append((w, r))
             data = json.loads(out)
             totals[v] = (data["totals"]["gpu_hours"], data["meta"]["engine"]["name"], len(data["rows"]))
     with open("/proc/loadavg") as fh:
         load_after = fh.read().split()[:3]
-    print(f"median of {args.runs} alternating runs; load average before {' '.join(load_before)}, "
-          f"after {' '.join(load_after)}")
+    print(
+        f"median of {args.runs} alternating runs; load average before {' '.join(load_before)}, "
+        f"after {' '.join(load_after)}"
+    )
     print("| view | wall (median) | peak RSS | rows | GPU-hours | engine |")
     print("|---|---|---|---|---|---|")
     for v, vals in samples.items():
         hours, eng, n = totals[v]
-        print(f"| --by {v} | {statistics.median(w for w, _ in vals):.2f} s | {max(r for _, r in vals):.0f} MiB "
-              f"| {n:,} | {hours:,.3f} | {eng} |")
+        print(
+            f"| --by {v} | {statistics.median(w for w, _ in vals):.2f} s | {max(r for _, r in vals):.0f} MiB "
+            f"| {n:,} | {hours:,.3f} | {eng} |"
+        )
 
 
 if __name__ == "__main__":

@@ -37,8 +37,9 @@ def timed(argv, timeout):
     proc = subprocess.run(["/usr/bin/time", "-v", *argv], capture_output=True, text=True, timeout=timeout)
     if proc.returncode != 0:
         raise SystemExit(f"{argv[0]} failed ({proc.returncode}): {proc.stderr[-800:]}")
-    wall = re.search(r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): (?:(\d+):)?(\d+):([\d.]+)",
-                     proc.stderr)
+    wall = re.search(
+        r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): (?:(\d+):)?(\d+):([\d.]+)", proc.stderr
+    )
     h, m, s = (float(x) if x else 0.0 for x in wall.groups())
     rss = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", proc.stderr).group(1)) / 1024
     return h * 3600 + m * 60 + s, rss, proc.stdout
@@ -59,8 +60,20 @@ def main() -> None:
             commands[awk] = [awk, "-F", "|", AWK, args.file]
     for eng in args.engines.split(","):
         commands[f"slurmkit report --engine {eng}"] = [
-            py, "-m", "slurmkit.cli.main", "report", "--sacct-file", args.file, "--by", args.by,
-            "--format", "json", "--no-health-log", "--engine", eng]
+            py,
+            "-m",
+            "slurmkit.cli.main",
+            "report",
+            "--sacct-file",
+            args.file,
+            "--by",
+            args.by,
+            "--format",
+            "json",
+            "--no-health-log",
+            "--engine",
+            eng,
+        ]
     with open("/proc/loadavg") as fh:
         load_before = fh.read().split()[:3]
     samples = {name: [] for name in commands}
@@ -73,8 +86,10 @@ def main() -> None:
     with open("/proc/loadavg") as fh:
         load_after = fh.read().split()[:3]
     size = os.path.getsize(args.file) / 1e6
-    print(f"file {args.file} ({size:.0f} MB), --by {args.by}, median of {args.runs} alternating runs; "
-          f"load average before {' '.join(load_before)}, after {' '.join(load_after)}")
+    print(
+        f"file {args.file} ({size:.0f} MB), --by {args.by}, median of {args.runs} alternating runs; "
+        f"load average before {' '.join(load_before)}, after {' '.join(load_after)}"
+    )
     base = statistics.median(w for w, _ in samples["mawk"]) if "mawk" in samples else None
     print("| command | wall (median) | x mawk | peak RSS | GPU-hours |")
     print("|---|---|---|---|---|")

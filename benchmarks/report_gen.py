@@ -38,8 +38,14 @@ def write_month(fh, rows: int, month: int, seed: int) -> int:
     accounts = [f"acct{i:02d}" for i in range(20)]
     partitions = ["gpu", "debug", "sweep", "long"]
     gtypes = ["h100", "h200", "a100"]
-    states = ["COMPLETED"] * 12 + ["FAILED", "CANCELLED by 1234", "TIMEOUT", "NODE_FAIL", "PREEMPTED",
-                                   "OUT_OF_MEMORY"]
+    states = ["COMPLETED"] * 12 + [
+        "FAILED",
+        "CANCELLED by 1234",
+        "TIMEOUT",
+        "NODE_FAIL",
+        "PREEMPTED",
+        "OUT_OF_MEMORY",
+    ]
     start0 = FIRST_MONTH + month * MONTH
     gpu_seconds = 0
     written = 0
@@ -69,16 +75,20 @@ def write_month(fh, rows: int, month: int, seed: int) -> int:
             start = submit + rng.randrange(0, 600)
             end = start + rng.randrange(1, 3600)
             state = "REQUEUED" if attempt < attempts - 1 else states[rng.randrange(len(states))]
-            out.append(f"{jid}|{job}|{state}|{tres}|{submit}|{start}|{end}|{end - start}|{user}|{account}|"
-                       f"{part}|{nodelist}|None|{name}\n")
+            out.append(
+                f"{jid}|{job}|{state}|{tres}|{submit}|{start}|{end}|{end - start}|{user}|{account}|"
+                f"{part}|{nodelist}|None|{name}\n"
+            )
             gpu_seconds += gpus * (end - start)
             written += 1
             step_tres = f"cpu={cpus},gres/gpu:{gt}={gpus},gres/gpu={gpus},mem={cpus * 4}G,node={nodes}"
-            for step in ("batch", "extern", "0")[:3 if rng.random() < 0.5 else 2]:
+            for step in ("batch", "extern", "0")[: 3 if rng.random() < 0.5 else 2]:
                 if written >= rows:
                     break
-                out.append(f"{jid}.{step}|{job}.{step}|{state}|{step_tres}|{submit}|{start}|{end}|"
-                           f"{end - start}||{account}||{nodelist}||{step}\n")
+                out.append(
+                    f"{jid}.{step}|{job}.{step}|{state}|{step_tres}|{submit}|{start}|{end}|"
+                    f"{end - start}||{account}||{nodelist}||{step}\n"
+                )
                 written += 1
             submit = end
         if len(out) > 50_000:
@@ -101,10 +111,13 @@ def main() -> None:
         fh.write("|".join(FIELDS) + "\n")
         per = args.rows // args.months
         for m in range(args.months):
-            total += write_month(fh, per if m < args.months - 1 else args.rows - per * (args.months - 1), m,
-                                 args.seed)
-    print(f"{args.out}: {args.rows:,} rows, {args.months} month(s), {os.path.getsize(args.out) / 1e6:.0f} MB "
-          f"in {time.perf_counter() - t0:.1f}s; expected total {total / 3600:.6f} GPU-hours")
+            total += write_month(
+                fh, per if m < args.months - 1 else args.rows - per * (args.months - 1), m, args.seed
+            )
+    print(
+        f"{args.out}: {args.rows:,} rows, {args.months} month(s), {os.path.getsize(args.out) / 1e6:.0f} MB "
+        f"in {time.perf_counter() - t0:.1f}s; expected total {total / 3600:.6f} GPU-hours"
+    )
 
 
 if __name__ == "__main__":

@@ -73,8 +73,14 @@ def generate(path: str, rows: int, seed: int = 7, iso: bool = False) -> float:
     accounts = [f"acct{i:02d}" for i in range(20)]
     partitions = ["gpu", "debug", "sweep", "long"]
     gtypes = ["h100", "h200", "a100"]
-    states = ["COMPLETED"] * 12 + ["FAILED", "CANCELLED by 1234", "TIMEOUT", "NODE_FAIL", "PREEMPTED",
-                                   "OUT_OF_MEMORY"]
+    states = ["COMPLETED"] * 12 + [
+        "FAILED",
+        "CANCELLED by 1234",
+        "TIMEOUT",
+        "NODE_FAIL",
+        "PREEMPTED",
+        "OUT_OF_MEMORY",
+    ]
     gpu_seconds = 0
     written = 0
     # ISO local times, as sacct prints them without SLURM_TIME_FORMAT=%s
@@ -96,8 +102,7 @@ def generate(path: str, rows: int, seed: int = 7, iso: bool = False) -> float:
             nodelist = f"gpu{first_node:03d}" if nodes == 1 else f"gpu[{first_node:03d}-{last_node:03d}]"
             cpus = max(1, gpus) * 8 * nodes
             gres = f"gres/gpu:{gt}={gpus},gres/gpu={gpus}," if gpus else ""
-            tres = f"billing={cpus},cpu={cpus}," + gres \
-                + f"mem={cpus * 4}G,node={nodes}"
+            tres = f"billing={cpus},cpu={cpus}," + gres + f"mem={cpus * 4}G,node={nodes}"
             array = rng.random() < 0.1
             attempts = 2 if rng.random() < 0.03 else 1  # requeued: two job rows with the same JobIDRaw
             submit = WINDOW_START + rng.randrange(0, WINDOW_DAYS * 86400 - 7200)
@@ -109,16 +114,20 @@ def generate(path: str, rows: int, seed: int = 7, iso: bool = False) -> float:
                 end = start + rng.randrange(1, 3600)
                 state = "REQUEUED" if attempt < attempts - 1 else rng.choice(states)
                 jid = f"{job}_{rng.randrange(100)}" if array else str(job)
-                fh.write(f"{jid}|{job}|{state}|{tres}|{fmt(submit)}|{fmt(start)}|{fmt(end)}|{end - start}|"
-                         f"{user}|{account}|{part}|{nodelist}|None|{name}\n")
+                fh.write(
+                    f"{jid}|{job}|{state}|{tres}|{fmt(submit)}|{fmt(start)}|{fmt(end)}|{end - start}|"
+                    f"{user}|{account}|{part}|{nodelist}|None|{name}\n"
+                )
                 gpu_seconds += gpus * (end - start)
                 written += 1
                 step_tres = f"cpu={cpus},gres/gpu:{gt}={gpus},gres/gpu={gpus},mem={cpus * 4}G,node={nodes}"
                 for step in ("batch", "extern") + (("0",) if rng.random() < 0.5 else ()):
                     if written >= rows:
                         break
-                    fh.write(f"{jid}.{step}|{job}.{step}|{state}|{step_tres}|{fmt(submit)}|{fmt(start)}|"
-                             f"{fmt(end)}|{end - start}||{account}||{nodelist}||{step}\n")
+                    fh.write(
+                        f"{jid}.{step}|{job}.{step}|{state}|{step_tres}|{fmt(submit)}|{fmt(start)}|"
+                        f"{fmt(end)}|{end - start}||{account}||{nodelist}||{step}\n"
+                    )
                     written += 1
                 submit = end
     return gpu_seconds / 3600
@@ -150,9 +159,13 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=1_000_000)
     ap.add_argument("--keep", help="write the generated file here and keep it")
     ap.add_argument("--repeat", type=int, default=3, help="best of N runs for each side")
-    ap.add_argument("--times", choices=("epoch", "iso"), default="epoch",
-                    help="epoch: what slurmkit's own sacct call returns (SLURM_TIME_FORMAT=%%s); "
-                         "iso: local ISO times, as in a dump saved without it")
+    ap.add_argument(
+        "--times",
+        choices=("epoch", "iso"),
+        default="epoch",
+        help="epoch: what slurmkit's own sacct call returns (SLURM_TIME_FORMAT=%%s); "
+        "iso: local ISO times, as in a dump saved without it",
+    )
     args = ap.parse_args()
 
     tmpdir = tempfile.mkdtemp(prefix="slurmkit-bench-")
@@ -161,12 +174,24 @@ def main() -> None:
     expected = generate(path, args.rows, iso=args.times == "iso")
     gen_s = time.perf_counter() - t0
     size_mb = os.path.getsize(path) / 1e6
-    print(f"file: {path} ({args.rows:,} rows, {args.times} times, {size_mb:.0f} MB, generated in {gen_s:.1f}s); "
-          f"expected {expected:,.3f} GPU-hours")
+    print(
+        f"file: {path} ({args.rows:,} rows, {args.times} times, {size_mb:.0f} MB, generated in {gen_s:.1f}s); "
+        f"expected {expected:,.3f} GPU-hours"
+    )
 
     env_python = sys.executable
-    report_argv = [env_python, "-m", "slurmkit.cli.main", "report", "--sacct-file", path,
-                   "--by", "account,user", "--format", "json"]
+    report_argv = [
+        env_python,
+        "-m",
+        "slurmkit.cli.main",
+        "report",
+        "--sacct-file",
+        path,
+        "--by",
+        "account,user",
+        "--format",
+        "json",
+    ]
     results = {}
     names = {}
     for awk in ("awk", "gawk", "mawk"):
@@ -182,14 +207,16 @@ def main() -> None:
     results["slurmkit"] = (dt, cpu, report_hours)
 
     for name, (w, c, h) in results.items():
-        label = f"{name} ({os.path.basename(names[name])})" if name in names else \
-            "slurmkit report --by account,user --format json"
+        label = (
+            f"{name} ({os.path.basename(names[name])})"
+            if name in names
+            else "slurmkit report --by account,user --format json"
+        )
         print(f"{label}: wall {w:.2f}s, cpu {c:.2f}s -> {h:,.3f} GPU-hours")
     for awk in names:
         w, c, _ = results[awk]
         base = os.path.basename(names[awk])
-        print(f"ratio slurmkit/{awk} ({base}): wall {dt / w:.2f}x, cpu {cpu / c:.2f}x "
-              f"(goal <= 2x)")
+        print(f"ratio slurmkit/{awk} ({base}): wall {dt / w:.2f}x, cpu {cpu / c:.2f}x (goal <= 2x)")
     ok = all(abs(v[2] - expected) < 0.01 for v in results.values())
     print("totals agree" if ok else "TOTALS DIFFER")
     if not args.keep:

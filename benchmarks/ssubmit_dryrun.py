@@ -40,8 +40,10 @@ def timed(fn, runs):
 
 def show(label, samples):
     ms = [s * 1e3 for s in samples]
-    print(f"{label:48s} median {statistics.median(ms):8.1f} ms   min {min(ms):8.1f}   max {max(ms):8.1f}   "
-          f"(n={len(ms)})")
+    print(
+        f"{label:48s} median {statistics.median(ms):8.1f} ms   min {min(ms):8.1f}   max {max(ms):8.1f}   "
+        f"(n={len(ms)})"
+    )
 
 
 def main() -> int:
@@ -49,8 +51,14 @@ def main() -> int:
     ap.add_argument("--spec", default=str(DEFAULT_SPEC))
     ap.add_argument("--runs", type=int, default=10)
     ap.add_argument("--config", default=None, help="site config (default: $SLURMKIT_CONFIG)")
-    ap.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
-                    help="spec overrides, as for ssubmit (e.g. nodes=1 when a node is drained)")
+    ap.add_argument(
+        "--set",
+        dest="sets",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="spec overrides, as for ssubmit (e.g. nodes=1 when a node is drained)",
+    )
     args = ap.parse_args()
     env = dict(os.environ)
     if args.config:
@@ -64,8 +72,10 @@ def main() -> int:
         return 1
     script = first.stdout
     print(f"spec: {args.spec}" + (f" with --set {' '.join(args.sets)}" if args.sets else ""))
-    show("ssubmit --dry-run (new process, incl. sinfo)",
-         timed(lambda: subprocess.run(cmd, capture_output=True, env=env, timeout=120), args.runs))
+    show(
+        "ssubmit --dry-run (new process, incl. sinfo)",
+        timed(lambda: subprocess.run(cmd, capture_output=True, env=env, timeout=120), args.runs),
+    )
 
     from slurmkit.cli.common import load_config
     from slurmkit.submit.render import render
@@ -83,20 +93,31 @@ def main() -> int:
     show("load + validate + render (in-process)", timed(in_process, args.runs * 5))
 
     sbatch = shutil.which("sbatch")
-    probe = subprocess.run(["scontrol", "ping"], capture_output=True, text=True, env=env, timeout=15) \
-        if shutil.which("scontrol") else None
+    probe = (
+        subprocess.run(["scontrol", "ping"], capture_output=True, text=True, env=env, timeout=15)
+        if shutil.which("scontrol")
+        else None
+    )
     if not sbatch or probe is None or probe.returncode != 0:
-        print("sbatch --test-only: skipped (no reachable Slurm controller; run `slurmkit devcluster up` "
-              "and `eval \"$(slurmkit devcluster env)\"`)")
+        print(
+            "sbatch --test-only: skipped (no reachable Slurm controller; run `slurmkit devcluster up` "
+            'and `eval "$(slurmkit devcluster env)"`)'
+        )
         return 0
     test_cmd = [sbatch, "--test-only"]
     res = subprocess.run(test_cmd, input=script, capture_output=True, text=True, env=env, timeout=60)
     if res.returncode != 0:
         print(f"sbatch --test-only failed: {res.stderr.strip()}")
         return 0
-    show("bare sbatch --test-only (same script)",
-         timed(lambda: subprocess.run(test_cmd, input=script, capture_output=True, text=True, env=env, timeout=60),
-               args.runs))
+    show(
+        "bare sbatch --test-only (same script)",
+        timed(
+            lambda: subprocess.run(
+                test_cmd, input=script, capture_output=True, text=True, env=env, timeout=60
+            ),
+            args.runs,
+        ),
+    )
     return 0
 
 

@@ -25,23 +25,48 @@ from slurmkit.errors import ConfigError
 DEFAULT_PATH = "/etc/slurmkit/slurmkit.yaml"
 ENV_VAR = "SLURMKIT_CONFIG"
 
-SLURM_SCHEMA = Section({
-    "timeout": Field("float", 30.0, "Seconds before any single Slurm command is killed.", min=1, nullable=False),
-    "bin_dir": Field("str", None, "Directory holding sbatch, scontrol, ...; default: search PATH, then /usr/bin."),
-}, "How slurmkit calls the Slurm CLI.")
+SLURM_SCHEMA = Section(
+    {
+        "timeout": Field(
+            "float", 30.0, "Seconds before any single Slurm command is killed.", min=1, nullable=False
+        ),
+        "bin_dir": Field(
+            "str", None, "Directory holding sbatch, scontrol, ...; default: search PATH, then /usr/bin."
+        ),
+    },
+    "How slurmkit calls the Slurm CLI.",
+)
 
-PATHS_SCHEMA = Section({
-    "state_dir": Field("str", "/var/lib/slurmkit", "Node-local state: verdict cursors, health log.",
-                       nullable=False),
-    "shared_dir": Field("str", "/var/lib/slurmkit/shared",
-                        "Shared storage for sweep results read by every node's prolog.", nullable=False),
-    "shared_owner": Field("str", "root", "Account the sweep jobs run as: besides root, the only owner "
-                          "whose verdict files the prolog believes (see docs/security.md).", nullable=False),
-    "metrics_dir": Field("str", "/var/lib/prometheus/node-exporter",
-                         "node_exporter textfile-collector directory for *.prom files.", nullable=False),
-    "log_dir": Field("str", "/var/log/slurmkit", "JSON-lines logs (health verdicts, kill audit).",
-                     nullable=False),
-}, "Where slurmkit keeps its files.")
+PATHS_SCHEMA = Section(
+    {
+        "state_dir": Field(
+            "str", "/var/lib/slurmkit", "Node-local state: verdict cursors, health log.", nullable=False
+        ),
+        "shared_dir": Field(
+            "str",
+            "/var/lib/slurmkit/shared",
+            "Shared storage for sweep results read by every node's prolog.",
+            nullable=False,
+        ),
+        "shared_owner": Field(
+            "str",
+            "root",
+            "Account the sweep jobs run as: besides root, the only owner "
+            "whose verdict files the prolog believes (see docs/security.md).",
+            nullable=False,
+        ),
+        "metrics_dir": Field(
+            "str",
+            "/var/lib/prometheus/node-exporter",
+            "node_exporter textfile-collector directory for *.prom files.",
+            nullable=False,
+        ),
+        "log_dir": Field(
+            "str", "/var/log/slurmkit", "JSON-lines logs (health verdicts, kill audit).", nullable=False
+        ),
+    },
+    "Where slurmkit keeps its files.",
+)
 
 #: section name -> "module:attribute" of its schema (a Section Field).
 SECTION_SCHEMAS: Dict[str, str] = {
@@ -137,8 +162,11 @@ def load_site_config(path: Optional[str] = None, *, full: bool = False) -> SiteC
             raise ConfigError("the top level must be a mapping of sections", path=p, line=1)
         for key in raw:
             if key not in VALID_SECTIONS:
-                raise ConfigError(f"unknown section {key!r}; valid sections: {', '.join(VALID_SECTIONS)}",
-                                  path=p, line=raw.lines.get(key))
+                raise ConfigError(
+                    f"unknown section {key!r}; valid sections: {', '.join(VALID_SECTIONS)}",
+                    path=p,
+                    line=raw.lines.get(key),
+                )
     cfg = SiteConfig(raw, p)
     return cfg.validate_all() if full else cfg
 

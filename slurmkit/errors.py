@@ -51,8 +51,9 @@ class ConfigError(UsageError):
     ``train.yaml:12: requeue.max_retries: expected an integer >= 0, got -1``.
     """
 
-    def __init__(self, message: str, *, path: str | None = None, line: int | None = None,
-                 key: str | None = None):
+    def __init__(
+        self, message: str, *, path: str | None = None, line: int | None = None, key: str | None = None
+    ):
         prefix = ""
         if path:
             prefix = f"{path}:{line}: " if line else f"{path}: "
@@ -71,8 +72,7 @@ class ExternalCommandError(SlurmkitError):
 
     exit_code = 3
 
-    def __init__(self, argv: Sequence[str], message: str, *, returncode: int | None = None,
-                 stderr: str = ""):
+    def __init__(self, argv: Sequence[str], message: str, *, returncode: int | None = None, stderr: str = ""):
         self.argv = list(argv)
         self.returncode = returncode
         self.stderr = stderr

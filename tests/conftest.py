@@ -27,8 +27,17 @@ from typing import Dict, Iterable, List, Optional, Sequence
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-TERMINAL_STATES = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY",
-                   "BOOT_FAIL", "DEADLINE")
+TERMINAL_STATES = (
+    "COMPLETED",
+    "FAILED",
+    "CANCELLED",
+    "TIMEOUT",
+    "NODE_FAIL",
+    "PREEMPTED",
+    "OUT_OF_MEMORY",
+    "BOOT_FAIL",
+    "DEADLINE",
+)
 
 
 #: The ``[train]`` extra: in CI a test skipped because one of these cannot be imported fails.
@@ -50,8 +59,9 @@ def _fail_train_import_skip(report) -> None:
     reason = _train_import_skip(report)
     if reason:
         report.outcome = "failed"
-        report.longrepr = (f"SLURMKIT_REQUIRE_TRAIN is set (tests/run.sh) but a training module is missing: "
-                           f"{reason}")
+        report.longrepr = (
+            f"SLURMKIT_REQUIRE_TRAIN is set (tests/run.sh) but a training module is missing: {reason}"
+        )
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -84,15 +94,28 @@ class ClusterHandle:
     def gpu_fixture(self, node: str) -> Path:
         return self.state_dir / "gpu" / f"{node}.yaml"
 
-    def run(self, argv: Sequence[str], user: Optional[str] = None, timeout: float = 60,
-            input: Optional[str] = None, env: Optional[Dict[str, str]] = None) -> subprocess.CompletedProcess:
+    def run(
+        self,
+        argv: Sequence[str],
+        user: Optional[str] = None,
+        timeout: float = 60,
+        input: Optional[str] = None,
+        env: Optional[Dict[str, str]] = None,
+    ) -> subprocess.CompletedProcess:
         full_env = dict(self.env, **(env or {}))
         cmd = list(argv)
         if user:
             keep = ",".join(sorted(k for k in full_env if k.startswith(("SLURM", "PATH"))))
             cmd = ["runuser", "-u", user, f"--whitelist-environment={keep}", "--", *cmd]
-        return subprocess.run(cmd, env=full_env, capture_output=True, text=True, timeout=timeout, input=input,
-                              cwd=str(self.shared_dir))
+        return subprocess.run(
+            cmd,
+            env=full_env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            input=input,
+            cwd=str(self.shared_dir),
+        )
 
     def submit(self, script: str, args: Iterable[str] = (), user: Optional[str] = None) -> str:
         res = self.run(["sbatch", "--parsable", *args], user=user, input=script)
@@ -185,8 +208,12 @@ def _ensure_user(name: str) -> None:
     try:
         pwd.getpwnam(name)
     except KeyError:
-        subprocess.run(["useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", name],
-                       check=True, capture_output=True, timeout=30)
+        subprocess.run(
+            ["useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", name],
+            check=True,
+            capture_output=True,
+            timeout=30,
+        )
 
 
 @pytest.fixture(scope="session")

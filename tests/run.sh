@@ -11,6 +11,11 @@ cd "$REPO"
 export SLURMKIT_REQUIRE_DEVCLUSTER=1
 # Nor may the kernel, trainer and heavy-check tests skip because torch or triton is broken.
 export SLURMKIT_REQUIRE_TRAIN=1
+# Lint and format first (cheap; CI runs the whole suite, so it always runs both).
+if [ "$#" -eq 0 ]; then
+  "$PY" -m ruff check --quiet . || { echo "slurmkit: ruff check failed (fix, or ruff check --fix)" >&2; exit 1; }
+  "$PY" -m ruff format --check --quiet . || { echo "slurmkit: ruff format --check failed (run ruff format)" >&2; exit 1; }
+fi
 set +e
 "$PY" -m pytest -q -p no:cacheprovider --durations=15 "$@"
 rc=$?

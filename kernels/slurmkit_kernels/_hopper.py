@@ -58,10 +58,26 @@ def _desc_tile(desc, off_b, off_h, start, ROWS: tl.constexpr, HEAD_DIM: tl.const
 
 @triton.jit
 def _hopper_fwd_inner(
-    acc, l_i, m_i, q, desc_k, desc_v, off_b, off_hkv,
-    lo, hi, offs_m, N_K, D_LO, D_HI, qk_scale,
-    MASK: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
-    WARP_SPECIALIZE: tl.constexpr, EMULATE_BF16: tl.constexpr,
+    acc,
+    l_i,
+    m_i,
+    q,
+    desc_k,
+    desc_v,
+    off_b,
+    off_hkv,
+    lo,
+    hi,
+    offs_m,
+    N_K,
+    D_LO,
+    D_HI,
+    qk_scale,
+    MASK: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    WARP_SPECIALIZE: tl.constexpr,
+    EMULATE_BF16: tl.constexpr,
 ):
     """Online softmax over key blocks ``[lo, hi)``; the scale enters as one FMA."""
     offs_n0 = tl.arange(0, BLOCK_N)
@@ -90,10 +106,24 @@ def _hopper_fwd_inner(
 
 @triton.jit
 def _hopper_fwd(
-    desc_q, desc_k, desc_v, desc_o, LSE,
-    N_Q, N_K, H_Q, GROUP, D_LO, D_HI, qk_scale,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
-    LONGEST_FIRST: tl.constexpr, WARP_SPECIALIZE: tl.constexpr, EMULATE_BF16: tl.constexpr,
+    desc_q,
+    desc_k,
+    desc_v,
+    desc_o,
+    LSE,
+    N_Q,
+    N_K,
+    H_Q,
+    GROUP,
+    D_LO,
+    D_HI,
+    qk_scale,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    LONGEST_FIRST: tl.constexpr,
+    WARP_SPECIALIZE: tl.constexpr,
+    EMULATE_BF16: tl.constexpr,
 ):
     """One program per (batch*head, query block): O and the log2-domain lse."""
     pid_bh = tl.program_id(0)
@@ -112,32 +142,109 @@ def _hopper_fwd(
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     lo, mid_lo, mid_hi, hi = _ranges(start_m, BLOCK_M, BLOCK_N, D_LO, D_HI, N_K)
     acc, l_i, m_i = _hopper_fwd_inner(
-        acc, l_i, m_i, q, desc_k, desc_v, off_b, off_hkv, lo, mid_lo, offs_m, N_K, D_LO, D_HI, qk_scale,
-        True, BLOCK_N, HEAD_DIM, WARP_SPECIALIZE, EMULATE_BF16,
+        acc,
+        l_i,
+        m_i,
+        q,
+        desc_k,
+        desc_v,
+        off_b,
+        off_hkv,
+        lo,
+        mid_lo,
+        offs_m,
+        N_K,
+        D_LO,
+        D_HI,
+        qk_scale,
+        True,
+        BLOCK_N,
+        HEAD_DIM,
+        WARP_SPECIALIZE,
+        EMULATE_BF16,
     )
     acc, l_i, m_i = _hopper_fwd_inner(
-        acc, l_i, m_i, q, desc_k, desc_v, off_b, off_hkv, mid_lo, mid_hi, offs_m, N_K, D_LO, D_HI, qk_scale,
-        False, BLOCK_N, HEAD_DIM, WARP_SPECIALIZE, EMULATE_BF16,
+        acc,
+        l_i,
+        m_i,
+        q,
+        desc_k,
+        desc_v,
+        off_b,
+        off_hkv,
+        mid_lo,
+        mid_hi,
+        offs_m,
+        N_K,
+        D_LO,
+        D_HI,
+        qk_scale,
+        False,
+        BLOCK_N,
+        HEAD_DIM,
+        WARP_SPECIALIZE,
+        EMULATE_BF16,
     )
     acc, l_i, m_i = _hopper_fwd_inner(
-        acc, l_i, m_i, q, desc_k, desc_v, off_b, off_hkv, mid_hi, hi, offs_m, N_K, D_LO, D_HI, qk_scale,
-        True, BLOCK_N, HEAD_DIM, WARP_SPECIALIZE, EMULATE_BF16,
+        acc,
+        l_i,
+        m_i,
+        q,
+        desc_k,
+        desc_v,
+        off_b,
+        off_hkv,
+        mid_hi,
+        hi,
+        offs_m,
+        N_K,
+        D_LO,
+        D_HI,
+        qk_scale,
+        True,
+        BLOCK_N,
+        HEAD_DIM,
+        WARP_SPECIALIZE,
+        EMULATE_BF16,
     )
     empty = l_i == 0.0
     l_safe = tl.where(empty, 1.0, l_i)
     out = acc / l_safe[:, None]
     lse = tl.where(empty, float("inf"), m_i + tl.math.log2(l_safe))
-    desc_o.store([off_b, off_h, start_m, 0],
-                 _cast(out, desc_o.dtype, EMULATE_BF16).reshape(1, 1, BLOCK_M, HEAD_DIM))
+    desc_o.store(
+        [off_b, off_h, start_m, 0], _cast(out, desc_o.dtype, EMULATE_BF16).reshape(1, 1, BLOCK_M, HEAD_DIM)
+    )
     tl.store(LSE + pid_bh.to(tl.int64) * N_Q + offs_m, lse, mask=offs_m < N_Q)
 
 
 @triton.jit
 def _hopper_bwd_inner(
-    dk, dv, k_s, v, desc_q, desc_do, lse_base, delta_base, dq_base, sem_base,
-    off_b, off_h, start_n, lo, hi, offs_n, N_Q, N_K, D_LO, D_HI,
-    MASK: tl.constexpr, DETERMINISTIC: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, EMULATE_BF16: tl.constexpr,
+    dk,
+    dv,
+    k_s,
+    v,
+    desc_q,
+    desc_do,
+    lse_base,
+    delta_base,
+    dq_base,
+    sem_base,
+    off_b,
+    off_h,
+    start_n,
+    lo,
+    hi,
+    offs_n,
+    N_Q,
+    N_K,
+    D_LO,
+    D_HI,
+    MASK: tl.constexpr,
+    DETERMINISTIC: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    EMULATE_BF16: tl.constexpr,
 ):
     """dK, dV of one key block over query blocks ``[lo, hi)``, adding each block's dQ share.
 
@@ -183,10 +290,29 @@ def _hopper_bwd_inner(
 
 @triton.jit
 def _hopper_bwd(
-    desc_q, desc_k, desc_v, desc_do, desc_dk, desc_dv, LSE, DELTA, DQ_ACC, SEM,
-    N_Q, N_K, H_Q, GROUP, D_LO, D_HI, sm_scale, qk_scale,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
-    DETERMINISTIC: tl.constexpr, EMULATE_BF16: tl.constexpr,
+    desc_q,
+    desc_k,
+    desc_v,
+    desc_do,
+    desc_dk,
+    desc_dv,
+    LSE,
+    DELTA,
+    DQ_ACC,
+    SEM,
+    N_Q,
+    N_K,
+    H_Q,
+    GROUP,
+    D_LO,
+    D_HI,
+    sm_scale,
+    qk_scale,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    DETERMINISTIC: tl.constexpr,
+    EMULATE_BF16: tl.constexpr,
 ):
     """One program per (batch*query head, key block): dK, dV of this head, dQ by atomics.
 
@@ -221,26 +347,98 @@ def _hopper_bwd(
     dk = tl.zeros([BLOCK_N, HEAD_DIM], dtype=tl.float32)
     dv = tl.zeros([BLOCK_N, HEAD_DIM], dtype=tl.float32)
     dk, dv = _hopper_bwd_inner(
-        dk, dv, k_s, v, desc_q, desc_do, lse_base, delta_base, dq_base, sem_base,
-        off_b, off_h, start_n, lo, mid_lo, offs_n, N_Q, N_K, D_LO, D_HI,
-        True, DETERMINISTIC, BLOCK_M, BLOCK_N, HEAD_DIM, EMULATE_BF16,
+        dk,
+        dv,
+        k_s,
+        v,
+        desc_q,
+        desc_do,
+        lse_base,
+        delta_base,
+        dq_base,
+        sem_base,
+        off_b,
+        off_h,
+        start_n,
+        lo,
+        mid_lo,
+        offs_n,
+        N_Q,
+        N_K,
+        D_LO,
+        D_HI,
+        True,
+        DETERMINISTIC,
+        BLOCK_M,
+        BLOCK_N,
+        HEAD_DIM,
+        EMULATE_BF16,
     )
     dk, dv = _hopper_bwd_inner(
-        dk, dv, k_s, v, desc_q, desc_do, lse_base, delta_base, dq_base, sem_base,
-        off_b, off_h, start_n, mid_lo, mid_hi, offs_n, N_Q, N_K, D_LO, D_HI,
-        False, DETERMINISTIC, BLOCK_M, BLOCK_N, HEAD_DIM, EMULATE_BF16,
+        dk,
+        dv,
+        k_s,
+        v,
+        desc_q,
+        desc_do,
+        lse_base,
+        delta_base,
+        dq_base,
+        sem_base,
+        off_b,
+        off_h,
+        start_n,
+        mid_lo,
+        mid_hi,
+        offs_n,
+        N_Q,
+        N_K,
+        D_LO,
+        D_HI,
+        False,
+        DETERMINISTIC,
+        BLOCK_M,
+        BLOCK_N,
+        HEAD_DIM,
+        EMULATE_BF16,
     )
     dk, dv = _hopper_bwd_inner(
-        dk, dv, k_s, v, desc_q, desc_do, lse_base, delta_base, dq_base, sem_base,
-        off_b, off_h, start_n, mid_hi, hi, offs_n, N_Q, N_K, D_LO, D_HI,
-        True, DETERMINISTIC, BLOCK_M, BLOCK_N, HEAD_DIM, EMULATE_BF16,
+        dk,
+        dv,
+        k_s,
+        v,
+        desc_q,
+        desc_do,
+        lse_base,
+        delta_base,
+        dq_base,
+        sem_base,
+        off_b,
+        off_h,
+        start_n,
+        mid_hi,
+        hi,
+        offs_n,
+        N_Q,
+        N_K,
+        D_LO,
+        D_HI,
+        True,
+        DETERMINISTIC,
+        BLOCK_M,
+        BLOCK_N,
+        HEAD_DIM,
+        EMULATE_BF16,
     )
     # fp32 partials (GQA) are stored as they are; EMULATE_BF16 rounding is for bf16 only.
     out_emulate: tl.constexpr = EMULATE_BF16 and desc_dk.dtype == tl.bfloat16
-    desc_dk.store([off_b, off_h, start_n, 0],
-                  _cast(dk * sm_scale, desc_dk.dtype, out_emulate).reshape(1, 1, BLOCK_N, HEAD_DIM))
-    desc_dv.store([off_b, off_h, start_n, 0],
-                  _cast(dv, desc_dv.dtype, out_emulate).reshape(1, 1, BLOCK_N, HEAD_DIM))
+    desc_dk.store(
+        [off_b, off_h, start_n, 0],
+        _cast(dk * sm_scale, desc_dk.dtype, out_emulate).reshape(1, 1, BLOCK_N, HEAD_DIM),
+    )
+    desc_dv.store(
+        [off_b, off_h, start_n, 0], _cast(dv, desc_dv.dtype, out_emulate).reshape(1, 1, BLOCK_N, HEAD_DIM)
+    )
 
 
 # ----------------------------------------------------------------------------- launch
@@ -289,8 +487,11 @@ def _desc(t: torch.Tensor, rows: int) -> TensorDescriptor:
 def tma_compatible(t: torch.Tensor) -> bool:
     """What TMA needs: contiguous last dim, 16-byte aligned base and other strides."""
     size = t.element_size()
-    return (t.stride(3) == 1 and t.data_ptr() % 16 == 0
-            and all(s > 0 and s * size % 16 == 0 for s in t.stride()[:3]))
+    return (
+        t.stride(3) == 1
+        and t.data_ptr() % 16 == 0
+        and all(s > 0 and s * size % 16 == 0 for s in t.stride()[:3])
+    )
 
 
 def forward_launch(q, k, v, o, lse, band, qk_scale, tiles, warp_specialize, emulate_bf16):
@@ -307,11 +508,30 @@ def forward_launch(q, k, v, o, lse, band, qk_scale, tiles, warp_specialize, emul
     # bounded (causal): visit the last blocks first.
     longest_first = d_lo <= -(2**30) and d_hi < 2**30
     grid = (batch * h_q, triton.cdiv(n_q, block_m))
-    args = (_desc(q, block_m), _desc(k, block_n), _desc(v, block_n), _desc(o, block_m), lse,
-            n_q, n_k, h_q, h_q // h_kv, d_lo, d_hi, qk_scale)
-    kwargs = dict(BLOCK_M=block_m, BLOCK_N=block_n, HEAD_DIM=d, LONGEST_FIRST=longest_first,
-                  WARP_SPECIALIZE=warp_specialize, EMULATE_BF16=emulate_bf16,
-                  num_warps=num_warps, num_stages=num_stages)
+    args = (
+        _desc(q, block_m),
+        _desc(k, block_n),
+        _desc(v, block_n),
+        _desc(o, block_m),
+        lse,
+        n_q,
+        n_k,
+        h_q,
+        h_q // h_kv,
+        d_lo,
+        d_hi,
+        qk_scale,
+    )
+    kwargs = dict(
+        BLOCK_M=block_m,
+        BLOCK_N=block_n,
+        HEAD_DIM=d,
+        LONGEST_FIRST=longest_first,
+        WARP_SPECIALIZE=warp_specialize,
+        EMULATE_BF16=emulate_bf16,
+        num_warps=num_warps,
+        num_stages=num_stages,
+    )
     return _hopper_fwd, grid, args, kwargs
 
 
@@ -320,18 +540,57 @@ def forward(*launch_args):
     kernel[grid](*args, **kwargs)
 
 
-def backward_launch(q, k, v, do, lse, delta, dq_acc, sem, dk_out, dv_out, band, scale, qk_scale, tiles,
-                    deterministic, emulate_bf16):
+def backward_launch(
+    q,
+    k,
+    v,
+    do,
+    lse,
+    delta,
+    dq_acc,
+    sem,
+    dk_out,
+    dv_out,
+    band,
+    scale,
+    qk_scale,
+    tiles,
+    deterministic,
+    emulate_bf16,
+):
     """(kernel, grid, args, kwargs) of the backward kernel; see :func:`forward_launch`."""
     batch, h_q, n_q, d = q.shape
     h_kv, n_k = k.shape[1], k.shape[2]
     block_m, block_n, num_warps, num_stages = tiles
     grid = (batch * h_q, triton.cdiv(n_k, block_n))
-    args = (_desc(q, block_m), _desc(k, block_n), _desc(v, block_n), _desc(do, block_m),
-            _desc(dk_out, block_n), _desc(dv_out, block_n), lse, delta, dq_acc, sem,
-            n_q, n_k, h_q, h_q // h_kv, *band, scale, qk_scale)
-    kwargs = dict(BLOCK_M=block_m, BLOCK_N=block_n, HEAD_DIM=d, DETERMINISTIC=deterministic,
-                  EMULATE_BF16=emulate_bf16, num_warps=num_warps, num_stages=num_stages)
+    args = (
+        _desc(q, block_m),
+        _desc(k, block_n),
+        _desc(v, block_n),
+        _desc(do, block_m),
+        _desc(dk_out, block_n),
+        _desc(dv_out, block_n),
+        lse,
+        delta,
+        dq_acc,
+        sem,
+        n_q,
+        n_k,
+        h_q,
+        h_q // h_kv,
+        *band,
+        scale,
+        qk_scale,
+    )
+    kwargs = dict(
+        BLOCK_M=block_m,
+        BLOCK_N=block_n,
+        HEAD_DIM=d,
+        DETERMINISTIC=deterministic,
+        EMULATE_BF16=emulate_bf16,
+        num_warps=num_warps,
+        num_stages=num_stages,
+    )
     return _hopper_bwd, grid, args, kwargs
 
 
@@ -348,8 +607,24 @@ def backward(q, k, v, do, lse, delta, dq, dk, dv, band, scale, qk_scale, tiles, 
     else:
         dk_out = torch.empty((batch, h_q, n_k, d), dtype=torch.float32, device=q.device)
         dv_out = torch.empty((batch, h_q, n_k, d), dtype=torch.float32, device=q.device)
-    kernel, grid, args, kwargs = backward_launch(q, k, v, do, lse, delta, dq_acc, sem, dk_out, dv_out, band,
-                                                 scale, qk_scale, tiles, deterministic, emulate_bf16)
+    kernel, grid, args, kwargs = backward_launch(
+        q,
+        k,
+        v,
+        do,
+        lse,
+        delta,
+        dq_acc,
+        sem,
+        dk_out,
+        dv_out,
+        band,
+        scale,
+        qk_scale,
+        tiles,
+        deterministic,
+        emulate_bf16,
+    )
     kernel[grid](*args, **kwargs)
     # S^T used K * qk_scale, so the dQ sums carry a factor qk_scale / scale = log2(e).
     dq.copy_(dq_acc * (scale / qk_scale))

@@ -101,11 +101,28 @@ def _ranges(start, BLOCK_OWN: tl.constexpr, BLOCK_STEP: tl.constexpr, d_lo, d_hi
 
 @triton.jit
 def _fwd_inner(
-    acc, l_i, m_i, q,
-    k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd,
-    lo, hi, offs_m, offs_d, N_K, D_LO, D_HI, qk_scale,
-    MASK: tl.constexpr, BLOCK_N: tl.constexpr,
-    EMULATE_BF16: tl.constexpr, INPUT_PRECISION: tl.constexpr,
+    acc,
+    l_i,
+    m_i,
+    q,
+    k_base,
+    v_base,
+    stride_kn,
+    stride_kd,
+    stride_vn,
+    stride_vd,
+    lo,
+    hi,
+    offs_m,
+    offs_d,
+    N_K,
+    D_LO,
+    D_HI,
+    qk_scale,
+    MASK: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    EMULATE_BF16: tl.constexpr,
+    INPUT_PRECISION: tl.constexpr,
 ):
     """Online-softmax accumulation over key blocks ``[lo, hi)``."""
     offs_n0 = tl.arange(0, BLOCK_N)
@@ -143,14 +160,39 @@ def _fwd_inner(
 
 @triton.jit
 def _attn_fwd(
-    Q, K, V, O, LSE,  # noqa: E741 (Q, K, V, O as in the paper)
-    stride_qb, stride_qh, stride_qm, stride_qd,
-    stride_kb, stride_kh, stride_kn, stride_kd,
-    stride_vb, stride_vh, stride_vn, stride_vd,
-    stride_ob, stride_oh, stride_om, stride_od,
-    N_Q, N_K, H_Q, GROUP, D_LO, D_HI, qk_scale,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    HEAD_DIM: tl.constexpr, EMULATE_BF16: tl.constexpr, INPUT_PRECISION: tl.constexpr,
+    Q,
+    K,
+    V,
+    O,
+    LSE,  # noqa: E741 (Q, K, V, O as in the paper)
+    stride_qb,
+    stride_qh,
+    stride_qm,
+    stride_qd,
+    stride_kb,
+    stride_kh,
+    stride_kn,
+    stride_kd,
+    stride_vb,
+    stride_vh,
+    stride_vn,
+    stride_vd,
+    stride_ob,
+    stride_oh,
+    stride_om,
+    stride_od,
+    N_Q,
+    N_K,
+    H_Q,
+    GROUP,
+    D_LO,
+    D_HI,
+    qk_scale,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    EMULATE_BF16: tl.constexpr,
+    INPUT_PRECISION: tl.constexpr,
 ):
     """One program per (query block, batch*head): writes O and the log2-domain lse."""
     start_m = tl.program_id(0) * BLOCK_M
@@ -167,43 +209,113 @@ def _attn_fwd(
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_DIM)
     row_ok = offs_m < N_Q
-    q = tl.load(q_base + _tile(offs_m, offs_d, stride_qm, stride_qd),
-                mask=row_ok[:, None], other=0.0)
+    q = tl.load(q_base + _tile(offs_m, offs_d, stride_qm, stride_qd), mask=row_ok[:, None], other=0.0)
 
     acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     lo, mid_lo, mid_hi, hi = _ranges(start_m, BLOCK_M, BLOCK_N, D_LO, D_HI, N_K)
     acc, l_i, m_i = _fwd_inner(
-        acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd,
-        lo, mid_lo, offs_m, offs_d, N_K, D_LO, D_HI, qk_scale,
-        True, BLOCK_N, EMULATE_BF16, INPUT_PRECISION,
+        acc,
+        l_i,
+        m_i,
+        q,
+        k_base,
+        v_base,
+        stride_kn,
+        stride_kd,
+        stride_vn,
+        stride_vd,
+        lo,
+        mid_lo,
+        offs_m,
+        offs_d,
+        N_K,
+        D_LO,
+        D_HI,
+        qk_scale,
+        True,
+        BLOCK_N,
+        EMULATE_BF16,
+        INPUT_PRECISION,
     )
     acc, l_i, m_i = _fwd_inner(
-        acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd,
-        mid_lo, mid_hi, offs_m, offs_d, N_K, D_LO, D_HI, qk_scale,
-        False, BLOCK_N, EMULATE_BF16, INPUT_PRECISION,
+        acc,
+        l_i,
+        m_i,
+        q,
+        k_base,
+        v_base,
+        stride_kn,
+        stride_kd,
+        stride_vn,
+        stride_vd,
+        mid_lo,
+        mid_hi,
+        offs_m,
+        offs_d,
+        N_K,
+        D_LO,
+        D_HI,
+        qk_scale,
+        False,
+        BLOCK_N,
+        EMULATE_BF16,
+        INPUT_PRECISION,
     )
     acc, l_i, m_i = _fwd_inner(
-        acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd,
-        mid_hi, hi, offs_m, offs_d, N_K, D_LO, D_HI, qk_scale,
-        True, BLOCK_N, EMULATE_BF16, INPUT_PRECISION,
+        acc,
+        l_i,
+        m_i,
+        q,
+        k_base,
+        v_base,
+        stride_kn,
+        stride_kd,
+        stride_vn,
+        stride_vd,
+        mid_hi,
+        hi,
+        offs_m,
+        offs_d,
+        N_K,
+        D_LO,
+        D_HI,
+        qk_scale,
+        True,
+        BLOCK_N,
+        EMULATE_BF16,
+        INPUT_PRECISION,
     )
     empty = l_i == 0.0
     l_safe = tl.where(empty, 1.0, l_i)
     out = acc / l_safe[:, None]
     lse = tl.where(empty, float("inf"), m_i + tl.math.log2(l_safe))
-    tl.store(o_base + _tile(offs_m, offs_d, stride_om, stride_od),
-             _cast(out, O.dtype.element_ty, EMULATE_BF16), mask=row_ok[:, None])
+    tl.store(
+        o_base + _tile(offs_m, offs_d, stride_om, stride_od),
+        _cast(out, O.dtype.element_ty, EMULATE_BF16),
+        mask=row_ok[:, None],
+    )
     tl.store(LSE + pid_bh.to(tl.int64) * N_Q + offs_m, lse, mask=row_ok)
 
 
 @triton.jit
 def _attn_bwd_preprocess(
-    O, DO, DELTA,  # noqa: E741
-    stride_ob, stride_oh, stride_om, stride_od,
-    stride_dob, stride_doh, stride_dom, stride_dod,
-    N_Q, H_Q, BLOCK_M: tl.constexpr, HEAD_DIM: tl.constexpr,
+    O,
+    DO,
+    DELTA,  # noqa: E741
+    stride_ob,
+    stride_oh,
+    stride_om,
+    stride_od,
+    stride_dob,
+    stride_doh,
+    stride_dom,
+    stride_dod,
+    N_Q,
+    H_Q,
+    BLOCK_M: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
 ):
     """``delta = rowsum(dO * O)``, the softmax-backward correction term, in fp32."""
     start_m = tl.program_id(0) * BLOCK_M
@@ -213,24 +325,52 @@ def _attn_bwd_preprocess(
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_DIM)
     row_ok = offs_m < N_Q
-    o = tl.load(O + off_b.to(tl.int64) * stride_ob + off_h.to(tl.int64) * stride_oh
-                + _tile(offs_m, offs_d, stride_om, stride_od),
-                mask=row_ok[:, None], other=0.0)
-    do = tl.load(DO + off_b.to(tl.int64) * stride_dob + off_h.to(tl.int64) * stride_doh
-                 + _tile(offs_m, offs_d, stride_dom, stride_dod),
-                 mask=row_ok[:, None], other=0.0)
+    o = tl.load(
+        O
+        + off_b.to(tl.int64) * stride_ob
+        + off_h.to(tl.int64) * stride_oh
+        + _tile(offs_m, offs_d, stride_om, stride_od),
+        mask=row_ok[:, None],
+        other=0.0,
+    )
+    do = tl.load(
+        DO
+        + off_b.to(tl.int64) * stride_dob
+        + off_h.to(tl.int64) * stride_doh
+        + _tile(offs_m, offs_d, stride_dom, stride_dod),
+        mask=row_ok[:, None],
+        other=0.0,
+    )
     delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), 1)
     tl.store(DELTA + pid_bh.to(tl.int64) * N_Q + offs_m, delta, mask=row_ok)
 
 
 @triton.jit
 def _bwd_dkdv_inner(
-    dk, dv, k, v,
-    q_base, do_base, lse_base, delta_base,
-    stride_qm, stride_qd, stride_dom, stride_dod,
-    lo, hi, offs_n, offs_d, N_Q, D_LO, D_HI, qk_scale,
-    MASK: tl.constexpr, BLOCK_M: tl.constexpr,
-    EMULATE_BF16: tl.constexpr, INPUT_PRECISION: tl.constexpr,
+    dk,
+    dv,
+    k,
+    v,
+    q_base,
+    do_base,
+    lse_base,
+    delta_base,
+    stride_qm,
+    stride_qd,
+    stride_dom,
+    stride_dod,
+    lo,
+    hi,
+    offs_n,
+    offs_d,
+    N_Q,
+    D_LO,
+    D_HI,
+    qk_scale,
+    MASK: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    EMULATE_BF16: tl.constexpr,
+    INPUT_PRECISION: tl.constexpr,
 ):
     """Accumulate dK, dV of one key block over query blocks ``[lo, hi)`` of one head.
 
@@ -242,10 +382,8 @@ def _bwd_dkdv_inner(
     for start_m in range(lo, hi, BLOCK_M):
         offs_m = start_m + offs_m0
         row_ok = offs_m < N_Q
-        q = tl.load(q_base + _tile(offs_m, offs_d, stride_qm, stride_qd),
-                    mask=row_ok[:, None], other=0.0)
-        do = tl.load(do_base + _tile(offs_m, offs_d, stride_dom, stride_dod),
-                     mask=row_ok[:, None], other=0.0)
+        q = tl.load(q_base + _tile(offs_m, offs_d, stride_qm, stride_qd), mask=row_ok[:, None], other=0.0)
+        do = tl.load(do_base + _tile(offs_m, offs_d, stride_dom, stride_dod), mask=row_ok[:, None], other=0.0)
         lse = tl.load(lse_base + offs_m, mask=row_ok, other=float("inf"))
         delta = tl.load(delta_base + offs_m, mask=row_ok, other=0.0)
         s_t = _dot(k, tl.trans(q), EMULATE_BF16, INPUT_PRECISION) * qk_scale
@@ -262,16 +400,52 @@ def _bwd_dkdv_inner(
 
 @triton.jit
 def _attn_bwd_dkdv(
-    Q, K, V, DO, LSE, DELTA, DK, DV,
-    stride_qb, stride_qh, stride_qm, stride_qd,
-    stride_kb, stride_kh, stride_kn, stride_kd,
-    stride_vb, stride_vh, stride_vn, stride_vd,
-    stride_dob, stride_doh, stride_dom, stride_dod,
-    stride_dkb, stride_dkh, stride_dkn, stride_dkd,
-    stride_dvb, stride_dvh, stride_dvn, stride_dvd,
-    N_Q, N_K, H_Q, H_KV, GROUP, D_LO, D_HI, sm_scale, qk_scale,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    HEAD_DIM: tl.constexpr, EMULATE_BF16: tl.constexpr, INPUT_PRECISION: tl.constexpr,
+    Q,
+    K,
+    V,
+    DO,
+    LSE,
+    DELTA,
+    DK,
+    DV,
+    stride_qb,
+    stride_qh,
+    stride_qm,
+    stride_qd,
+    stride_kb,
+    stride_kh,
+    stride_kn,
+    stride_kd,
+    stride_vb,
+    stride_vh,
+    stride_vn,
+    stride_vd,
+    stride_dob,
+    stride_doh,
+    stride_dom,
+    stride_dod,
+    stride_dkb,
+    stride_dkh,
+    stride_dkn,
+    stride_dkd,
+    stride_dvb,
+    stride_dvh,
+    stride_dvn,
+    stride_dvd,
+    N_Q,
+    N_K,
+    H_Q,
+    H_KV,
+    GROUP,
+    D_LO,
+    D_HI,
+    sm_scale,
+    qk_scale,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    EMULATE_BF16: tl.constexpr,
+    INPUT_PRECISION: tl.constexpr,
 ):
     """One program per (key block, batch*kv_head): dK and dV, summed over the GQA group.
 
@@ -285,12 +459,22 @@ def _attn_bwd_dkdv(
     offs_n = start_n + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_DIM)
     col_ok = offs_n < N_K
-    k = tl.load(K + off_b.to(tl.int64) * stride_kb + off_hkv.to(tl.int64) * stride_kh
-                + _tile(offs_n, offs_d, stride_kn, stride_kd),
-                mask=col_ok[:, None], other=0.0)
-    v = tl.load(V + off_b.to(tl.int64) * stride_vb + off_hkv.to(tl.int64) * stride_vh
-                + _tile(offs_n, offs_d, stride_vn, stride_vd),
-                mask=col_ok[:, None], other=0.0)
+    k = tl.load(
+        K
+        + off_b.to(tl.int64) * stride_kb
+        + off_hkv.to(tl.int64) * stride_kh
+        + _tile(offs_n, offs_d, stride_kn, stride_kd),
+        mask=col_ok[:, None],
+        other=0.0,
+    )
+    v = tl.load(
+        V
+        + off_b.to(tl.int64) * stride_vb
+        + off_hkv.to(tl.int64) * stride_vh
+        + _tile(offs_n, offs_d, stride_vn, stride_vd),
+        mask=col_ok[:, None],
+        other=0.0,
+    )
 
     # Query i sees key j iff D_LO <= j - i <= D_HI, i.e. -D_HI <= i - j <= -D_LO.
     lo, mid_lo, mid_hi, hi = _ranges(start_n, BLOCK_N, BLOCK_M, -D_HI, -D_LO, N_Q)
@@ -304,39 +488,127 @@ def _attn_bwd_dkdv(
         lse_base = LSE + bh.to(tl.int64) * N_Q
         delta_base = DELTA + bh.to(tl.int64) * N_Q
         dk, dv = _bwd_dkdv_inner(
-            dk, dv, k, v, q_base, do_base, lse_base, delta_base,
-            stride_qm, stride_qd, stride_dom, stride_dod,
-            lo, mid_lo, offs_n, offs_d, N_Q, D_LO, D_HI, qk_scale,
-            True, BLOCK_M, EMULATE_BF16, INPUT_PRECISION,
+            dk,
+            dv,
+            k,
+            v,
+            q_base,
+            do_base,
+            lse_base,
+            delta_base,
+            stride_qm,
+            stride_qd,
+            stride_dom,
+            stride_dod,
+            lo,
+            mid_lo,
+            offs_n,
+            offs_d,
+            N_Q,
+            D_LO,
+            D_HI,
+            qk_scale,
+            True,
+            BLOCK_M,
+            EMULATE_BF16,
+            INPUT_PRECISION,
         )
         dk, dv = _bwd_dkdv_inner(
-            dk, dv, k, v, q_base, do_base, lse_base, delta_base,
-            stride_qm, stride_qd, stride_dom, stride_dod,
-            mid_lo, mid_hi, offs_n, offs_d, N_Q, D_LO, D_HI, qk_scale,
-            False, BLOCK_M, EMULATE_BF16, INPUT_PRECISION,
+            dk,
+            dv,
+            k,
+            v,
+            q_base,
+            do_base,
+            lse_base,
+            delta_base,
+            stride_qm,
+            stride_qd,
+            stride_dom,
+            stride_dod,
+            mid_lo,
+            mid_hi,
+            offs_n,
+            offs_d,
+            N_Q,
+            D_LO,
+            D_HI,
+            qk_scale,
+            False,
+            BLOCK_M,
+            EMULATE_BF16,
+            INPUT_PRECISION,
         )
         dk, dv = _bwd_dkdv_inner(
-            dk, dv, k, v, q_base, do_base, lse_base, delta_base,
-            stride_qm, stride_qd, stride_dom, stride_dod,
-            mid_hi, hi, offs_n, offs_d, N_Q, D_LO, D_HI, qk_scale,
-            True, BLOCK_M, EMULATE_BF16, INPUT_PRECISION,
+            dk,
+            dv,
+            k,
+            v,
+            q_base,
+            do_base,
+            lse_base,
+            delta_base,
+            stride_qm,
+            stride_qd,
+            stride_dom,
+            stride_dod,
+            mid_hi,
+            hi,
+            offs_n,
+            offs_d,
+            N_Q,
+            D_LO,
+            D_HI,
+            qk_scale,
+            True,
+            BLOCK_M,
+            EMULATE_BF16,
+            INPUT_PRECISION,
         )
     dk = dk * sm_scale
-    tl.store(DK + off_b.to(tl.int64) * stride_dkb + off_hkv.to(tl.int64) * stride_dkh
-             + _tile(offs_n, offs_d, stride_dkn, stride_dkd),
-             _cast(dk, DK.dtype.element_ty, EMULATE_BF16), mask=col_ok[:, None])
-    tl.store(DV + off_b.to(tl.int64) * stride_dvb + off_hkv.to(tl.int64) * stride_dvh
-             + _tile(offs_n, offs_d, stride_dvn, stride_dvd),
-             _cast(dv, DV.dtype.element_ty, EMULATE_BF16), mask=col_ok[:, None])
+    tl.store(
+        DK
+        + off_b.to(tl.int64) * stride_dkb
+        + off_hkv.to(tl.int64) * stride_dkh
+        + _tile(offs_n, offs_d, stride_dkn, stride_dkd),
+        _cast(dk, DK.dtype.element_ty, EMULATE_BF16),
+        mask=col_ok[:, None],
+    )
+    tl.store(
+        DV
+        + off_b.to(tl.int64) * stride_dvb
+        + off_hkv.to(tl.int64) * stride_dvh
+        + _tile(offs_n, offs_d, stride_dvn, stride_dvd),
+        _cast(dv, DV.dtype.element_ty, EMULATE_BF16),
+        mask=col_ok[:, None],
+    )
 
 
 @triton.jit
 def _bwd_dq_inner(
-    dq, q, do, lse, delta,
-    k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd,
-    lo, hi, offs_m, offs_d, N_K, D_LO, D_HI, qk_scale,
-    MASK: tl.constexpr, BLOCK_N: tl.constexpr,
-    EMULATE_BF16: tl.constexpr, INPUT_PRECISION: tl.constexpr,
+    dq,
+    q,
+    do,
+    lse,
+    delta,
+    k_base,
+    v_base,
+    stride_kn,
+    stride_kd,
+    stride_vn,
+    stride_vd,
+    lo,
+    hi,
+    offs_m,
+    offs_d,
+    N_K,
+    D_LO,
+    D_HI,
+    qk_scale,
+    MASK: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    EMULATE_BF16: tl.constexpr,
+    INPUT_PRECISION: tl.constexpr,
 ):
     """Accumulate dQ of one query block over key blocks ``[lo, hi)``."""
     offs_n0 = tl.arange(0, BLOCK_N)
@@ -363,15 +635,46 @@ def _bwd_dq_inner(
 
 @triton.jit
 def _attn_bwd_dq(
-    Q, K, V, DO, LSE, DELTA, DQ,
-    stride_qb, stride_qh, stride_qm, stride_qd,
-    stride_kb, stride_kh, stride_kn, stride_kd,
-    stride_vb, stride_vh, stride_vn, stride_vd,
-    stride_dob, stride_doh, stride_dom, stride_dod,
-    stride_dqb, stride_dqh, stride_dqm, stride_dqd,
-    N_Q, N_K, H_Q, GROUP, D_LO, D_HI, sm_scale, qk_scale,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    HEAD_DIM: tl.constexpr, EMULATE_BF16: tl.constexpr, INPUT_PRECISION: tl.constexpr,
+    Q,
+    K,
+    V,
+    DO,
+    LSE,
+    DELTA,
+    DQ,
+    stride_qb,
+    stride_qh,
+    stride_qm,
+    stride_qd,
+    stride_kb,
+    stride_kh,
+    stride_kn,
+    stride_kd,
+    stride_vb,
+    stride_vh,
+    stride_vn,
+    stride_vd,
+    stride_dob,
+    stride_doh,
+    stride_dom,
+    stride_dod,
+    stride_dqb,
+    stride_dqh,
+    stride_dqm,
+    stride_dqd,
+    N_Q,
+    N_K,
+    H_Q,
+    GROUP,
+    D_LO,
+    D_HI,
+    sm_scale,
+    qk_scale,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    EMULATE_BF16: tl.constexpr,
+    INPUT_PRECISION: tl.constexpr,
 ):
     """One program per (query block, batch*head): dQ, with the forward's key ranges."""
     start_m = tl.program_id(0) * BLOCK_M
@@ -382,12 +685,22 @@ def _attn_bwd_dq(
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_DIM)
     row_ok = offs_m < N_Q
-    q = tl.load(Q + off_b.to(tl.int64) * stride_qb + off_h.to(tl.int64) * stride_qh
-                + _tile(offs_m, offs_d, stride_qm, stride_qd),
-                mask=row_ok[:, None], other=0.0)
-    do = tl.load(DO + off_b.to(tl.int64) * stride_dob + off_h.to(tl.int64) * stride_doh
-                 + _tile(offs_m, offs_d, stride_dom, stride_dod),
-                 mask=row_ok[:, None], other=0.0)
+    q = tl.load(
+        Q
+        + off_b.to(tl.int64) * stride_qb
+        + off_h.to(tl.int64) * stride_qh
+        + _tile(offs_m, offs_d, stride_qm, stride_qd),
+        mask=row_ok[:, None],
+        other=0.0,
+    )
+    do = tl.load(
+        DO
+        + off_b.to(tl.int64) * stride_dob
+        + off_h.to(tl.int64) * stride_doh
+        + _tile(offs_m, offs_d, stride_dom, stride_dod),
+        mask=row_ok[:, None],
+        other=0.0,
+    )
     # Rows past N_Q (and rows that see no key) get lse = +inf, hence P = 0.
     lse = tl.load(LSE + pid_bh.to(tl.int64) * N_Q + offs_m, mask=row_ok, other=float("inf"))
     delta = tl.load(DELTA + pid_bh.to(tl.int64) * N_Q + offs_m, mask=row_ok, other=0.0)
@@ -397,21 +710,86 @@ def _attn_bwd_dq(
     dq = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
     lo, mid_lo, mid_hi, hi = _ranges(start_m, BLOCK_M, BLOCK_N, D_LO, D_HI, N_K)
     dq = _bwd_dq_inner(
-        dq, q, do, lse, delta, k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd,
-        lo, mid_lo, offs_m, offs_d, N_K, D_LO, D_HI, qk_scale,
-        True, BLOCK_N, EMULATE_BF16, INPUT_PRECISION,
+        dq,
+        q,
+        do,
+        lse,
+        delta,
+        k_base,
+        v_base,
+        stride_kn,
+        stride_kd,
+        stride_vn,
+        stride_vd,
+        lo,
+        mid_lo,
+        offs_m,
+        offs_d,
+        N_K,
+        D_LO,
+        D_HI,
+        qk_scale,
+        True,
+        BLOCK_N,
+        EMULATE_BF16,
+        INPUT_PRECISION,
     )
     dq = _bwd_dq_inner(
-        dq, q, do, lse, delta, k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd,
-        mid_lo, mid_hi, offs_m, offs_d, N_K, D_LO, D_HI, qk_scale,
-        False, BLOCK_N, EMULATE_BF16, INPUT_PRECISION,
+        dq,
+        q,
+        do,
+        lse,
+        delta,
+        k_base,
+        v_base,
+        stride_kn,
+        stride_kd,
+        stride_vn,
+        stride_vd,
+        mid_lo,
+        mid_hi,
+        offs_m,
+        offs_d,
+        N_K,
+        D_LO,
+        D_HI,
+        qk_scale,
+        False,
+        BLOCK_N,
+        EMULATE_BF16,
+        INPUT_PRECISION,
     )
     dq = _bwd_dq_inner(
-        dq, q, do, lse, delta, k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd,
-        mid_hi, hi, offs_m, offs_d, N_K, D_LO, D_HI, qk_scale,
-        True, BLOCK_N, EMULATE_BF16, INPUT_PRECISION,
+        dq,
+        q,
+        do,
+        lse,
+        delta,
+        k_base,
+        v_base,
+        stride_kn,
+        stride_kd,
+        stride_vn,
+        stride_vd,
+        mid_hi,
+        hi,
+        offs_m,
+        offs_d,
+        N_K,
+        D_LO,
+        D_HI,
+        qk_scale,
+        True,
+        BLOCK_N,
+        EMULATE_BF16,
+        INPUT_PRECISION,
     )
     dq = dq * sm_scale
-    tl.store(DQ + off_b.to(tl.int64) * stride_dqb + off_h.to(tl.int64) * stride_dqh
-             + _tile(offs_m, offs_d, stride_dqm, stride_dqd),
-             _cast(dq, DQ.dtype.element_ty, EMULATE_BF16), mask=row_ok[:, None])
+    tl.store(
+        DQ
+        + off_b.to(tl.int64) * stride_dqb
+        + off_h.to(tl.int64) * stride_dqh
+        + _tile(offs_m, offs_d, stride_dqm, stride_dqd),
+        _cast(dq, DQ.dtype.element_ty, EMULATE_BF16),
+        mask=row_ok[:, None],
+    )

@@ -25,6 +25,7 @@ import triton.language as tl
 
 from ._kernels import _bwd_dkdv_inner, _bwd_dq_inner, _cast, _fwd_inner, _ranges
 
+
 @triton.jit
 def _tile(rows, cols, stride_row, stride_col):
     """Element offsets ``rows[:, None] * stride_row + cols[None, :] * stride_col`` in int64:
@@ -55,14 +56,36 @@ def _seq_band(n_q, n_k, CAUSAL: tl.constexpr, LEFT, RIGHT):
 
 @triton.jit
 def _varlen_fwd(
-    Q, K, V, O, LSE, CU_Q, CU_K,  # noqa: E741
-    stride_qm, stride_qh, stride_qd,
-    stride_kn, stride_kh, stride_kd,
-    stride_vn, stride_vh, stride_vd,
-    stride_om, stride_oh, stride_od,
-    TOTAL_Q, GROUP, LEFT, RIGHT, qk_scale,
-    CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    HEAD_DIM: tl.constexpr, EMULATE_BF16: tl.constexpr, INPUT_PRECISION: tl.constexpr,
+    Q,
+    K,
+    V,
+    O,
+    LSE,
+    CU_Q,
+    CU_K,  # noqa: E741
+    stride_qm,
+    stride_qh,
+    stride_qd,
+    stride_kn,
+    stride_kh,
+    stride_kd,
+    stride_vn,
+    stride_vh,
+    stride_vd,
+    stride_om,
+    stride_oh,
+    stride_od,
+    TOTAL_Q,
+    GROUP,
+    LEFT,
+    RIGHT,
+    qk_scale,
+    CAUSAL: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    EMULATE_BF16: tl.constexpr,
+    INPUT_PRECISION: tl.constexpr,
 ):
     """One program per (query block, head, sequence): O rows and the log2-domain lse."""
     start_m = tl.program_id(0) * BLOCK_M
@@ -85,48 +108,137 @@ def _varlen_fwd(
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_DIM)
     row_ok = offs_m < n_q
-    q = tl.load(q_base + _tile(offs_m, offs_d, stride_qm, stride_qd),
-                mask=row_ok[:, None], other=0.0)
+    q = tl.load(q_base + _tile(offs_m, offs_d, stride_qm, stride_qd), mask=row_ok[:, None], other=0.0)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     lo, mid_lo, mid_hi, hi = _ranges(start_m, BLOCK_M, BLOCK_N, d_lo, d_hi, n_k)
     acc, l_i, m_i = _fwd_inner(
-        acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd,
-        lo, mid_lo, offs_m, offs_d, n_k, d_lo, d_hi, qk_scale,
-        True, BLOCK_N, EMULATE_BF16, INPUT_PRECISION,
+        acc,
+        l_i,
+        m_i,
+        q,
+        k_base,
+        v_base,
+        stride_kn,
+        stride_kd,
+        stride_vn,
+        stride_vd,
+        lo,
+        mid_lo,
+        offs_m,
+        offs_d,
+        n_k,
+        d_lo,
+        d_hi,
+        qk_scale,
+        True,
+        BLOCK_N,
+        EMULATE_BF16,
+        INPUT_PRECISION,
     )
     acc, l_i, m_i = _fwd_inner(
-        acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd,
-        mid_lo, mid_hi, offs_m, offs_d, n_k, d_lo, d_hi, qk_scale,
-        False, BLOCK_N, EMULATE_BF16, INPUT_PRECISION,
+        acc,
+        l_i,
+        m_i,
+        q,
+        k_base,
+        v_base,
+        stride_kn,
+        stride_kd,
+        stride_vn,
+        stride_vd,
+        mid_lo,
+        mid_hi,
+        offs_m,
+        offs_d,
+        n_k,
+        d_lo,
+        d_hi,
+        qk_scale,
+        False,
+        BLOCK_N,
+        EMULATE_BF16,
+        INPUT_PRECISION,
     )
     acc, l_i, m_i = _fwd_inner(
-        acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd,
-        mid_hi, hi, offs_m, offs_d, n_k, d_lo, d_hi, qk_scale,
-        True, BLOCK_N, EMULATE_BF16, INPUT_PRECISION,
+        acc,
+        l_i,
+        m_i,
+        q,
+        k_base,
+        v_base,
+        stride_kn,
+        stride_kd,
+        stride_vn,
+        stride_vd,
+        mid_hi,
+        hi,
+        offs_m,
+        offs_d,
+        n_k,
+        d_lo,
+        d_hi,
+        qk_scale,
+        True,
+        BLOCK_N,
+        EMULATE_BF16,
+        INPUT_PRECISION,
     )
     empty = l_i == 0.0
     l_safe = tl.where(empty, 1.0, l_i)
     out = acc / l_safe[:, None]
     lse = tl.where(empty, float("inf"), m_i + tl.math.log2(l_safe))
-    tl.store(o_base + _tile(offs_m, offs_d, stride_om, stride_od),
-             _cast(out, O.dtype.element_ty, EMULATE_BF16), mask=row_ok[:, None])
+    tl.store(
+        o_base + _tile(offs_m, offs_d, stride_om, stride_od),
+        _cast(out, O.dtype.element_ty, EMULATE_BF16),
+        mask=row_ok[:, None],
+    )
     tl.store(LSE + off_h.to(tl.int64) * TOTAL_Q + q_start + offs_m, lse, mask=row_ok)
 
 
 @triton.jit
 def _varlen_bwd_dkdv(
-    Q, K, V, DO, LSE, DELTA, DK, DV, CU_Q, CU_K,
-    stride_qm, stride_qh, stride_qd,
-    stride_kn, stride_kh, stride_kd,
-    stride_vn, stride_vh, stride_vd,
-    stride_dom, stride_doh, stride_dod,
-    stride_dkn, stride_dkh, stride_dkd,
-    stride_dvn, stride_dvh, stride_dvd,
-    TOTAL_Q, GROUP, LEFT, RIGHT, sm_scale, qk_scale,
-    CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    HEAD_DIM: tl.constexpr, EMULATE_BF16: tl.constexpr, INPUT_PRECISION: tl.constexpr,
+    Q,
+    K,
+    V,
+    DO,
+    LSE,
+    DELTA,
+    DK,
+    DV,
+    CU_Q,
+    CU_K,
+    stride_qm,
+    stride_qh,
+    stride_qd,
+    stride_kn,
+    stride_kh,
+    stride_kd,
+    stride_vn,
+    stride_vh,
+    stride_vd,
+    stride_dom,
+    stride_doh,
+    stride_dod,
+    stride_dkn,
+    stride_dkh,
+    stride_dkd,
+    stride_dvn,
+    stride_dvh,
+    stride_dvd,
+    TOTAL_Q,
+    GROUP,
+    LEFT,
+    RIGHT,
+    sm_scale,
+    qk_scale,
+    CAUSAL: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    EMULATE_BF16: tl.constexpr,
+    INPUT_PRECISION: tl.constexpr,
 ):
     """One program per (key block, kv head, sequence): dK and dV, summed over the GQA group
     in a fixed order (deterministic, no atomics), as ``_attn_bwd_dkdv``."""
@@ -144,12 +256,22 @@ def _varlen_bwd_dkdv(
     offs_d = tl.arange(0, HEAD_DIM)
     col_ok = offs_n < n_k
     k_row = k_start.to(tl.int64)
-    k = tl.load(K + k_row * stride_kn + off_hkv.to(tl.int64) * stride_kh
-                + _tile(offs_n, offs_d, stride_kn, stride_kd),
-                mask=col_ok[:, None], other=0.0)
-    v = tl.load(V + k_row * stride_vn + off_hkv.to(tl.int64) * stride_vh
-                + _tile(offs_n, offs_d, stride_vn, stride_vd),
-                mask=col_ok[:, None], other=0.0)
+    k = tl.load(
+        K
+        + k_row * stride_kn
+        + off_hkv.to(tl.int64) * stride_kh
+        + _tile(offs_n, offs_d, stride_kn, stride_kd),
+        mask=col_ok[:, None],
+        other=0.0,
+    )
+    v = tl.load(
+        V
+        + k_row * stride_vn
+        + off_hkv.to(tl.int64) * stride_vh
+        + _tile(offs_n, offs_d, stride_vn, stride_vd),
+        mask=col_ok[:, None],
+        other=0.0,
+    )
     # Query i sees key j iff D_LO <= j - i <= D_HI, i.e. -D_HI <= i - j <= -D_LO.
     lo, mid_lo, mid_hi, hi = _ranges(start_n, BLOCK_N, BLOCK_M, -d_hi, -d_lo, n_q)
     dk = tl.zeros([BLOCK_N, HEAD_DIM], dtype=tl.float32)
@@ -162,43 +284,140 @@ def _varlen_bwd_dkdv(
         lse_base = LSE + off_h * TOTAL_Q + q_row
         delta_base = DELTA + off_h * TOTAL_Q + q_row
         dk, dv = _bwd_dkdv_inner(
-            dk, dv, k, v, q_base, do_base, lse_base, delta_base,
-            stride_qm, stride_qd, stride_dom, stride_dod,
-            lo, mid_lo, offs_n, offs_d, n_q, d_lo, d_hi, qk_scale,
-            True, BLOCK_M, EMULATE_BF16, INPUT_PRECISION,
+            dk,
+            dv,
+            k,
+            v,
+            q_base,
+            do_base,
+            lse_base,
+            delta_base,
+            stride_qm,
+            stride_qd,
+            stride_dom,
+            stride_dod,
+            lo,
+            mid_lo,
+            offs_n,
+            offs_d,
+            n_q,
+            d_lo,
+            d_hi,
+            qk_scale,
+            True,
+            BLOCK_M,
+            EMULATE_BF16,
+            INPUT_PRECISION,
         )
         dk, dv = _bwd_dkdv_inner(
-            dk, dv, k, v, q_base, do_base, lse_base, delta_base,
-            stride_qm, stride_qd, stride_dom, stride_dod,
-            mid_lo, mid_hi, offs_n, offs_d, n_q, d_lo, d_hi, qk_scale,
-            False, BLOCK_M, EMULATE_BF16, INPUT_PRECISION,
+            dk,
+            dv,
+            k,
+            v,
+            q_base,
+            do_base,
+            lse_base,
+            delta_base,
+            stride_qm,
+            stride_qd,
+            stride_dom,
+            stride_dod,
+            mid_lo,
+            mid_hi,
+            offs_n,
+            offs_d,
+            n_q,
+            d_lo,
+            d_hi,
+            qk_scale,
+            False,
+            BLOCK_M,
+            EMULATE_BF16,
+            INPUT_PRECISION,
         )
         dk, dv = _bwd_dkdv_inner(
-            dk, dv, k, v, q_base, do_base, lse_base, delta_base,
-            stride_qm, stride_qd, stride_dom, stride_dod,
-            mid_hi, hi, offs_n, offs_d, n_q, d_lo, d_hi, qk_scale,
-            True, BLOCK_M, EMULATE_BF16, INPUT_PRECISION,
+            dk,
+            dv,
+            k,
+            v,
+            q_base,
+            do_base,
+            lse_base,
+            delta_base,
+            stride_qm,
+            stride_qd,
+            stride_dom,
+            stride_dod,
+            mid_hi,
+            hi,
+            offs_n,
+            offs_d,
+            n_q,
+            d_lo,
+            d_hi,
+            qk_scale,
+            True,
+            BLOCK_M,
+            EMULATE_BF16,
+            INPUT_PRECISION,
         )
     dk = dk * sm_scale
-    tl.store(DK + k_row * stride_dkn + off_hkv.to(tl.int64) * stride_dkh
-             + _tile(offs_n, offs_d, stride_dkn, stride_dkd),
-             _cast(dk, DK.dtype.element_ty, EMULATE_BF16), mask=col_ok[:, None])
-    tl.store(DV + k_row * stride_dvn + off_hkv.to(tl.int64) * stride_dvh
-             + _tile(offs_n, offs_d, stride_dvn, stride_dvd),
-             _cast(dv, DV.dtype.element_ty, EMULATE_BF16), mask=col_ok[:, None])
+    tl.store(
+        DK
+        + k_row * stride_dkn
+        + off_hkv.to(tl.int64) * stride_dkh
+        + _tile(offs_n, offs_d, stride_dkn, stride_dkd),
+        _cast(dk, DK.dtype.element_ty, EMULATE_BF16),
+        mask=col_ok[:, None],
+    )
+    tl.store(
+        DV
+        + k_row * stride_dvn
+        + off_hkv.to(tl.int64) * stride_dvh
+        + _tile(offs_n, offs_d, stride_dvn, stride_dvd),
+        _cast(dv, DV.dtype.element_ty, EMULATE_BF16),
+        mask=col_ok[:, None],
+    )
 
 
 @triton.jit
 def _varlen_bwd_dq(
-    Q, K, V, DO, LSE, DELTA, DQ, CU_Q, CU_K,
-    stride_qm, stride_qh, stride_qd,
-    stride_kn, stride_kh, stride_kd,
-    stride_vn, stride_vh, stride_vd,
-    stride_dom, stride_doh, stride_dod,
-    stride_dqm, stride_dqh, stride_dqd,
-    TOTAL_Q, GROUP, LEFT, RIGHT, sm_scale, qk_scale,
-    CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    HEAD_DIM: tl.constexpr, EMULATE_BF16: tl.constexpr, INPUT_PRECISION: tl.constexpr,
+    Q,
+    K,
+    V,
+    DO,
+    LSE,
+    DELTA,
+    DQ,
+    CU_Q,
+    CU_K,
+    stride_qm,
+    stride_qh,
+    stride_qd,
+    stride_kn,
+    stride_kh,
+    stride_kd,
+    stride_vn,
+    stride_vh,
+    stride_vd,
+    stride_dom,
+    stride_doh,
+    stride_dod,
+    stride_dqm,
+    stride_dqh,
+    stride_dqd,
+    TOTAL_Q,
+    GROUP,
+    LEFT,
+    RIGHT,
+    sm_scale,
+    qk_scale,
+    CAUSAL: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    EMULATE_BF16: tl.constexpr,
+    INPUT_PRECISION: tl.constexpr,
 ):
     """One program per (query block, head, sequence): dQ over the forward's key ranges."""
     start_m = tl.program_id(0) * BLOCK_M
@@ -216,12 +435,19 @@ def _varlen_bwd_dq(
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_DIM)
     row_ok = offs_m < n_q
-    q = tl.load(Q + q_row * stride_qm + off_h.to(tl.int64) * stride_qh
-                + _tile(offs_m, offs_d, stride_qm, stride_qd),
-                mask=row_ok[:, None], other=0.0)
-    do = tl.load(DO + q_row * stride_dom + off_h.to(tl.int64) * stride_doh
-                 + _tile(offs_m, offs_d, stride_dom, stride_dod),
-                 mask=row_ok[:, None], other=0.0)
+    q = tl.load(
+        Q + q_row * stride_qm + off_h.to(tl.int64) * stride_qh + _tile(offs_m, offs_d, stride_qm, stride_qd),
+        mask=row_ok[:, None],
+        other=0.0,
+    )
+    do = tl.load(
+        DO
+        + q_row * stride_dom
+        + off_h.to(tl.int64) * stride_doh
+        + _tile(offs_m, offs_d, stride_dom, stride_dod),
+        mask=row_ok[:, None],
+        other=0.0,
+    )
     stat = off_h.to(tl.int64) * TOTAL_Q + q_row + offs_m
     # Rows past the sequence (and rows that see no key) get lse = +inf, hence P = 0.
     lse = tl.load(LSE + stat, mask=row_ok, other=float("inf"))
@@ -232,21 +458,86 @@ def _varlen_bwd_dq(
     dq = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
     lo, mid_lo, mid_hi, hi = _ranges(start_m, BLOCK_M, BLOCK_N, d_lo, d_hi, n_k)
     dq = _bwd_dq_inner(
-        dq, q, do, lse, delta, k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd,
-        lo, mid_lo, offs_m, offs_d, n_k, d_lo, d_hi, qk_scale,
-        True, BLOCK_N, EMULATE_BF16, INPUT_PRECISION,
+        dq,
+        q,
+        do,
+        lse,
+        delta,
+        k_base,
+        v_base,
+        stride_kn,
+        stride_kd,
+        stride_vn,
+        stride_vd,
+        lo,
+        mid_lo,
+        offs_m,
+        offs_d,
+        n_k,
+        d_lo,
+        d_hi,
+        qk_scale,
+        True,
+        BLOCK_N,
+        EMULATE_BF16,
+        INPUT_PRECISION,
     )
     dq = _bwd_dq_inner(
-        dq, q, do, lse, delta, k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd,
-        mid_lo, mid_hi, offs_m, offs_d, n_k, d_lo, d_hi, qk_scale,
-        False, BLOCK_N, EMULATE_BF16, INPUT_PRECISION,
+        dq,
+        q,
+        do,
+        lse,
+        delta,
+        k_base,
+        v_base,
+        stride_kn,
+        stride_kd,
+        stride_vn,
+        stride_vd,
+        mid_lo,
+        mid_hi,
+        offs_m,
+        offs_d,
+        n_k,
+        d_lo,
+        d_hi,
+        qk_scale,
+        False,
+        BLOCK_N,
+        EMULATE_BF16,
+        INPUT_PRECISION,
     )
     dq = _bwd_dq_inner(
-        dq, q, do, lse, delta, k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd,
-        mid_hi, hi, offs_m, offs_d, n_k, d_lo, d_hi, qk_scale,
-        True, BLOCK_N, EMULATE_BF16, INPUT_PRECISION,
+        dq,
+        q,
+        do,
+        lse,
+        delta,
+        k_base,
+        v_base,
+        stride_kn,
+        stride_kd,
+        stride_vn,
+        stride_vd,
+        mid_hi,
+        hi,
+        offs_m,
+        offs_d,
+        n_k,
+        d_lo,
+        d_hi,
+        qk_scale,
+        True,
+        BLOCK_N,
+        EMULATE_BF16,
+        INPUT_PRECISION,
     )
     dq = dq * sm_scale
-    tl.store(DQ + q_row * stride_dqm + off_h.to(tl.int64) * stride_dqh
-             + _tile(offs_m, offs_d, stride_dqm, stride_dqd),
-             _cast(dq, DQ.dtype.element_ty, EMULATE_BF16), mask=row_ok[:, None])
+    tl.store(
+        DQ
+        + q_row * stride_dqm
+        + off_h.to(tl.int64) * stride_dqh
+        + _tile(offs_m, offs_d, stride_dqm, stride_dqd),
+        _cast(dq, DQ.dtype.element_ty, EMULATE_BF16),
+        mask=row_ok[:, None],
+    )

@@ -51,13 +51,10 @@ def _validate(
             raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
         if t.dim() != 4:
             raise ValueError(
-                f"{name} must have 4 dimensions (batch, heads, seq, head_dim), "
-                f"got shape {tuple(t.shape)}"
+                f"{name} must have 4 dimensions (batch, heads, seq, head_dim), got shape {tuple(t.shape)}"
             )
         if t.dtype not in SUPPORTED_DTYPES:
-            raise ValueError(
-                f"{name} has dtype {t.dtype}; supported dtypes are float16, bfloat16, float32"
-            )
+            raise ValueError(f"{name} has dtype {t.dtype}; supported dtypes are float16, bfloat16, float32")
         if t.numel() == 0:
             raise ValueError(f"{name} is empty (shape {tuple(t.shape)}); all sizes must be >= 1")
     if not (q.dtype == k.dtype == v.dtype):
@@ -155,8 +152,12 @@ def _cdiv(a: int, b: int) -> int:
 
 
 def _launch(cfg: LaunchConfig) -> dict[str, int]:
-    return {"BLOCK_M": cfg.BLOCK_M, "BLOCK_N": cfg.BLOCK_N,
-            "num_warps": cfg.num_warps, "num_stages": cfg.num_stages}
+    return {
+        "BLOCK_M": cfg.BLOCK_M,
+        "BLOCK_N": cfg.BLOCK_N,
+        "num_warps": cfg.num_warps,
+        "num_stages": cfg.num_stages,
+    }
 
 
 def _use_hopper(q, k, v, scale: float, hopper: bool | None) -> bool:
@@ -187,8 +188,18 @@ def _forward(q, k, v, band, scale, precision, config, hopper=False):
         o = _empty(q.shape, q.dtype, q.device)
         lse = _empty(q.shape[:3], torch.float32, q.device)
         emulate_bf16, _ = _kernel_flags(q.dtype, precision)
-        _hopper.forward(q, k, v, o, lse, band, scale * _LOG2E, _hopper.HOPPER_TILES["fwd", q.shape[3]],
-                        _hopper.WARP_SPECIALIZE, emulate_bf16)
+        _hopper.forward(
+            q,
+            k,
+            v,
+            o,
+            lse,
+            band,
+            scale * _LOG2E,
+            _hopper.HOPPER_TILES["fwd", q.shape[3]],
+            _hopper.WARP_SPECIALIZE,
+            emulate_bf16,
+        )
         return o, lse
     batch, h_q, n_q, d = q.shape
     h_kv, n_k = k.shape[1], k.shape[2]
@@ -198,9 +209,24 @@ def _forward(q, k, v, band, scale, precision, config, hopper=False):
     cfg = config.lookup("fwd", d, _dtype_name(q.dtype), _lookup_precision(q.dtype, precision))
     grid = (_cdiv(n_q, cfg.BLOCK_M), batch * h_q)
     _kernels._attn_fwd[grid](
-        q, k, v, o, lse, *q.stride(), *k.stride(), *v.stride(), *o.stride(),
-        n_q, n_k, h_q, h_q // h_kv, *band, scale * _LOG2E,
-        HEAD_DIM=d, EMULATE_BF16=emulate_bf16, INPUT_PRECISION=input_precision,
+        q,
+        k,
+        v,
+        o,
+        lse,
+        *q.stride(),
+        *k.stride(),
+        *v.stride(),
+        *o.stride(),
+        n_q,
+        n_k,
+        h_q,
+        h_q // h_kv,
+        *band,
+        scale * _LOG2E,
+        HEAD_DIM=d,
+        EMULATE_BF16=emulate_bf16,
+        INPUT_PRECISION=input_precision,
         **_launch(cfg),
     )
     return o, lse
@@ -217,7 +243,15 @@ def _backward(do, q, k, v, o, lse, band, scale, precision, config, hopper=False,
     delta = _empty(lse.shape, torch.float32, q.device)
     pre_block = 64
     _kernels._attn_bwd_preprocess[(_cdiv(n_q, pre_block), batch * h_q)](
-        o, do, delta, *o.stride(), *do.stride(), n_q, h_q, BLOCK_M=pre_block, HEAD_DIM=d,
+        o,
+        do,
+        delta,
+        *o.stride(),
+        *do.stride(),
+        n_q,
+        h_q,
+        BLOCK_M=pre_block,
+        HEAD_DIM=d,
     )
 
     dk = _empty(k.shape, k.dtype, k.device)
@@ -226,25 +260,79 @@ def _backward(do, q, k, v, o, lse, band, scale, precision, config, hopper=False,
         if not _hopper.tma_compatible(do):
             do = do.contiguous()
         dq = _empty(q.shape, q.dtype, q.device)
-        _hopper.backward(q, k, v, do, lse, delta, dq, dk, dv, band, scale, qk_scale,
-                         _hopper.backward_tiles(d, deterministic), deterministic, emulate_bf16)
+        _hopper.backward(
+            q,
+            k,
+            v,
+            do,
+            lse,
+            delta,
+            dq,
+            dk,
+            dv,
+            band,
+            scale,
+            qk_scale,
+            _hopper.backward_tiles(d, deterministic),
+            deterministic,
+            emulate_bf16,
+        )
         return dq, dk, dv
     cfg = config.lookup("bwd_dkdv", d, dtype_name, _lookup_precision(q.dtype, precision))
     _kernels._attn_bwd_dkdv[(_cdiv(n_k, cfg.BLOCK_N), batch * h_kv)](
-        q, k, v, do, lse, delta, dk, dv,
-        *q.stride(), *k.stride(), *v.stride(), *do.stride(), *dk.stride(), *dv.stride(),
-        n_q, n_k, h_q, h_kv, group, *band, scale, qk_scale,
-        HEAD_DIM=d, EMULATE_BF16=emulate_bf16, INPUT_PRECISION=input_precision,
+        q,
+        k,
+        v,
+        do,
+        lse,
+        delta,
+        dk,
+        dv,
+        *q.stride(),
+        *k.stride(),
+        *v.stride(),
+        *do.stride(),
+        *dk.stride(),
+        *dv.stride(),
+        n_q,
+        n_k,
+        h_q,
+        h_kv,
+        group,
+        *band,
+        scale,
+        qk_scale,
+        HEAD_DIM=d,
+        EMULATE_BF16=emulate_bf16,
+        INPUT_PRECISION=input_precision,
         **_launch(cfg),
     )
 
     dq = _empty(q.shape, q.dtype, q.device)
     cfg = config.lookup("bwd_dq", d, dtype_name, _lookup_precision(q.dtype, precision))
     _kernels._attn_bwd_dq[(_cdiv(n_q, cfg.BLOCK_M), batch * h_q)](
-        q, k, v, do, lse, delta, dq,
-        *q.stride(), *k.stride(), *v.stride(), *do.stride(), *dq.stride(),
-        n_q, n_k, h_q, group, *band, scale, qk_scale,
-        HEAD_DIM=d, EMULATE_BF16=emulate_bf16, INPUT_PRECISION=input_precision,
+        q,
+        k,
+        v,
+        do,
+        lse,
+        delta,
+        dq,
+        *q.stride(),
+        *k.stride(),
+        *v.stride(),
+        *do.stride(),
+        *dq.stride(),
+        n_q,
+        n_k,
+        h_q,
+        group,
+        *band,
+        scale,
+        qk_scale,
+        HEAD_DIM=d,
+        EMULATE_BF16=emulate_bf16,
+        INPUT_PRECISION=input_precision,
         **_launch(cfg),
     )
     return dq, dk, dv
@@ -268,8 +356,16 @@ def _parsed_config(config_json: str) -> KernelConfig:
 # run by Triton's interpreter (TRITON_INTERPRET=1); elsewhere _validate refuses CPU tensors.
 @torch.library.custom_op("slurmkit::flash_attention_fwd", mutates_args=())
 def _flash_attention_fwd(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, d_lo: int, d_hi: int, scale: float, precision: str,
-    config_json: str | None, hopper: bool, deterministic: bool,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    d_lo: int,
+    d_hi: int,
+    scale: float,
+    precision: str,
+    config_json: str | None,
+    hopper: bool,
+    deterministic: bool,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     config = _config_from_json(config_json, q)
     with _on_device(q):
@@ -284,8 +380,18 @@ def _(q, k, v, d_lo, d_hi, scale, precision, config_json, hopper, deterministic)
 
 @torch.library.custom_op("slurmkit::flash_attention_bwd", mutates_args=())
 def _flash_attention_bwd(
-    do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, lse: torch.Tensor,
-    d_lo: int, d_hi: int, scale: float, precision: str, config_json: str | None, hopper: bool,
+    do: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    o: torch.Tensor,
+    lse: torch.Tensor,
+    d_lo: int,
+    d_hi: int,
+    scale: float,
+    precision: str,
+    config_json: str | None,
+    hopper: bool,
     deterministic: bool,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     if do.dtype != q.dtype or do.device != q.device:
@@ -316,8 +422,10 @@ def _backward_rule(ctx, do, _dlse):
 
 
 def _no_double_backward(ctx, *grads):
-    raise RuntimeError("flash_attention supports first-order gradients only: its backward is "
-                       "once_differentiable (double backward is not implemented)")
+    raise RuntimeError(
+        "flash_attention supports first-order gradients only: its backward is "
+        "once_differentiable (double backward is not implemented)"
+    )
 
 
 _flash_attention_fwd.register_autograd(_backward_rule, setup_context=_setup_context)
@@ -407,6 +515,7 @@ def flash_attention(
         raise ValueError(f"deterministic must be a bool, got {deterministic!r}")
     use_hopper = _use_hopper(q, k, v, scale, hopper)
     config_json = None if config is None else config.json
-    out, _lse = _flash_attention_fwd(q, k, v, band[0], band[1], scale, precision, config_json, use_hopper,
-                                     deterministic)
+    out, _lse = _flash_attention_fwd(
+        q, k, v, band[0], band[1], scale, precision, config_json, use_hopper, deterministic
+    )
     return out

@@ -40,14 +40,19 @@ STAGES = (2, 3, 4)
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(prog="python -m slurmkit_kernels.autotune",
-                                description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(
+        prog="python -m slurmkit_kernels.autotune", description=__doc__.split("\n\n")[0]
+    )
     p.add_argument("--out", required=True, help="config file to write (JSON)")
     p.add_argument("--head-dims", type=int, nargs="+", default=[64, 128])
     p.add_argument("--seq-len", type=int, default=4096, help="sequence length to tune at (default 4096)")
     p.add_argument("--name", default=None, help="config name (default: derived from the GPU name)")
-    p.add_argument("--match", nargs="*", default=None,
-                   help="substrings of the GPU name this file applies to (default: the full GPU name)")
+    p.add_argument(
+        "--match",
+        nargs="*",
+        default=None,
+        help="substrings of the GPU name this file applies to (default: the full GPU name)",
+    )
     return p.parse_args(argv)
 
 
@@ -66,8 +71,12 @@ def measure(torch, triton, flash_attention, config, head_dim, seq_len, kernel) -
     batch, heads = max(1, 16384 // seq_len), 2048 // head_dim
     total = 0.0
     for causal in (False, True):
-        q, k, v = (torch.randn(batch, heads, seq_len, head_dim, device="cuda", dtype=torch.bfloat16,
-                               requires_grad=True) for _ in range(3))
+        q, k, v = (
+            torch.randn(
+                batch, heads, seq_len, head_dim, device="cuda", dtype=torch.bfloat16, requires_grad=True
+            )
+            for _ in range(3)
+        )
         out = flash_attention(q, k, v, causal=causal, config=config)
         if kernel == "fwd":
             fn = functools.partial(flash_attention, q, k, v, causal=causal, config=config)
@@ -82,8 +91,11 @@ def main(argv=None) -> int:
     import torch
 
     if not torch.cuda.is_available():
-        print("slurmkit_kernels.autotune: no CUDA GPU available; tuning times GPU kernels and "
-              "cannot run here (it is never needed at job start).", file=sys.stderr)
+        print(
+            "slurmkit_kernels.autotune: no CUDA GPU available; tuning times GPU kernels and "
+            "cannot run here (it is never needed at job start).",
+            file=sys.stderr,
+        )
         return 2
     import triton
 
@@ -100,8 +112,10 @@ def main(argv=None) -> int:
                 try:
                     ms = measure(torch, triton, flash_attention, trial, head_dim, args.seq_len, kernel)
                 except Exception as e:  # noqa: BLE001 (out of resources, compile errors: skip the candidate)
-                    print(f"d{head_dim} {kernel} {cand.to_dict()}: skipped ({type(e).__name__})",
-                          file=sys.stderr)
+                    print(
+                        f"d{head_dim} {kernel} {cand.to_dict()}: skipped ({type(e).__name__})",
+                        file=sys.stderr,
+                    )
                     continue
                 print(f"d{head_dim} {kernel} {cand.to_dict()}: {ms:.3f} ms", file=sys.stderr)
                 if best is None or ms < best[0]:

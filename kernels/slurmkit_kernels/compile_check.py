@@ -121,8 +121,14 @@ def portable_kernel_set() -> KernelSet:
         import torch
 
         dtype = getattr(torch, problem.dtype)
-        b, hq, hkv, nq, nk, d = (problem.batch, problem.heads_q, problem.heads_kv, problem.seq_q,
-                                 problem.seq_k, problem.head_dim)
+        b, hq, hkv, nq, nk, d = (
+            problem.batch,
+            problem.heads_q,
+            problem.heads_kv,
+            problem.seq_q,
+            problem.seq_k,
+            problem.head_dim,
+        )
         q = torch.empty((b, hq, nq, d), dtype=dtype, device="meta")
         k = torch.empty((b, hkv, nk, d), dtype=dtype, device="meta")
         v = torch.empty((b, hkv, nk, d), dtype=dtype, device="meta")
@@ -157,8 +163,13 @@ def load_kernel_sets(entries: Sequence[str] = KERNEL_SETS) -> list[KernelSet]:
     return sets
 
 
-def benchmark_problems(dtypes: Sequence[str], head_dims: Sequence[int], seq_lens: Sequence[int],
-                       gqa: int, precisions: dict[str, Sequence[str]]) -> list[Problem]:
+def benchmark_problems(
+    dtypes: Sequence[str],
+    head_dims: Sequence[int],
+    seq_lens: Sequence[int],
+    gqa: int,
+    precisions: dict[str, Sequence[str]],
+) -> list[Problem]:
     """The benchmark's shapes for each dtype and head dim (plus GQA ``gqa``:1 if ``gqa > 1``)."""
     problems = []
     for dtype in dtypes:
@@ -169,8 +180,19 @@ def benchmark_problems(dtypes: Sequence[str], head_dims: Sequence[int], seq_lens
                 for group in groups:
                     for n in seq_lens:
                         for causal in (False, True):
-                            problems.append(Problem(max(1, BENCH_TOKENS // n), heads, heads // group, n, n,
-                                                    d, causal, dtype, precision))
+                            problems.append(
+                                Problem(
+                                    max(1, BENCH_TOKENS // n),
+                                    heads,
+                                    heads // group,
+                                    n,
+                                    n,
+                                    d,
+                                    causal,
+                                    dtype,
+                                    precision,
+                                )
+                            )
     return problems
 
 
@@ -268,7 +290,7 @@ def parse_ptxas_log(log: str) -> tuple[int, int, int]:
 
 
 def verdict(row: Row, smem_limit: int) -> str:
-    """"ok", or what is wrong with a compiled kernel: any spill, or too much shared memory."""
+    """ "ok", or what is wrong with a compiled kernel: any spill, or too much shared memory."""
     problems = []
     if row.spill_stores or row.spill_loads:
         problems.append("SPILLS")
@@ -312,9 +334,14 @@ def _tiles(kwargs: dict) -> str:
     return "x".join(blocks) or "-"
 
 
-def check(kernel_sets: Sequence[KernelSet], configs: Sequence[Any], problems: Sequence[Problem],
-          arch: int, progress: Callable[[str], None] | None = None,
-          kernel_names: Sequence[str] | None = None) -> list[Row]:
+def check(
+    kernel_sets: Sequence[KernelSet],
+    configs: Sequence[Any],
+    problems: Sequence[Problem],
+    arch: int,
+    progress: Callable[[str], None] | None = None,
+    kernel_names: Sequence[str] | None = None,
+) -> list[Row]:
     """Compile every distinct launch of ``problems`` under ``configs`` for ``arch``; one Row each.
 
     ``kernel_names`` (function names, e.g. ``_attn_fwd``) restricts what is compiled.
@@ -354,17 +381,47 @@ def _record(rows, by_kernel, kset, config, problem, launch, target, limit, progr
         compiled, error = None, f"COMPILE ERROR: {type(e).__name__}: {(str(e).splitlines() or [''])[0][:120]}"
     if compiled is None:
         warps, stages = launch.kwargs.get("num_warps", -1), launch.kwargs.get("num_stages", -1)
-        key = (kset.name, name, problem.dtype, problem.head_dim, problem.precision, _tiles(launch.kwargs),
-               warps, stages)
-        row = rows.setdefault(key, Row(kset.name, name, [], problem.dtype, problem.head_dim,
-                                       problem.precision,
-                                       _tiles(launch.kwargs), warps, stages, result=error or "COMPILE ERROR"))
+        key = (
+            kset.name,
+            name,
+            problem.dtype,
+            problem.head_dim,
+            problem.precision,
+            _tiles(launch.kwargs),
+            warps,
+            stages,
+        )
+        row = rows.setdefault(
+            key,
+            Row(
+                kset.name,
+                name,
+                [],
+                problem.dtype,
+                problem.head_dim,
+                problem.precision,
+                _tiles(launch.kwargs),
+                warps,
+                stages,
+                result=error or "COMPILE ERROR",
+            ),
+        )
     elif id(compiled) in by_kernel:
         row = by_kernel[id(compiled)]
     else:
         meta = compiled.metadata
-        row = Row(kset.name, name, [], problem.dtype, problem.head_dim, problem.precision,
-                  _tiles(launch.kwargs), meta.num_warps, meta.num_stages, smem=meta.shared)
+        row = Row(
+            kset.name,
+            name,
+            [],
+            problem.dtype,
+            problem.head_dim,
+            problem.precision,
+            _tiles(launch.kwargs),
+            meta.num_warps,
+            meta.num_stages,
+            smem=meta.shared,
+        )
         ptx = compiled.asm["ptx"]
         row.wgmma = len(re.findall(r"^\s*wgmma\.mma_async", ptx, re.MULTILINE))
         row.tma = len(re.findall(r"^\s*cp\.async\.bulk\.tensor", ptx, re.MULTILINE))
@@ -386,16 +443,47 @@ def _record(rows, by_kernel, kset, config, problem, launch, target, limit, progr
     row.groups.add(problem.heads_q // problem.heads_kv)
 
 
-HEADER = ("set", "kernel", "configs", "tiles", "warps", "stages", "dtype", "prec", "d", "group", "regs",
-          "spill", "smem", "wgmma", "tma", "s", "result")
+HEADER = (
+    "set",
+    "kernel",
+    "configs",
+    "tiles",
+    "warps",
+    "stages",
+    "dtype",
+    "prec",
+    "d",
+    "group",
+    "regs",
+    "spill",
+    "smem",
+    "wgmma",
+    "tma",
+    "s",
+    "result",
+)
 
 
 def _cells(row: Row) -> tuple[str, ...]:
-    return (row.kernel_set, row.kernel, ",".join(row.configs), row.tiles, str(row.num_warps),
-            str(row.num_stages), row.dtype, row.precision if row.dtype == "float32" else "-",
-            str(row.head_dim), _groups(row), str(row.regs), f"{row.spill_stores}/{row.spill_loads}",
-            str(row.smem),
-            str(row.wgmma), str(row.tma), f"{row.seconds:.1f}", row.result)
+    return (
+        row.kernel_set,
+        row.kernel,
+        ",".join(row.configs),
+        row.tiles,
+        str(row.num_warps),
+        str(row.num_stages),
+        row.dtype,
+        row.precision if row.dtype == "float32" else "-",
+        str(row.head_dim),
+        _groups(row),
+        str(row.regs),
+        f"{row.spill_stores}/{row.spill_loads}",
+        str(row.smem),
+        str(row.wgmma),
+        str(row.tma),
+        f"{row.seconds:.1f}",
+        row.result,
+    )
 
 
 def _groups(row: Row) -> str:
@@ -416,17 +504,47 @@ def format_table(rows: Sequence[Row]) -> str:
 def format_markdown(rows: Sequence[Row], arch: int, command: str) -> str:
     import triton
 
-    head = ("kernel", "configs", "tiles", "warps", "stages", "dtype", "d", "group", "regs", "spill st/ld (B)",
-            "smem (B)", "wgmma", "TMA", "result")
-    out = [f"Generated by `{command}` (triton {triton.__version__}, sm_{arch}, limit "
-           f"{SMEM_LIMIT[arch]} B of shared memory per block).", "",
-           "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    head = (
+        "kernel",
+        "configs",
+        "tiles",
+        "warps",
+        "stages",
+        "dtype",
+        "d",
+        "group",
+        "regs",
+        "spill st/ld (B)",
+        "smem (B)",
+        "wgmma",
+        "TMA",
+        "result",
+    )
+    out = [
+        f"Generated by `{command}` (triton {triton.__version__}, sm_{arch}, limit "
+        f"{SMEM_LIMIT[arch]} B of shared memory per block).",
+        "",
+        "| " + " | ".join(head) + " |",
+        "|" + "---|" * len(head),
+    ]
     for r in rows:
         dtype = r.dtype if r.dtype != "float32" else f"float32 ({r.precision})"
-        cells = (f"{r.kernel_set}/{r.kernel}", ", ".join(r.configs), r.tiles, str(r.num_warps),
-                 str(r.num_stages), dtype, str(r.head_dim), _groups(r), str(r.regs),
-                 f"{r.spill_stores}/{r.spill_loads}",
-                 str(r.smem), str(r.wgmma), str(r.tma), r.result)
+        cells = (
+            f"{r.kernel_set}/{r.kernel}",
+            ", ".join(r.configs),
+            r.tiles,
+            str(r.num_warps),
+            str(r.num_stages),
+            dtype,
+            str(r.head_dim),
+            _groups(r),
+            str(r.regs),
+            f"{r.spill_stores}/{r.spill_loads}",
+            str(r.smem),
+            str(r.wgmma),
+            str(r.tma),
+            r.result,
+        )
         out.append("| " + " | ".join(cells) + " |")
     return "\n".join(out) + "\n"
 
@@ -443,24 +561,49 @@ def replace_marked_section(path: str, text: str) -> None:
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(prog="python -m slurmkit_kernels.compile_check",
-                                description=__doc__.split("\n\n")[0])
-    p.add_argument("--config", nargs="+", default=["h100", "h200"],
-                   help="built-in config names or JSON files (default: h100 h200)")
+    p = argparse.ArgumentParser(
+        prog="python -m slurmkit_kernels.compile_check", description=__doc__.split("\n\n")[0]
+    )
+    p.add_argument(
+        "--config",
+        nargs="+",
+        default=["h100", "h200"],
+        help="built-in config names or JSON files (default: h100 h200)",
+    )
     p.add_argument("--arch", type=int, default=90, choices=sorted(SMEM_LIMIT), help="compute capability x10")
     p.add_argument("--head-dims", type=int, nargs="+", default=list(HEAD_DIMS))
     p.add_argument("--dtypes", nargs="+", choices=DTYPES, default=list(DTYPES))
-    p.add_argument("--fp32-precisions", nargs="+", choices=("ieee", "tf32"), default=["ieee", "tf32"],
-                   help="precision values compiled for float32 (fp16/bf16 ignore it)")
+    p.add_argument(
+        "--fp32-precisions",
+        nargs="+",
+        choices=("ieee", "tf32"),
+        default=["ieee", "tf32"],
+        help="precision values compiled for float32 (fp16/bf16 ignore it)",
+    )
     p.add_argument("--seq-lens", type=int, nargs="+", default=list(BENCH_SEQ_LENS))
-    p.add_argument("--gqa", type=int, default=4,
-                   help="also compile GQA with this many query heads per KV head (1: MHA only)")
-    p.add_argument("--kernel-sets", nargs="+", default=None,
-                   help="names of registered kernel sets to check (default: all)")
-    p.add_argument("--kernels", nargs="+", default=None,
-                   help="compile only these kernels (function names, e.g. _attn_bwd_dkdv)")
-    p.add_argument("--markdown-into", metavar="FILE",
-                   help=f"also write the table as markdown between {MARK_BEGIN!r} and {MARK_END!r} in FILE")
+    p.add_argument(
+        "--gqa",
+        type=int,
+        default=4,
+        help="also compile GQA with this many query heads per KV head (1: MHA only)",
+    )
+    p.add_argument(
+        "--kernel-sets",
+        nargs="+",
+        default=None,
+        help="names of registered kernel sets to check (default: all)",
+    )
+    p.add_argument(
+        "--kernels",
+        nargs="+",
+        default=None,
+        help="compile only these kernels (function names, e.g. _attn_bwd_dkdv)",
+    )
+    p.add_argument(
+        "--markdown-into",
+        metavar="FILE",
+        help=f"also write the table as markdown between {MARK_BEGIN!r} and {MARK_END!r} in FILE",
+    )
     return p.parse_args(argv)
 
 
@@ -480,18 +623,30 @@ def main(argv=None) -> int:
     if args.kernel_sets:
         unknown = set(args.kernel_sets) - {k.name for k in kernel_sets}
         if unknown:
-            print(f"compile_check: unknown kernel set(s) {sorted(unknown)}; registered: "
-                  f"{[k.name for k in kernel_sets]}", file=sys.stderr)
+            print(
+                f"compile_check: unknown kernel set(s) {sorted(unknown)}; registered: "
+                f"{[k.name for k in kernel_sets]}",
+                file=sys.stderr,
+            )
             return 2
         kernel_sets = [k for k in kernel_sets if k.name in args.kernel_sets]
-    problems = benchmark_problems(args.dtypes, args.head_dims, args.seq_lens, args.gqa,
-                                  {"float32": args.fp32_precisions})
-    print(f"# configs {', '.join(c.name for c in configs)}; sm_{args.arch}; shared-memory limit "
-          f"{SMEM_LIMIT[args.arch]} B; {len(problems)} problems (benchmark shapes); kernel sets "
-          f"{', '.join(k.name for k in kernel_sets)}", flush=True)
-    rows = check(kernel_sets, configs, problems, args.arch,
-                 progress=lambda line: print(f"# compiled {line}", file=sys.stderr, flush=True),
-                 kernel_names=args.kernels)
+    problems = benchmark_problems(
+        args.dtypes, args.head_dims, args.seq_lens, args.gqa, {"float32": args.fp32_precisions}
+    )
+    print(
+        f"# configs {', '.join(c.name for c in configs)}; sm_{args.arch}; shared-memory limit "
+        f"{SMEM_LIMIT[args.arch]} B; {len(problems)} problems (benchmark shapes); kernel sets "
+        f"{', '.join(k.name for k in kernel_sets)}",
+        flush=True,
+    )
+    rows = check(
+        kernel_sets,
+        configs,
+        problems,
+        args.arch,
+        progress=lambda line: print(f"# compiled {line}", file=sys.stderr, flush=True),
+        kernel_names=args.kernels,
+    )
     print(format_table(rows))
     failures = [r for r in rows if r.result != "ok"]
     print(f"# {len(rows)} distinct kernels, {len(failures)} failure(s)")

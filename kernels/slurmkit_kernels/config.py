@@ -121,8 +121,7 @@ def parse_config(data: Mapping[str, Any], source: str = "<dict>") -> KernelConfi
     unknown = set(data) - {"name", "match", "provenance", "kernels"}
     if unknown:
         raise ValueError(
-            f"{source}: unknown key(s) {sorted(unknown)}; valid keys are "
-            "name, match, provenance, kernels"
+            f"{source}: unknown key(s) {sorted(unknown)}; valid keys are name, match, provenance, kernels"
         )
     kernels_raw = data.get("kernels")
     if not isinstance(kernels_raw, Mapping):

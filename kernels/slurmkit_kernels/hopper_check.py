@@ -52,9 +52,20 @@ def _ptxas_log(ptx: str, arch: int) -> str:
         with open(path, "w", encoding="utf-8") as f:
             f.write(ptx)
         proc = subprocess.run(
-            [get_ptxas(arch).path, "-lineinfo", "-v", "--regAllocOptLevel=2",
-             f"--gpu-name={sm_arch_from_capability(arch)}", path, "-o", os.path.join(tmp, "kernel.cubin")],
-            capture_output=True, text=True, timeout=600, check=True,
+            [
+                get_ptxas(arch).path,
+                "-lineinfo",
+                "-v",
+                "--regAllocOptLevel=2",
+                f"--gpu-name={sm_arch_from_capability(arch)}",
+                path,
+                "-o",
+                os.path.join(tmp, "kernel.cubin"),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=True,
         )
     return proc.stdout + proc.stderr
 
@@ -119,19 +130,36 @@ def hopper_launches(dtype_name: str, head_dim: int):
     q, k, v, o, do = (meta(batch, heads, seq, head_dim) for _ in range(5))
     lse, delta = meta(batch, heads, seq, dt=torch.float32), meta(batch, heads, seq, dt=torch.float32)
     full, causal = (-(2**30), 2**30), (-(2**30), 0)
-    qk_scale = head_dim ** -0.5 * 1.4426950408889634
+    qk_scale = head_dim**-0.5 * 1.4426950408889634
     fwd_tiles = _hopper.HOPPER_TILES["fwd", head_dim]
     out = []
     for name, band in (("fwd", full), ("fwd-causal", causal)):
-        launch = _hopper.forward_launch(q, k, v, o, lse, band, qk_scale, fwd_tiles, _hopper.WARP_SPECIALIZE,
-                                        False)
+        launch = _hopper.forward_launch(
+            q, k, v, o, lse, band, qk_scale, fwd_tiles, _hopper.WARP_SPECIALIZE, False
+        )
         out.append((name, launch[0], launch[2], launch[3]))
     dq_acc = meta(batch, heads, seq, head_dim, dt=torch.float32)
     for name, deterministic in (("bwd", True), ("bwd-nondet", False)):
         bwd_tiles = _hopper.backward_tiles(head_dim, deterministic)
         sem = meta(batch * heads, seq // bwd_tiles[0], dt=torch.int32)
-        launch = _hopper.backward_launch(q, k, v, do, lse, delta, dq_acc, sem, meta(*k.shape), meta(*v.shape),
-                                         full, head_dim ** -0.5, qk_scale, bwd_tiles, deterministic, False)
+        launch = _hopper.backward_launch(
+            q,
+            k,
+            v,
+            do,
+            lse,
+            delta,
+            dq_acc,
+            sem,
+            meta(*k.shape),
+            meta(*v.shape),
+            full,
+            head_dim**-0.5,
+            qk_scale,
+            bwd_tiles,
+            deterministic,
+            False,
+        )
         out.append((name, launch[0], launch[2], launch[3]))
     return out
 
@@ -152,24 +180,62 @@ def varlen_launches(dtype_name: str, head_dim: int, config_name: str = "h100"):
 
     q, k = meta(4096, 8, head_dim), meta(4096, 2, head_dim)
     lse, cu = meta(8, 4096, dt=torch.float32), meta(9, dt=torch.int32)
-    scale = head_dim ** -0.5
+    scale = head_dim**-0.5
     qk_scale = scale * 1.4426950408889634
     qs, ks = q.stride(), k.stride()
     out = []
     for name, kernel, args in (
-        ("varlen-fwd", _varlen._varlen_fwd,
-         (q, k, k, q, lse, cu, cu, *qs, *ks, *ks, *qs, 4096, 4, -1, -1, qk_scale)),
-        ("varlen-dkdv", _varlen._varlen_bwd_dkdv,
-         (q, k, k, q, lse, lse, k, k, cu, cu, *qs, *ks, *ks, *qs, *ks, *ks, 4096, 4, -1, -1, scale,
-          qk_scale)),
-        ("varlen-dq", _varlen._varlen_bwd_dq,
-         (q, k, k, q, lse, lse, q, cu, cu, *qs, *ks, *ks, *qs, *qs, 4096, 4, -1, -1, scale, qk_scale)),
+        (
+            "varlen-fwd",
+            _varlen._varlen_fwd,
+            (q, k, k, q, lse, cu, cu, *qs, *ks, *ks, *qs, 4096, 4, -1, -1, qk_scale),
+        ),
+        (
+            "varlen-dkdv",
+            _varlen._varlen_bwd_dkdv,
+            (
+                q,
+                k,
+                k,
+                q,
+                lse,
+                lse,
+                k,
+                k,
+                cu,
+                cu,
+                *qs,
+                *ks,
+                *ks,
+                *qs,
+                *ks,
+                *ks,
+                4096,
+                4,
+                -1,
+                -1,
+                scale,
+                qk_scale,
+            ),
+        ),
+        (
+            "varlen-dq",
+            _varlen._varlen_bwd_dq,
+            (q, k, k, q, lse, lse, q, cu, cu, *qs, *ks, *ks, *qs, *qs, 4096, 4, -1, -1, scale, qk_scale),
+        ),
     ):
         kernel_name = {"varlen-fwd": "fwd", "varlen-dkdv": "bwd_dkdv", "varlen-dq": "bwd_dq"}[name]
         tiles = config.lookup(kernel_name, head_dim, dtype_name)
-        kwargs = dict(CAUSAL=True, HEAD_DIM=head_dim, EMULATE_BF16=False, INPUT_PRECISION="tf32",
-                      BLOCK_M=tiles.BLOCK_M, BLOCK_N=tiles.BLOCK_N, num_warps=tiles.num_warps,
-                      num_stages=tiles.num_stages)
+        kwargs = dict(
+            CAUSAL=True,
+            HEAD_DIM=head_dim,
+            EMULATE_BF16=False,
+            INPUT_PRECISION="tf32",
+            BLOCK_M=tiles.BLOCK_M,
+            BLOCK_N=tiles.BLOCK_N,
+            num_warps=tiles.num_warps,
+            num_stages=tiles.num_stages,
+        )
         out.append((name, kernel, args, kwargs))
     return out
 
@@ -189,16 +255,22 @@ def hopper_problem_launch(problem, config, arch: int) -> None:
     if arch < 90 or problem.dtype == "float32":
         return
     dtype = getattr(torch, problem.dtype)
-    q = torch.empty((problem.batch, problem.heads_q, problem.seq_q, problem.head_dim), dtype=dtype,
-                    device="meta")
-    k, v = (torch.empty((problem.batch, problem.heads_kv, problem.seq_k, problem.head_dim), dtype=dtype,
-                        device="meta") for _ in range(2))
+    q = torch.empty(
+        (problem.batch, problem.heads_q, problem.seq_q, problem.head_dim), dtype=dtype, device="meta"
+    )
+    k, v = (
+        torch.empty(
+            (problem.batch, problem.heads_kv, problem.seq_k, problem.head_dim), dtype=dtype, device="meta"
+        )
+        for _ in range(2)
+    )
     band = attention._band(problem.causal, None, problem.seq_q, problem.seq_k)
-    scale = problem.head_dim ** -0.5
+    scale = problem.head_dim**-0.5
     o, lse = attention._forward(q, k, v, band, scale, problem.precision, config, True)
     for deterministic in (True, False):
-        attention._backward(torch.empty_like(o), q, k, v, o, lse, band, scale, problem.precision, config,
-                            True, deterministic)
+        attention._backward(
+            torch.empty_like(o), q, k, v, o, lse, band, scale, problem.precision, config, True, deterministic
+        )
 
 
 def varlen_problem_launch(problem, config, arch: int) -> None:
@@ -211,15 +283,32 @@ def varlen_problem_launch(problem, config, arch: int) -> None:
     dtype = getattr(torch, problem.dtype)
     b, d = problem.batch, problem.head_dim
     q = torch.empty((b * problem.seq_q, problem.heads_q, d), dtype=dtype, device="meta")
-    k, v = (torch.empty((b * problem.seq_k, problem.heads_kv, d), dtype=dtype, device="meta")
-            for _ in range(2))
+    k, v = (
+        torch.empty((b * problem.seq_k, problem.heads_kv, d), dtype=dtype, device="meta") for _ in range(2)
+    )
     cu_q, cu_k = (torch.empty((b + 1,), dtype=torch.int32, device="meta") for _ in range(2))
     sides = varlen._window_sides(problem.causal, None)
-    scale = d ** -0.5
-    o, lse = varlen._varlen_forward(q, k, v, cu_q, cu_k, problem.seq_q, sides, problem.causal, scale,
-                                    problem.precision, config)
-    varlen._varlen_backward(torch.empty_like(o), q, k, v, o, lse, cu_q, cu_k, problem.seq_q, problem.seq_k,
-                            sides, problem.causal, scale, problem.precision, config)
+    scale = d**-0.5
+    o, lse = varlen._varlen_forward(
+        q, k, v, cu_q, cu_k, problem.seq_q, sides, problem.causal, scale, problem.precision, config
+    )
+    varlen._varlen_backward(
+        torch.empty_like(o),
+        q,
+        k,
+        v,
+        o,
+        lse,
+        cu_q,
+        cu_k,
+        problem.seq_q,
+        problem.seq_k,
+        sides,
+        problem.causal,
+        scale,
+        problem.precision,
+        config,
+    )
 
 
 def check(stats: dict) -> str:
@@ -237,20 +326,27 @@ def check(stats: dict) -> str:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m slurmkit_kernels.hopper_check",
-                                description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(
+        prog="python -m slurmkit_kernels.hopper_check", description=__doc__.split("\n\n")[0]
+    )
     p.add_argument("--dtypes", nargs="+", choices=DTYPES, default=list(DTYPES))
     p.add_argument("--head-dims", type=int, nargs="+", choices=HEAD_DIMS, default=list(HEAD_DIMS))
-    p.add_argument("--kernels", nargs="+", choices=["fwd", "fwd-causal", "bwd", "bwd-nondet"],
-                   default=["fwd", "fwd-causal", "bwd", "bwd-nondet"])
+    p.add_argument(
+        "--kernels",
+        nargs="+",
+        choices=["fwd", "fwd-causal", "bwd", "bwd-nondet"],
+        default=["fwd", "fwd-causal", "bwd", "bwd-nondet"],
+    )
     args = p.parse_args(argv)
     if os.environ.get("TRITON_INTERPRET") == "1":
         print("hopper_check: unset TRITON_INTERPRET; the interpreter does not compile", file=sys.stderr)
         return 2
     failures = 0
     print(f"# Hopper kernels, sm_90, shared-memory limit {SMEM_LIMIT_SM90} bytes")
-    print(f"{'kernel':>10} {'dtype':>9} {'d':>4} {'tiles':>8} {'warps':>5} {'stages':>6} {'regs':>5} "
-          f"{'spill':>6} {'smem':>7} {'wgmma':>6} {'tma':>4} {'sem':>4}  result")
+    print(
+        f"{'kernel':>10} {'dtype':>9} {'d':>4} {'tiles':>8} {'warps':>5} {'stages':>6} {'regs':>5} "
+        f"{'spill':>6} {'smem':>7} {'wgmma':>6} {'tma':>4} {'sem':>4}  result"
+    )
     for dtype in args.dtypes:
         for head_dim in args.head_dims:
             for name, kernel, launch_args, kwargs in hopper_launches(dtype, head_dim):
@@ -262,15 +358,24 @@ def main(argv=None) -> int:
                     result = check(stats)
                 except Exception as e:  # noqa: BLE001 (report every failing kernel)
                     first = str(e).strip().splitlines()[0][:120] if str(e).strip() else ""
-                    stats = {"registers": -1, "spill_bytes": -1, "shared": -1, "wgmma": -1, "tma": -1,
-                             "sem": -1, "num_warps": kwargs["num_warps"]}
+                    stats = {
+                        "registers": -1,
+                        "spill_bytes": -1,
+                        "shared": -1,
+                        "wgmma": -1,
+                        "tma": -1,
+                        "sem": -1,
+                        "num_warps": kwargs["num_warps"],
+                    }
                     result = f"COMPILE ERROR: {type(e).__name__}: {first}"
                 failures += result != "ok"
-                print(f"{name:>10} {dtype:>9} {head_dim:>4} {tiles:>8} {stats['num_warps']:>5} "
-                      f"{kwargs['num_stages']:>6} {stats['registers']:>5} {stats['spill_bytes']:>6} "
-                      f"{stats['shared']:>7} {stats['wgmma']:>6} {stats['tma']:>4} {stats['sem']:>4}"
-                      f"  {result}",
-                      flush=True)
+                print(
+                    f"{name:>10} {dtype:>9} {head_dim:>4} {tiles:>8} {stats['num_warps']:>5} "
+                    f"{kwargs['num_stages']:>6} {stats['registers']:>5} {stats['spill_bytes']:>6} "
+                    f"{stats['shared']:>7} {stats['wgmma']:>6} {stats['tma']:>4} {stats['sem']:>4}"
+                    f"  {result}",
+                    flush=True,
+                )
     print(f"# {failures} failure(s)")
     return 1 if failures else 0
 

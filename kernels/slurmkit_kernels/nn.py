@@ -46,8 +46,9 @@ class FlashAttention(nn.Module):
         self.precision = precision
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        return flash_attention(q, k, v, causal=self.causal, window=self.window, scale=self.scale,
-                               precision=self.precision)
+        return flash_attention(
+            q, k, v, causal=self.causal, window=self.window, scale=self.scale, precision=self.precision
+        )
 
     def extra_repr(self) -> str:
         return f"causal={self.causal}, window={self.window}, scale={self.scale}, precision={self.precision!r}"

@@ -87,18 +87,31 @@ def common_options(f: Callable) -> Callable:
     """``-v``, ``-q`` and ``--config`` for any command."""
     f = click.option("-q", "--quiet", is_flag=True, help="Only print errors.")(f)
     f = click.option("-v", "--verbose", count=True, help="More detail on stderr (repeat for debug).")(f)
-    f = click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
-                     help="Site config (default: $SLURMKIT_CONFIG, then /etc/slurmkit/slurmkit.yaml).")(f)
+    f = click.option(
+        "--config",
+        "config_path",
+        type=click.Path(dir_okay=False),
+        default=None,
+        help="Site config (default: $SLURMKIT_CONFIG, then /etc/slurmkit/slurmkit.yaml).",
+    )(f)
     return f
 
 
 def format_options(choices: Sequence[str] = ("table", "json"), default: str = "table") -> Callable:
     """``--format CHOICE`` plus ``--json`` as its shortcut."""
+
     def deco(f: Callable) -> Callable:
         f = click.option("--json", "as_json", is_flag=True, help="Same as --format json.")(f)
-        f = click.option("--format", "fmt", type=click.Choice(list(choices)), default=default,
-                         show_default=True, help="Output format.")(f)
+        f = click.option(
+            "--format",
+            "fmt",
+            type=click.Choice(list(choices)),
+            default=default,
+            show_default=True,
+            help="Output format.",
+        )(f)
         return f
+
     return deco
 
 
@@ -169,7 +182,10 @@ def run_main(cli: click.Command, prog: str, args: Optional[Iterable[str]] = None
     except Exception as exc:  # a bug in slurmkit
         if os.environ.get("SLURMKIT_DEBUG") or sum(a in ("-vv", "-vvv") for a in (args or sys.argv)):
             raise
-        click.echo(f"{prog}: internal error: {type(exc).__name__}: {exc} "
-                   f"(set SLURMKIT_DEBUG=1 for a traceback; please report it)", err=True)
+        click.echo(
+            f"{prog}: internal error: {type(exc).__name__}: {exc} "
+            f"(set SLURMKIT_DEBUG=1 for a traceback; please report it)",
+            err=True,
+        )
         sys.exit(INTERNAL_ERROR_EXIT)
     sys.exit(rv if isinstance(rv, int) else 0)

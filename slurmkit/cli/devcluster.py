@@ -16,9 +16,13 @@ def _cluster(state_dir):
     return DevCluster(state_dir)
 
 
-state_dir_option = click.option("--state-dir", default=None, metavar="DIR",
-                                help="Where every file of the cluster lives "
-                                     "(default: $SLURMKIT_DEVCLUSTER_DIR or /var/lib/slurmkit-devcluster).")
+state_dir_option = click.option(
+    "--state-dir",
+    default=None,
+    metavar="DIR",
+    help="Where every file of the cluster lives "
+    "(default: $SLURMKIT_DEVCLUSTER_DIR or /var/lib/slurmkit-devcluster).",
+)
 
 
 @click.group()
@@ -34,11 +38,22 @@ def devcluster() -> None:
 @devcluster.command()
 @state_dir_option
 @click.option("--nodes", type=click.IntRange(1, 64), default=2, show_default=True, help="Compute nodes.")
-@click.option("--mode", type=click.Choice(["netns", "ports"]), default="netns", show_default=True,
-              help="netns: one network+UTS namespace per node (own hostname and IP); "
-                   "ports: several slurmd on this host.")
-@click.option("--gpus", "gpus_per_node", type=click.IntRange(1, 64), default=8, show_default=True,
-              help="Fake GPUs per node.")
+@click.option(
+    "--mode",
+    type=click.Choice(["netns", "ports"]),
+    default="netns",
+    show_default=True,
+    help="netns: one network+UTS namespace per node (own hostname and IP); "
+    "ports: several slurmd on this host.",
+)
+@click.option(
+    "--gpus",
+    "gpus_per_node",
+    type=click.IntRange(1, 64),
+    default=8,
+    show_default=True,
+    help="Fake GPUs per node.",
+)
 @click.option("--gpu-type", default="h100", show_default=True, help="GPU gres type ('' for untyped).")
 @click.option("--hooks", is_flag=True, help="Wire in slurmkit's prolog and epilog (prolog/, epilog/).")
 @click.option("--healthcheck", is_flag=True, help="Wire in slurmkit's HealthCheckProgram.")
@@ -46,21 +61,46 @@ def devcluster() -> None:
 @click.option("--epilog", type=click.Path(exists=True, dir_okay=False), help="Use this Epilog program.")
 @click.option("--no-install", is_flag=True, help="Fail instead of apt-get installing missing packages.")
 @common_options
-def up(state_dir, nodes, mode, gpus_per_node, gpu_type, hooks, healthcheck, prolog, epilog, no_install,
-       config_path, verbose, quiet) -> None:
+def up(
+    state_dir,
+    nodes,
+    mode,
+    gpus_per_node,
+    gpu_type,
+    hooks,
+    healthcheck,
+    prolog,
+    epilog,
+    no_install,
+    config_path,
+    verbose,
+    quiet,
+) -> None:
     """Start the cluster (idempotent: running it twice is safe)."""
     from slurmkit.devcluster.cluster import ClusterSpec
 
     cluster = _cluster(state_dir)
-    spec = ClusterSpec(mode=mode, nodes=nodes, gpus_per_node=gpus_per_node, gpu_type=gpu_type, hooks=hooks,
-                       healthcheck=healthcheck, prolog=prolog, epilog=epilog)
+    spec = ClusterSpec(
+        mode=mode,
+        nodes=nodes,
+        gpus_per_node=gpus_per_node,
+        gpu_type=gpu_type,
+        hooks=hooks,
+        healthcheck=healthcheck,
+        prolog=prolog,
+        epilog=epilog,
+    )
     t0 = time.monotonic()
     cluster.up(spec, install=not no_install)
     if not quiet:
-        click.echo(f"devcluster up in {time.monotonic() - t0:.1f}s: {nodes} nodes ({mode}), "
-                   f"state in {cluster.root}", err=True)
-        click.echo(f"use it with: eval \"$(slurmkit devcluster env --state-dir {shlex.quote(str(cluster.root))})\"",
-                   err=True)
+        click.echo(
+            f"devcluster up in {time.monotonic() - t0:.1f}s: {nodes} nodes ({mode}), state in {cluster.root}",
+            err=True,
+        )
+        click.echo(
+            f'use it with: eval "$(slurmkit devcluster env --state-dir {shlex.quote(str(cluster.root))})"',
+            err=True,
+        )
 
 
 @devcluster.command()

@@ -85,14 +85,21 @@ def health() -> None:
 def health_run(tier, checks, node, advance_cursor, fmt, as_json, config_path, verbose, quiet) -> None:
     """Run the checks of a tier (or the named ones) on this node and print verdicts."""
     setup_logging(verbose, quiet)
-    from slurmkit.verdict.base import Tier, worst
     from slurmkit.health.engine import run_selected
+    from slurmkit.verdict.base import Tier, worst
 
     health_cfg, paths = _sections(config_path)
     node = _local_or_simulated(node, health_cfg)
     start = time.monotonic()
-    results = run_selected(health_cfg, paths, tier=Tier(tier), names=list(checks) or None, node=node,
-                           only_enabled=not checks, advance_xid_cursor=advance_cursor)
+    results = run_selected(
+        health_cfg,
+        paths,
+        tier=Tier(tier),
+        names=list(checks) or None,
+        node=node,
+        only_enabled=not checks,
+        advance_xid_cursor=advance_cursor,
+    )
     if not quiet:  # after the arguments were accepted: a usage error stays one line
         from slurmkit.slurm.settings import warn_lines
 
@@ -157,8 +164,12 @@ def health_accounting(enable, node, fmt, as_json, config_path, verbose, quiet) -
     if resolve_format(fmt, as_json) == "json":
         print_json({"node": node, "gpus": rows})
     else:
-        print_table([{"gpu": r["gpu"], "accounting": r["accounting"], "note": _short(r.get("error", ""))}
-                     for r in rows])
+        print_table(
+            [
+                {"gpu": r["gpu"], "accounting": r["accounting"], "note": _short(r.get("error", ""))}
+                for r in rows
+            ]
+        )
     states = {r["accounting"] for r in rows}
     sys.exit(3 if "error" in states else (0 if states <= {"on"} else 1))
 

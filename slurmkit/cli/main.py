@@ -5,8 +5,15 @@ from __future__ import annotations
 import click
 
 from slurmkit import __version__
-from slurmkit.cli.common import LazyGroup, common_options, format_options, load_config, print_json, \
-    resolve_format, run_main
+from slurmkit.cli.common import (
+    LazyGroup,
+    common_options,
+    format_options,
+    load_config,
+    print_json,
+    resolve_format,
+    run_main,
+)
 
 LAZY = {
     "devcluster": "slurmkit.cli.devcluster:devcluster",
@@ -80,6 +87,7 @@ def config_show(config_path, verbose, quiet, fmt, as_json) -> None:
         print_json(data)
     else:
         import yaml
+
         click.echo(yaml.safe_dump(data, sort_keys=True), nl=False)
 
 

@@ -37,16 +37,23 @@ def _csv_set(values: Tuple[str, ...]) -> Optional[FrozenSet[str]]:
 
 
 def period_options(f: Callable) -> Callable:
-    for opt in reversed([
-        click.option("--since", help="Start of the window: YYYY-MM-DD[THH:MM[:SS]] (local time) or @EPOCH."),
-        click.option("--until", help="End of the window (exclusive); default now."),
-        click.option("--month", help="A calendar month, YYYY-MM (local time)."),
-        click.option("--last", help="The last period up to --until/now: 12h, 7d, 2w."),
-        click.option("--sacct-file", type=click.Path(dir_okay=False, allow_dash=True),
-                     help="Read saved `sacct --parsable2` output (with header) instead of calling sacct; "
-                          "- reads stdin."),
-        click.option("--now", "now_opt", hidden=True, help="Pretend the time is this (tests)."),
-    ]):
+    for opt in reversed(
+        [
+            click.option(
+                "--since", help="Start of the window: YYYY-MM-DD[THH:MM[:SS]] (local time) or @EPOCH."
+            ),
+            click.option("--until", help="End of the window (exclusive); default now."),
+            click.option("--month", help="A calendar month, YYYY-MM (local time)."),
+            click.option("--last", help="The last period up to --until/now: 12h, 7d, 2w."),
+            click.option(
+                "--sacct-file",
+                type=click.Path(dir_okay=False, allow_dash=True),
+                help="Read saved `sacct --parsable2` output (with header) instead of calling sacct; "
+                "- reads stdin.",
+            ),
+            click.option("--now", "now_opt", hidden=True, help="Pretend the time is this (tests)."),
+        ]
+    ):
         f = opt(f)
     return f
 
@@ -54,50 +61,100 @@ def period_options(f: Callable) -> Callable:
 def dump_format_options(f: Callable) -> Callable:
     """How to read a saved dump that has no header or another delimiter (kept apart from
     :func:`period_options` so commands built on that keep their signature)."""
-    for opt in reversed([
-        click.option("--sacct-columns", help="The file has no header: its columns in order, as its sacct "
-                                             "--format list (JobID,JobName,User,...)."),
-        click.option("--sacct-delimiter",
-                     help="The file's sacct --delimiter (default: | or \\x1f, recognised)."),
-    ]):
+    for opt in reversed(
+        [
+            click.option(
+                "--sacct-columns",
+                help="The file has no header: its columns in order, as its sacct "
+                "--format list (JobID,JobName,User,...).",
+            ),
+            click.option(
+                "--sacct-delimiter", help="The file's sacct --delimiter (default: | or \\x1f, recognised)."
+            ),
+        ]
+    ):
         f = opt(f)
     return f
 
 
 def usage_options(f: Callable) -> Callable:
-    for opt in reversed([
-        click.option("--by", help="Group by user, account, partition, state, gpu_type, node, day, week or "
-                                  "month; comma-separated to combine (account,user)."),
-        click.option("--user", "users", multiple=True,
-                     help="Only these users (comma-separated or repeated)."),
-        click.option("--account", "accounts", multiple=True, help="Only these accounts."),
-        click.option("--partition", "partitions", multiple=True, help="Only these partitions."),
-        click.option("--state", "states", multiple=True,
-                     help="Only attempts that ended in these states (COMPLETED, FAILED, TIMEOUT ...)."),
-        click.option("--name", "names", multiple=True, help="Only jobs with these exact job names."),
-        click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True,
-                     help="Output format."),
-        click.option("--json", "as_json", is_flag=True, help="Same as --format json."),
-        click.option("--view", type=click.Choice(VIEWS), default=None,
-                     help="Columns: usage (default), states (GPU-hours by final state), lost."),
-        click.option("--plot", "plot_path", type=click.Path(dir_okay=False),
-                     help="Also write a bar chart of GPU-hours per group (FILE.png or FILE.svg)."),
-        click.option("--price", help="Price per GPU-hour (2.50) or per type (h100=3.1,default=2); "
-                                     "default: report.prices in the site config."),
-        click.option("--health-log", help="slurmkit health log (JSON lines) to join for suspect hours; "
-                                          "default: report.health_log or <paths.log_dir>/health.jsonl."),
-        click.option("--no-health-log", is_flag=True, help="Do not join the health log."),
-        click.option("--lost-window-hours", type=float, default=None,
-                     help="Health join: hours before a drain that make a job suspect (default 6)."),
-        click.option("--show-command", is_flag=True,
-                     help="Print the exact sacct command and exit without running it."),
-        click.option("--archive", type=click.Path(file_okay=False),
-                     help="Read the accounting archive made by `slurmkit report ingest` instead of sacct."),
-        click.option("--engine", type=click.Choice(["auto", "duckdb", "python"]), default="auto",
-                     show_default=True,
-                     help="Saved files: duckdb (the slurmkit[report] extra; auto uses it for files of "
-                          "256 MiB or more) or the pure-Python reference."),
-    ]):
+    for opt in reversed(
+        [
+            click.option(
+                "--by",
+                help="Group by user, account, partition, state, gpu_type, node, day, week or "
+                "month; comma-separated to combine (account,user).",
+            ),
+            click.option(
+                "--user", "users", multiple=True, help="Only these users (comma-separated or repeated)."
+            ),
+            click.option("--account", "accounts", multiple=True, help="Only these accounts."),
+            click.option("--partition", "partitions", multiple=True, help="Only these partitions."),
+            click.option(
+                "--state",
+                "states",
+                multiple=True,
+                help="Only attempts that ended in these states (COMPLETED, FAILED, TIMEOUT ...).",
+            ),
+            click.option("--name", "names", multiple=True, help="Only jobs with these exact job names."),
+            click.option(
+                "--format",
+                "fmt",
+                type=click.Choice(FORMATS),
+                default="table",
+                show_default=True,
+                help="Output format.",
+            ),
+            click.option("--json", "as_json", is_flag=True, help="Same as --format json."),
+            click.option(
+                "--view",
+                type=click.Choice(VIEWS),
+                default=None,
+                help="Columns: usage (default), states (GPU-hours by final state), lost.",
+            ),
+            click.option(
+                "--plot",
+                "plot_path",
+                type=click.Path(dir_okay=False),
+                help="Also write a bar chart of GPU-hours per group (FILE.png or FILE.svg).",
+            ),
+            click.option(
+                "--price",
+                help="Price per GPU-hour (2.50) or per type (h100=3.1,default=2); "
+                "default: report.prices in the site config.",
+            ),
+            click.option(
+                "--health-log",
+                help="slurmkit health log (JSON lines) to join for suspect hours; "
+                "default: report.health_log or <paths.log_dir>/health.jsonl.",
+            ),
+            click.option("--no-health-log", is_flag=True, help="Do not join the health log."),
+            click.option(
+                "--lost-window-hours",
+                type=float,
+                default=None,
+                help="Health join: hours before a drain that make a job suspect (default 6).",
+            ),
+            click.option(
+                "--show-command",
+                is_flag=True,
+                help="Print the exact sacct command and exit without running it.",
+            ),
+            click.option(
+                "--archive",
+                type=click.Path(file_okay=False),
+                help="Read the accounting archive made by `slurmkit report ingest` instead of sacct.",
+            ),
+            click.option(
+                "--engine",
+                type=click.Choice(["auto", "duckdb", "python"]),
+                default="auto",
+                show_default=True,
+                help="Saved files: duckdb (the slurmkit[report] extra; auto uses it for files of "
+                "256 MiB or more) or the pure-Python reference.",
+            ),
+        ]
+    ):
         f = opt(f)
     return f
 
@@ -111,8 +168,9 @@ def _window(since, until, month, last, sacct_file, now_opt):
     from slurmkit.report.window import parse_when, resolve_window
 
     now = parse_when(now_opt, "--now") if now_opt else None
-    return resolve_window(since=since, until=until, month=month, last=last, now=now,
-                          default_unbounded=bool(sacct_file)), now
+    return resolve_window(
+        since=since, until=until, month=month, last=last, now=now, default_unbounded=bool(sacct_file)
+    ), now
 
 
 @contextlib.contextmanager
@@ -145,9 +203,18 @@ def _delimiter(text: Optional[str]) -> Optional[str]:
     return value
 
 
-def load_attempts(*, window, now, filters, sacct_file: Optional[str], need_columns=(), timeout: float,
-                  sacct_columns: Optional[str] = None, sacct_delimiter: Optional[str] = None,
-                  max_gpus: Optional[int] = None):
+def load_attempts(
+    *,
+    window,
+    now,
+    filters,
+    sacct_file: Optional[str],
+    need_columns=(),
+    timeout: float,
+    sacct_columns: Optional[str] = None,
+    sacct_delimiter: Optional[str] = None,
+    max_gpus: Optional[int] = None,
+):
     """Attempts from a saved file or a live sacct call; prints the malformed-row warning."""
     from slurmkit.report import sacct
 
@@ -156,9 +223,16 @@ def load_attempts(*, window, now, filters, sacct_file: Optional[str], need_colum
         raise UsageError("--sacct-columns and --sacct-delimiter describe a --sacct-file; give one")
     if sacct_file:
         columns = sacct.parse_column_list(sacct_columns) if sacct_columns is not None else None
-        attempts, stats, _ = sacct.read_sacct_file(sacct_file, window=window, now=now, filters=filters,
-                                                   need_columns=need_columns, columns=columns,
-                                                   delimiter=_delimiter(sacct_delimiter), **limits)
+        attempts, stats, _ = sacct.read_sacct_file(
+            sacct_file,
+            window=window,
+            now=now,
+            filters=filters,
+            need_columns=need_columns,
+            columns=columns,
+            delimiter=_delimiter(sacct_delimiter),
+            **limits,
+        )
         source = sacct_file
         command = None
     else:
@@ -167,8 +241,9 @@ def load_attempts(*, window, now, filters, sacct_file: Optional[str], need_colum
 
         command = query.display(client.binary("sacct"))
         log.info("running %s", command)
-        attempts, stats = sacct.run_query(query, window=window, now=now, filters=filters, timeout=timeout,
-                                          **limits)
+        attempts, stats = sacct.run_query(
+            query, window=window, now=now, filters=filters, timeout=timeout, **limits
+        )
         source = "sacct"
     warning = stats.warning(source)
     if warning:
@@ -209,8 +284,22 @@ def _use_engine(choice: str, sacct_file: Optional[str]) -> bool:
     return True
 
 
-def _run_engine(sacct_file: str, *, sacct_columns, sacct_delimiter, window, now, filters, dims, prices, rcfg,
-                need, drains, hours, explicit: bool):
+def _run_engine(
+    sacct_file: str,
+    *,
+    sacct_columns,
+    sacct_delimiter,
+    window,
+    now,
+    filters,
+    dims,
+    prices,
+    rcfg,
+    need,
+    drains,
+    hours,
+    explicit: bool,
+):
     """``(report, stats, engine meta)`` from the DuckDB engine, or ``(None, None, meta)``
     when the input needs the reference path (rows to report with line numbers)."""
     import duckdb
@@ -224,23 +313,40 @@ def _run_engine(sacct_file: str, *, sacct_columns, sacct_delimiter, window, now,
         return None, None, {"name": "python", "why": "empty file"}
     lacking = sacct.missing_columns(src.columns, list(sacct.REQUIRED_COLUMNS) + list(need))
     if lacking:
-        raise UsageError(f"--sacct-file {sacct_file}: missing column(s) {', '.join(lacking)}; "
-                         f"{sacct.recommended_hint()}")
+        raise UsageError(
+            f"--sacct-file {sacct_file}: missing column(s) {', '.join(lacking)}; {sacct.recommended_hint()}"
+        )
     try:
         groups, total, stats = engine.run(
-            src, window=window, now=now, filters=filters, by=dims, prices=prices, max_gpus=rcfg["max_gpus"],
-            prolog_requeue_seconds=rcfg["prolog_requeue_seconds"], drains=drains, lost_window_hours=hours)
+            src,
+            window=window,
+            now=now,
+            filters=filters,
+            by=dims,
+            prices=prices,
+            max_gpus=rcfg["max_gpus"],
+            prolog_requeue_seconds=rcfg["prolog_requeue_seconds"],
+            drains=drains,
+            lost_window_hours=hours,
+        )
     except engine.NeedsReference as exc:
         log.info("duckdb engine: %s; using the reference path", exc)
         return None, None, {"name": "python", "why": str(exc)}
     except duckdb.Error as exc:
         if explicit:
-            raise UsageError(f"--sacct-file {sacct_file}: DuckDB could not read it: "
-                             f"{str(exc).splitlines()[0]}") from None
+            raise UsageError(
+                f"--sacct-file {sacct_file}: DuckDB could not read it: {str(exc).splitlines()[0]}"
+            ) from None
         log.info("duckdb engine failed (%s); using the reference path", str(exc).splitlines()[0])
         return None, None, {"name": "python", "why": "duckdb: " + str(exc).splitlines()[0]}
-    report = finish(groups, total, dims, priced=bool(prices and prices.enabled), health=drains is not None,
-                    currency=prices.currency if prices else "USD")
+    report = finish(
+        groups,
+        total,
+        dims,
+        priced=bool(prices and prices.enabled),
+        health=drains is not None,
+        currency=prices.currency if prices else "USD",
+    )
     return report, stats, {"name": "duckdb", "version": duckdb.__version__}
 
 
@@ -262,16 +368,37 @@ def _run_archive(directory: str, *, window, now, filters, dims, prices, rcfg, hl
     if engine != "python":
         try:
             groups, total, stats = eng.run(
-                src, window=window, now=now, filters=filters, by=dims, prices=prices,
-                max_gpus=rcfg["max_gpus"], prolog_requeue_seconds=rcfg["prolog_requeue_seconds"],
-                drains=drains, lost_window_hours=hours)
-            report = finish(groups, total, dims, priced=bool(prices and prices.enabled),
-                            health=drains is not None, currency=prices.currency if prices else "USD")
+                src,
+                window=window,
+                now=now,
+                filters=filters,
+                by=dims,
+                prices=prices,
+                max_gpus=rcfg["max_gpus"],
+                prolog_requeue_seconds=rcfg["prolog_requeue_seconds"],
+                drains=drains,
+                lost_window_hours=hours,
+            )
+            report = finish(
+                groups,
+                total,
+                dims,
+                priced=bool(prices and prices.enabled),
+                health=drains is not None,
+                currency=prices.currency if prices else "USD",
+            )
             return report, stats, {"name": "duckdb"}
         except eng.NeedsReference as exc:
             why = str(exc)
-    attempts, stats = sacct.parse_rows(arch.lines(directory), list(sacct.FIELDS), sep=arch.SEP, window=window,
-                                       now=now, filters=filters, max_gpus=rcfg["max_gpus"])
+    attempts, stats = sacct.parse_rows(
+        arch.lines(directory),
+        list(sacct.FIELDS),
+        sep=arch.SEP,
+        window=window,
+        now=now,
+        filters=filters,
+        max_gpus=rcfg["max_gpus"],
+    )
     warning = stats.warning(f"archive {directory} (row numbers)")
     if warning:
         click.echo(f"slurmkit: warning: {warning}", err=True)
@@ -281,11 +408,38 @@ def _run_archive(directory: str, *, window, now, filters, dims, prices, rcfg, hl
     return report, stats, {"name": "python", "why": why}
 
 
-def _run_usage(*, config_path, verbose, quiet, since, until, month, last, sacct_file, sacct_columns,
-               sacct_delimiter, now_opt, by, users,
-               accounts, partitions, states, names, fmt, as_json, view, plot_path, price, health_log,
-               no_health_log, lost_window_hours, show_command, engine="auto", archive=None,
-               default_view: str = "usage") -> int:
+def _run_usage(
+    *,
+    config_path,
+    verbose,
+    quiet,
+    since,
+    until,
+    month,
+    last,
+    sacct_file,
+    sacct_columns,
+    sacct_delimiter,
+    now_opt,
+    by,
+    users,
+    accounts,
+    partitions,
+    states,
+    names,
+    fmt,
+    as_json,
+    view,
+    plot_path,
+    price,
+    health_log,
+    no_health_log,
+    lost_window_hours,
+    show_command,
+    engine="auto",
+    archive=None,
+    default_view: str = "usage",
+) -> int:
     from slurmkit.report import sacct
     from slurmkit.report.aggregate import aggregate, parse_by
     from slurmkit.report.cost import price_table
@@ -295,9 +449,13 @@ def _run_usage(*, config_path, verbose, quiet, since, until, month, last, sacct_
     setup_logging(verbose, quiet)
     cfg, rcfg, paths = _load(config_path)
     window, now = _window(since, until, month, last, sacct_file, now_opt)
-    filters = sacct.Filters(_csv_set(users), _csv_set(accounts), _csv_set(partitions),
-                            frozenset(s.upper() for s in _csv_set(states)) if _csv_set(states) else None,
-                            _csv_set(names))
+    filters = sacct.Filters(
+        _csv_set(users),
+        _csv_set(accounts),
+        _csv_set(partitions),
+        frozenset(s.upper() for s in _csv_set(states)) if _csv_set(states) else None,
+        _csv_set(names),
+    )
     dims = parse_by(by if by is not None else rcfg["default_by"])
     fmt = "json" if as_json else fmt
     view = view or default_view
@@ -313,8 +471,16 @@ def _run_usage(*, config_path, verbose, quiet, since, until, month, last, sacct_
         return 0
 
     need = [sacct.COLUMN_FOR[d] for d in dims if d in sacct.COLUMN_FOR]
-    need += [c for c, active in (("User", filters.users), ("Account", filters.accounts),
-                                 ("Partition", filters.partitions), ("JobName", filters.names)) if active]
+    need += [
+        c
+        for c, active in (
+            ("User", filters.users),
+            ("Account", filters.accounts),
+            ("Partition", filters.partitions),
+            ("JobName", filters.names),
+        )
+        if active
+    ]
     hl = None
     hours = lost_window_hours if lost_window_hours is not None else rcfg["lost_window_hours"]
     health_meta: Dict[str, Any] = {"joined": False}
@@ -322,30 +488,64 @@ def _run_usage(*, config_path, verbose, quiet, since, until, month, last, sacct_
         pattern = health_log or rcfg["health_log"] or os.path.join(paths["log_dir"], HEALTH_LOG_NAME)
         hl = read_health_log(pattern)
         if hl is not None:
-            health_meta = {"joined": True, "path": pattern, "drain_events": len(hl.events),
-                           "window_hours": hours, "bad_lines": hl.bad_lines}
+            health_meta = {
+                "joined": True,
+                "path": pattern,
+                "drain_events": len(hl.events),
+                "window_hours": hours,
+                "bad_lines": hl.bad_lines,
+            }
         elif health_log:
             raise UsageError(f"--health-log {health_log}: no such file")
     report, stats, command, engine_meta = None, None, None, {"name": "python"}
     if archive:
         if sacct_file:
             raise UsageError("--archive and --sacct-file are two sources: give one")
-        report, stats, engine_meta = _run_archive(archive, window=window, now=now, filters=filters, dims=dims,
-                                                  prices=prices, rcfg=rcfg, hl=hl, hours=hours, engine=engine)
+        report, stats, engine_meta = _run_archive(
+            archive,
+            window=window,
+            now=now,
+            filters=filters,
+            dims=dims,
+            prices=prices,
+            rcfg=rcfg,
+            hl=hl,
+            hours=hours,
+            engine=engine,
+        )
     elif _use_engine(engine, sacct_file):
         report, stats, engine_meta = _run_engine(
-            sacct_file, sacct_columns=sacct_columns, sacct_delimiter=sacct_delimiter, window=window, now=now,
-            filters=filters, dims=dims, prices=prices, rcfg=rcfg, need=need,
-            drains=hl.events if hl is not None else None, hours=hours, explicit=engine == "duckdb")
+            sacct_file,
+            sacct_columns=sacct_columns,
+            sacct_delimiter=sacct_delimiter,
+            window=window,
+            now=now,
+            filters=filters,
+            dims=dims,
+            prices=prices,
+            rcfg=rcfg,
+            need=need,
+            drains=hl.events if hl is not None else None,
+            hours=hours,
+            explicit=engine == "duckdb",
+        )
     if report is None:
         attempts, stats, command = load_attempts(
-            window=window, now=now, filters=filters, sacct_file=sacct_file, need_columns=need,
-            timeout=rcfg["sacct_timeout"], sacct_columns=sacct_columns, sacct_delimiter=sacct_delimiter,
-            max_gpus=rcfg["max_gpus"])
+            window=window,
+            now=now,
+            filters=filters,
+            sacct_file=sacct_file,
+            need_columns=need,
+            timeout=rcfg["sacct_timeout"],
+            sacct_columns=sacct_columns,
+            sacct_delimiter=sacct_delimiter,
+            max_gpus=rcfg["max_gpus"],
+        )
         lost = find_lost(attempts, rcfg["prolog_requeue_seconds"])
         suspect = find_suspect(attempts, hl.events, hours) if hl is not None else None
-        report = aggregate(attempts, dims, window_start=window.start, lost=lost, suspect=suspect,
-                           prices=prices)
+        report = aggregate(
+            attempts, dims, window_start=window.start, lost=lost, suspect=suspect, prices=prices
+        )
     report.totals["excluded_rows"] = stats.malformed
     group = ", ".join(dims) if dims else "cluster"
     report.meta = {
@@ -359,11 +559,16 @@ def _run_usage(*, config_path, verbose, quiet, since, until, month, last, sacct_
         "prices": prices.to_dict() if prices.enabled else None,
         "health_log": health_meta,
         "engine": engine_meta,
-        "filters": {k: sorted(v) if v else None for k, v in (("user", filters.users),
-                                                              ("account", filters.accounts),
-                                                              ("partition", filters.partitions),
-                                                              ("state", filters.states),
-                                                              ("name", filters.names))},
+        "filters": {
+            k: sorted(v) if v else None
+            for k, v in (
+                ("user", filters.users),
+                ("account", filters.accounts),
+                ("partition", filters.partitions),
+                ("state", filters.states),
+                ("name", filters.names),
+            )
+        },
     }
     if not report.totals["attempts"]:
         click.echo(f"slurmkit: no jobs in window ({window.label})", err=True)
@@ -426,22 +631,42 @@ def _with_parent_options(kwargs: Dict[str, Any]) -> Dict[str, Any]:
 
     merged = dict(kwargs)
     for name, value in parent.params.items():
-        if name in merged and ctx.get_parameter_source(name) in (ParameterSource.DEFAULT, None) \
-                and parent.get_parameter_source(name) not in (ParameterSource.DEFAULT, None):
+        if (
+            name in merged
+            and ctx.get_parameter_source(name) in (ParameterSource.DEFAULT, None)
+            and parent.get_parameter_source(name) not in (ParameterSource.DEFAULT, None)
+        ):
             merged[name] = value
     return merged
 
 
 # --------------------------------------------------------------------------- archive
 
+
 @report.command("ingest")
 @common_options
 @period_options
 @dump_format_options
-@click.option("--archive", required=True, type=click.Path(file_okay=False),
-              help="The archive directory (Parquet files, one per month: month=YYYY-MM/data.parquet).")
-def report_ingest(config_path, verbose, quiet, since, until, month, last, sacct_file, sacct_columns,
-                  sacct_delimiter, now_opt, archive) -> None:
+@click.option(
+    "--archive",
+    required=True,
+    type=click.Path(file_okay=False),
+    help="The archive directory (Parquet files, one per month: month=YYYY-MM/data.parquet).",
+)
+def report_ingest(
+    config_path,
+    verbose,
+    quiet,
+    since,
+    until,
+    month,
+    last,
+    sacct_file,
+    sacct_columns,
+    sacct_delimiter,
+    now_opt,
+    archive,
+) -> None:
     """Add sacct job rows to the accounting archive (incremental and idempotent).
 
     \b
@@ -486,15 +711,23 @@ def report_ingest(config_path, verbose, quiet, since, until, month, last, sacct_
             out = arch.ingest(archive, src)
     if not quiet:
         months = ", ".join(f"{m}: {n}" for m, n in out["months"].items()) or "none"
-        click.echo(f"slurmkit: ingested {out['rows']} attempt(s) into {archive} ({out['skipped']} row(s) "
-                   f"skipped: malformed or not started); rows per month now: {months}", err=True)
+        click.echo(
+            f"slurmkit: ingested {out['rows']} attempt(s) into {archive} ({out['skipped']} row(s) "
+            f"skipped: malformed or not started); rows per month now: {months}",
+            err=True,
+        )
 
 
 @report.command("sql")
 @click.argument("query")
 @click.option("--archive", type=click.Path(file_okay=False), help="The archive: queried as the view `jobs`.")
-@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json", "markdown"]), default="table",
-              show_default=True)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["table", "csv", "json", "markdown"]),
+    default="table",
+    show_default=True,
+)
 @click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
 @click.option("-v", "--verbose", count=True, hidden=True)
 @click.option("-q", "--quiet", is_flag=True, hidden=True)
@@ -537,21 +770,48 @@ def report_sql(query, archive, fmt, as_json, verbose, quiet) -> None:
 
 # --------------------------------------------------------------------------- capacity
 
+
 @report.command("capacity")
 @common_options
 @period_options
 @dump_format_options
-@click.option("--by", type=click.Choice(["total", "partition", "gpu_type"]), default="total",
-              show_default=True, help="One row for the cluster, or per partition / GPU type.")
+@click.option(
+    "--by",
+    type=click.Choice(["total", "partition", "gpu_type"]),
+    default="total",
+    show_default=True,
+    help="One row for the cluster, or per partition / GPU type.",
+)
 @click.option("--partition", "partitions", multiple=True, help="Only these partitions.")
-@click.option("--gpus", "gpus_override", type=int, default=None,
-              help="Installed GPUs (skip sinfo; only --by total).")
-@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json", "markdown"]), default="table",
-              show_default=True)
+@click.option(
+    "--gpus", "gpus_override", type=int, default=None, help="Installed GPUs (skip sinfo; only --by total)."
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["table", "csv", "json", "markdown"]),
+    default="table",
+    show_default=True,
+)
 @click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
-def report_capacity(config_path, verbose, quiet, since, until, month, last, sacct_file, now_opt, by,
-                    partitions, gpus_override, fmt, as_json, sacct_columns=None,
-                    sacct_delimiter=None) -> None:
+def report_capacity(
+    config_path,
+    verbose,
+    quiet,
+    since,
+    until,
+    month,
+    last,
+    sacct_file,
+    now_opt,
+    by,
+    partitions,
+    gpus_override,
+    fmt,
+    as_json,
+    sacct_columns=None,
+    sacct_delimiter=None,
+) -> None:
     """Fraction of the installed GPU-hours (sinfo GPU counts x window) that jobs used."""
     from slurmkit.report import sacct
     from slurmkit.report.capacity import capacity_rows, render_capacity
@@ -573,12 +833,19 @@ def report_capacity(config_path, verbose, quiet, since, until, month, last, sacc
         inventory = node_inventory(client.nodes())
     filters = sacct.Filters(partitions=parts)
     with gc_paused():
-        attempts, stats, command = load_attempts(window=window, now=now, filters=filters,
-                                                 sacct_file=sacct_file, timeout=rcfg["sacct_timeout"],
-                                                 sacct_columns=sacct_columns, sacct_delimiter=sacct_delimiter,
-                                                 max_gpus=rcfg["max_gpus"])
-    data = capacity_rows(attempts, window, by=by, inventory=inventory, gpus_override=gpus_override,
-                         partitions=parts, now=now)
+        attempts, stats, command = load_attempts(
+            window=window,
+            now=now,
+            filters=filters,
+            sacct_file=sacct_file,
+            timeout=rcfg["sacct_timeout"],
+            sacct_columns=sacct_columns,
+            sacct_delimiter=sacct_delimiter,
+            max_gpus=rcfg["max_gpus"],
+        )
+    data = capacity_rows(
+        attempts, window, by=by, inventory=inventory, gpus_override=gpus_override, partitions=parts, now=now
+    )
     data["meta"]["sacct_command"] = command
     fmt = "json" if as_json else fmt
     if fmt == "json":
@@ -589,25 +856,33 @@ def report_capacity(config_path, verbose, quiet, since, until, month, last, sacc
 
 # --------------------------------------------------------------------------- build vs rent
 
+
 @report.command("build-vs-rent")
-@click.option("--config", "bvr_config", type=click.Path(dir_okay=False),
-              help="YAML with the inputs (see etc/build-vs-rent.yaml); flags override it.")
+@click.option(
+    "--config",
+    "bvr_config",
+    type=click.Path(dir_okay=False),
+    help="YAML with the inputs (see etc/build-vs-rent.yaml); flags override it.",
+)
 @click.option("--hardware", type=float, help="Purchase cost of the cluster (one-time).")
 @click.option("--power", type=float, help="Power per month.")
 @click.option("--cooling", type=float, help="Cooling per month.")
 @click.option("--staff", type=float, help="Staff per month.")
 @click.option("--gpus", type=int, help="GPUs you would rent instead.")
 @click.option("--rent", type=float, help="Rental price per GPU-hour.")
-@click.option("--utilization", type=float, help="Fraction of hours the rented GPUs are paid for (0-1], "
-                                                "default 1.")
+@click.option(
+    "--utilization", type=float, help="Fraction of hours the rented GPUs are paid for (0-1], default 1."
+)
 @click.option("--months", type=int, default=24, show_default=True, help="Horizon of the cumulative table.")
-@click.option("--format", "fmt", type=click.Choice(["table", "json", "markdown"]), default="table",
-              show_default=True)
+@click.option(
+    "--format", "fmt", type=click.Choice(["table", "json", "markdown"]), default="table", show_default=True
+)
 @click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
 @click.option("-v", "--verbose", count=True, hidden=True)
 @click.option("-q", "--quiet", is_flag=True, hidden=True)
-def report_build_vs_rent(bvr_config, hardware, power, cooling, staff, gpus, rent, utilization, months, fmt,
-                         as_json, verbose, quiet) -> None:
+def report_build_vs_rent(
+    bvr_config, hardware, power, cooling, staff, gpus, rent, utilization, months, fmt, as_json, verbose, quiet
+) -> None:
     """Break-even in months of buying a cluster versus renting the same GPUs.
 
     break_even = hardware / (GPUs x rent x 730 h x utilisation - (power + cooling + staff))
@@ -622,21 +897,31 @@ def report_build_vs_rent(bvr_config, hardware, power, cooling, staff, gpus, rent
         if not os.path.exists(bvr_config):
             raise UsageError(f"--config {bvr_config}: no such file")
         data = load_yaml_file(bvr_config) or LineDict()
-    flags = {"hardware": hardware, "power_per_month": power, "cooling_per_month": cooling,
-             "staff_per_month": staff, "gpus": gpus, "rent_per_gpu_hour": rent, "utilization": utilization}
+    flags = {
+        "hardware": hardware,
+        "power_per_month": power,
+        "cooling_per_month": cooling,
+        "staff_per_month": staff,
+        "gpus": gpus,
+        "rent_per_gpu_hour": rent,
+        "utilization": utilization,
+    }
     for k, v in flags.items():
         if v is not None:
             data[k] = v
     if not data:
-        raise UsageError("give --config FILE (e.g. etc/build-vs-rent.yaml) or at least --hardware, --gpus "
-                         "and --rent")
+        raise UsageError(
+            "give --config FILE (e.g. etc/build-vs-rent.yaml) or at least --hardware, --gpus and --rent"
+        )
     if months < 1:
         raise UsageError("--months must be >= 1")
     model = build_vs_rent_from_mapping(data, bvr_config or "")
     fmt = "json" if as_json else fmt
     out = model.to_dict()
-    out["by_month"] = [{"month": m, "own": round(model.total_cost(m)[0], 2),
-                        "rent": round(model.total_cost(m)[1], 2)} for m in range(0, months + 1)]
+    out["by_month"] = [
+        {"month": m, "own": round(model.total_cost(m)[0], 2), "rent": round(model.total_cost(m)[1], 2)}
+        for m in range(0, months + 1)
+    ]
     if fmt == "json":
         print_json(out)
     else:
@@ -645,23 +930,41 @@ def report_build_vs_rent(bvr_config, hardware, power, cooling, staff, gpus, rent
 
 # --------------------------------------------------------------------------- efficiency
 
+
 def efficiency_options(f: Callable) -> Callable:
-    for opt in reversed([
-        click.option("--by", type=click.Choice(EFFICIENCY_BY), default="user", show_default=True,
-                     help="One row per job, user, account or partition."),
-        click.option("--user", "users", multiple=True,
-                     help="Only these users (comma-separated or repeated)."),
-        click.option("--account", "accounts", multiple=True, help="Only these accounts."),
-        click.option("--partition", "partitions", multiple=True, help="Only these partitions."),
-        click.option("--job", "job_ids", multiple=True, help="Only these job ids (sacct -j)."),
-        click.option("--idle-below", type=float, default=DEFAULT_IDLE_BELOW, show_default=True,
-                     help="A GPU whose utilisation over the job's life is under this percent is idle."),
-        click.option("--top", type=int, default=0, help="Only the first N rows (worst offenders)."),
-        click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True),
-        click.option("--json", "as_json", is_flag=True, help="Same as --format json."),
-        click.option("--plot", "plot_path", type=click.Path(dir_okay=False),
-                     help="Also write a bar chart (FILE.png or FILE.svg)."),
-    ]):
+    for opt in reversed(
+        [
+            click.option(
+                "--by",
+                type=click.Choice(EFFICIENCY_BY),
+                default="user",
+                show_default=True,
+                help="One row per job, user, account or partition.",
+            ),
+            click.option(
+                "--user", "users", multiple=True, help="Only these users (comma-separated or repeated)."
+            ),
+            click.option("--account", "accounts", multiple=True, help="Only these accounts."),
+            click.option("--partition", "partitions", multiple=True, help="Only these partitions."),
+            click.option("--job", "job_ids", multiple=True, help="Only these job ids (sacct -j)."),
+            click.option(
+                "--idle-below",
+                type=float,
+                default=DEFAULT_IDLE_BELOW,
+                show_default=True,
+                help="A GPU whose utilisation over the job's life is under this percent is idle.",
+            ),
+            click.option("--top", type=int, default=0, help="Only the first N rows (worst offenders)."),
+            click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True),
+            click.option("--json", "as_json", is_flag=True, help="Same as --format json."),
+            click.option(
+                "--plot",
+                "plot_path",
+                type=click.Path(dir_okay=False),
+                help="Also write a bar chart (FILE.png or FILE.svg).",
+            ),
+        ]
+    ):
         f = opt(f)
     return f
 
@@ -670,10 +973,38 @@ def _csv_list(values: Tuple[str, ...]) -> List[str]:
     return [v.strip() for value in values for v in value.split(",") if v.strip()]
 
 
-def run_efficiency(*, config_path, verbose, quiet, since, until, month, last, sacct_file, now_opt, by, users, accounts,
-        partitions, job_ids, idle_below, top, fmt, as_json, plot_path) -> int:
+def run_efficiency(
+    *,
+    config_path,
+    verbose,
+    quiet,
+    since,
+    until,
+    month,
+    last,
+    sacct_file,
+    now_opt,
+    by,
+    users,
+    accounts,
+    partitions,
+    job_ids,
+    idle_below,
+    top,
+    fmt,
+    as_json,
+    plot_path,
+) -> int:
     """``slurmkit report efficiency``; returns the exit code."""
-    from slurmkit.report.efficiency import SACCT_DELIMITER, from_file, from_sacct, group, render, sacct_args, write_chart
+    from slurmkit.report.efficiency import (
+        SACCT_DELIMITER,
+        from_file,
+        from_sacct,
+        group,
+        render,
+        sacct_args,
+        write_chart,
+    )
     from slurmkit.report.window import parse_when, resolve_window
 
     setup_logging(verbose, quiet)
@@ -684,10 +1015,16 @@ def run_efficiency(*, config_path, verbose, quiet, since, until, month, last, sa
     if top < 0:
         raise UsageError("--top must be >= 0")
     now = parse_when(now_opt, "--now") if now_opt else None
-    win = resolve_window(since=since, until=until, month=month, last=last, now=now,
-                         default_unbounded=bool(sacct_file))
+    win = resolve_window(
+        since=since, until=until, month=month, last=last, now=now, default_unbounded=bool(sacct_file)
+    )
     window = (win.start, win.end)
-    users_l, accounts_l, parts_l, jobs_l = _csv_list(users), _csv_list(accounts), _csv_list(partitions), _csv_list(job_ids)
+    users_l, accounts_l, parts_l, jobs_l = (
+        _csv_list(users),
+        _csv_list(accounts),
+        _csv_list(partitions),
+        _csv_list(job_ids),
+    )
     if sacct_file:
         res = from_file(sacct_file, idle_below=idle_below, window=window)
         command = None
@@ -696,22 +1033,38 @@ def run_efficiency(*, config_path, verbose, quiet, since, until, month, last, sa
         from slurmkit.slurm import client
 
         command = "SLURM_TIME_FORMAT=%s " + " ".join([client.binary("sacct"), *args]).replace(
-            SACCT_DELIMITER, "$'\\x1f'")
-        res = from_sacct(args, idle_below=idle_below, window=None if jobs_l else window,
-                         timeout=rcfg["sacct_timeout"])
-    jobs = [j for j in res.jobs
-            if (not users_l or j.user in users_l) and (not accounts_l or j.account in accounts_l)
-            and (not parts_l or j.partition in parts_l) and (not jobs_l or j.job_id in jobs_l)]
+            SACCT_DELIMITER, "$'\\x1f'"
+        )
+        res = from_sacct(
+            args, idle_below=idle_below, window=None if jobs_l else window, timeout=rcfg["sacct_timeout"]
+        )
+    jobs = [
+        j
+        for j in res.jobs
+        if (not users_l or j.user in users_l)
+        and (not accounts_l or j.account in accounts_l)
+        and (not parts_l or j.partition in parts_l)
+        and (not jobs_l or j.job_id in jobs_l)
+    ]
     for w in res.warnings[:20]:
         click.echo(f"slurmkit: warning: {w}", err=True)
     rows = group(jobs, by)
     if top:
         rows = rows[:top]
-    meta = {"title": f"GPU efficiency by {by}, {win.label} (worst first; idle < {idle_below:g}%)",
-            "window": win.to_dict(), "source": sacct_file or "sacct", "sacct_command": command,
-            "idle_below_pct": idle_below, "generated_at": int(time.time()),
-            "parse": {"rows": res.rows, "malformed": res.malformed, "bad_summaries": res.bad_comments,
-                      "skipped_running": res.skipped_running}}
+    meta = {
+        "title": f"GPU efficiency by {by}, {win.label} (worst first; idle < {idle_below:g}%)",
+        "window": win.to_dict(),
+        "source": sacct_file or "sacct",
+        "sacct_command": command,
+        "idle_below_pct": idle_below,
+        "generated_at": int(time.time()),
+        "parse": {
+            "rows": res.rows,
+            "malformed": res.malformed,
+            "bad_summaries": res.bad_comments,
+            "skipped_running": res.skipped_running,
+        },
+    }
     if not jobs:
         click.echo(f"slurmkit: no ended GPU jobs in window ({win.label})", err=True)
     fmt = "json" if as_json else fmt
@@ -724,7 +1077,6 @@ def run_efficiency(*, config_path, verbose, quiet, since, until, month, last, sa
         if not quiet:
             click.echo(f"slurmkit: wrote {plot_path}", err=True)
     return 0
-
 
 
 @report.command("efficiency")

@@ -46,9 +46,11 @@ class SsubmitGroup(click.Group):
         return super().parse_args(ctx, args)
 
     def format_usage(self, ctx, formatter):
-        formatter.write("Usage: ssubmit SPEC [--dry-run] [--parsable] [--json] [--set K=V ...] [--wait]\n"
-                        "       ssubmit status|cancel|logs JOBID\n"
-                        "       ssubmit schema\n")
+        formatter.write(
+            "Usage: ssubmit SPEC [--dry-run] [--parsable] [--json] [--set K=V ...] [--wait]\n"
+            "       ssubmit status|cancel|logs JOBID\n"
+            "       ssubmit schema\n"
+        )
 
 
 @click.group(cls=SsubmitGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -67,6 +69,7 @@ def cli() -> None:
 
 
 # --------------------------------------------------------------------------- helpers
+
 
 def _record_dir(site: Dict[str, Any]) -> str:
     if site.get("record_dir"):
@@ -170,6 +173,7 @@ def _tail(path: Optional[str], lines: int) -> List[str]:
 # The job-state polling lives in slurmkit.submit.follow, imported inside the commands like the
 # Slurm client it uses, so `ssubmit --help` loads neither.
 
+
 def _job_state(job_id: str) -> Dict[str, str]:
     from slurmkit.submit import follow
 
@@ -211,21 +215,46 @@ def wait_for_job(job_id: str, *, poll: float, timeout: float, quiet: bool) -> Di
 
 # --------------------------------------------------------------------------- submit
 
+
 @cli.command("submit", hidden=True)
 @click.argument("spec_path", metavar="SPEC", type=click.Path(dir_okay=False))
 @click.option("--dry-run", is_flag=True, help="Print the script and resolved settings; submit nothing.")
 @click.option("--test-only", is_flag=True, help="Pass the script through sbatch --test-only (no submission).")
 @click.option("--parsable", is_flag=True, help="Print only the job id.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
-              help="Override a spec key (dotted path; value parsed as YAML). Repeatable.")
-@click.option("--wait", is_flag=True, help="Follow the job to its end, show the log tail, exit with its code.")
-@click.option("--wait-timeout", type=float, default=24 * 3600.0, show_default=True,
-              help="Seconds --wait follows the job before giving up (exit 4).")
+@click.option(
+    "--set",
+    "sets",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Override a spec key (dotted path; value parsed as YAML). Repeatable.",
+)
+@click.option(
+    "--wait", is_flag=True, help="Follow the job to its end, show the log tail, exit with its code."
+)
+@click.option(
+    "--wait-timeout",
+    type=float,
+    default=24 * 3600.0,
+    show_default=True,
+    help="Seconds --wait follows the job before giving up (exit 4).",
+)
 @click.option("--log-lines", type=int, default=20, show_default=True, help="Log lines shown by --wait.")
 @common_options
-def submit_cmd(spec_path, dry_run, test_only, parsable, as_json, sets, wait, wait_timeout, log_lines,
-               config_path, verbose, quiet) -> int:
+def submit_cmd(
+    spec_path,
+    dry_run,
+    test_only,
+    parsable,
+    as_json,
+    sets,
+    wait,
+    wait_timeout,
+    log_lines,
+    config_path,
+    verbose,
+    quiet,
+) -> int:
     """Submit SPEC (the default command)."""
     setup_logging(verbose, quiet)
     if not os.path.exists(spec_path):
@@ -238,17 +267,25 @@ def submit_cmd(spec_path, dry_run, test_only, parsable, as_json, sets, wait, wai
 
     if dry_run:
         if as_json:
-            print_json({"script": rendered.script, "sbatch_args": rendered.sbatch_args,
-                        "settings": rendered.settings})
+            print_json(
+                {
+                    "script": rendered.script,
+                    "sbatch_args": rendered.sbatch_args,
+                    "settings": rendered.settings,
+                }
+            )
         else:
             import yaml
 
             click.echo(rendered.script, nl=False)
             if not quiet:
                 click.echo("# ---- resolved settings (ssubmit --dry-run; nothing was submitted)", err=True)
-                click.echo(yaml.safe_dump(rendered.settings, sort_keys=True, allow_unicode=True), err=True, nl=False)
+                click.echo(
+                    yaml.safe_dump(rendered.settings, sort_keys=True, allow_unicode=True), err=True, nl=False
+                )
                 if rendered.sbatch_args:
                     import shlex
+
                     click.echo("# sbatch " + shlex.join(rendered.sbatch_args), err=True)
         return 0
     if test_only:
@@ -261,8 +298,15 @@ def submit_cmd(spec_path, dry_run, test_only, parsable, as_json, sets, wait, wai
     job_id = client.submit(rendered.script, rendered.sbatch_args)
     workdir = spec["workdir"] or os.getcwd()
     log = expand_output(spec["output"], job_id, spec["name"], workdir)
-    record = {"job_id": job_id, "name": spec["name"], "spec": os.path.abspath(spec_path), "log": log,
-              "workdir": workdir, "submitted": time.time(), "settings": rendered.settings}
+    record = {
+        "job_id": job_id,
+        "name": spec["name"],
+        "spec": os.path.abspath(spec_path),
+        "log": log,
+        "workdir": workdir,
+        "submitted": time.time(),
+        "settings": rendered.settings,
+    }
     try:
         os.makedirs(_record_dir(site), exist_ok=True)
         with open(os.path.join(_record_dir(site), f"{job_id}.json"), "w", encoding="utf-8") as fh:
@@ -278,20 +322,33 @@ def submit_cmd(spec_path, dry_run, test_only, parsable, as_json, sets, wait, wai
         click.echo(f"Submitted job {job_id} ({spec['name']}); log: {log}")
     if not wait:
         return 0
-    state = wait_for_job(job_id, poll=site["wait_poll_seconds"], timeout=wait_timeout, quiet=quiet or parsable)
+    state = wait_for_job(
+        job_id, poll=site["wait_poll_seconds"], timeout=wait_timeout, quiet=quiet or parsable
+    )
     code = _exit_from(state)
     tail = _tail(log, log_lines)
     eff = _efficiency(job_id, state)
     if as_json:
-        print_json({"job_id": job_id, "log": log, "state": state["state"], "exit_code": state.get("exit_code"),
-                    "exit": code, "log_tail": tail, "efficiency": eff.to_dict() if eff else None})
+        print_json(
+            {
+                "job_id": job_id,
+                "log": log,
+                "state": state["state"],
+                "exit_code": state.get("exit_code"),
+                "exit": code,
+                "log_tail": tail,
+                "efficiency": eff.to_dict() if eff else None,
+            }
+        )
     elif not quiet:
         if tail:
             click.echo(f"---- last {len(tail)} lines of {log}", err=True)
             for line in tail:
                 click.echo(line, err=True)
-        click.echo(f"ssubmit: job {job_id} ended {state['state']} (exit code {state.get('exit_code') or '?'})",
-                   err=True)
+        click.echo(
+            f"ssubmit: job {job_id} ended {state['state']} (exit code {state.get('exit_code') or '?'})",
+            err=True,
+        )
         if eff is not None:
             from slurmkit.report.efficiency import one_line
 
@@ -302,6 +359,7 @@ def submit_cmd(spec_path, dry_run, test_only, parsable, as_json, sets, wait, wai
 
 
 # --------------------------------------------------------------------------- status / cancel / logs
+
 
 @cli.command("status")
 @click.argument("job_id")
@@ -318,8 +376,14 @@ def status_cmd(job_id, as_json, config_path, verbose, quiet) -> None:
     info: Dict[str, Any] = {"job_id": job_id, **state}
     job = client.show_job(job_id)
     if job:
-        info.update({"restarts": job.get("Restarts", ""), "exclude": job.get("ExcNodeList", ""),
-                     "time_limit": job.get("TimeLimit", ""), "name": job.get("JobName", "")})
+        info.update(
+            {
+                "restarts": job.get("Restarts", ""),
+                "exclude": job.get("ExcNodeList", ""),
+                "time_limit": job.get("TimeLimit", ""),
+                "name": job.get("JobName", ""),
+            }
+        )
     info["log"] = _log_path(job_id, site)
     record = _read_record(job_id, site)
     if record and record.get("settings", {}).get("checkpoint_dir"):
@@ -329,8 +393,10 @@ def status_cmd(job_id, as_json, config_path, verbose, quiet) -> None:
         try:
             with open(state_file, encoding="utf-8") as fh:
                 counts = json.load(fh)
-            info["requeues"] = (f"time limit {counts.get('timeout', 0)}, preemption {counts.get('preempt', 0)}, "
-                                f"node failures {counts.get('node', 0)}")
+            info["requeues"] = (
+                f"time limit {counts.get('timeout', 0)}, preemption {counts.get('preempt', 0)}, "
+                f"node failures {counts.get('node', 0)}"
+            )
         except (OSError, ValueError):
             pass
     if state["source"] == "none" and not job:
@@ -345,16 +411,32 @@ def status_cmd(job_id, as_json, config_path, verbose, quiet) -> None:
             info["efficiency"] = eff.to_dict()
         print_json(info)
     else:
-        for key in ("job_id", "name", "state", "reason", "nodes", "restarts", "requeues", "exclude", "exit_code",
-                    "log", "efficiency"):
+        for key in (
+            "job_id",
+            "name",
+            "state",
+            "reason",
+            "nodes",
+            "restarts",
+            "requeues",
+            "exclude",
+            "exit_code",
+            "log",
+            "efficiency",
+        ):
             if info.get(key) not in (None, "", "None", "(null)"):
                 click.echo(f"{key:10} {info[key]}")
 
 
 @cli.command("cancel")
 @click.argument("job_id")
-@click.option("--signal", "sig", default=None, metavar="SIG",
-              help="Send SIG to the batch shell instead of cancelling (e.g. USR2: checkpoint and requeue).")
+@click.option(
+    "--signal",
+    "sig",
+    default=None,
+    metavar="SIG",
+    help="Send SIG to the batch shell instead of cancelling (e.g. USR2: checkpoint and requeue).",
+)
 @common_options
 def cancel_cmd(job_id, sig, config_path, verbose, quiet) -> None:
     """Cancel JOBID (or signal its batch shell with --signal)."""
@@ -364,7 +446,9 @@ def cancel_cmd(job_id, sig, config_path, verbose, quiet) -> None:
 
     client.cancel(job_id, signal=sig, batch_only=bool(sig))
     if not quiet:
-        click.echo(f"sent SIG{sig} to job {job_id}'s batch shell" if sig else f"cancelled job {job_id}", err=True)
+        click.echo(
+            f"sent SIG{sig} to job {job_id}'s batch shell" if sig else f"cancelled job {job_id}", err=True
+        )
 
 
 @cli.command("logs")

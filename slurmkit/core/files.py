@@ -15,8 +15,9 @@ from typing import Any, Optional
 _CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
 
 
-def write_json_atomic(path: str, data: Any, *, indent: Optional[int] = None, fsync: bool = False,
-                      mode: Optional[int] = None) -> None:
+def write_json_atomic(
+    path: str, data: Any, *, indent: Optional[int] = None, fsync: bool = False, mode: Optional[int] = None
+) -> None:
     """Write ``data`` as JSON (sorted keys) to ``path`` atomically.
 
     ``indent=None`` writes compact JSON. ``fsync`` flushes the data to disk before the

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import copy
 import math
-from dataclasses import dataclass, field as dc_field
+from dataclasses import dataclass
+from dataclasses import field as dc_field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 from slurmkit.core.yamlload import LineDict, load_yaml_text
@@ -67,8 +68,15 @@ class _Ctx:
 def _type_name(value: Any) -> str:
     if value is None:
         return "null"
-    return {bool: "a boolean", int: "an integer", float: "a number", str: "a string",
-            list: "a list", dict: "a mapping", LineDict: "a mapping"}.get(type(value), type(value).__name__)
+    return {
+        bool: "a boolean",
+        int: "an integer",
+        float: "a number",
+        str: "a string",
+        list: "a list",
+        dict: "a mapping",
+        LineDict: "a mapping",
+    }.get(type(value), type(value).__name__)
 
 
 def valid_keys_text(fields: Mapping[str, Field]) -> str:
@@ -123,13 +131,19 @@ def _validate(value: Any, spec: Field, ctx: _Ctx) -> Any:
             raise ctx.error(f"expected a number, got {_type_name(value)} {value!r}")
         out = float(value) if t == "float" else value
     elif t == "list":
-        if isinstance(value, (str, int, float)) and not isinstance(value, bool) and spec.items \
-                and spec.items.type == "str":
+        if (
+            isinstance(value, (str, int, float))
+            and not isinstance(value, bool)
+            and spec.items
+            and spec.items.type == "str"
+        ):
             value = [value]  # a single string where a list of strings is expected
         if not isinstance(value, list):
             raise ctx.error(f"expected a list, got {_type_name(value)}")
-        out = [(_validate(v, spec.items, ctx.child(i, value, index=True)) if spec.items else v)
-               for i, v in enumerate(value)]
+        out = [
+            (_validate(v, spec.items, ctx.child(i, value, index=True)) if spec.items else v)
+            for i, v in enumerate(value)
+        ]
     elif t == "dict":
         if not isinstance(value, dict):
             raise ctx.error(f"expected a mapping, got {_type_name(value)}")
@@ -163,15 +177,23 @@ def validate_section(value: Mapping, fields: Mapping[str, Field], ctx: _Ctx) -> 
     for key in value:
         if key not in fields:
             c = ctx.child(key, value)
-            raise ConfigError(f"unknown key {key!r}; valid keys: {valid_keys_text(fields)}",
-                              path=c.path, line=c.line, key=ctx.key or None)
+            raise ConfigError(
+                f"unknown key {key!r}; valid keys: {valid_keys_text(fields)}",
+                path=c.path,
+                line=c.line,
+                key=ctx.key or None,
+            )
     for key, spec in fields.items():
         c = ctx.child(key, value)
         if key in value:
             out[key] = _validate(value[key], spec, c)
         elif spec.required:
-            raise ConfigError(f"missing required key {key!r}", path=ctx.path,
-                              line=getattr(value, "line", None) or ctx.line, key=ctx.key or None)
+            raise ConfigError(
+                f"missing required key {key!r}",
+                path=ctx.path,
+                line=getattr(value, "line", None) or ctx.line,
+                key=ctx.key or None,
+            )
         elif spec.type == "section":
             out[key] = _validate(LineDict(), spec, c)
         else:
@@ -235,8 +257,16 @@ def parse_set_option(item: str) -> Dict[str, Any]:
     return out
 
 
-_JSON_TYPES = {"str": "string", "int": "integer", "float": "number", "number": "number",
-               "bool": "boolean", "list": "array", "dict": "object", "section": "object"}
+_JSON_TYPES = {
+    "str": "string",
+    "int": "integer",
+    "float": "number",
+    "number": "number",
+    "bool": "boolean",
+    "list": "array",
+    "dict": "object",
+    "section": "object",
+}
 
 
 def to_json_schema(spec: Field, title: Optional[str] = None) -> Dict[str, Any]:

@@ -115,8 +115,10 @@ def dir_problem(directory: str, owners: Optional[frozenset] = None) -> Optional[
         if prev is not None and prev.st_mode & 0o022:
             # a sticky parent is fine only when this entry is trusted-owned (nobody can swap it)
             if not (prev.st_mode & stat.S_ISVTX and st.st_uid in owners):
-                return f"directory {prev_path} is writable by group or others " \
-                       f"(mode {stat.S_IMODE(prev.st_mode):04o})"
+                return (
+                    f"directory {prev_path} is writable by group or others "
+                    f"(mode {stat.S_IMODE(prev.st_mode):04o})"
+                )
         if st.st_uid not in owners:
             return f"directory {path} is owned by uid {st.st_uid}, not by a trusted account"
         prev, prev_path = st, path
@@ -209,8 +211,9 @@ def writable_dir(directory: str, mode: int = 0o755, owners: Optional[frozenset] 
         return f"{directory}: {exc.strerror}"
 
 
-def lock(path: str, timeout: float, *, posix: bool = False, mode: int = 0o600,
-         owners: Optional[frozenset] = None) -> int:
+def lock(
+    path: str, timeout: float, *, posix: bool = False, mode: int = 0o600, owners: Optional[frozenset] = None
+) -> int:
     """Take an exclusive lock on ``path`` (created ``mode``, never through a symlink),
     waiting at most ``timeout`` seconds; return the descriptor (close it to unlock).
 

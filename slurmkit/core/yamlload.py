@@ -14,7 +14,6 @@ import yaml
 
 from slurmkit.errors import ConfigError
 
-
 #: Limits on any YAML document slurmkit reads (configs, job specs, tables): a spec is a
 #: few KiB, so these only stop hostile or broken input before it costs memory or time.
 MAX_BYTES = 1 << 20
@@ -45,11 +44,17 @@ def _construct_mapping(loader: _LineLoader, node: yaml.MappingNode) -> LineDict:
         try:
             hash(key)
         except TypeError:
-            raise ConfigError("mapping key is not a scalar", line=key_node.start_mark.line + 1,
-                              path=getattr(loader, "_sk_path", None)) from None
+            raise ConfigError(
+                "mapping key is not a scalar",
+                line=key_node.start_mark.line + 1,
+                path=getattr(loader, "_sk_path", None),
+            ) from None
         if key in result:
-            raise ConfigError(f"duplicate key {key!r}", path=getattr(loader, "_sk_path", None),
-                              line=key_node.start_mark.line + 1)
+            raise ConfigError(
+                f"duplicate key {key!r}",
+                path=getattr(loader, "_sk_path", None),
+                line=key_node.start_mark.line + 1,
+            )
         result[key] = loader.construct_object(value_node, deep=True)
         result.lines[key] = key_node.start_mark.line + 1
     return result
@@ -67,8 +72,9 @@ def _check_shape(data: Any, path: str) -> None:
         value, depth = stack.pop()
         count += 1
         if count > MAX_NODES:
-            raise ConfigError(f"document too large: more than {MAX_NODES} values (aliases expanded)",
-                              path=path)
+            raise ConfigError(
+                f"document too large: more than {MAX_NODES} values (aliases expanded)", path=path
+            )
         if isinstance(value, (dict, list)):
             if depth > MAX_DEPTH:
                 raise ConfigError(f"nested more than {MAX_DEPTH} levels deep", path=path)

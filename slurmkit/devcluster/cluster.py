@@ -43,12 +43,28 @@ STATE_ENV = "SLURMKIT_DEVCLUSTER_DIR"
 HOSTS_TAG = "# slurmkit-devcluster"
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
-PACKAGES = ["slurm-wlm", "slurmctld", "slurmd", "slurm-client", "slurmdbd", "munge", "mariadb-server",
-            "iproute2", "util-linux", "procps"]
-REQUIRED_BINARIES = {"/usr/sbin/slurmctld": "slurmctld", "/usr/sbin/slurmd": "slurmd",
-                     "/usr/sbin/slurmdbd": "slurmdbd", "/usr/bin/sacctmgr": "slurm-client",
-                     "/usr/bin/sbatch": "slurm-client", "/usr/sbin/munged": "munge",
-                     "/usr/sbin/mariadbd": "mariadb-server", "/usr/bin/mariadb-install-db": "mariadb-server"}
+PACKAGES = [
+    "slurm-wlm",
+    "slurmctld",
+    "slurmd",
+    "slurm-client",
+    "slurmdbd",
+    "munge",
+    "mariadb-server",
+    "iproute2",
+    "util-linux",
+    "procps",
+]
+REQUIRED_BINARIES = {
+    "/usr/sbin/slurmctld": "slurmctld",
+    "/usr/sbin/slurmd": "slurmd",
+    "/usr/sbin/slurmdbd": "slurmdbd",
+    "/usr/bin/sacctmgr": "slurm-client",
+    "/usr/bin/sbatch": "slurm-client",
+    "/usr/sbin/munged": "munge",
+    "/usr/sbin/mariadbd": "mariadb-server",
+    "/usr/bin/mariadb-install-db": "mariadb-server",
+}
 
 # Non-default ports, so a real Slurm or MariaDB on this machine is left alone.
 PORTS = {"slurmctld": 16817, "slurmd": 16818, "slurmdbd": 16819, "mariadb": 16306}
@@ -76,8 +92,9 @@ class ClusterSpec:
     healthcheck_program: Optional[str] = None
     healthcheck_interval: int = 30
     python: str = sys.executable
-    users: Dict[str, List[str]] = field(default_factory=lambda: {"alice": ["research"],
-                                                                  "bob": ["ops", "research"]})
+    users: Dict[str, List[str]] = field(
+        default_factory=lambda: {"alice": ["research"], "bob": ["ops", "research"]}
+    )
     created_users: List[str] = field(default_factory=list)
 
     @property
@@ -99,9 +116,16 @@ def _log(msg: str) -> None:
     print(f"devcluster: {msg}", file=sys.stderr, flush=True)
 
 
-def _run(argv: List[str], *, timeout: float = 60, check: bool = True, env: Optional[dict] = None,
-         input: Optional[str] = None, what: Optional[str] = None, log: Optional[str] = None
-         ) -> runner.Result:
+def _run(
+    argv: List[str],
+    *,
+    timeout: float = 60,
+    check: bool = True,
+    env: Optional[dict] = None,
+    input: Optional[str] = None,
+    what: Optional[str] = None,
+    log: Optional[str] = None,
+) -> runner.Result:
     """Run a setup command through slurmkit's runner; failures name the command and the log
     to read, as a :class:`DevclusterError` (exit code 4)."""
     try:
@@ -109,19 +133,23 @@ def _run(argv: List[str], *, timeout: float = 60, check: bool = True, env: Optio
     except CommandNotFound:
         raise DevclusterError(f"{argv[0]}: not found") from None
     except CommandTimeout:
-        raise DevclusterError(f"{what or shlex.join(argv)} timed out after {timeout:g}s"
-                              + (f"; read {log}" if log else "")) from None
+        raise DevclusterError(
+            f"{what or shlex.join(argv)} timed out after {timeout:g}s" + (f"; read {log}" if log else "")
+        ) from None
     except ExternalCommandError as exc:
         raise DevclusterError(f"{what or shlex.join(argv)}: {exc}") from None
     if check and res.returncode != 0:
         tail = runner.tail(res.stderr or res.stdout)
-        raise DevclusterError(f"{what or shlex.join(argv)} failed (exit {res.returncode}): {tail}"
-                              + (f"; read {log}" if log else ""))
+        raise DevclusterError(
+            f"{what or shlex.join(argv)} failed (exit {res.returncode}): {tail}"
+            + (f"; read {log}" if log else "")
+        )
     return res
 
 
-def _probe(argv: List[str], *, timeout: float, env: Optional[dict] = None,
-           input: Optional[str] = None) -> Optional[runner.Result]:
+def _probe(
+    argv: List[str], *, timeout: float, env: Optional[dict] = None, input: Optional[str] = None
+) -> Optional[runner.Result]:
     """One try of a readiness probe through the runner; ``None`` when it timed out.
 
     A probe that hangs means "not ready yet" (the caller's wait loop holds the overall
@@ -134,8 +162,9 @@ def _probe(argv: List[str], *, timeout: float, env: Optional[dict] = None,
         raise DevclusterError(str(exc)) from None
 
 
-def _succeeds(argv: List[str], *, timeout: float, env: Optional[dict] = None,
-              input: Optional[str] = None) -> bool:
+def _succeeds(
+    argv: List[str], *, timeout: float, env: Optional[dict] = None, input: Optional[str] = None
+) -> bool:
     """Did ``argv`` exit 0 within ``timeout`` (see :func:`_probe`)?"""
     res = _probe(argv, timeout=timeout, env=env, input=input)
     return res is not None and res.returncode == 0
@@ -162,15 +191,18 @@ def _pid_alive(pidfile: Path) -> Optional[int]:
     return pid
 
 
-def _wait(cond: Callable[[], bool], timeout: float, what: str, log: Optional[str] = None,
-          interval: float = 0.1) -> None:
+def _wait(
+    cond: Callable[[], bool], timeout: float, what: str, log: Optional[str] = None, interval: float = 0.1
+) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if cond():
             return
         time.sleep(interval)
         interval = min(interval * 1.5, 1.0)
-    raise DevclusterError(f"timed out after {timeout:g}s waiting for {what}" + (f"; read {log}" if log else ""))
+    raise DevclusterError(
+        f"timed out after {timeout:g}s waiting for {what}" + (f"; read {log}" if log else "")
+    )
 
 
 def _port_open(host: str, port: int) -> bool:
@@ -227,16 +259,27 @@ class DevCluster:
         env = dict(os.environ)
         env["SLURM_CONF"] = str(self.slurm_conf)
         env["SLURMKIT_CONFIG"] = str(self.slurmkit_config)
-        env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), "/usr/local/sbin", "/usr/local/bin",
-                                       "/usr/sbin", "/usr/bin", "/sbin", "/bin"])
+        env["PATH"] = os.pathsep.join(
+            [
+                os.path.dirname(sys.executable),
+                "/usr/local/sbin",
+                "/usr/local/bin",
+                "/usr/sbin",
+                "/usr/bin",
+                "/sbin",
+                "/bin",
+            ]
+        )
         return env
 
     def daemons(self, spec: ClusterSpec) -> Dict[str, Path]:
         """Daemon name -> pid file."""
-        d = {"munged": self.root / "munge" / "munged.pid",
-             "mariadbd": self.root / "mysql" / "mysqld.pid",
-             "slurmdbd": self.root / "run" / "slurmdbd.pid",
-             "slurmctld": self.root / "run" / "slurmctld.pid"}
+        d = {
+            "munged": self.root / "munge" / "munged.pid",
+            "mariadbd": self.root / "mysql" / "mysqld.pid",
+            "slurmdbd": self.root / "run" / "slurmdbd.pid",
+            "slurmctld": self.root / "run" / "slurmctld.pid",
+        }
         for n in spec.node_names:
             d[f"slurmd:{n}"] = self.root / "run" / f"slurmd-{n}.pid"
         return d
@@ -252,7 +295,9 @@ class DevCluster:
             return
         cmd = "apt-get install -y --no-install-recommends " + " ".join(PACKAGES)
         if not install or os.geteuid() != 0:
-            raise DevclusterError(f"missing packages {', '.join(missing)}; as root run: apt-get update && {cmd}")
+            raise DevclusterError(
+                f"missing packages {', '.join(missing)}; as root run: apt-get update && {cmd}"
+            )
         _log(f"installing {' '.join(PACKAGES)} (apt-get)")
         policy = Path("/usr/sbin/policy-rc.d")
         made_policy = not policy.exists()
@@ -262,8 +307,12 @@ class DevCluster:
         env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
         try:
             _run(["apt-get", "update", "-q"], timeout=300, env=env, what="apt-get update")
-            _run(["apt-get", "install", "-y", "-q", "--no-install-recommends", *PACKAGES], timeout=900,
-                 env=env, what="apt-get install")
+            _run(
+                ["apt-get", "install", "-y", "-q", "--no-install-recommends", *PACKAGES],
+                timeout=900,
+                env=env,
+                what="apt-get install",
+            )
         finally:
             if made_policy:
                 policy.unlink(missing_ok=True)
@@ -273,8 +322,9 @@ class DevCluster:
 
     def _check_system(self, spec: ClusterSpec) -> None:
         if os.geteuid() != 0:
-            raise DevclusterError("devcluster needs root (it starts munged, MariaDB and Slurm daemons); "
-                                  "run it with sudo")
+            raise DevclusterError(
+                "devcluster needs root (it starts munged, MariaDB and Slurm daemons); run it with sudo"
+            )
         if spec.mode not in ("netns", "ports"):
             raise DevclusterError(f"unknown mode {spec.mode!r}; valid modes: netns, ports")
         if spec.nodes < 1 or spec.nodes > 64:
@@ -285,8 +335,10 @@ class DevCluster:
         host = "127.0.0.1"
         for name, port in PORTS.items():
             if _port_open(host, port):
-                raise DevclusterError(f"port {port} (for {name}) is already in use on {host}; "
-                                      f"stop what holds it (ss -ltnp 'sport = :{port}')")
+                raise DevclusterError(
+                    f"port {port} (for {name}) is already in use on {host}; "
+                    f"stop what holds it (ss -ltnp 'sport = :{port}')"
+                )
 
     # ------------------------------------------------------------------ config files
     def _write(self, rel: str, text: str, mode: int = 0o644, owner: Optional[str] = None) -> Path:
@@ -305,9 +357,11 @@ class DevCluster:
         ctld_addr = BRIDGE_IP if spec.mode == "netns" else "127.0.0.1"
         n = spec.nodes
         gres = f"gpu:{spec.gpu_type}:{spec.gpus_per_node}" if spec.gpu_type else f"gpu:{spec.gpus_per_node}"
-        node_common = (f"CPUs={spec.cpus_per_node} Boards=1 SocketsPerBoard=2 "
-                       f"CoresPerSocket={max(1, spec.cpus_per_node // 2)} ThreadsPerCore=1 "
-                       f"RealMemory={spec.mem_per_node_mb} Gres={gres} State=UNKNOWN")
+        node_common = (
+            f"CPUs={spec.cpus_per_node} Boards=1 SocketsPerBoard=2 "
+            f"CoresPerSocket={max(1, spec.cpus_per_node // 2)} ThreadsPerCore=1 "
+            f"RealMemory={spec.mem_per_node_mb} Gres={gres} State=UNKNOWN"
+        )
         names = f"node[1-{n}]" if n > 1 else "node1"
         if spec.mode == "netns":
             addrs = ",".join(spec.node_ip(i) for i in range(1, n + 1))
@@ -356,7 +410,9 @@ class DevCluster:
             "PreemptType=preempt/partition_prio",
             "PreemptMode=REQUEUE",
             "AccountingStorageType=accounting_storage/slurmdbd",
-            "AccountingStorageHost=127.0.0.1" if spec.mode == "ports" else f"AccountingStorageHost={BRIDGE_IP}",
+            "AccountingStorageHost=127.0.0.1"
+            if spec.mode == "ports"
+            else f"AccountingStorageHost={BRIDGE_IP}",
             f"AccountingStoragePort={PORTS['slurmdbd']}",
             # Where a dbd client finds munge: our own munged, not /run/munge.
             f"AccountingStoragePass={self.munge_socket}",
@@ -368,8 +424,11 @@ class DevCluster:
         # programs only with --hooks. Alloc: gate every node at allocation time.
         lines += [f"Prolog={r}/hooks/prolog", "PrologFlags=Alloc", f"Epilog={r}/hooks/epilog"]
         if spec.healthcheck or spec.healthcheck_program:
-            lines += [f"HealthCheckProgram={r}/hooks/healthcheck",
-                      f"HealthCheckInterval={spec.healthcheck_interval}", "HealthCheckNodeState=ANY"]
+            lines += [
+                f"HealthCheckProgram={r}/hooks/healthcheck",
+                f"HealthCheckInterval={spec.healthcheck_interval}",
+                "HealthCheckNodeState=ANY",
+            ]
         lines += [
             node_line,
             "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP PriorityTier=10",
@@ -380,45 +439,58 @@ class DevCluster:
 
     def render_gres_conf(self, spec: ClusterSpec) -> str:
         names = f"node[1-{spec.nodes}]" if spec.nodes > 1 else "node1"
-        files = f"{self.root}/fakegpu/nvidia[0-{spec.gpus_per_node - 1}]" if spec.gpus_per_node > 1 \
+        files = (
+            f"{self.root}/fakegpu/nvidia[0-{spec.gpus_per_node - 1}]"
+            if spec.gpus_per_node > 1
             else f"{self.root}/fakegpu/nvidia0"
+        )
         typ = f" Type={spec.gpu_type}" if spec.gpu_type else ""
         return f"NodeName={names} Name=gpu{typ} File={files}\n"
 
     def render_slurmdbd_conf(self, spec: ClusterSpec, password: str) -> str:
         r = self.root
-        return "\n".join([
-            "AuthType=auth/munge",
-            f"AuthInfo=socket={self.munge_socket}",
-            "DbdHost=localhost",
-            f"DbdPort={PORTS['slurmdbd']}",
-            "SlurmUser=slurm",
-            "DebugLevel=info",
-            f"LogFile={r}/log/slurmdbd.log",
-            f"PidFile={r}/run/slurmdbd.pid",
-            "StorageType=accounting_storage/mysql",
-            "StorageHost=127.0.0.1",
-            f"StoragePort={PORTS['mariadb']}",
-            "StorageUser=slurm",
-            f"StoragePass={password}",
-            "StorageLoc=slurm_acct_db",
-        ]) + "\n"
+        return (
+            "\n".join(
+                [
+                    "AuthType=auth/munge",
+                    f"AuthInfo=socket={self.munge_socket}",
+                    "DbdHost=localhost",
+                    f"DbdPort={PORTS['slurmdbd']}",
+                    "SlurmUser=slurm",
+                    "DebugLevel=info",
+                    f"LogFile={r}/log/slurmdbd.log",
+                    f"PidFile={r}/run/slurmdbd.pid",
+                    "StorageType=accounting_storage/mysql",
+                    "StorageHost=127.0.0.1",
+                    f"StoragePort={PORTS['mariadb']}",
+                    "StorageUser=slurm",
+                    f"StoragePass={password}",
+                    "StorageLoc=slurm_acct_db",
+                ]
+            )
+            + "\n"
+        )
 
     def render_slurmkit_config(self, spec: ClusterSpec) -> str:
         r = self.root
-        return "\n".join([
-            "# slurmkit site config for the devcluster (generated by `slurmkit devcluster up`).",
-            "paths:",
-            f"  state_dir: {r}/slurmkit/state",
-            f"  shared_dir: {r}/shared/verdicts",
-            f"  metrics_dir: {r}/slurmkit/metrics",
-            f"  log_dir: {r}/slurmkit/log",
-            "health:",
-            "  backend: simulated",
-            f"  simulated_fixture: {r}/gpu/{{node}}.yaml",
-            "submit:",
-            f"  checkpoint_root: {r}/shared/checkpoints",
-        ]) + "\n"
+        return (
+            "\n".join(
+                [
+                    "# slurmkit site config for the devcluster (generated by `slurmkit devcluster up`).",
+                    "paths:",
+                    f"  state_dir: {r}/slurmkit/state",
+                    f"  shared_dir: {r}/shared/verdicts",
+                    f"  metrics_dir: {r}/slurmkit/metrics",
+                    f"  log_dir: {r}/slurmkit/log",
+                    "health:",
+                    "  backend: simulated",
+                    f"  simulated_fixture: {r}/gpu/{{node}}.yaml",
+                    "submit:",
+                    f"  checkpoint_root: {r}/shared/checkpoints",
+                ]
+            )
+            + "\n"
+        )
 
     def _hook_wrapper(self, spec: ClusterSpec, name: str, target: Optional[str]) -> str:
         """A hook script: fault injection by marker file, then slurmkit's own program.
@@ -427,24 +499,35 @@ class DevCluster:
         A file ``hooks/fail-<hook>-<node>`` (or ``hooks/fail-<hook>``) makes the hook
         exit with the number it holds (default 1): how tests provoke a failing prolog.
         """
-        path = ":".join([os.path.dirname(spec.python), "/usr/local/sbin", "/usr/local/bin", "/usr/sbin",
-                         "/usr/bin", "/sbin", "/bin"])
+        path = ":".join(
+            [
+                os.path.dirname(spec.python),
+                "/usr/local/sbin",
+                "/usr/local/bin",
+                "/usr/sbin",
+                "/usr/bin",
+                "/sbin",
+                "/bin",
+            ]
+        )
         hooks_dir = shlex.quote(str(self.root / "hooks"))
-        text = ("#!/bin/sh\n"
-                "# Generated by slurmkit devcluster.\n"
-                f"PATH={shlex.quote(path)}; export PATH\n"
-                f"SLURMKIT_CONFIG={shlex.quote(str(self.slurmkit_config))}; export SLURMKIT_CONFIG\n"
-                f"SLURM_CONF={shlex.quote(str(self.slurm_conf))}; export SLURM_CONF\n"
-                f"for marker in {hooks_dir}/fail-{name}-\"$SLURMD_NODENAME\" {hooks_dir}/fail-{name}; do\n"
-                "  if [ -f \"$marker\" ]; then\n"
-                "    rc=$(cat \"$marker\" 2>/dev/null)\n"
-                "    case \"$rc\" in ''|*[!0-9]*) rc=1 ;; esac\n"
-                f"    echo \"devcluster: injected {name} failure ($marker)\" >&2\n"
-                "    exit \"$rc\"\n"
-                "  fi\n"
-                "done\n")
+        text = (
+            "#!/bin/sh\n"
+            "# Generated by slurmkit devcluster.\n"
+            f"PATH={shlex.quote(path)}; export PATH\n"
+            f"SLURMKIT_CONFIG={shlex.quote(str(self.slurmkit_config))}; export SLURMKIT_CONFIG\n"
+            f"SLURM_CONF={shlex.quote(str(self.slurm_conf))}; export SLURM_CONF\n"
+            f'for marker in {hooks_dir}/fail-{name}-"$SLURMD_NODENAME" {hooks_dir}/fail-{name}; do\n'
+            '  if [ -f "$marker" ]; then\n'
+            '    rc=$(cat "$marker" 2>/dev/null)\n'
+            "    case \"$rc\" in ''|*[!0-9]*) rc=1 ;; esac\n"
+            f'    echo "devcluster: injected {name} failure ($marker)" >&2\n'
+            '    exit "$rc"\n'
+            "  fi\n"
+            "done\n"
+        )
         if target:
-            text += f"exec {shlex.quote(spec.python)} {shlex.quote(target)} \"$@\"\n"
+            text += f'exec {shlex.quote(spec.python)} {shlex.quote(target)} "$@"\n'
         else:
             text += "exit 0\n"
         return text
@@ -454,8 +537,18 @@ class DevCluster:
         slurm = pwd.getpwnam("slurm")
         self.root.mkdir(parents=True, exist_ok=True)
         self.root.chmod(0o755)
-        for sub in ("etc", "run", "log", "spool/ctld", "hooks", "gpu", "fakegpu", "slurmkit/state",
-                    "slurmkit/metrics", "slurmkit/log"):
+        for sub in (
+            "etc",
+            "run",
+            "log",
+            "spool/ctld",
+            "hooks",
+            "gpu",
+            "fakegpu",
+            "slurmkit/state",
+            "slurmkit/metrics",
+            "slurmkit/log",
+        ):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
         for n in spec.node_names:
             (self.root / "spool" / "slurmd" / n).mkdir(parents=True, exist_ok=True)
@@ -500,8 +593,9 @@ class DevCluster:
         targets = {
             "prolog": spec.prolog or (str(REPO_ROOT / "prolog" / "slurmkit-prolog") if spec.hooks else None),
             "epilog": spec.epilog or (str(REPO_ROOT / "epilog" / "slurmkit-epilog") if spec.hooks else None),
-            "healthcheck": spec.healthcheck_program or (
-                str(REPO_ROOT / "prolog" / "slurmkit-healthcheck") if spec.healthcheck else None)}
+            "healthcheck": spec.healthcheck_program
+            or (str(REPO_ROOT / "prolog" / "slurmkit-healthcheck") if spec.healthcheck else None),
+        }
         for name, target in targets.items():
             if target and not os.path.exists(target):
                 raise DevclusterError(f"hook program for {name} not found: {target}")
@@ -526,15 +620,30 @@ class DevCluster:
         os.chown(key, munge.pw_uid, munge.pw_gid)
         key.chmod(0o400)
         log = mdir / "munged.log"
-        _run(["runuser", "-u", "munge", "--", "/usr/sbin/munged", f"--socket={self.munge_socket}",
-              f"--key-file={key}", f"--pid-file={pidfile}", f"--log-file={log}",
-              f"--seed-file={mdir / 'munged.seed'}"], timeout=20, what="munged", log=str(log))
+        _run(
+            [
+                "runuser",
+                "-u",
+                "munge",
+                "--",
+                "/usr/sbin/munged",
+                f"--socket={self.munge_socket}",
+                f"--key-file={key}",
+                f"--pid-file={pidfile}",
+                f"--log-file={log}",
+                f"--seed-file={mdir / 'munged.seed'}",
+            ],
+            timeout=20,
+            what="munged",
+            log=str(log),
+        )
 
         def ready() -> bool:
             enc = _probe(["munge", "-n", "-S", str(self.munge_socket)], timeout=5)
             if enc is None or enc.returncode != 0:
                 return False
             return _succeeds(["unmunge", "-S", str(self.munge_socket)], input=enc.stdout, timeout=5)
+
         _wait(ready, 15, "munged", str(log))
 
     def _setup_network(self, spec: ClusterSpec) -> None:
@@ -551,8 +660,10 @@ class DevCluster:
                 # A veth left over from an interrupted run would block the new pair.
                 _run(["ip", "link", "del", f"skv{i}"], timeout=20, check=False)
                 _run(["ip", "netns", "add", ns], what=f"creating namespace {ns}")
-                _run(["ip", "link", "add", f"skv{i}", "type", "veth", "peer", "name", "eth0", "netns", ns],
-                     what=f"creating the veth pair for {n}")
+                _run(
+                    ["ip", "link", "add", f"skv{i}", "type", "veth", "peer", "name", "eth0", "netns", ns],
+                    what=f"creating the veth pair for {n}",
+                )
                 _run(["ip", "link", "set", f"skv{i}", "master", BRIDGE, "up"])
                 _run(["ip", "-n", ns, "addr", "add", f"{spec.node_ip(i)}/24", "dev", "eth0"])
                 _run(["ip", "-n", ns, "link", "set", "eth0", "up"])
@@ -577,14 +688,35 @@ class DevCluster:
         if _pid_alive(pidfile) and self.mysql_socket.exists():
             return
         if not (data / "mysql").exists():
-            _run(["mariadb-install-db", "--no-defaults", "--user=mysql", f"--datadir={data}",
-                  "--auth-root-authentication-method=socket", "--skip-test-db"], timeout=180,
-                 what="mariadb-install-db", log=str(log))
-        args = ["/usr/sbin/mariadbd", "--no-defaults", "--user=mysql", f"--datadir={data}",
-                f"--socket={self.mysql_socket}", f"--pid-file={pidfile}", f"--port={PORTS['mariadb']}",
-                "--bind-address=127.0.0.1", f"--log-error={log}", "--innodb-buffer-pool-size=256M",
-                "--innodb-log-file-size=64M", "--innodb-lock-wait-timeout=900", "--max-allowed-packet=16M",
-                "--skip-name-resolve"]
+            _run(
+                [
+                    "mariadb-install-db",
+                    "--no-defaults",
+                    "--user=mysql",
+                    f"--datadir={data}",
+                    "--auth-root-authentication-method=socket",
+                    "--skip-test-db",
+                ],
+                timeout=180,
+                what="mariadb-install-db",
+                log=str(log),
+            )
+        args = [
+            "/usr/sbin/mariadbd",
+            "--no-defaults",
+            "--user=mysql",
+            f"--datadir={data}",
+            f"--socket={self.mysql_socket}",
+            f"--pid-file={pidfile}",
+            f"--port={PORTS['mariadb']}",
+            "--bind-address=127.0.0.1",
+            f"--log-error={log}",
+            "--innodb-buffer-pool-size=256M",
+            "--innodb-log-file-size=64M",
+            "--innodb-lock-wait-timeout=900",
+            "--max-allowed-packet=16M",
+            "--skip-name-resolve",
+        ]
         with open(os.devnull, "rb") as devnull, open(mdir / "mysqld.out", "ab") as out:
             # mariadbd does not daemonise: detach it into its own session.
             try:
@@ -593,17 +725,25 @@ class DevCluster:
                 raise DevclusterError(f"mariadbd: {exc}") from None
 
         def ready() -> bool:
-            return _succeeds(["mariadb-admin", f"--socket={self.mysql_socket}", "-u", "root", "ping"],
-                             timeout=5)
+            return _succeeds(
+                ["mariadb-admin", f"--socket={self.mysql_socket}", "-u", "root", "ping"], timeout=5
+            )
+
         _wait(ready, 60, "MariaDB", str(log))
         password = (self.root / "etc" / ".dbpass").read_text().strip()
-        sql = ("CREATE DATABASE IF NOT EXISTS slurm_acct_db;"
-               f"CREATE USER IF NOT EXISTS 'slurm'@'127.0.0.1' IDENTIFIED BY '{password}';"
-               f"CREATE USER IF NOT EXISTS 'slurm'@'localhost' IDENTIFIED BY '{password}';"
-               "GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1';"
-               "GRANT ALL ON slurm_acct_db.* TO 'slurm'@'localhost'; FLUSH PRIVILEGES;")
-        _run(["mariadb", f"--socket={self.mysql_socket}", "-u", "root", "-e", sql], timeout=30,
-             what="creating the accounting database", log=str(log))
+        sql = (
+            "CREATE DATABASE IF NOT EXISTS slurm_acct_db;"
+            f"CREATE USER IF NOT EXISTS 'slurm'@'127.0.0.1' IDENTIFIED BY '{password}';"
+            f"CREATE USER IF NOT EXISTS 'slurm'@'localhost' IDENTIFIED BY '{password}';"
+            "GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1';"
+            "GRANT ALL ON slurm_acct_db.* TO 'slurm'@'localhost'; FLUSH PRIVILEGES;"
+        )
+        _run(
+            ["mariadb", f"--socket={self.mysql_socket}", "-u", "root", "-e", sql],
+            timeout=30,
+            what="creating the accounting database",
+            log=str(log),
+        )
 
     def _start_slurmdbd(self, env: Dict[str, str]) -> None:
         pidfile = self.root / "run" / "slurmdbd.pid"
@@ -613,11 +753,20 @@ class DevCluster:
             _run(["/usr/sbin/slurmdbd"], env=denv, timeout=30, what="slurmdbd", log=log)
         _wait(lambda: _port_open("127.0.0.1", PORTS["slurmdbd"]), 30, "slurmdbd to listen", log)
         # Registering the cluster needs a live slurmdbd; sacctmgr answers rc 1 when it exists.
-        res = _run(["sacctmgr", "-i", "-n", "-P", "show", "cluster", "format=cluster"], env=env, timeout=30,
-                   check=False)
+        res = _run(
+            ["sacctmgr", "-i", "-n", "-P", "show", "cluster", "format=cluster"],
+            env=env,
+            timeout=30,
+            check=False,
+        )
         if "dev" not in res.stdout.split():
-            _run(["sacctmgr", "-i", "add", "cluster", "dev"], env=env, timeout=30,
-                 what="sacctmgr add cluster", log=log)
+            _run(
+                ["sacctmgr", "-i", "add", "cluster", "dev"],
+                env=env,
+                timeout=30,
+                what="sacctmgr add cluster",
+                log=log,
+            )
 
     def _start_slurmctld(self, env: Dict[str, str]) -> None:
         pidfile = self.root / "run" / "slurmctld.pid"
@@ -627,23 +776,36 @@ class DevCluster:
 
         def ready() -> bool:
             return _succeeds(["scontrol", "ping"], env=env, timeout=10)
+
         _wait(ready, 30, "slurmctld (scontrol ping)", log)
 
     def _start_slurmds(self, spec: ClusterSpec, env: Dict[str, str]) -> None:
-        for i, n in enumerate(spec.node_names, start=1):
+        for n in spec.node_names:
             pidfile = self.root / "run" / f"slurmd-{n}.pid"
             if _pid_alive(pidfile):
                 continue
             log = self.log(f"slurmd-{n}.log")
             if spec.mode == "netns":
-                argv = ["nsenter", f"--net=/run/netns/sk-{n}", "unshare", "--uts", "--",
-                        "sh", "-c", f"hostname {n} && exec /usr/sbin/slurmd -N {n}"]
+                argv = [
+                    "nsenter",
+                    f"--net=/run/netns/sk-{n}",
+                    "unshare",
+                    "--uts",
+                    "--",
+                    "sh",
+                    "-c",
+                    f"hostname {n} && exec /usr/sbin/slurmd -N {n}",
+                ]
             else:
                 argv = ["/usr/sbin/slurmd", "-N", n]
             _run(argv, env=env, timeout=30, what=f"slurmd for {n}", log=log)
         for n in spec.node_names:
-            _wait(lambda n=n: _pid_alive(self.root / "run" / f"slurmd-{n}.pid") is not None, 20,
-                  f"slurmd {n} to write its pid file", self.log(f"slurmd-{n}.log"))
+            _wait(
+                lambda n=n: _pid_alive(self.root / "run" / f"slurmd-{n}.pid") is not None,
+                20,
+                f"slurmd {n} to write its pid file",
+                self.log(f"slurmd-{n}.log"),
+            )
 
     def _accounts(self, spec: ClusterSpec, env: Dict[str, str]) -> List[str]:
         created = []
@@ -681,15 +843,20 @@ class DevCluster:
             if res is None:
                 return False
             states = dict(line.split()[:2] for line in res.stdout.splitlines() if line.strip())
-            bad = [n for n in spec.node_names if states.get(n, "").rstrip("*~#") not in
-                   ("idle", "mixed", "allocated")]
+            bad = [
+                n
+                for n in spec.node_names
+                if states.get(n, "").rstrip("*~#") not in ("idle", "mixed", "allocated")
+            ]
             if bad:
                 # A node drained by an earlier run of a test stays drained; resume what is ours.
                 for n in bad:
                     if states.get(n, "").startswith(("drain", "inval")):
-                        _succeeds(["scontrol", "update", f"NodeName={n}", "State=RESUME"], env=env,
-                                  timeout=10)
+                        _succeeds(
+                            ["scontrol", "update", f"NodeName={n}", "State=RESUME"], env=env, timeout=10
+                        )
             return not bad
+
         _wait(all_idle, timeout, "all nodes to become idle", self.log("slurmctld.log"), interval=0.3)
 
     # ------------------------------------------------------------------ public API
@@ -699,8 +866,10 @@ class DevCluster:
         current = self.load_spec()
         if current is not None and self.running(current):
             if current.comparable() != spec.comparable():
-                raise DevclusterError(f"a different devcluster is running from {self.root}; "
-                                      f"run `slurmkit devcluster down` first")
+                raise DevclusterError(
+                    f"a different devcluster is running from {self.root}; "
+                    f"run `slurmkit devcluster down` first"
+                )
             self.wait_nodes_idle(current, self.env())
             return current
         self.ensure_packages(install)
@@ -735,19 +904,32 @@ class DevCluster:
         daemons = {}
         for name, pidfile in self.daemons(spec).items():
             pid = _pid_alive(pidfile)
-            daemons[name] = {"pid": pid, "state": "running" if pid else ("STALE" if pidfile.exists()
-                                                                           else "stopped")}
+            daemons[name] = {
+                "pid": pid,
+                "state": "running" if pid else ("STALE" if pidfile.exists() else "stopped"),
+            }
         sinfo = ""
         if daemons.get("slurmctld", {}).get("pid"):
             res = _run(["sinfo", "-N", "-o", "%N %P %T %G %E"], env=self.env(), timeout=10, check=False)
             sinfo = res.stdout if res.returncode == 0 else res.stderr
-        return {"state_dir": str(self.root), "mode": spec.mode, "nodes": spec.node_names,
-                "up": all(d["pid"] for d in daemons.values()), "daemons": daemons, "sinfo": sinfo}
+        return {
+            "state_dir": str(self.root),
+            "mode": spec.mode,
+            "nodes": spec.node_names,
+            "up": all(d["pid"] for d in daemons.values()),
+            "daemons": daemons,
+            "sinfo": sinfo,
+        }
 
     def stop_daemons(self, spec: ClusterSpec, timeout: float = 30) -> None:
         """TERM every daemon through its pid file (slurmds in parallel), then KILL stragglers."""
-        order = [["slurmctld"], [k for k in self.daemons(spec) if k.startswith("slurmd:")], ["slurmdbd"],
-                 ["mariadbd"], ["munged"]]
+        order = [
+            ["slurmctld"],
+            [k for k in self.daemons(spec) if k.startswith("slurmd:")],
+            ["slurmdbd"],
+            ["mariadbd"],
+            ["munged"],
+        ]
         pidfiles = self.daemons(spec)
         for group in order:
             pids = {}
@@ -777,8 +959,11 @@ class DevCluster:
                 continue
             try:
                 cmd = (proc / "cmdline").read_bytes().split(b"\0")
-                if cmd and cmd[0].endswith(b"slurmstepd") and str(self.root).encode() in \
-                        (proc / "environ").read_bytes():
+                if (
+                    cmd
+                    and cmd[0].endswith(b"slurmstepd")
+                    and str(self.root).encode() in (proc / "environ").read_bytes()
+                ):
                     os.kill(int(proc.name), signal.SIGKILL)
             except (OSError, ValueError):
                 continue
@@ -787,8 +972,10 @@ class DevCluster:
         spec = self.load_spec()
         if spec is None:
             if self.root.exists() and any(self.root.iterdir()):
-                raise DevclusterError(f"{self.root} holds no cluster.json: not a devcluster state directory; "
-                                      f"refusing to remove it")
+                raise DevclusterError(
+                    f"{self.root} holds no cluster.json: not a devcluster state directory; "
+                    f"refusing to remove it"
+                )
             return
         self.stop_daemons(spec)
         if spec.mode == "netns":

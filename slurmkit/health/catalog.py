@@ -19,9 +19,9 @@ from __future__ import annotations
 from typing import Dict, List, Optional
 
 from slurmkit.health import heavy
-from slurmkit.verdict.base import Tier
 from slurmkit.health.checks import gpu, host
 from slurmkit.health.declare import ALL_HOOKS, HEAVY_HOOKS, CheckSpec, declared
+from slurmkit.verdict.base import Tier
 
 __all__ = ["ALL_HOOKS", "CATALOG", "HEAVY_HOOKS", "CheckSpec", "build_catalog", "select"]
 

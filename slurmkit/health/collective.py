@@ -61,8 +61,9 @@ FILL_PERIOD = 16
 def algbw_gbps(n_bytes: float, seconds: float) -> float:
     """nccl-tests' algorithm bandwidth ``S / t`` in GB/s."""
     if not (math.isfinite(seconds) and seconds > 0) or not (math.isfinite(n_bytes) and n_bytes >= 0):
-        raise ValueError(f"bandwidth needs a finite size >= 0 and a time > 0, "
-                         f"got {n_bytes!r} B in {seconds!r} s")
+        raise ValueError(
+            f"bandwidth needs a finite size >= 0 and a time > 0, got {n_bytes!r} B in {seconds!r} s"
+        )
     return n_bytes / seconds / GB
 
 
@@ -87,10 +88,10 @@ class AllReduceResult:
     bytes: int
     ranks: int
     iterations: int
-    seconds: float        # slowest rank's mean time per iteration
-    wrong: int            # wrong elements, summed over the group's ranks
+    seconds: float  # slowest rank's mean time per iteration
+    wrong: int  # wrong elements, summed over the group's ranks
     local_seconds: float  # this rank's mean time per iteration
-    local_wrong: int      # this rank's wrong elements
+    local_wrong: int  # this rank's wrong elements
     backend: str
 
     @property
@@ -102,13 +103,21 @@ class AllReduceResult:
         return busbw_gbps(self.bytes, self.seconds, self.ranks)
 
     def details(self) -> Dict[str, Any]:
-        return {"busbw_gbps": self.busbw_gbps, "algbw_gbps": self.algbw_gbps, "ranks": self.ranks,
-                "seconds": self.seconds, "wrong": self.wrong, "backend": self.backend, "bytes": self.bytes,
-                "iterations": self.iterations}
+        return {
+            "busbw_gbps": self.busbw_gbps,
+            "algbw_gbps": self.algbw_gbps,
+            "ranks": self.ranks,
+            "seconds": self.seconds,
+            "wrong": self.wrong,
+            "backend": self.backend,
+            "bytes": self.bytes,
+            "iterations": self.iterations,
+        }
 
 
-def timed_allreduce(n_bytes: int, iterations: int, *, device: Any = None, group: Any = None,
-                    warmup: int = 1) -> AllReduceResult:
+def timed_allreduce(
+    n_bytes: int, iterations: int, *, device: Any = None, group: Any = None, warmup: int = 1
+) -> AllReduceResult:
     """Check and time ``iterations`` all_reduce calls of a float32 buffer of ``n_bytes``.
 
     Every rank of ``group`` (the default group when ``None``) must call it with the same
@@ -148,14 +157,29 @@ def timed_allreduce(n_bytes: int, iterations: int, *, device: Any = None, group:
     dist.all_reduce(slowest, op=dist.ReduceOp.MAX, group=group)
     wrong = torch.tensor([float(local_wrong)], dtype=torch.float64, device=dev)
     dist.all_reduce(wrong, group=group)
-    return AllReduceResult(bytes=numel * 4, ranks=world, iterations=iterations, seconds=float(slowest.item()),
-                           wrong=int(wrong.item()), local_seconds=local_seconds, local_wrong=local_wrong,
-                           backend=str(dist.get_backend(group)))
+    return AllReduceResult(
+        bytes=numel * 4,
+        ranks=world,
+        iterations=iterations,
+        seconds=float(slowest.item()),
+        wrong=int(wrong.item()),
+        local_seconds=local_seconds,
+        local_wrong=local_wrong,
+        backend=str(dist.get_backend(group)),
+    )
 
 
-def judge(check: str, busbw: float, *, wrong: int = 0, floor: Optional[float] = None,
-          expected: Optional[float] = None, min_fraction: float = 0.9, where: str = "",
-          details: Optional[Dict[str, Any]] = None) -> CheckResult:
+def judge(
+    check: str,
+    busbw: float,
+    *,
+    wrong: int = 0,
+    floor: Optional[float] = None,
+    expected: Optional[float] = None,
+    min_fraction: float = 0.9,
+    where: str = "",
+    details: Optional[Dict[str, Any]] = None,
+) -> CheckResult:
     """The verdict on one all_reduce: wrong elements first, then busbw below ``floor`` or
     below ``min_fraction`` x ``expected`` (nccl-tests' 0.9 x floor rule), else OK.
 
@@ -163,14 +187,22 @@ def judge(check: str, busbw: float, *, wrong: int = 0, floor: Optional[float] = 
     gains the figures judged against; ``expected_gbps`` is what the metrics export as the
     reference for the 90 % alert.
     """
-    d = dict(details or {}, busbw_gbps=busbw, floor_gbps=floor, expected_gbps=expected,
-             min_fraction=min_fraction)
+    d = dict(
+        details or {}, busbw_gbps=busbw, floor_gbps=floor, expected_gbps=expected, min_fraction=min_fraction
+    )
     if expected:
         d["fraction_of_expected"] = round(busbw / expected, 4)
     if wrong:
-        return CheckResult(check, Status.FAIL, CODE_WRONG,
-                           f"{wrong} wrong element(s) after all_reduce{where}", ACTIONS[CODE_WRONG],
-                           value=busbw, unit="GB/s", details=d)
+        return CheckResult(
+            check,
+            Status.FAIL,
+            CODE_WRONG,
+            f"{wrong} wrong element(s) after all_reduce{where}",
+            ACTIONS[CODE_WRONG],
+            value=busbw,
+            unit="GB/s",
+            details=d,
+        )
     limits = []
     if floor is not None:
         limits.append((f"the floor {floor:.3g} GB/s", floor))
@@ -178,7 +210,16 @@ def judge(check: str, busbw: float, *, wrong: int = 0, floor: Optional[float] = 
         limits.append((f"{min_fraction:.0%} of the expected {expected:.3g} GB/s", min_fraction * expected))
     for label, limit in limits:
         if busbw < limit:
-            return CheckResult(check, Status.FAIL, CODE_LOW, f"busbw {busbw:.3g} GB/s under {label}{where}",
-                               ACTIONS[CODE_LOW], value=busbw, unit="GB/s", details=d)
-    return CheckResult(check, Status.OK, "OK", f"busbw {busbw:.3g} GB/s{where}", value=busbw, unit="GB/s",
-                       details=d)
+            return CheckResult(
+                check,
+                Status.FAIL,
+                CODE_LOW,
+                f"busbw {busbw:.3g} GB/s under {label}{where}",
+                ACTIONS[CODE_LOW],
+                value=busbw,
+                unit="GB/s",
+                details=d,
+            )
+    return CheckResult(
+        check, Status.OK, "OK", f"busbw {busbw:.3g} GB/s{where}", value=busbw, unit="GB/s", details=d
+    )

@@ -74,7 +74,14 @@ def check(
 
     def declare(fn: CheckFunction) -> CheckFunction:
         fn.check_spec = CheckSpec(  # type: ignore[attr-defined]
-            name, tier, fn, summary, gpu=gpu, hooks=frozenset(hooks), codes=codes, remote=remote,
+            name,
+            tier,
+            fn,
+            summary,
+            gpu=gpu,
+            hooks=frozenset(hooks),
+            codes=codes,
+            remote=remote,
             params=dict(params or {}),
         )
         return fn

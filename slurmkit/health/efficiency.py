@@ -124,8 +124,11 @@ def summarize_gpu(stats: Iterable[Any], capacity_mib: Optional[float], now: floa
     if not procs:
         out.update(u=0.0, b=0.0, m=0)
     else:
-        out["u"] = round(min(100.0, 100.0 * busy / active), 1) if util_known and active > 0 else (
-            0.0 if util_known else None)
+        out["u"] = (
+            round(min(100.0, 100.0 * busy / active), 1)
+            if util_known and active > 0
+            else (0.0 if util_known else None)
+        )
         out["b"] = round(busy, 1) if util_known else None
         out["m"] = _round(peak)
     return out
@@ -165,7 +168,7 @@ def decode(token: str) -> Dict[str, Any]:
         raise SummaryError(f"not an {PREFIX} token")
     try:
         # wbits 31: a gzip stream, decoded in C without the gzip module's Python header parsing
-        raw = zlib.decompress(bytes.fromhex(token[len(PREFIX):]), 31)
+        raw = zlib.decompress(bytes.fromhex(token[len(PREFIX) :]), 31)
         data = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
     except SummaryError:
         raise
@@ -193,8 +196,9 @@ def foreign_text(admin_comment: str) -> str:
     return " ".join(p for p in (admin_comment or "").split() if not is_token(p))
 
 
-def job_summary(job_id: str, nodes: Dict[str, Dict[str, Any]], missing: Iterable[str] = (),
-                max_chars: int = 16000) -> Tuple[Dict[str, Any], str]:
+def job_summary(
+    job_id: str, nodes: Dict[str, Dict[str, Any]], missing: Iterable[str] = (), max_chars: int = 16000
+) -> Tuple[Dict[str, Any], str]:
     """The merged job summary and its token; collapses per-GPU detail to per-node totals
     (``"agg": true``) when the token would be longer than ``max_chars``."""
     summary = {"v": FORMAT_VERSION, "job": job_id, "nodes": nodes, "missing": sorted(missing)}
@@ -259,8 +263,16 @@ def advance_cursor(state_dir: str, node: str, newest: Dict[str, float], timeout:
         os.close(fd)
 
 
-def collect(backend, indices: List[int], *, cursor: Dict[str, float], job_start: Optional[float],
-            job_pids: Iterable[int], now: float, box: Dict[str, Any]) -> None:
+def collect(
+    backend,
+    indices: List[int],
+    *,
+    cursor: Dict[str, float],
+    job_start: Optional[float],
+    job_pids: Iterable[int],
+    now: float,
+    box: Dict[str, Any],
+) -> None:
     """Read accounting for ``indices``; fills ``box`` as it goes (``gpus``, ``processes``,
     ``newest``), so whatever was read before a hang is still there for the caller."""
     caps = {g.index: g.memory_total_mib for g in backend.gpus()}
@@ -360,9 +372,16 @@ def job_nodes(env: Dict[str, str], me: str) -> List[str]:
     return nodes if me in nodes else [me]
 
 
-def share_and_merge(shared_dir: str, job_id: str, me: str, nodes: List[str], mine: Dict[str, Any],
-                    merge_wait: float, deadline: float,
-                    box: Dict[str, Any]) -> Optional[Tuple[Dict[str, Any], List[str]]]:
+def share_and_merge(
+    shared_dir: str,
+    job_id: str,
+    me: str,
+    nodes: List[str],
+    mine: Dict[str, Any],
+    merge_wait: float,
+    deadline: float,
+    box: Dict[str, Any],
+) -> Optional[Tuple[Dict[str, Any], List[str]]]:
     """Write this node's summary to the job's shared directory; return ``(per-node
     summaries, missing nodes)`` when this node is the one that merges, else ``None``."""
     from slurmkit.core.files import write_json_atomic
@@ -423,8 +442,11 @@ def prune(base: str, max_age: float = 7 * 86400, limit: int = 200) -> int:
         return 0
     for entry in entries:
         try:
-            if not entry.is_dir(follow_symlinks=False) or not entry.name.isdigit() \
-                    or entry.stat(follow_symlinks=False).st_mtime > cutoff:
+            if (
+                not entry.is_dir(follow_symlinks=False)
+                or not entry.name.isdigit()
+                or entry.stat(follow_symlinks=False).st_mtime > cutoff
+            ):
                 continue
             for f in os.scandir(entry.path):
                 if f.is_file(follow_symlinks=False) or f.is_symlink():
@@ -467,21 +489,26 @@ def write_admin_comment(ref: str, token: str, timeout: float, retry_wait: float 
     from slurmkit.slurm import client
 
     deadline = time.monotonic() + timeout
-    res = client.call("sacct", ["-X", "-n", "-P", "-j", ref, "--format=AdminComment"],
-                      timeout=max(0.2, timeout / 3))
+    res = client.call(
+        "sacct", ["-X", "-n", "-P", "-j", ref, "--format=AdminComment"], timeout=max(0.2, timeout / 3)
+    )
     lines = [x for x in res.stdout.splitlines() if x.strip()]
     other = foreign_text(lines[-1]) if lines else ""
     if other:
         raise CommentNotWritten(f"AdminComment holds another tool's text ({other[:40]!r}); left alone")
     while True:
         left = deadline - time.monotonic()
-        res = client.call("sacctmgr", ["-i", "update", "job", "where", f"jobid={ref}", "set",
-                                       f"AdminComment={token}"], timeout=max(0.2, left))
+        res = client.call(
+            "sacctmgr",
+            ["-i", "update", "job", "where", f"jobid={ref}", "set", f"AdminComment={token}"],
+            timeout=max(0.2, left),
+        )
         if "nothing modified" not in (res.stdout + res.stderr).lower():
             return token
         if deadline - time.monotonic() < retry_wait + 0.3:
-            raise CommentNotWritten(f"job {ref} is not in the accounting database "
-                                    "(sacctmgr: Nothing modified)")
+            raise CommentNotWritten(
+                f"job {ref} is not in the accounting database (sacctmgr: Nothing modified)"
+            )
         time.sleep(retry_wait)
 
 
@@ -522,8 +549,9 @@ def _epilog_step(ctx, deadline: float, extra: Dict[str, Any]) -> None:
 
     def run_collect() -> None:
         backend = ctx.backend()
-        collect(backend, indices, cursor=cursor, job_start=job_start, job_pids=job_pids, now=time.time(),
-                box=box)
+        collect(
+            backend, indices, cursor=cursor, job_start=job_start, job_pids=job_pids, now=time.time(), box=box
+        )
 
     collect_budget = budget * COLLECT_SHARE
     try:
@@ -531,9 +559,10 @@ def _epilog_step(ctx, deadline: float, extra: Dict[str, Any]) -> None:
         state = node_state(box.get("gpus", {}))
     except ProbeTimeout:
         state = "timeout"
-        rec.update(status="timeout",
-                   error=f"accounting query did not finish within {collect_budget:.2f}s "
-                         f"(in {box.get('phase')})")
+        rec.update(
+            status="timeout",
+            error=f"accounting query did not finish within {collect_budget:.2f}s (in {box.get('phase')})",
+        )
     except Exception as exc:  # BackendError and friends: the GPU checks report the GPU itself
         state = "error"
         rec.update(status="error", error=f"{type(exc).__name__}: {exc}")
@@ -543,8 +572,12 @@ def _epilog_step(ctx, deadline: float, extra: Dict[str, Any]) -> None:
         for i in indices:  # what was not read is unknown, never zero
             gpus.setdefault(str(i), {"a": state})
     mine = {"acct": state, "gpus": gpus}
-    rec.update(accounting=state, gpus=gpus, processes=snapshot.get("processes", {}),
-               collect_seconds=round(time.monotonic() - t0, 3))
+    rec.update(
+        accounting=state,
+        gpus=gpus,
+        processes=snapshot.get("processes", {}),
+        collect_seconds=round(time.monotonic() - t0, 3),
+    )
     if snapshot.get("errors"):
         rec["gpu_errors"] = snapshot["errors"]
     if state not in ("timeout", "error") and snapshot.get("newest"):
@@ -561,8 +594,16 @@ def _epilog_step(ctx, deadline: float, extra: Dict[str, Any]) -> None:
         nodes = job_nodes(ctx.env, ctx.node)
         if len(nodes) > 1:
             try:
-                merged = share_and_merge(ctx.paths["shared_dir"], ctx.job_id, ctx.node, nodes, mine,
-                                         float(cfg.get("merge_wait", 5.0)), pub_deadline - 1.0, pub)
+                merged = share_and_merge(
+                    ctx.paths["shared_dir"],
+                    ctx.job_id,
+                    ctx.node,
+                    nodes,
+                    mine,
+                    float(cfg.get("merge_wait", 5.0)),
+                    pub_deadline - 1.0,
+                    pub,
+                )
             except (OSError, ValueError) as exc:  # no usable shared storage: the first node speaks alone
                 pub["shared_error"] = str(exc)
                 merged = ({ctx.node: mine}, nodes[1:]) if nodes[0] == ctx.node else None

@@ -19,11 +19,11 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence
 
 from slurmkit.health.backends import BackendError, BackendUnavailable, GpuBackend
-from slurmkit.verdict.base import Action, CheckResult, Status, Tier
 from slurmkit.health.catalog import CheckSpec, select
 from slurmkit.health.config import thresholds_for
 from slurmkit.health.deadline import ProbeTimeout, call_with_deadline
 from slurmkit.slurm.node import this_node
+from slurmkit.verdict.base import Action, CheckResult, Status, Tier
 
 log = logging.getLogger("slurmkit.health")
 

@@ -32,8 +32,8 @@ import time
 from typing import Any, Dict, List, Optional, Tuple
 
 from slurmkit.core import trust
-from slurmkit.verdict.base import DRAIN_REASON_PREFIX, Action, CheckResult, Status, Tier
 from slurmkit.slurm.node import this_node
+from slurmkit.verdict.base import DRAIN_REASON_PREFIX, Action, CheckResult, Status, Tier
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 DEFAULT_DEADLINES = {"prolog": 5.0, "epilog": 30.0, "healthcheck": 30.0}
@@ -210,7 +210,15 @@ def run_hook(hook: str, env: Optional[Dict[str, str]] = None) -> int:
         problem = CheckResult("config", Status.UNKNOWN, "CONFIG_ERROR", str(exc), details={"internal": True})
         _say(f"{hook}: config error, failing open: {exc}")
         _record_bounded(
-            hook, RECORD_TIMEOUT, None, paths, Status.UNKNOWN, [problem], time.monotonic() - t0, 0, None,
+            hook,
+            RECORD_TIMEOUT,
+            None,
+            paths,
+            Status.UNKNOWN,
+            [problem],
+            time.monotonic() - t0,
+            0,
+            None,
             [str(exc)],
         )
         return 0
@@ -225,8 +233,8 @@ def run_hook(hook: str, env: Optional[Dict[str, str]] = None) -> int:
     client.configure(slurm.get("bin_dir"), slurm.get("timeout"))
     try:
         from slurmkit.health.catalog import select
-        from slurmkit.verdict.base import first_failure, worst
         from slurmkit.health.engine import Context, internal_problems, run_checks
+        from slurmkit.verdict.base import first_failure, worst
 
         ctx = Context.from_env(health, paths, hook, env)
         extra: Dict[str, Any] = {}
@@ -268,8 +276,17 @@ def run_hook(hook: str, env: Optional[Dict[str, str]] = None) -> int:
         elif internal:
             _say(f"{hook}: {ctx.node}: failing open on slurmkit fault(s): {'; '.join(internal)[:300]}")
         _record_bounded(  # what is left of the budget, at least RECORD_TIMEOUT (the watchdog bounds both)
-            hook, max(RECORD_TIMEOUT, deadline - time.monotonic()), ctx, paths, status, results,
-            time.monotonic() - t0, exit_code, drain_reason, internal, extra,
+            hook,
+            max(RECORD_TIMEOUT, deadline - time.monotonic()),
+            ctx,
+            paths,
+            status,
+            results,
+            time.monotonic() - t0,
+            exit_code,
+            drain_reason,
+            internal,
+            extra,
         )
         return exit_code
     except Exception as exc:  # a slurmkit bug: fail open unless told otherwise

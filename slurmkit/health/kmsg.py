@@ -77,7 +77,7 @@ def parse_message(message: str) -> Optional[Tuple[str, int, str, bool]]:
     if addr.count(":") == 1:
         addr = "0000:" + addr
     dom, bus, dev = addr.split(":")
-    text = re.sub(r"(\\x0a|\n)\s*", " ", message[f.start():]).strip()
+    text = re.sub(r"(\\x0a|\n)\s*", " ", message[f.start() :]).strip()
     return f"{dom[-4:].rjust(4, '0')}:{bus}:{dev}", XID_FALLEN_OFF_THE_BUS, text, True
 
 
@@ -131,8 +131,9 @@ def xid_records(records: Iterable[str], btime: float) -> List[Tuple[float, str, 
     """Every Xid in ``records``; a "fallen off the bus" message counts unless the same GPU has a
     real Xid 79 within ``FALLEN_DEDUP_SECONDS`` (the driver often prints both)."""
     hits = [h for h in (_parse(rec, btime) for rec in records) if h is not None]
-    real79 = [(ts, pci) for ts, pci, xid, _, from_text in hits
-              if xid == XID_FALLEN_OFF_THE_BUS and not from_text]
+    real79 = [
+        (ts, pci) for ts, pci, xid, _, from_text in hits if xid == XID_FALLEN_OFF_THE_BUS and not from_text
+    ]
     out = []
     for ts, pci, xid, rest, from_text in hits:
         if from_text and any(p == pci and abs(t - ts) <= FALLEN_DEDUP_SECONDS for t, p in real79):

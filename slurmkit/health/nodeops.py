@@ -103,9 +103,9 @@ def guarded_resume(
     sweep job) pass its results instead of re-running them here. Returns a report
     dict with ``exit_code`` (:data:`RESUMED` ... :data:`CANNOT_CHECK`) and ``message``.
     """
-    from slurmkit.verdict.base import first_failure
     from slurmkit.health.engine import internal_problems
     from slurmkit.slurm import client
+    from slurmkit.verdict.base import first_failure
 
     info = node_info(node)
     state, reason = info.get("State", ""), info.get("Reason", "")

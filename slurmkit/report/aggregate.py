@@ -46,8 +46,12 @@ from slurmkit.report.cost import UNTYPED, PriceTable
 from slurmkit.report.sacct import Attempt
 from slurmkit.slurm.parse import ParseError, expand_hostlist
 
-FIELD_DIMS = {"user": Attempt._fields.index("user"), "account": Attempt._fields.index("account"),
-              "partition": Attempt._fields.index("partition"), "state": Attempt._fields.index("state")}
+FIELD_DIMS = {
+    "user": Attempt._fields.index("user"),
+    "account": Attempt._fields.index("account"),
+    "partition": Attempt._fields.index("partition"),
+    "state": Attempt._fields.index("state"),
+}
 TIME_DIMS = ("day", "week", "month")
 DIMENSIONS = ("user", "account", "partition", "state", "gpu_type", "node") + TIME_DIMS
 NO_GPU = "none"
@@ -129,9 +133,21 @@ def _mk(y: int, m: int, d: int) -> int:
 
 # --------------------------------------------------------------------------- accumulators
 
+
 class _Acc:
-    __slots__ = ("gpu_seconds", "cost", "lost", "lost_by_cause", "suspect", "wait_sum", "wait_n", "jobs",
-                 "attempts", "by_state", "njobs")
+    __slots__ = (
+        "gpu_seconds",
+        "cost",
+        "lost",
+        "lost_by_cause",
+        "suspect",
+        "wait_sum",
+        "wait_n",
+        "jobs",
+        "attempts",
+        "by_state",
+        "njobs",
+    )
 
     def __init__(self) -> None:
         self.gpu_seconds = 0.0
@@ -146,8 +162,16 @@ class _Acc:
         self.by_state: Dict[str, float] = {}
         self.njobs: Optional[int] = None  # set by the fast path instead of filling ``jobs``
 
-    def add(self, a: Attempt, gpu_seconds: float, cost_seconds: float, cause: Optional[str], suspect: bool,
-            count_wait: bool, lo: int) -> None:
+    def add(
+        self,
+        a: Attempt,
+        gpu_seconds: float,
+        cost_seconds: float,
+        cause: Optional[str],
+        suspect: bool,
+        count_wait: bool,
+        lo: int,
+    ) -> None:
         self.gpu_seconds += gpu_seconds
         self.cost += cost_seconds
         st = a.state
@@ -206,19 +230,38 @@ def _finish(acc: _Acc, total_seconds: float, priced: bool, health: bool) -> Dict
     return row
 
 
-def aggregate(attempts: Sequence[Attempt], by: Sequence[str], *, window_start: int = 0,
-              lost: Optional[Dict[int, str]] = None, suspect: Optional[Set[int]] = None,
-              prices: Optional[PriceTable] = None) -> Report:
+def aggregate(
+    attempts: Sequence[Attempt],
+    by: Sequence[str],
+    *,
+    window_start: int = 0,
+    lost: Optional[Dict[int, str]] = None,
+    suspect: Optional[Set[int]] = None,
+    prices: Optional[PriceTable] = None,
+) -> Report:
     """Group ``attempts`` by ``by`` (see the module docstring for the rules)."""
-    groups, total = accumulate(attempts, by, window_start=window_start, lost=lost, suspect=suspect,
-                               prices=prices)
-    return finish(groups, total, by, priced=bool(prices and prices.enabled), health=suspect is not None,
-                  currency=prices.currency if prices else "USD")
+    groups, total = accumulate(
+        attempts, by, window_start=window_start, lost=lost, suspect=suspect, prices=prices
+    )
+    return finish(
+        groups,
+        total,
+        by,
+        priced=bool(prices and prices.enabled),
+        health=suspect is not None,
+        currency=prices.currency if prices else "USD",
+    )
 
 
-def accumulate(attempts: Sequence[Attempt], by: Sequence[str], *, window_start: int = 0,
-               lost: Optional[Dict[int, str]] = None, suspect: Optional[Set[int]] = None,
-               prices: Optional[PriceTable] = None) -> Tuple[Dict[Tuple, "_Acc"], "_Acc"]:
+def accumulate(
+    attempts: Sequence[Attempt],
+    by: Sequence[str],
+    *,
+    window_start: int = 0,
+    lost: Optional[Dict[int, str]] = None,
+    suspect: Optional[Set[int]] = None,
+    prices: Optional[PriceTable] = None,
+) -> Tuple[Dict[Tuple, "_Acc"], "_Acc"]:
     """The per-group and total accumulators behind :func:`aggregate`. Every field of
     an accumulator is a sum over attempts, so accumulators of attempts of disjoint
     sets of jobs add up (the DuckDB engine merges its own with these)."""
@@ -245,8 +288,15 @@ def accumulate(attempts: Sequence[Attempt], by: Sequence[str], *, window_start: 
     return groups, total
 
 
-def finish(groups: Dict[Tuple, _Acc], total: _Acc, by: Sequence[str], *, priced: bool, health: bool,
-           currency: str = "USD") -> Report:
+def finish(
+    groups: Dict[Tuple, _Acc],
+    total: _Acc,
+    by: Sequence[str],
+    *,
+    priced: bool,
+    health: bool,
+    currency: str = "USD",
+) -> Report:
     """Rows, ranks and totals from accumulators."""
     total_seconds = total.gpu_seconds
     rows = []
@@ -269,10 +319,15 @@ def finish(groups: Dict[Tuple, _Acc], total: _Acc, by: Sequence[str], *, priced:
 _I = {name: i for i, name in enumerate(Attempt._fields)}
 
 
-def _aggregate_fields(attempts: Sequence[Attempt], by: Sequence[str], groups: Dict[Tuple, _Acc],
-                      lost: Dict[int, str], suspect: Set[int],
-                      priced_gpus: Optional[Callable[[Attempt], float]],
-                      lo: int) -> _Acc:
+def _aggregate_fields(
+    attempts: Sequence[Attempt],
+    by: Sequence[str],
+    groups: Dict[Tuple, _Acc],
+    lost: Dict[int, str],
+    suspect: Set[int],
+    priced_gpus: Optional[Callable[[Attempt], float]],
+    lo: int,
+) -> _Acc:
     """The fast path for groupings by row fields only (each attempt in one group).
 
     One pass keyed by ``(dims..., state)`` with list accumulators; lost, suspect and
@@ -369,21 +424,29 @@ def _nodes_of(nodelist: str, cache: Dict[str, Tuple[str, ...]]) -> Tuple[str, ..
     return v
 
 
-def pieces_of(a: Attempt, by: Sequence[str], prices: Optional[PriceTable],
-              nodes_cache: Dict[str, Tuple[str, ...]]) -> List[Tuple[Tuple, float, float]]:
+def pieces_of(
+    a: Attempt, by: Sequence[str], prices: Optional[PriceTable], nodes_cache: Dict[str, Tuple[str, ...]]
+) -> List[Tuple[Tuple, float, float]]:
     """``[(group key, GPUs, priced GPUs)]`` of one attempt: its split by GPU type and
     node; the time dimension's slot holds ``None`` (the caller splits the time)."""
-    pieces: List[Tuple[Tuple, float, float]] = [((), float(a.gpus),
-                                                 prices.priced_gpus(a.gpus, a.gpu_types) if prices else 0.0)]
+    pieces: List[Tuple[Tuple, float, float]] = [
+        ((), float(a.gpus), prices.priced_gpus(a.gpus, a.gpu_types) if prices else 0.0)
+    ]
     for d in by:
         if d in FIELD_DIMS:
             v = a[FIELD_DIMS[d]]
             pieces = [(k + (v,), g, p) for k, g, p in pieces]
         elif d == "gpu_type":
             split = _type_split(a)
-            pieces = [(k + (t,), float(n) * (g / a.gpus if a.gpus else 1.0),
-                       (n * (prices.price(t) if prices else 0.0)) * (g / a.gpus if a.gpus else 1.0))
-                      for k, g, p in pieces for t, n in split]
+            pieces = [
+                (
+                    k + (t,),
+                    float(n) * (g / a.gpus if a.gpus else 1.0),
+                    (n * (prices.price(t) if prices else 0.0)) * (g / a.gpus if a.gpus else 1.0),
+                )
+                for k, g, p in pieces
+                for t, n in split
+            ]
         elif d == "node":
             ns = _nodes_of(a.nodelist, nodes_cache)
             share = 1.0 / len(ns)
@@ -393,8 +456,16 @@ def pieces_of(a: Attempt, by: Sequence[str], prices: Optional[PriceTable],
     return pieces
 
 
-def _aggregate_split(attempts: Sequence[Attempt], by: Sequence[str], groups: Dict[Tuple, _Acc], total: _Acc,
-                     lost: Dict[int, str], suspect: Set[int], prices: Optional[PriceTable], lo: int) -> None:
+def _aggregate_split(
+    attempts: Sequence[Attempt],
+    by: Sequence[str],
+    groups: Dict[Tuple, _Acc],
+    total: _Acc,
+    lost: Dict[int, str],
+    suspect: Set[int],
+    prices: Optional[PriceTable],
+    lo: int,
+) -> None:
     """The general path: each attempt becomes pieces (GPU type x node x period)."""
     time_dim = next((d for d in by if d in TIME_DIMS), None)
     splitter = PeriodSplitter(time_dim) if time_dim else None
@@ -418,7 +489,7 @@ def _aggregate_split(attempts: Sequence[Attempt], by: Sequence[str], groups: Dic
         else:
             for n_period, (label, secs) in enumerate(splitter.split(a.start, a.end)):
                 for key, g, p in pieces:
-                    key = key[:pos] + (label,) + key[pos + 1:]
+                    key = key[:pos] + (label,) + key[pos + 1 :]
                     acc = groups.get(key)
                     if acc is None:
                         acc = groups[key] = _Acc()

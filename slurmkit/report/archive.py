@@ -51,8 +51,10 @@ def _months(directory: str) -> List[str]:
 def source(directory: str) -> FileSource:
     """The archive as an engine source (the same columns as slurmkit's sacct call)."""
     if not _months(directory):
-        raise UsageError(f"--archive {directory}: no archive there (run `slurmkit report ingest --archive "
-                         f"{directory}` first)")
+        raise UsageError(
+            f"--archive {directory}: no archive there (run `slurmkit report ingest --archive "
+            f"{directory}` first)"
+        )
     cols = ", ".join(f'"{c}" AS f{i}' for i, c in enumerate(sacct.FIELDS))
     extra = ", ".join(f"CAST(NULL AS VARCHAR) AS x{i}" for i in range(EXTRA))
     files = _q(parquet_glob(directory))
@@ -66,7 +68,7 @@ def lines(directory: str) -> Iterator[str]:
     try:
         cols = ", ".join(f'"{c}"' for c in sacct.FIELDS)
         files = _q(parquet_glob(directory))
-        cur = con.execute(f"SELECT {cols} FROM read_parquet({files}) ORDER BY \"JobIDRaw\"")
+        cur = con.execute(f'SELECT {cols} FROM read_parquet({files}) ORDER BY "JobIDRaw"')
         while True:
             batch = cur.fetchmany(10000)
             if not batch:
@@ -85,24 +87,26 @@ def ingest(directory: str, src: FileSource) -> Dict[str, object]:
     select = []
     for c in sacct.FIELDS:
         if c == "JobName" and "jobname" in idx:
-            select.append(f"{plan.name} AS \"{c}\"")
+            select.append(f'{plan.name} AS "{c}"')
         elif c == "JobIDRaw":
-            select.append(f"{plan.raw} AS \"{c}\"")
+            select.append(f'{plan.raw} AS "{c}"')
         elif c.lower() in idx:
-            select.append(f"f{idx[c.lower()]} AS \"{c}\"")
+            select.append(f'f{idx[c.lower()]} AS "{c}"')
         else:
             select.append(f"'' AS \"{c}\"")
     start = plan.start
-    month = (f"CASE WHEN {_digits(start)} "
-             f"THEN strftime(make_timestamp(CAST({start} AS BIGINT) * 1000000), '%Y-%m') "
-             f"WHEN length({start}) = 19 AND substr({start}, 5, 1) = '-' THEN left({start}, 7) END")
+    month = (
+        f"CASE WHEN {_digits(start)} "
+        f"THEN strftime(make_timestamp(CAST({start} AS BIGINT) * 1000000), '%Y-%m') "
+        f"WHEN length({start}) = 19 AND substr({start}, 5, 1) = '-' THEN left({start}, 7) END"
+    )
     os.makedirs(directory, exist_ok=True)
     con = duckdb.connect(config={"threads": 2, "memory_limit": "768MB"})
     out: Dict[str, object] = {"rows": 0, "skipped": 0, "months": {}}
     try:
         con.execute("SET enable_progress_bar = false")
         con.execute(f"""CREATE TEMP TABLE new AS
-            SELECT {', '.join(select)}, {month} AS month, {plan.count_ok} AS ok
+            SELECT {", ".join(select)}, {month} AS month, {plan.count_ok} AS ok
             FROM {plan.reader()} WHERE NOT {plan.step}""")
         out["skipped"] = con.execute("SELECT count(*) FROM new WHERE NOT ok OR month IS NULL").fetchone()[0]
         con.execute("DELETE FROM new WHERE NOT ok OR month IS NULL")
@@ -121,13 +125,18 @@ def ingest(directory: str, src: FileSource) -> Dict[str, object]:
             target = os.path.join(part, "data.parquet")
             old = ""
             if os.path.exists(target):
-                old = (f"UNION ALL SELECT {cols} FROM read_parquet({_q(target)}) o WHERE NOT EXISTS ("
-                       f"SELECT 1 FROM fresh f WHERE f.month = {_q(m)} AND "
-                       + " AND ".join(f'f."{k}" = o."{k}"' for k in KEY) + ")")
+                old = (
+                    f"UNION ALL SELECT {cols} FROM read_parquet({_q(target)}) o WHERE NOT EXISTS ("
+                    f"SELECT 1 FROM fresh f WHERE f.month = {_q(m)} AND "
+                    + " AND ".join(f'f."{k}" = o."{k}"' for k in KEY)
+                    + ")"
+                )
             fd, tmp = tempfile.mkstemp(prefix=".data-", suffix=".parquet", dir=part)
             os.close(fd)
-            con.execute(f"COPY (SELECT {cols} FROM fresh WHERE month = {_q(m)} {old} ORDER BY \"JobIDRaw\", "
-                        f"\"Start\") TO {_q(tmp)} (FORMAT parquet, COMPRESSION zstd)")
+            con.execute(
+                f'COPY (SELECT {cols} FROM fresh WHERE month = {_q(m)} {old} ORDER BY "JobIDRaw", '
+                f'"Start") TO {_q(tmp)} (FORMAT parquet, COMPRESSION zstd)'
+            )
             n = con.execute(f"SELECT count(*) FROM read_parquet({_q(tmp)})").fetchone()[0]
             os.replace(tmp, target)
             out["months"][m] = n
@@ -145,8 +154,10 @@ def sql(directory: Optional[str], query: str):
         if directory:
             if not _months(directory):
                 raise UsageError(f"--archive {directory}: no archive there")
-            con.execute(f"CREATE VIEW jobs AS SELECT * FROM read_parquet({_q(parquet_glob(directory))}, "
-                        f"hive_partitioning = true)")
+            con.execute(
+                f"CREATE VIEW jobs AS SELECT * FROM read_parquet({_q(parquet_glob(directory))}, "
+                f"hive_partitioning = true)"
+            )
         try:
             cur = con.execute(query)
         except duckdb.Error as exc:

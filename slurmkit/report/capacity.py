@@ -17,9 +17,16 @@ from slurmkit.report.sacct import Attempt
 from slurmkit.report.window import Window
 
 
-def capacity_rows(attempts: Sequence[Attempt], window: Window, *, by: str = "total",
-                  inventory: Optional[Dict[str, NodeGpus]] = None, gpus_override: Optional[int] = None,
-                  partitions: Optional[FrozenSet[str]] = None, now: Optional[float] = None) -> Dict[str, Any]:
+def capacity_rows(
+    attempts: Sequence[Attempt],
+    window: Window,
+    *,
+    by: str = "total",
+    inventory: Optional[Dict[str, NodeGpus]] = None,
+    gpus_override: Optional[int] = None,
+    partitions: Optional[FrozenSet[str]] = None,
+    now: Optional[float] = None,
+) -> Dict[str, Any]:
     """``{"meta", "rows", "totals"}`` with available and used GPU-hours per group."""
     end = min(window.end, int(now if now is not None else time.time()))
     seconds = max(0, end - window.start)
@@ -52,18 +59,29 @@ def capacity_rows(attempts: Sequence[Attempt], window: Window, *, by: str = "tot
 
     def row(name: str, gpus: int, used_s: float) -> Dict[str, Any]:
         avail_h = gpus * seconds / 3600.0
-        return {"group": name, "gpus": gpus, "available_gpu_hours": round(avail_h, 3),
-                "used_gpu_hours": round(used_s / 3600.0, 3),
-                "used_pct": round(100.0 * used_s / 3600.0 / avail_h, 2) if avail_h else None}
+        return {
+            "group": name,
+            "gpus": gpus,
+            "available_gpu_hours": round(avail_h, 3),
+            "used_gpu_hours": round(used_s / 3600.0, 3),
+            "used_pct": round(100.0 * used_s / 3600.0 / avail_h, 2) if avail_h else None,
+        }
 
     rows: List[Dict[str, Any]] = []
     if by != "total":
         for name in sorted(set(available) | set(used)):
             rows.append(row(name or "-", available.get(name, 0), used.get(name, 0.0)))
     totals = row("TOTAL", total_gpus, used_total)
-    return {"meta": {"window": window.to_dict(), "seconds": seconds, "by": by,
-                     "source": "gpus override" if gpus_override is not None else "sinfo"},
-            "rows": rows, "totals": totals}
+    return {
+        "meta": {
+            "window": window.to_dict(),
+            "seconds": seconds,
+            "by": by,
+            "source": "gpus override" if gpus_override is not None else "sinfo",
+        },
+        "rows": rows,
+        "totals": totals,
+    }
 
 
 def render_capacity(data: Dict[str, Any], fmt: str) -> str:
@@ -96,11 +114,16 @@ def render_capacity(data: Dict[str, Any], fmt: str) -> str:
         return buf.getvalue()
     widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(cols)]
     buf.write(f"GPU capacity used, {data['meta']['window']['label']}\n")
-    buf.write("  ".join(c.ljust(w) if i == 0 else c.rjust(w)
-                        for i, (c, w) in enumerate(zip(cols, widths))) + "\n")
+    buf.write(
+        "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cols, widths))) + "\n"
+    )
     for r in cells:
-        buf.write("  ".join(v.ljust(w) if i == 0 else v.rjust(w) for i, (v, w) in enumerate(zip(r, widths)))
-                  .rstrip() + "\n")
+        buf.write(
+            "  ".join(
+                v.ljust(w) if i == 0 else v.rjust(w) for i, (v, w) in enumerate(zip(r, widths))
+            ).rstrip()
+            + "\n"
+        )
     return buf.getvalue()
 
 
@@ -109,15 +132,22 @@ def render_build_vs_rent(model: BuildVsRent, months: int, fmt: str) -> str:
     be = model.break_even_months
     lines = [
         ("hardware (one-time)", f"{model.hardware:,.0f} {c}"),
-        ("own per month (power + cooling + staff)",
-         f"{model.own_per_month:,.0f} {c} ({model.power_per_month:,.0f} + {model.cooling_per_month:,.0f} + "
-         f"{model.staff_per_month:,.0f})"),
-        ("rent per month", f"{model.rent_per_month:,.0f} {c} ({model.gpus} GPUs x "
-                           f"{model.rent_per_gpu_hour:g} {c}/GPU-h x {model.hours_per_month:g} h x "
-                           f"{model.utilization:g})"),
+        (
+            "own per month (power + cooling + staff)",
+            f"{model.own_per_month:,.0f} {c} ({model.power_per_month:,.0f} + {model.cooling_per_month:,.0f} + "
+            f"{model.staff_per_month:,.0f})",
+        ),
+        (
+            "rent per month",
+            f"{model.rent_per_month:,.0f} {c} ({model.gpus} GPUs x "
+            f"{model.rent_per_gpu_hour:g} {c}/GPU-h x {model.hours_per_month:g} h x "
+            f"{model.utilization:g})",
+        ),
         ("saving per month when owning", f"{model.saving_per_month:,.0f} {c}"),
-        ("break-even", "never (renting costs no more than running your own)" if be is None
-         else f"{be:.2f} months"),
+        (
+            "break-even",
+            "never (renting costs no more than running your own)" if be is None else f"{be:.2f} months",
+        ),
     ]
     buf = io.StringIO()
     if fmt == "markdown":

@@ -93,8 +93,10 @@ def parse_price_option(text: str) -> Tuple[Optional[float], Dict[str, float]]:
                 by_type[key] = price
         return default, by_type
     except ValueError:
-        raise UsageError(f"--price {text!r}: expected a price per GPU-hour (2.50) or TYPE=PRICE pairs "
-                         f"(h100=3.10,a100=1.20,default=2.00)") from None
+        raise UsageError(
+            f"--price {text!r}: expected a price per GPU-hour (2.50) or TYPE=PRICE pairs "
+            f"(h100=3.10,a100=1.20,default=2.00)"
+        ) from None
 
 
 def price_table(config: Mapping[str, Any], option: Optional[str] = None) -> PriceTable:
@@ -105,11 +107,13 @@ def price_table(config: Mapping[str, Any], option: Optional[str] = None) -> Pric
         return PriceTable(by_type, default, currency)
     prices = dict(config.get("prices") or {})
     default = prices.pop("default", None)
-    return PriceTable({k: float(v) for k, v in prices.items()}, None if default is None else float(default),
-                      currency)
+    return PriceTable(
+        {k: float(v) for k, v in prices.items()}, None if default is None else float(default), currency
+    )
 
 
 # --------------------------------------------------------------------------- capacity
+
 
 def gpus_from_gres(gres: str) -> Dict[str, int]:
     """``{type: count}`` from an sinfo Gres column; untyped GPUs under ``untyped``."""
@@ -145,6 +149,7 @@ def node_inventory(rows: Iterable[Mapping[str, str]]) -> Dict[str, NodeGpus]:
 
 
 # --------------------------------------------------------------------------- build vs rent
+
 
 @dataclass
 class BuildVsRent:
@@ -183,11 +188,17 @@ class BuildVsRent:
     def to_dict(self) -> Dict[str, Any]:
         be = self.break_even_months
         return {
-            "inputs": {"hardware": self.hardware, "power_per_month": self.power_per_month,
-                       "cooling_per_month": self.cooling_per_month, "staff_per_month": self.staff_per_month,
-                       "gpus": self.gpus, "rent_per_gpu_hour": self.rent_per_gpu_hour,
-                       "utilization": self.utilization, "hours_per_month": self.hours_per_month,
-                       "currency": self.currency},
+            "inputs": {
+                "hardware": self.hardware,
+                "power_per_month": self.power_per_month,
+                "cooling_per_month": self.cooling_per_month,
+                "staff_per_month": self.staff_per_month,
+                "gpus": self.gpus,
+                "rent_per_gpu_hour": self.rent_per_gpu_hour,
+                "utilization": self.utilization,
+                "hours_per_month": self.hours_per_month,
+                "currency": self.currency,
+            },
             "own_per_month": round(self.own_per_month, 2),
             "rent_per_month": round(self.rent_per_month, 2),
             "saving_per_month": round(self.saving_per_month, 2),
@@ -212,24 +223,42 @@ def build_vs_rent_from_mapping(data: Mapping[str, Any], path: str = "") -> Build
     """Validate a build-vs-rent YAML mapping (unknown keys listed with the valid ones)."""
     from slurmkit.core.schema import Field, Section, validate
 
-    schema = Section({
-        "hardware": Field("float", None, BUILD_VS_RENT_KEYS["hardware"], min=0, required=True),
-        "power_per_month": Field("float", 0.0, BUILD_VS_RENT_KEYS["power_per_month"], min=0, nullable=False),
-        "cooling_per_month": Field("float", 0.0, BUILD_VS_RENT_KEYS["cooling_per_month"], min=0,
-                                   nullable=False),
-        "staff_per_month": Field("float", 0.0, BUILD_VS_RENT_KEYS["staff_per_month"], min=0, nullable=False),
-        "gpus": Field("int", None, BUILD_VS_RENT_KEYS["gpus"], min=1, required=True),
-        "rent_per_gpu_hour": Field("float", None, BUILD_VS_RENT_KEYS["rent_per_gpu_hour"], min=0,
-                                   required=True),
-        "utilization": Field("float", 1.0, BUILD_VS_RENT_KEYS["utilization"], min=0.000001, max=1,
-                             nullable=False),
-        "hours_per_month": Field("float", HOURS_PER_MONTH, BUILD_VS_RENT_KEYS["hours_per_month"], min=1,
-                                 nullable=False),
-        "currency": Field("str", "USD", BUILD_VS_RENT_KEYS["currency"], nullable=False),
-    })
+    schema = Section(
+        {
+            "hardware": Field("float", None, BUILD_VS_RENT_KEYS["hardware"], min=0, required=True),
+            "power_per_month": Field(
+                "float", 0.0, BUILD_VS_RENT_KEYS["power_per_month"], min=0, nullable=False
+            ),
+            "cooling_per_month": Field(
+                "float", 0.0, BUILD_VS_RENT_KEYS["cooling_per_month"], min=0, nullable=False
+            ),
+            "staff_per_month": Field(
+                "float", 0.0, BUILD_VS_RENT_KEYS["staff_per_month"], min=0, nullable=False
+            ),
+            "gpus": Field("int", None, BUILD_VS_RENT_KEYS["gpus"], min=1, required=True),
+            "rent_per_gpu_hour": Field(
+                "float", None, BUILD_VS_RENT_KEYS["rent_per_gpu_hour"], min=0, required=True
+            ),
+            "utilization": Field(
+                "float", 1.0, BUILD_VS_RENT_KEYS["utilization"], min=0.000001, max=1, nullable=False
+            ),
+            "hours_per_month": Field(
+                "float", HOURS_PER_MONTH, BUILD_VS_RENT_KEYS["hours_per_month"], min=1, nullable=False
+            ),
+            "currency": Field("str", "USD", BUILD_VS_RENT_KEYS["currency"], nullable=False),
+        }
+    )
     if not isinstance(data, dict):
         raise ConfigError("expected a mapping of build-vs-rent inputs", path=path or None)
     v = validate(data, schema, path or None)
-    return BuildVsRent(v["hardware"], v["power_per_month"], v["cooling_per_month"], v["staff_per_month"],
-                       v["gpus"], v["rent_per_gpu_hour"], v["utilization"], v["hours_per_month"],
-                       v["currency"])
+    return BuildVsRent(
+        v["hardware"],
+        v["power_per_month"],
+        v["cooling_per_month"],
+        v["staff_per_month"],
+        v["gpus"],
+        v["rent_per_gpu_hour"],
+        v["utilization"],
+        v["hours_per_month"],
+        v["currency"],
+    )

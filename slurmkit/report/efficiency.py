@@ -29,10 +29,9 @@ import sys
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, Iterable, List, Optional, Sequence, TextIO, Tuple
 
-
 from slurmkit.errors import UsageError
+from slurmkit.health.efficiency import SummaryError, decode, find_token, finite
 from slurmkit.report import DEFAULT_IDLE_BELOW
-from slurmkit.health.efficiency import SummaryError, decode, finite, find_token
 from slurmkit.slurm.parse import (
     SACCT_DELIMITER,
     ParseError,
@@ -42,9 +41,22 @@ from slurmkit.slurm.parse import (
     split_parsable2,
 )
 
-FIELDS: Tuple[str, ...] = ("JobID", "JobIDRaw", "State", "AllocTRES", "Start", "End", "ElapsedRaw", "User",
-                           "Account", "Partition", "NodeList", "TRESUsageInAve", "TRESUsageInMax",
-                           "AdminComment")
+FIELDS: Tuple[str, ...] = (
+    "JobID",
+    "JobIDRaw",
+    "State",
+    "AllocTRES",
+    "Start",
+    "End",
+    "ElapsedRaw",
+    "User",
+    "Account",
+    "Partition",
+    "NodeList",
+    "TRESUsageInAve",
+    "TRESUsageInMax",
+    "AdminComment",
+)
 REQUIRED = ("JobID", "State", "AllocTRES", "AdminComment")
 FORMATS = ("table", "csv", "json", "markdown")
 RUNNING = frozenset({"RUNNING", "PENDING", "SUSPENDED", "COMPLETING", "CONFIGURING", "REQUEUED", "RESIZING"})
@@ -89,8 +101,13 @@ class JobEfficiency:
 
     def to_dict(self) -> Dict[str, Any]:
         d = asdict(self)
-        d.update(alloc_gpu_h=self.alloc_gpu_h, known_gpu_h=self.known_gpu_h, unknown_gpu_h=self.unknown_gpu_h,
-                 used_gpu_h=self.used_gpu_s / 3600.0, idle_gpu_h=self.idle_gpu_s / 3600.0)
+        d.update(
+            alloc_gpu_h=self.alloc_gpu_h,
+            known_gpu_h=self.known_gpu_h,
+            unknown_gpu_h=self.unknown_gpu_h,
+            used_gpu_h=self.used_gpu_s / 3600.0,
+            idle_gpu_h=self.idle_gpu_s / 3600.0,
+        )
         return d
 
 
@@ -209,8 +226,15 @@ def _step_usage(ave: str, mx: str) -> Tuple[Optional[float], Optional[float]]:
     return util, mem_mib
 
 
-def parse(lines: Iterable[str], columns: Sequence[str], *, sep: str, idle_below: float,
-          window: Optional[Tuple[int, int]] = None, first_line: int = 1) -> ParseResult:
+def parse(
+    lines: Iterable[str],
+    columns: Sequence[str],
+    *,
+    sep: str,
+    idle_below: float,
+    window: Optional[Tuple[int, int]] = None,
+    first_line: int = 1,
+) -> ParseResult:
     """Rows of ``sacct --parsable2`` (no header) -> one :class:`JobEfficiency` per ended job."""
     idx = {c.strip().lower(): i for i, c in enumerate(columns)}
     lacking = [c for c in REQUIRED if c.lower() not in idx]
@@ -267,9 +291,16 @@ def parse(lines: Iterable[str], columns: Sequence[str], *, sep: str, idle_below:
         end = _epoch(col(f, "End"))
         if window is not None and end is not None and not window[0] <= end < window[1]:
             continue
-        job = JobEfficiency(job_id=jid, user=col(f, "User"), account=col(f, "Account"),
-                            partition=col(f, "Partition"), state=state, nodes=col(f, "NodeList"), gpus=gpus,
-                            elapsed_s=float(elapsed))
+        job = JobEfficiency(
+            job_id=jid,
+            user=col(f, "User"),
+            account=col(f, "Account"),
+            partition=col(f, "Partition"),
+            state=state,
+            nodes=col(f, "NodeList"),
+            gpus=gpus,
+            elapsed_s=float(elapsed),
+        )
         jobs[col(f, "JobIDRaw") or jid] = (job, jid)
         token = find_token(f[free])
         if token is None:
@@ -319,16 +350,24 @@ def _elapsed(raw: str, start: str, end: str) -> Optional[int]:
 
 
 def recommended_command() -> str:
-    return ("save it with: SLURM_TIME_FORMAT=%s sacct -a -S 2026-11-01 -E 2026-12-01 --parsable2 "
-            f"--format={','.join(FIELDS)} > eff.txt")
+    return (
+        "save it with: SLURM_TIME_FORMAT=%s sacct -a -S 2026-11-01 -E 2026-12-01 --parsable2 "
+        f"--format={','.join(FIELDS)} > eff.txt"
+    )
 
 
-def sacct_args(window: Tuple[int, int], users=None, accounts=None, partitions=None,
-               job_ids: Sequence[str] = ()) -> List[str]:
+def sacct_args(
+    window: Tuple[int, int], users=None, accounts=None, partitions=None, job_ids: Sequence[str] = ()
+) -> List[str]:
     from slurmkit.report.window import iso_local
 
-    args = ["-a", "--parsable2", "--noheader", f"--delimiter={SACCT_DELIMITER}",
-            "--format=" + ",".join(FIELDS)]
+    args = [
+        "-a",
+        "--parsable2",
+        "--noheader",
+        f"--delimiter={SACCT_DELIMITER}",
+        "--format=" + ",".join(FIELDS),
+    ]
     if job_ids:
         args += ["-j", ",".join(job_ids)]
     else:
@@ -342,8 +381,9 @@ def sacct_args(window: Tuple[int, int], users=None, accounts=None, partitions=No
     return args
 
 
-def from_sacct(args: List[str], *, idle_below: float, window: Optional[Tuple[int, int]],
-               timeout: Optional[float] = None) -> ParseResult:
+def from_sacct(
+    args: List[str], *, idle_below: float, window: Optional[Tuple[int, int]], timeout: Optional[float] = None
+) -> ParseResult:
     from slurmkit.slurm import client
 
     env = dict(os.environ, SLURM_TIME_FORMAT="%s")
@@ -371,12 +411,15 @@ def from_file(path: str, *, idle_below: float, window: Optional[Tuple[int, int]]
         if cols and cols[-1] == "":
             cols = cols[:-1]
         if "jobid" not in {c.lower() for c in cols}:
-            raise UsageError(f"--sacct-file {path}: the first line is not an sacct --parsable2 header; "
-                             f"{recommended_command()}")
+            raise UsageError(
+                f"--sacct-file {path}: the first line is not an sacct --parsable2 header; "
+                f"{recommended_command()}"
+            )
         lacking = [c for c in REQUIRED if c.lower() not in {x.lower() for x in cols}]
         if lacking:
-            raise UsageError(f"--sacct-file {path}: missing column(s) {', '.join(lacking)}; "
-                             f"{recommended_command()}")
+            raise UsageError(
+                f"--sacct-file {path}: missing column(s) {', '.join(lacking)}; {recommended_command()}"
+            )
         return parse(fh, cols, sep=sep, idle_below=idle_below, window=window, first_line=first + 1)
 
 
@@ -391,14 +434,32 @@ def group(jobs: List[JobEfficiency], by: str) -> List[Dict[str, Any]]:
         key = j.job_id if by == "job" else getattr(j, by) or "-"
         r = rows.get(key)
         if r is None:
-            r = rows[key] = {by: key, "jobs": 0, "gpus": 0, "gpus_known": 0, "gpus_touched": 0,
-                             "gpus_idle": 0,
-                             "alloc_gpu_h": 0.0, "known_gpu_h": 0.0, "used_gpu_h": 0.0, "idle_gpu_h": 0.0,
-                             "unknown_gpu_h": 0.0, "peak_mem_pct": None, "peak_mem_mib": None,
-                             "mem_capacity_mib": None}
+            r = rows[key] = {
+                by: key,
+                "jobs": 0,
+                "gpus": 0,
+                "gpus_known": 0,
+                "gpus_touched": 0,
+                "gpus_idle": 0,
+                "alloc_gpu_h": 0.0,
+                "known_gpu_h": 0.0,
+                "used_gpu_h": 0.0,
+                "idle_gpu_h": 0.0,
+                "unknown_gpu_h": 0.0,
+                "peak_mem_pct": None,
+                "peak_mem_mib": None,
+                "mem_capacity_mib": None,
+            }
             if by == "job":
-                r.update(user=j.user, account=j.account, partition=j.partition, state=j.state,
-                         elapsed_s=j.elapsed_s, source=j.source, note=j.note)
+                r.update(
+                    user=j.user,
+                    account=j.account,
+                    partition=j.partition,
+                    state=j.state,
+                    elapsed_s=j.elapsed_s,
+                    source=j.source,
+                    note=j.note,
+                )
         r["jobs"] += 1
         r["gpus"] += j.gpus
         r["gpus_known"] += j.gpus_known
@@ -426,26 +487,53 @@ def group(jobs: List[JobEfficiency], by: str) -> List[Dict[str, Any]]:
             r["gpus_touched"] = r["gpus_idle"] = r["idle_gpu_h"] = None
         if not r["gpus_known"]:
             r["used_gpu_h"] = r["idle_gpu_h"] = None
-    out.sort(key=lambda r: (r["util_pct"] is None, -(r["idle_gpu_h"] or 0.0), -(r["wasted_gpu_h"] or 0.0),
-                            r["util_pct"] if r["util_pct"] is not None else 0.0, str(r[by])))
+    out.sort(
+        key=lambda r: (
+            r["util_pct"] is None,
+            -(r["idle_gpu_h"] or 0.0),
+            -(r["wasted_gpu_h"] or 0.0),
+            r["util_pct"] if r["util_pct"] is not None else 0.0,
+            str(r[by]),
+        )
+    )
     for rank, r in enumerate(out, 1):
         r["rank"] = rank
     return out
 
 
 def totals(rows: List[Dict[str, Any]]) -> Dict[str, Any]:
-    t = {k: sum(r[k] or 0 for r in rows) for k in ("jobs", "gpus", "gpus_known", "alloc_gpu_h", "known_gpu_h",
-                                                   "used_gpu_h", "idle_gpu_h", "unknown_gpu_h")}
+    t = {
+        k: sum(r[k] or 0 for r in rows)
+        for k in (
+            "jobs",
+            "gpus",
+            "gpus_known",
+            "alloc_gpu_h",
+            "known_gpu_h",
+            "used_gpu_h",
+            "idle_gpu_h",
+            "unknown_gpu_h",
+        )
+    }
     t["util_pct"] = 100.0 * t["used_gpu_h"] / t["known_gpu_h"] if t["known_gpu_h"] > 0 else None
     return t
 
 
 # --------------------------------------------------------------------------- rendering
 
-COLUMNS = [("rank", "#"), ("jobs", "jobs"), ("gpus", "GPUs"), ("gpus_touched", "touched"),
-           ("gpus_idle", "idle GPUs"), ("alloc_gpu_h", "GPU-h alloc"), ("used_gpu_h", "GPU-h used"),
-           ("idle_gpu_h", "GPU-h idle"), ("unknown_gpu_h", "GPU-h unknown"), ("util_pct", "util %"),
-           ("peak_mem_pct", "peak mem %")]
+COLUMNS = [
+    ("rank", "#"),
+    ("jobs", "jobs"),
+    ("gpus", "GPUs"),
+    ("gpus_touched", "touched"),
+    ("gpus_idle", "idle GPUs"),
+    ("alloc_gpu_h", "GPU-h alloc"),
+    ("used_gpu_h", "GPU-h used"),
+    ("idle_gpu_h", "GPU-h idle"),
+    ("unknown_gpu_h", "GPU-h unknown"),
+    ("util_pct", "util %"),
+    ("peak_mem_pct", "peak mem %"),
+]
 JOB_COLUMNS = [("user", "user"), ("account", "account"), ("state", "state")]
 
 
@@ -461,8 +549,11 @@ def columns_for(by: str) -> List[Tuple[str, str]]:
 
 def fmt_cell(key: str, value: Any, decimals: int) -> str:
     if value is None:
-        return "unknown" if key in ("util_pct", "gpus_touched", "gpus_idle", "peak_mem_pct", "used_gpu_h",
-                                    "idle_gpu_h") else "-"
+        return (
+            "unknown"
+            if key in ("util_pct", "gpus_touched", "gpus_idle", "peak_mem_pct", "used_gpu_h", "idle_gpu_h")
+            else "-"
+        )
     if isinstance(value, float):
         if key.endswith("_pct"):
             return f"{value:.1f}"
@@ -474,8 +565,12 @@ def render(rows: List[Dict[str, Any]], by: str, fmt: str, meta: Dict[str, Any], 
     cols = columns_for(by)
     tot = totals(rows)
     if fmt == "json":
-        out.write(json.dumps({"by": by, "meta": meta, "rows": rows, "totals": tot}, sort_keys=True,
-                             indent=1, default=str) + "\n")
+        out.write(
+            json.dumps(
+                {"by": by, "meta": meta, "rows": rows, "totals": tot}, sort_keys=True, indent=1, default=str
+            )
+            + "\n"
+        )
         return
     if fmt == "csv":
         w = csv.writer(out, lineterminator="\n")
@@ -486,8 +581,10 @@ def render(rows: List[Dict[str, Any]], by: str, fmt: str, meta: Dict[str, Any], 
     dec = 2 if tot["alloc_gpu_h"] >= 10 else 4
     body = [[fmt_cell(k, r.get(k), dec) for k, _ in cols] for r in rows]
     no_total = {"rank", by, "user", "account", "state", "note", "peak_mem_pct", "gpus_touched", "gpus_idle"}
-    foot = ["TOTAL" if i == 0 else ("" if k in no_total else fmt_cell(k, tot.get(k), dec))
-            for i, (k, _) in enumerate(cols)]
+    foot = [
+        "TOTAL" if i == 0 else ("" if k in no_total else fmt_cell(k, tot.get(k), dec))
+        for i, (k, _) in enumerate(cols)
+    ]
     heads = [h for _, h in cols]
     text_cols = {by, "user", "account", "state", "note"}
     if fmt == "markdown":
@@ -498,12 +595,15 @@ def render(rows: List[Dict[str, Any]], by: str, fmt: str, meta: Dict[str, Any], 
             out.write("| " + " | ".join(esc(c) for c in b) + " |\n")
         return
     out.write(meta.get("title", "") + "\n")
-    widths = [max(len(h), len(f), *(len(b[i]) for b in body)) if body else max(len(h), len(f))
-              for i, (h, f) in enumerate(zip(heads, foot))]
+    widths = [
+        max(len(h), len(f), *(len(b[i]) for b in body)) if body else max(len(h), len(f))
+        for i, (h, f) in enumerate(zip(heads, foot))
+    ]
 
     def line(cells: Sequence[str]) -> str:
-        return "  ".join(c.ljust(w) if k in text_cols else c.rjust(w)
-                         for c, w, (k, _) in zip(cells, widths, cols)).rstrip()
+        return "  ".join(
+            c.ljust(w) if k in text_cols else c.rjust(w) for c, w, (k, _) in zip(cells, widths, cols)
+        ).rstrip()
 
     out.write(line(heads) + "\n")
     out.write("  ".join("-" * w for w in widths) + "\n")
@@ -534,8 +634,9 @@ def one_line(job: JobEfficiency) -> str:
 def job_efficiency(job_id: str, timeout: Optional[float] = None) -> Optional[JobEfficiency]:
     """One ended job's efficiency from sacct (``ssubmit status``); ``None`` when sacct has no
     ended GPU job of that id."""
-    res = from_sacct(sacct_args((0, 0), job_ids=[job_id]), idle_below=DEFAULT_IDLE_BELOW, window=None,
-                     timeout=timeout)
+    res = from_sacct(
+        sacct_args((0, 0), job_ids=[job_id]), idle_below=DEFAULT_IDLE_BELOW, window=None, timeout=timeout
+    )
     mine = [j for j in res.jobs if j.job_id == job_id]
     return mine[-1] if mine else None
 

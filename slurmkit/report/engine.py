@@ -69,8 +69,9 @@ class FileSource:
     relation: Optional[str] = None
 
 
-def probe_file(path: str, columns: Optional[Sequence[str]] = None,
-               delimiter: Optional[str] = None) -> Optional[FileSource]:
+def probe_file(
+    path: str, columns: Optional[Sequence[str]] = None, delimiter: Optional[str] = None
+) -> Optional[FileSource]:
     """Read the head of ``path`` with the reference reader's rules; ``None`` when empty."""
     try:
         fh = open(path, "r", encoding="utf-8", errors="replace", newline=None)
@@ -152,12 +153,19 @@ class _Plan:
             self.count_ok = f"({last} IS NOT NULL AND x0 IS NULL)"
             self.surplus = "(x0 IS NOT NULL)"
         self.overflow = f"(x{EXTRA - 1} IS NOT NULL)"
-        self.step = "(contains(f0, '.') AND f1 IS NOT NULL)" if self.jobid_first else \
-            f"({self.count_ok} AND contains({self.jobid}, '.'))"
+        self.step = (
+            "(contains(f0, '.') AND f1 IS NOT NULL)"
+            if self.jobid_first
+            else f"({self.count_ok} AND contains({self.jobid}, '.'))"
+        )
         self.lo, self.hi = window.start, hi
         conds = []
-        for values, expr in ((filters.users, self.user), (filters.accounts, self.account),
-                             (filters.partitions, self.partition), (filters.names, self.name)):
+        for values, expr in (
+            (filters.users, self.user),
+            (filters.accounts, self.account),
+            (filters.partitions, self.partition),
+            (filters.names, self.name),
+        ):
             if values is not None:
                 conds.append(f"{expr} NOT IN {_in_list(values)}" if values else "TRUE")
         if filters.states is not None:
@@ -168,10 +176,12 @@ class _Plan:
         if self.src.relation is not None:
             return self.src.relation
         spec = "{" + ", ".join(f"'{n}': 'VARCHAR'" for n in self.names) + "}"
-        return (f"read_csv({_q(self.src.path)}, columns={spec}, delim={_q(self.src.sep)}, quote='', "
-                f"escape='', header=false, skip={self.src.first_row - 1}, auto_detect=false, "
-                f"strict_mode=false, "
-                f"null_padding=true, nullstr={_q(_NULL)}, parallel=true)")
+        return (
+            f"read_csv({_q(self.src.path)}, columns={spec}, delim={_q(self.src.sep)}, quote='', "
+            f"escape='', header=false, skip={self.src.first_row - 1}, auto_detect=false, "
+            f"strict_mode=false, "
+            f"null_padding=true, nullstr={_q(_NULL)}, parallel=true)"
+        )
 
     @staticmethod
     def hour_key(expr: str) -> str:
@@ -182,12 +192,14 @@ class _Plan:
     def epoch(expr: str, hour_epoch: str) -> str:
         """Epoch seconds of a clean time text, NULL otherwise (the reference decides those);
         ``hour_epoch`` is the looked-up epoch of its ISO hour (local time, by Python)."""
-        return (f"(CASE WHEN {_digits(expr)} THEN CAST({expr} AS BIGINT) "
-                f"WHEN {hour_epoch} IS NOT NULL AND regexp_full_match({expr}, "
-                f"'[0-9]{{4}}-[0-9]{{2}}-[0-9]{{2}}[T ][0-9]{{2}}:[0-5][0-9]:[0-9]{{2}}') "
-                f"AND CAST(substr({expr}, 18, 2) AS INTEGER) <= 60 "
-                f"THEN {hour_epoch} + 60 * CAST(substr({expr}, 15, 2) AS BIGINT) "
-                f"+ CAST(substr({expr}, 18, 2) AS BIGINT) END)")
+        return (
+            f"(CASE WHEN {_digits(expr)} THEN CAST({expr} AS BIGINT) "
+            f"WHEN {hour_epoch} IS NOT NULL AND regexp_full_match({expr}, "
+            f"'[0-9]{{4}}-[0-9]{{2}}-[0-9]{{2}}[T ][0-9]{{2}}:[0-5][0-9]:[0-9]{{2}}') "
+            f"AND CAST(substr({expr}, 18, 2) AS INTEGER) <= 60 "
+            f"THEN {hour_epoch} + 60 * CAST(substr({expr}, 15, 2) AS BIGINT) "
+            f"+ CAST(substr({expr}, 18, 2) AS BIGINT) END)"
+        )
 
 
 def _lookups(con: duckdb.DuckDBPyConnection, plan: _Plan, need_nodes: bool) -> Dict[str, Any]:
@@ -215,10 +227,20 @@ def _lookups(con: duckdb.DuckDBPyConnection, plan: _Plan, need_nodes: bool) -> D
     """
     nsets = 3 + len(times)
     full = (1 << nsets) - 1
-    out: Dict[str, Any] = {"multi": [], "tres": [], "nodes": [], "hours": [], "overflow": 0, "surplus": 0,
-                           "min_epoch": None}
-    target = {full ^ (1 << (nsets - 1)): "multi", full ^ (1 << (nsets - 2)): "tres",
-              full ^ (1 << (nsets - 3)): "nodes"}
+    out: Dict[str, Any] = {
+        "multi": [],
+        "tres": [],
+        "nodes": [],
+        "hours": [],
+        "overflow": 0,
+        "surplus": 0,
+        "min_epoch": None,
+    }
+    target = {
+        full ^ (1 << (nsets - 1)): "multi",
+        full ^ (1 << (nsets - 2)): "tres",
+        full ^ (1 << (nsets - 3)): "nodes",
+    }
     for gid, k, n_over, n_surplus, min_epoch in con.execute(sql).fetchall():
         if gid == full:
             out["overflow"], out["surplus"], out["min_epoch"] = n_over, n_surplus, min_epoch
@@ -227,8 +249,13 @@ def _lookups(con: duckdb.DuckDBPyConnection, plan: _Plan, need_nodes: bool) -> D
     return out
 
 
-def _table(con: duckdb.DuckDBPyConnection, name: str, cols: Sequence[str], types: Sequence[str],
-           rows: Sequence[Tuple]) -> None:
+def _table(
+    con: duckdb.DuckDBPyConnection,
+    name: str,
+    cols: Sequence[str],
+    types: Sequence[str],
+    rows: Sequence[Tuple],
+) -> None:
     """A temp table from Python rows, in one statement (``executemany`` is per row)."""
     lists = [[r[i] for r in rows] for i in range(len(cols))]
     select = ", ".join(f"unnest(CAST(? AS {t}[])) AS {c}" for c, t in zip(cols, types))
@@ -259,10 +286,20 @@ def _periods(unit: str, start: int, end: int) -> List[Tuple[str, int, int]]:
         t = hi
 
 
-def run(src: FileSource, *, window: Window, now: Optional[float], filters: Optional[Filters],
-        by: Sequence[str], prices: Optional[PriceTable], max_gpus: int, prolog_requeue_seconds: float,
-        drains: Optional[Sequence[DrainEvent]] = None, lost_window_hours: float = 6.0,
-        threads: Optional[int] = None) -> Tuple[Dict[Tuple, _Acc], _Acc, ParseStats]:
+def run(
+    src: FileSource,
+    *,
+    window: Window,
+    now: Optional[float],
+    filters: Optional[Filters],
+    by: Sequence[str],
+    prices: Optional[PriceTable],
+    max_gpus: int,
+    prolog_requeue_seconds: float,
+    drains: Optional[Sequence[DrainEvent]] = None,
+    lost_window_hours: float = 6.0,
+    threads: Optional[int] = None,
+) -> Tuple[Dict[Tuple, _Acc], _Acc, ParseStats]:
     """The report's accumulators and parse statistics for a saved dump."""
     filters = filters or Filters()
     now_i = int(now if now is not None else time.time())
@@ -271,8 +308,9 @@ def run(src: FileSource, *, window: Window, now: Optional[float], filters: Optio
     priced = bool(prices and prices.enabled)
     time_dim = next((d for d in by if d in TIME_DIMS), None)
     need_nodes = "node" in by
-    con = duckdb.connect(config={"threads": threads or 2, "memory_limit": "768MB",
-                                 "preserve_insertion_order": False})
+    con = duckdb.connect(
+        config={"threads": threads or 2, "memory_limit": "768MB", "preserve_insertion_order": False}
+    )
     con.execute("SET enable_progress_bar = false")
     try:
         look = _lookups(con, plan, need_nodes)
@@ -295,46 +333,84 @@ def run(src: FileSource, *, window: Window, now: Optional[float], filters: Optio
             firsts = [v for v in [look["min_epoch"]] + [e for _, e in hours] if v is not None]
             p_lo = max(window.start, min(firsts)) if firsts else window.start
             periods = _periods(time_dim, max(p_lo, sacct.EARLIEST_TIME), max(hi, p_lo + 1))
-            _table(con, "periods", ("label", "lo", "hi"), ("VARCHAR", "BIGINT", "BIGINT"),
-                   periods + [(None, -10, 0)])
+            _table(
+                con,
+                "periods",
+                ("label", "lo", "hi"),
+                ("VARCHAR", "BIGINT", "BIGINT"),
+                periods + [(None, -10, 0)],
+            )
         drain_windows = []
         if drains:
             span = lost_window_hours * 3600.0
             drain_windows = [(ev.timestamp - span, ev.timestamp) for ev in drains]
             _table(con, "drains", ("lo", "hi"), ("DOUBLE", "DOUBLE"), drain_windows)
         groups, total, stats, py_lines, sus_lines = _aggregate(
-            con, plan, by, time_dim, tres_map, priced, prices, bool(drain_windows), bool(hours))
+            con, plan, by, time_dim, tres_map, priced, prices, bool(drain_windows), bool(hours)
+        )
     finally:
         con.close()
-    _merge_reference(groups, total, stats, py_lines, sus_lines, src, window, now, filters, by, prices,
-                     max_gpus, prolog_requeue_seconds, drains, lost_window_hours)
+    _merge_reference(
+        groups,
+        total,
+        stats,
+        py_lines,
+        sus_lines,
+        src,
+        window,
+        now,
+        filters,
+        by,
+        prices,
+        max_gpus,
+        prolog_requeue_seconds,
+        drains,
+        lost_window_hours,
+    )
     return groups, total, stats
 
 
-def _aggregate(con, plan: _Plan, by: Sequence[str], time_dim: Optional[str], tres_map, priced: bool,
-               prices: Optional[PriceTable], with_drains: bool, iso: bool):
+def _aggregate(
+    con,
+    plan: _Plan,
+    by: Sequence[str],
+    time_dim: Optional[str],
+    tres_map,
+    priced: bool,
+    prices: Optional[PriceTable],
+    with_drains: bool,
+    iso: bool,
+):
     """Scan 2: sum the plain rows; return the other rows' text."""
     lo, hi = plan.lo, plan.hi
     running = _in_list(sacct.RUNNING_STATES)
-    state = f"(CASE WHEN contains({plan.state_raw}, ' ') THEN split_part({plan.state_raw}, ' ', 1) " \
-            f"ELSE {plan.state_raw} END)"
+    state = (
+        f"(CASE WHEN contains({plan.state_raw}, ' ') THEN split_part({plan.state_raw}, ' ', 1) "
+        f"ELSE {plan.state_raw} END)"
+    )
     h1, h2, h3 = ("h1.epoch", "h2.epoch", "h3.epoch") if iso else ("NULL", "NULL", "NULL")
     sub = plan.epoch(plan.submit, h3) if plan.submit else "NULL"
     sub_ok = f"({plan.submit} IN {_UNKNOWN_SQL} OR sub IS NOT NULL)" if plan.submit else "TRUE"
     line = "concat_ws(" + _q(plan.src.sep) + ", " + ", ".join(plan.names) + ")"
     hour_joins = ""
     if iso:
-        hour_joins = (f"LEFT JOIN hours h1 ON h1.key = {plan.hour_key(plan.start)} "
-                      f"LEFT JOIN hours h2 ON h2.key = {plan.hour_key(plan.end)} ")
+        hour_joins = (
+            f"LEFT JOIN hours h1 ON h1.key = {plan.hour_key(plan.start)} "
+            f"LEFT JOIN hours h2 ON h2.key = {plan.hour_key(plan.end)} "
+        )
         if plan.submit:
             hour_joins += f"LEFT JOIN hours h3 ON h3.key = {plan.hour_key(plan.submit)}"
     field_keys = [d for d in by if d in FIELD_DIMS]
     key_expr = {"user": plan.user, "account": plan.account, "partition": plan.partition, "state": "state"}
     keys_sql = ", ".join(f"CASE WHEN cls = 'agg' THEN {key_expr[d]} END AS k_{d}" for d in field_keys)
-    node_sql = f"CASE WHEN cls = 'agg' THEN {plan.nodelist} END AS k_nodes" if "node" in by \
-        else "NULL AS k_nodes"
-    drain_sql = ("(cls = 'agg' AND EXISTS (SELECT 1 FROM drains d WHERE st <= d.hi AND e >= d.lo))"
-                 if with_drains else "FALSE")
+    node_sql = (
+        f"CASE WHEN cls = 'agg' THEN {plan.nodelist} END AS k_nodes" if "node" in by else "NULL AS k_nodes"
+    )
+    drain_sql = (
+        "(cls = 'agg' AND EXISTS (SELECT 1 FROM drains d WHERE st <= d.hi AND e >= d.lo))"
+        if with_drains
+        else "FALSE"
+    )
     sql = f"""
     WITH rs AS (SELECT *, {plan.step} AS is_step FROM {plan.reader()}),
     r0 AS (
@@ -370,7 +446,7 @@ def _aggregate(con, plan: _Plan, by: Sequence[str], time_dim: Optional[str], tre
             ELSE 'agg' END AS cls
         FROM r3 LEFT JOIN tres t ON t.tres = r3.{plan.tres}),
     r AS (
-        SELECT cls, {keys_sql + ',' if keys_sql else ''} {node_sql},
+        SELECT cls, {keys_sql + "," if keys_sql else ""} {node_sql},
                CASE WHEN cls = 'agg' THEN state END AS k_state,
                CASE WHEN cls = 'agg' THEN {plan.tres} END AS k_tres,
                CASE WHEN cls = 'agg' THEN s ELSE -1 END AS s,
@@ -444,33 +520,68 @@ def _aggregate(con, plan: _Plan, by: Sequence[str], time_dim: Optional[str], tre
                 continue
             gpus, types = tres_map[row["k_tres"]]
             st = row["k_state"]
-            fake = Attempt("", "", row.get("k_user") or "", row.get("k_account") or "",
-                           row.get("k_partition") or "", row["k_nodes"] or "", "", "", st, gpus, types, None,
-                           0, 0, 0, 0, False)
+            fake = Attempt(
+                "",
+                "",
+                row.get("k_user") or "",
+                row.get("k_account") or "",
+                row.get("k_partition") or "",
+                row["k_nodes"] or "",
+                "",
+                "",
+                st,
+                gpus,
+                types,
+                None,
+                0,
+                0,
+                0,
+                0,
+                False,
+            )
             secs = row["secs"] or 0
             wn = row["wn"] or 0
             n_first = row["n_first"]
             # totals: whole attempts, once (their first period)
             whole = row["secs_whole"] or 0
             if n_first:
-                _add(total, st, gpus * whole, (prices.priced_gpus(gpus, types) if priced else 0.0) * whole,
-                     st in lost_states, n_first, n_first, row["wsum"] or 0, wn)
+                _add(
+                    total,
+                    st,
+                    gpus * whole,
+                    (prices.priced_gpus(gpus, types) if priced else 0.0) * whole,
+                    st in lost_states,
+                    n_first,
+                    n_first,
+                    row["wsum"] or 0,
+                    wn,
+                )
             seen = set()  # a NodeList may name a node twice: its pieces add up, its job counts once
             for key, g, p in pieces_of(fake, by, prices if priced else None, nodes_cache):
                 if pos is not None:
-                    key = key[:pos] + (row["k_period"],) + key[pos + 1:]
+                    key = key[:pos] + (row["k_period"],) + key[pos + 1 :]
                 acc = groups.get(key)
                 if acc is None:
                     acc = groups[key] = _Acc()
                     acc.njobs = 0
-                _add(acc, st, g * secs, p * secs, st in lost_states, 0 if key in seen else n, n_first,
-                     row["wsum"] or 0, wn)
+                _add(
+                    acc,
+                    st,
+                    g * secs,
+                    p * secs,
+                    st in lost_states,
+                    0 if key in seen else n,
+                    n_first,
+                    row["wsum"] or 0,
+                    wn,
+                )
                 seen.add(key)
     return groups, total, stats, py_lines, sus_lines
 
 
-def _add(acc: _Acc, state: str, gs: float, cost: float, lost: bool, jobs: int, attempts: int, wsum: int,
-         wn: int) -> None:
+def _add(
+    acc: _Acc, state: str, gs: float, cost: float, lost: bool, jobs: int, attempts: int, wsum: int, wn: int
+) -> None:
     acc.gpu_seconds += gs
     acc.cost += cost
     acc.by_state[state] = acc.by_state.get(state, 0.0) + gs
@@ -499,15 +610,37 @@ def _merge(into: _Acc, acc: _Acc, jobs_too: bool = True) -> None:
         into.njobs = (into.njobs or 0) + (acc.njobs if acc.njobs is not None else len(acc.jobs))
 
 
-def _merge_reference(groups, total, stats: ParseStats, py_lines: List[str], sus_lines: List[str],
-                     src: FileSource, window: Window, now, filters, by, prices, max_gpus,
-                     prolog_requeue_seconds, drains, lost_window_hours) -> None:
+def _merge_reference(
+    groups,
+    total,
+    stats: ParseStats,
+    py_lines: List[str],
+    sus_lines: List[str],
+    src: FileSource,
+    window: Window,
+    now,
+    filters,
+    by,
+    prices,
+    max_gpus,
+    prolog_requeue_seconds,
+    drains,
+    lost_window_hours,
+) -> None:
     """Run the reference parser and aggregator on the rows SQL left alone, and add."""
     lines: Iterable[str] = py_lines
     if src.trailing:
         lines = sacct._strip_trailing(lines, src.sep)
-    attempts, py_stats = sacct.parse_rows(lines, src.columns, sep=src.sep, window=window, now=now,
-                                          filters=filters, first_line=0, max_gpus=max_gpus)
+    attempts, py_stats = sacct.parse_rows(
+        lines,
+        src.columns,
+        sep=src.sep,
+        window=window,
+        now=now,
+        filters=filters,
+        first_line=0,
+        max_gpus=max_gpus,
+    )
     if py_stats.malformed:
         raise NeedsReference(f"{py_stats.malformed} malformed or impossible row(s): line numbers")
     for name in ("rows", "job_rows", "step_rows", "not_started", "outside_window", "filtered_out"):
@@ -524,8 +657,16 @@ def _merge_reference(groups, total, stats: ParseStats, py_lines: List[str], sus_
     _merge(total, t2)
     if sus_lines and drains:
         s_lines: Iterable[str] = sacct._strip_trailing(sus_lines, src.sep) if src.trailing else sus_lines
-        s_att, _ = sacct.parse_rows(s_lines, src.columns, sep=src.sep, window=window, now=now,
-                                    filters=filters, first_line=0, max_gpus=max_gpus)
+        s_att, _ = sacct.parse_rows(
+            s_lines,
+            src.columns,
+            sep=src.sep,
+            window=window,
+            now=now,
+            filters=filters,
+            first_line=0,
+            max_gpus=max_gpus,
+        )
         sus = find_suspect(s_att, drains, lost_window_hours)
         if sus:
             g3, t3 = accumulate(s_att, by, window_start=window.start, suspect=sus, prices=prices)

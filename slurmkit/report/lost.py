@@ -72,12 +72,26 @@ def is_prolog_requeue(attempt: Attempt, max_seconds: float = DEFAULT_PROLOG_REQU
 def _order(a: Attempt) -> tuple:
     """Time order of one job's attempts; ties (same Start) are broken by content, not by
     the line number, so the answer does not depend on the order rows arrive in."""
-    return (a.raw_start, a.end, a.state, a.reason, a.job_id, a.gpus, a.gpu_types, a.nodelist, a.user,
-            a.account, a.partition, a.name, -1 if a.submit is None else a.submit)
+    return (
+        a.raw_start,
+        a.end,
+        a.state,
+        a.reason,
+        a.job_id,
+        a.gpus,
+        a.gpu_types,
+        a.nodelist,
+        a.user,
+        a.account,
+        a.partition,
+        a.name,
+        -1 if a.submit is None else a.submit,
+    )
 
 
-def find_lost(attempts: Sequence[Attempt],
-              prolog_requeue_seconds: float = DEFAULT_PROLOG_REQUEUE_SECONDS) -> Dict[int, str]:
+def find_lost(
+    attempts: Sequence[Attempt], prolog_requeue_seconds: float = DEFAULT_PROLOG_REQUEUE_SECONDS
+) -> Dict[int, str]:
     """``{attempt index: cause}`` for every lost attempt."""
     lost_states = frozenset(LOST_STATES)
     state_i = Attempt._fields.index("state")
@@ -92,14 +106,20 @@ def find_lost(attempts: Sequence[Attempt],
     for indices in by_job.values():
         indices.sort(key=lambda j: _order(attempts[j]))
         for prev, cur in zip(indices, indices[1:]):
-            if attempts[cur].state == "FAILED" and attempts[prev].state == "REQUEUED" and (
+            if (
+                attempts[cur].state == "FAILED"
+                and attempts[prev].state == "REQUEUED"
+                and (
                     is_prolog_requeue(attempts[prev], prolog_requeue_seconds)
-                    or "launch" in attempts[cur].reason.lower()):
+                    or "launch" in attempts[cur].reason.lower()
+                )
+            ):
                 lost[cur] = PROLOG_CAUSE
     return lost
 
 
 # --------------------------------------------------------------------------- health log
+
 
 @dataclass
 class DrainEvent:
@@ -145,8 +165,11 @@ def read_health_log(pattern: str) -> Optional[HealthLog]:
     files ``health.jsonl.1`` can be included). ``None`` when no file matches.
     Unreadable lines are counted and skipped: the log is an extra, not a requirement.
     """
-    paths = sorted(glob.glob(pattern)) if any(c in pattern for c in "*?[") else \
-        ([pattern] if os.path.exists(pattern) else [])
+    paths = (
+        sorted(glob.glob(pattern))
+        if any(c in pattern for c in "*?[")
+        else ([pattern] if os.path.exists(pattern) else [])
+    )
     if not paths:
         return None
     hl = HealthLog(path=pattern)

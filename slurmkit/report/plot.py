@@ -15,9 +15,17 @@ from slurmkit.errors import UsageError
 from slurmkit.report.aggregate import TIME_DIMS, Report
 
 #: stable colours per state, so charts of different months compare at a glance
-STATE_COLORS = {"COMPLETED": "#4c9a2a", "RUNNING": "#7fb7e6", "FAILED": "#d9534f", "CANCELLED": "#999999",
-                "TIMEOUT": "#f0ad4e", "NODE_FAIL": "#8b0000", "PREEMPTED": "#9b59b6", "REQUEUED": "#e67e22",
-                "OUT_OF_MEMORY": "#c0392b"}
+STATE_COLORS = {
+    "COMPLETED": "#4c9a2a",
+    "RUNNING": "#7fb7e6",
+    "FAILED": "#d9534f",
+    "CANCELLED": "#999999",
+    "TIMEOUT": "#f0ad4e",
+    "NODE_FAIL": "#8b0000",
+    "PREEMPTED": "#9b59b6",
+    "REQUEUED": "#e67e22",
+    "OUT_OF_MEMORY": "#c0392b",
+}
 MAX_STATES = 8
 
 

@@ -39,8 +39,15 @@ def columns(report: Report, view: str) -> List[Tuple[str, str]]:
     """``[(key, header)]`` of the flat columns for ``view``."""
     cols = [(d, d) for d in report.by]
     if view == "usage":
-        cols += [("rank", "rank"), ("gpu_hours", "gpu_hours"), ("share_pct", "share_%"), ("jobs", "jobs"),
-                 ("attempts", "attempts"), ("mean_wait_s", "mean_wait"), ("lost_gpu_hours", "lost_gpu_hours")]
+        cols += [
+            ("rank", "rank"),
+            ("gpu_hours", "gpu_hours"),
+            ("share_pct", "share_%"),
+            ("jobs", "jobs"),
+            ("attempts", "attempts"),
+            ("mean_wait_s", "mean_wait"),
+            ("lost_gpu_hours", "lost_gpu_hours"),
+        ]
         if report.health_joined:
             cols.append(("suspect_gpu_hours", "suspect_gpu_hours"))
         if report.priced:
@@ -49,8 +56,9 @@ def columns(report: Report, view: str) -> List[Tuple[str, str]]:
         cols += [("gpu_hours", "gpu_hours")] + [(f"state:{s}", s) for s in report.states]
     elif view == "lost":
         causes = [c for c in LOST_CAUSES if c in report.causes] or list(report.causes)
-        cols += [("gpu_hours", "gpu_hours"), ("lost_gpu_hours", "lost_gpu_hours"), ("lost_pct", "lost_%")] \
-            + [(f"cause:{c}", c) for c in causes]
+        cols += [("gpu_hours", "gpu_hours"), ("lost_gpu_hours", "lost_gpu_hours"), ("lost_pct", "lost_%")] + [
+            (f"cause:{c}", c) for c in causes
+        ]
         if report.health_joined:
             cols.append(("suspect_gpu_hours", "suspect_gpu_hours"))
     else:
@@ -134,12 +142,15 @@ def render_table(report: Report, view: str, out: TextIO, color: Optional[bool] =
     title = report.meta.get("title")
     if title:
         out.write(title + "\n")
-    widths = [max(len(h), len(f), *(len(r[i]) for r in body)) if body else max(len(h), len(f))
-              for i, (h, f) in enumerate(zip(headers, foot))]
+    widths = [
+        max(len(h), len(f), *(len(r[i]) for r in body)) if body else max(len(h), len(f))
+        for i, (h, f) in enumerate(zip(headers, foot))
+    ]
 
     def line(cells: Sequence[str]) -> str:
-        return "  ".join(c.rjust(w) if num else c.ljust(w)
-                         for c, w, num in zip(cells, widths, numeric)).rstrip()
+        return "  ".join(
+            c.rjust(w) if num else c.ljust(w) for c, w, num in zip(cells, widths, numeric)
+        ).rstrip()
 
     out.write(line(headers) + "\n")
     out.write("  ".join("-" * w for w in widths) + "\n")

@@ -45,17 +45,37 @@ from slurmkit.report.window import Window, iso_local
 from slurmkit.slurm.parse import SACCT_DELIMITER, ParseError, gpus_from_tres, parse_tres, split_parsable2
 
 #: The columns slurmkit asks sacct for, in this order (free-text JobName last).
-FIELDS: Tuple[str, ...] = ("JobID", "JobIDRaw", "State", "AllocTRES", "Submit", "Start", "End",
-                           "ElapsedRaw", "User", "Account", "Partition", "NodeList", "Reason", "JobName")
+FIELDS: Tuple[str, ...] = (
+    "JobID",
+    "JobIDRaw",
+    "State",
+    "AllocTRES",
+    "Submit",
+    "Start",
+    "End",
+    "ElapsedRaw",
+    "User",
+    "Account",
+    "Partition",
+    "NodeList",
+    "Reason",
+    "JobName",
+)
 #: Without these a saved file cannot be reported at all.
 REQUIRED_COLUMNS: Tuple[str, ...] = ("JobID", "State", "AllocTRES", "Start", "End")
 #: Columns a grouping or feature needs (checked against a saved file's header).
-COLUMN_FOR = {"user": "User", "account": "Account", "partition": "Partition", "node": "NodeList",
-              "name": "JobName"}
+COLUMN_FOR = {
+    "user": "User",
+    "account": "Account",
+    "partition": "Partition",
+    "node": "NodeList",
+    "name": "JobName",
+}
 
 #: States whose attempt may still be running: End=Unknown means "up to now".
-RUNNING_STATES: FrozenSet[str] = frozenset({"RUNNING", "SUSPENDED", "COMPLETING", "CONFIGURING",
-                                            "RESIZING", "STAGE_OUT", "SIGNALING", "STOPPED"})
+RUNNING_STATES: FrozenSet[str] = frozenset(
+    {"RUNNING", "SUSPENDED", "COMPLETING", "CONFIGURING", "RESIZING", "STAGE_OUT", "SIGNALING", "STOPPED"}
+)
 _UNKNOWN_TIMES = frozenset({"Unknown", "None", "", "N/A"})
 
 MAX_LISTED_LINES = 20
@@ -124,8 +144,9 @@ class Filters:
 
     @property
     def active(self) -> bool:
-        return any(x is not None
-                   for x in (self.users, self.accounts, self.partitions, self.states, self.names))
+        return any(
+            x is not None for x in (self.users, self.accounts, self.partitions, self.states, self.names)
+        )
 
 
 @dataclass
@@ -158,19 +179,30 @@ class ParseStats:
         if not self.malformed:
             return None
         lines = ", ".join(map(str, self.malformed_lines))
-        more = f" and {self.malformed - len(self.malformed_lines)} more" if self.malformed > len(
-            self.malformed_lines) else ""
+        more = (
+            f" and {self.malformed - len(self.malformed_lines)} more"
+            if self.malformed > len(self.malformed_lines)
+            else ""
+        )
         why = "; ".join(f"{r} ({n})" for r, n in self.malformed_reasons.most_common())
         impossible = f"; {self.impossible} of them impossible data, excluded" if self.impossible else ""
-        return (f"{source}: skipped {self.malformed} malformed row(s) at line(s) {lines}{more}: "
-                f"{why}{impossible}")
+        return (
+            f"{source}: skipped {self.malformed} malformed row(s) at line(s) {lines}{more}: {why}{impossible}"
+        )
 
     def to_dict(self) -> dict:
-        return {"rows": self.rows, "job_rows": self.job_rows, "step_rows": self.step_rows,
-                "not_started": self.not_started, "outside_window": self.outside_window,
-                "filtered_out": self.filtered_out, "malformed": self.malformed, "impossible": self.impossible,
-                "malformed_lines": list(self.malformed_lines),
-                "malformed_reasons": dict(self.malformed_reasons)}
+        return {
+            "rows": self.rows,
+            "job_rows": self.job_rows,
+            "step_rows": self.step_rows,
+            "not_started": self.not_started,
+            "outside_window": self.outside_window,
+            "filtered_out": self.filtered_out,
+            "malformed": self.malformed,
+            "impossible": self.impossible,
+            "malformed_lines": list(self.malformed_lines),
+            "malformed_reasons": dict(self.malformed_reasons),
+        }
 
 
 # --------------------------------------------------------------------------- time parsing
@@ -202,8 +234,14 @@ def parse_time(text: str) -> Optional[int]:
         return int(text)
     if text in _UNKNOWN_TIMES:
         return None
-    if len(text) != 19 or text[4] != "-" or text[7] != "-" or text[10] not in "T " or text[13] != ":" \
-            or text[16] != ":":
+    if (
+        len(text) != 19
+        or text[4] != "-"
+        or text[7] != "-"
+        or text[10] not in "T "
+        or text[13] != ":"
+        or text[16] != ":"
+    ):
         raise ValueError(text)
     key = text[:13]
     base = _hour_cache.get(key)
@@ -231,6 +269,7 @@ def parse_gpu_tres(text: str) -> Tuple[int, Tuple[Tuple[str, int], ...]]:
 
 # --------------------------------------------------------------------------- the parser
 
+
 def _column_index(columns: Sequence[str]) -> Dict[str, int]:
     return {c.strip().lower(): i for i, c in enumerate(columns)}
 
@@ -240,10 +279,18 @@ def missing_columns(columns: Sequence[str], needed: Iterable[str]) -> List[str]:
     return [c for c in needed if c.lower() not in have]
 
 
-def parse_rows(lines: Iterable[str], columns: Sequence[str], *, sep: str, window: Window,
-               now: Optional[float] = None, filters: Optional[Filters] = None, first_line: int = 1,
-               stats: Optional[ParseStats] = None,
-               max_gpus: int = DEFAULT_MAX_GPUS) -> Tuple[List[Attempt], ParseStats]:
+def parse_rows(
+    lines: Iterable[str],
+    columns: Sequence[str],
+    *,
+    sep: str,
+    window: Window,
+    now: Optional[float] = None,
+    filters: Optional[Filters] = None,
+    first_line: int = 1,
+    stats: Optional[ParseStats] = None,
+    max_gpus: int = DEFAULT_MAX_GPUS,
+) -> Tuple[List[Attempt], ParseStats]:
     """Parse ``--parsable2`` data rows (no header) into attempts inside ``window``.
 
     ``columns`` names the fields of each row (sacct's header names, any order, any
@@ -259,16 +306,34 @@ def parse_rows(lines: Iterable[str], columns: Sequence[str], *, sep: str, window
     was_enabled = gc.isenabled()
     gc.disable()
     try:
-        return _parse_rows(lines, columns, sep=sep, window=window, now=now, filters=filters,
-                           first_line=first_line, stats=stats, max_gpus=max_gpus)
+        return _parse_rows(
+            lines,
+            columns,
+            sep=sep,
+            window=window,
+            now=now,
+            filters=filters,
+            first_line=first_line,
+            stats=stats,
+            max_gpus=max_gpus,
+        )
     finally:
         if was_enabled:
             gc.enable()
 
 
-def _parse_rows(lines: Iterable[str], columns: Sequence[str], *, sep: str, window: Window,
-                now: Optional[float], filters: Optional[Filters], first_line: int,
-                stats: Optional[ParseStats], max_gpus: int) -> Tuple[List[Attempt], ParseStats]:
+def _parse_rows(
+    lines: Iterable[str],
+    columns: Sequence[str],
+    *,
+    sep: str,
+    window: Window,
+    now: Optional[float],
+    filters: Optional[Filters],
+    first_line: int,
+    stats: Optional[ParseStats],
+    max_gpus: int,
+) -> Tuple[List[Attempt], ParseStats]:
     """The hot loop of the report: no per-row datetime, no regular expression,
     step rows rejected before splitting, AllocTRES parses cached per distinct string.
     """
@@ -360,11 +425,13 @@ def _parse_rows(lines: Iterable[str], columns: Sequence[str], *, sep: str, windo
         if " " in state:  # "CANCELLED by 0"
             state = state.partition(" ")[0]
         if any_filter:
-            if (users is not None and f[i_user] not in users) \
-                    or (accounts is not None and f[i_account] not in accounts) \
-                    or (parts_f is not None and f[i_part] not in parts_f) \
-                    or (states_f is not None and state not in states_f) \
-                    or (names is not None and f[i_name].rstrip("\r\n") not in names):
+            if (
+                (users is not None and f[i_user] not in users)
+                or (accounts is not None and f[i_account] not in accounts)
+                or (parts_f is not None and f[i_part] not in parts_f)
+                or (states_f is not None and state not in states_f)
+                or (names is not None and f[i_name].rstrip("\r\n") not in names)
+            ):
                 filtered += 1
                 continue
         # --- times: the fast path is three epoch integers (slurmkit's own sacct call) or,
@@ -458,8 +525,9 @@ def _parse_rows(lines: Iterable[str], columns: Sequence[str], *, sep: str, windo
             bad(line_no, IMPOSSIBLE + "exact duplicate of an earlier row")
             continue
         seen_rows.add(row_hash)
-        append(new_attempt(Attempt, text_fields(f) + (state, g[0], g[1], submit, s, e, start, line_no,
-                                                       running)))
+        append(
+            new_attempt(Attempt, text_fields(f) + (state, g[0], g[1], submit, s, e, start, line_no, running))
+        )
 
     rows = line_no - first_line + 1 - blank
     stats.rows += rows
@@ -473,12 +541,15 @@ def _parse_rows(lines: Iterable[str], columns: Sequence[str], *, sep: str, windo
 
 # --------------------------------------------------------------------------- saved files
 
+
 def recommended_command(window: Optional[Window] = None) -> str:
     """The sacct command whose output ``--sacct-file`` expects."""
     s = iso_local(window.start) if window and window.bounded else "2026-11-01"
     e = iso_local(window.end) if window and window.bounded else "2026-12-01"
-    return (f"SLURM_TIME_FORMAT=%s sacct -a -D -T -S {s} -E {e} --parsable2 "
-            f"--format={','.join(FIELDS)} > usage.txt")
+    return (
+        f"SLURM_TIME_FORMAT=%s sacct -a -D -T -S {s} -E {e} --parsable2 "
+        f"--format={','.join(FIELDS)} > usage.txt"
+    )
 
 
 def recommended_hint() -> str:
@@ -499,8 +570,9 @@ def read_header(first_line: str, delimiter: Optional[str] = None) -> Tuple[List[
     if trailing:
         cols = cols[:-1]
     if "jobid" not in {c.strip().lower() for c in cols}:
-        raise UsageError(f"the first line is not an sacct --parsable2 header (no JobID column); "
-                         f"{recommended_hint()}")
+        raise UsageError(
+            f"the first line is not an sacct --parsable2 header (no JobID column); {recommended_hint()}"
+        )
     return [c.strip() for c in cols], sep, trailing
 
 
@@ -510,8 +582,9 @@ def parse_column_list(text: str) -> List[str]:
     cols = [c.strip().split("%")[0] for c in (text or "").split(",")]
     cols = [c for c in cols if c]
     if not cols:
-        raise UsageError("--sacct-columns: give the dump's column names, comma-separated "
-                         "(its sacct --format list)")
+        raise UsageError(
+            "--sacct-columns: give the dump's column names, comma-separated (its sacct --format list)"
+        )
     lowered = [c.lower() for c in cols]
     dup = sorted({c for c in lowered if lowered.count(c) > 1})
     if dup:
@@ -524,13 +597,20 @@ def parse_column_list(text: str) -> List[str]:
 def _strip_trailing(lines: Iterable[str], sep: str) -> Iterator[str]:
     for line in lines:
         line = line.rstrip("\r\n")
-        yield line[:-len(sep)] if line.endswith(sep) else line
+        yield line[: -len(sep)] if line.endswith(sep) else line
 
 
-def read_sacct_file(path: str, *, window: Window, now: Optional[float] = None,
-                    filters: Optional[Filters] = None, need_columns: Iterable[str] = (),
-                    columns: Optional[Sequence[str]] = None, delimiter: Optional[str] = None,
-                    max_gpus: int = DEFAULT_MAX_GPUS) -> Tuple[List[Attempt], ParseStats, List[str]]:
+def read_sacct_file(
+    path: str,
+    *,
+    window: Window,
+    now: Optional[float] = None,
+    filters: Optional[Filters] = None,
+    need_columns: Iterable[str] = (),
+    columns: Optional[Sequence[str]] = None,
+    delimiter: Optional[str] = None,
+    max_gpus: int = DEFAULT_MAX_GPUS,
+) -> Tuple[List[Attempt], ParseStats, List[str]]:
     """Parse a saved ``sacct --parsable2`` file, streaming.
     ``-`` reads standard input (``sacct ... | slurmkit report --sacct-file -``).
 
@@ -569,15 +649,25 @@ def read_sacct_file(path: str, *, window: Window, now: Optional[float] = None,
             first_row = first_line + 1
         lacking = missing_columns(cols, list(REQUIRED_COLUMNS) + list(need_columns))
         if lacking:
-            raise UsageError(f"--sacct-file {path}: missing column(s) {', '.join(lacking)}; "
-                             f"{recommended_hint()}")
+            raise UsageError(
+                f"--sacct-file {path}: missing column(s) {', '.join(lacking)}; {recommended_hint()}"
+            )
         lines: Iterable[str] = _strip_trailing(rows, sep) if trailing else rows
-        attempts, stats = parse_rows(lines, cols, sep=sep, window=window, now=now, filters=filters,
-                                     first_line=first_row, max_gpus=max_gpus)
+        attempts, stats = parse_rows(
+            lines,
+            cols,
+            sep=sep,
+            window=window,
+            now=now,
+            filters=filters,
+            first_line=first_row,
+            max_gpus=max_gpus,
+        )
     return attempts, stats, cols
 
 
 # --------------------------------------------------------------------------- live sacct
+
 
 @dataclass
 class SacctQuery:
@@ -606,9 +696,20 @@ def build_query(window: Window, filters: Optional[Filters] = None, truncate: boo
     ("jobs in this state during the window"). ``truncate=False`` leaves out ``-T``
     (the archive keeps each attempt's real Start and End)."""
     filters = filters or Filters()
-    args = ["-a", "-D"] + (["-T"] if truncate else []) + [
-        "-S", iso_local(window.start), "-E", iso_local(window.end), "--parsable2", "--noheader",
-        f"--delimiter={SACCT_DELIMITER}", "--format=" + ",".join(FIELDS)]
+    args = (
+        ["-a", "-D"]
+        + (["-T"] if truncate else [])
+        + [
+            "-S",
+            iso_local(window.start),
+            "-E",
+            iso_local(window.end),
+            "--parsable2",
+            "--noheader",
+            f"--delimiter={SACCT_DELIMITER}",
+            "--format=" + ",".join(FIELDS),
+        ]
+    )
     if filters.users is not None:
         args += ["-u", ",".join(sorted(filters.users))]
     if filters.accounts is not None:
@@ -620,9 +721,15 @@ def build_query(window: Window, filters: Optional[Filters] = None, truncate: boo
     return SacctQuery(args, {"SLURM_TIME_FORMAT": "%s"})
 
 
-def run_query(query: SacctQuery, *, window: Window, now: Optional[float] = None,
-              filters: Optional[Filters] = None, timeout: Optional[float] = None,
-              max_gpus: int = DEFAULT_MAX_GPUS) -> Tuple[List[Attempt], ParseStats]:
+def run_query(
+    query: SacctQuery,
+    *,
+    window: Window,
+    now: Optional[float] = None,
+    filters: Optional[Filters] = None,
+    timeout: Optional[float] = None,
+    max_gpus: int = DEFAULT_MAX_GPUS,
+) -> Tuple[List[Attempt], ParseStats]:
     """Run sacct through the shared runner and parse its output.
 
     A missing sacct or an unreachable slurmdbd raises an exit-3 error that says so.
@@ -638,14 +745,26 @@ def run_query(query: SacctQuery, *, window: Window, now: Optional[float] = None,
         low = (exc.stderr or str(exc)).lower()
         if "database" in low or "slurmdbd" in low or "connection refused" in low:
             hint = " (is slurmdbd running and reachable?)"
-        raise type(exc)(exc.argv, f"{exc.message}{hint}", returncode=exc.returncode,
-                        stderr=exc.stderr) from None
+        raise type(exc)(
+            exc.argv, f"{exc.message}{hint}", returncode=exc.returncode, stderr=exc.stderr
+        ) from None
     err = res.stderr.lower()
     if "problem talking to the database" in err or "slurmdbd" in err and "error" in err:
-        raise SlurmCommandError(res.argv, f"sacct could not reach the accounting database: "
-                                f"{runner.tail(res.stderr)} (is slurmdbd running?)",
-                                returncode=res.returncode, stderr=res.stderr)
+        raise SlurmCommandError(
+            res.argv,
+            f"sacct could not reach the accounting database: "
+            f"{runner.tail(res.stderr)} (is slurmdbd running?)",
+            returncode=res.returncode,
+            stderr=res.stderr,
+        )
     # str.split, not io.StringIO: StringIO keeps a 4-byte-per-character copy of the
     # whole output (600 MB for a million-row month); the line list costs a third of that.
-    return parse_rows(res.stdout.split("\n"), FIELDS, sep=SACCT_DELIMITER, window=window, now=now,
-                      filters=filters, max_gpus=max_gpus)
+    return parse_rows(
+        res.stdout.split("\n"),
+        FIELDS,
+        sep=SACCT_DELIMITER,
+        window=window,
+        now=now,
+        filters=filters,
+        max_gpus=max_gpus,
+    )

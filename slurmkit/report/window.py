@@ -23,7 +23,7 @@ from slurmkit.errors import UsageError
 #: Window bounds used when reading a saved file without any period option:
 #: nothing is clipped (these are far outside any real timestamp).
 UNBOUNDED_START = 0
-UNBOUNDED_END = 2 ** 62
+UNBOUNDED_END = 2**62
 
 
 @dataclass(frozen=True)
@@ -43,11 +43,13 @@ class Window:
         return self.end - self.start
 
     def to_dict(self) -> dict:
-        return {"start": self.start if self.start > UNBOUNDED_START else None,
-                "end": self.end if self.end < UNBOUNDED_END else None,
-                "start_iso": iso_local(self.start) if self.start > UNBOUNDED_START else None,
-                "end_iso": iso_local(self.end) if self.end < UNBOUNDED_END else None,
-                "label": self.label}
+        return {
+            "start": self.start if self.start > UNBOUNDED_START else None,
+            "end": self.end if self.end < UNBOUNDED_END else None,
+            "start_iso": iso_local(self.start) if self.start > UNBOUNDED_START else None,
+            "end_iso": iso_local(self.end) if self.end < UNBOUNDED_END else None,
+            "label": self.label,
+        }
 
 
 def iso_local(epoch: float) -> str:
@@ -104,9 +106,15 @@ def month_window(text: str) -> Window:
     return Window(start, end, f"{y:04d}-{mo:02d}")
 
 
-def resolve_window(*, since: Optional[str] = None, until: Optional[str] = None, month: Optional[str] = None,
-                   last: Optional[str] = None, now: Optional[float] = None,
-                   default_unbounded: bool = False) -> Window:
+def resolve_window(
+    *,
+    since: Optional[str] = None,
+    until: Optional[str] = None,
+    month: Optional[str] = None,
+    last: Optional[str] = None,
+    now: Optional[float] = None,
+    default_unbounded: bool = False,
+) -> Window:
     """Turn the period options into a :class:`Window`.
 
     ``--month`` excludes the others; ``--last`` excludes ``--since`` and counts back
@@ -130,13 +138,19 @@ def resolve_window(*, since: Optional[str] = None, until: Optional[str] = None, 
         if start is None:
             lt = time.localtime(now_i)
             start = int(time.mktime((lt.tm_year, lt.tm_mon, 1, 0, 0, 0, 0, 0, -1)))
-        end = parse_when(until, "--until") if until else (UNBOUNDED_END if default_unbounded and not since
-                                                           else now_i)
+        end = (
+            parse_when(until, "--until")
+            if until
+            else (UNBOUNDED_END if default_unbounded and not since else now_i)
+        )
         if end <= start:
-            raise UsageError(f"the window is empty: --until ({until or 'now'}) is not after "
-                             f"--since ({since})")
-        label = f"{iso_local(start) if start > UNBOUNDED_START else '-'} .. " \
-                f"{iso_local(end) if end < UNBOUNDED_END else '-'}"
+            raise UsageError(
+                f"the window is empty: --until ({until or 'now'}) is not after --since ({since})"
+            )
+        label = (
+            f"{iso_local(start) if start > UNBOUNDED_START else '-'} .. "
+            f"{iso_local(end) if end < UNBOUNDED_END else '-'}"
+        )
         return Window(start, end, label)
     if default_unbounded:
         return Window(UNBOUNDED_START, UNBOUNDED_END, "whole file")

@@ -45,21 +45,40 @@ def binary(name: str) -> str:
     return name
 
 
-def call(name: str, args: Sequence[str], *, timeout: Optional[float] = None, input: Optional[str] = None,
-         env: Optional[Mapping[str, str]] = None, check: bool = True) -> runner.Result:
+def call(
+    name: str,
+    args: Sequence[str],
+    *,
+    timeout: Optional[float] = None,
+    input: Optional[str] = None,
+    env: Optional[Mapping[str, str]] = None,
+    check: bool = True,
+) -> runner.Result:
     """Run one Slurm command through the shared runner.
 
     Every typed call below takes ``timeout`` (seconds) and passes it here: a hook with a
     budget (the prolog gate, the epilog) gives what it has left; ``None`` means the site
     config's ``slurm.timeout``."""
-    return runner.run([binary(name), *args], timeout=_timeout if timeout is None else timeout, input=input,
-                      env=env, check=check)
+    return runner.run(
+        [binary(name), *args],
+        timeout=_timeout if timeout is None else timeout,
+        input=input,
+        env=env,
+        check=check,
+    )
 
 
 # --------------------------------------------------------------------------- sbatch
 
-def submit(script: str, args: Sequence[str] = (), *, env: Optional[Mapping[str, str]] = None,
-           test_only: bool = False, timeout: Optional[float] = None) -> str:
+
+def submit(
+    script: str,
+    args: Sequence[str] = (),
+    *,
+    env: Optional[Mapping[str, str]] = None,
+    test_only: bool = False,
+    timeout: Optional[float] = None,
+) -> str:
     """Submit ``script`` (text, sent on stdin) with ``sbatch --parsable``; return the job id.
 
     With ``test_only`` runs ``sbatch --test-only`` and returns its message instead.
@@ -71,8 +90,12 @@ def submit(script: str, args: Sequence[str] = (), *, env: Optional[Mapping[str, 
     out = res.stdout.strip().splitlines()
     job = out[-1].split(";")[0].strip() if out else ""
     if not re.fullmatch(r"\d+", job):
-        raise SlurmCommandError(res.argv, f"could not make sense of sbatch output {res.stdout.strip()!r}",
-                                returncode=res.returncode, stderr=res.stderr)
+        raise SlurmCommandError(
+            res.argv,
+            f"could not make sense of sbatch output {res.stdout.strip()!r}",
+            returncode=res.returncode,
+            stderr=res.stderr,
+        )
     return job
 
 
@@ -101,8 +124,12 @@ def show_job(job_id: str, *, timeout: Optional[float] = None) -> Optional[Dict[s
     if res.returncode != 0:
         if "Invalid job id" in res.stderr:
             return None
-        raise SlurmCommandError(res.argv, f"`scontrol show job {job_id}` exited {res.returncode}: "
-                                f"{runner.tail(res.stderr)}", returncode=res.returncode, stderr=res.stderr)
+        raise SlurmCommandError(
+            res.argv,
+            f"`scontrol show job {job_id}` exited {res.returncode}: {runner.tail(res.stderr)}",
+            returncode=res.returncode,
+            stderr=res.stderr,
+        )
     line = next((ln for ln in res.stdout.splitlines() if ln.strip()), "")
     return parse_scontrol_record(line) if line else None
 
@@ -142,8 +169,10 @@ def update_job(job_id: str, *, timeout: Optional[float] = None, **fields: str) -
 
 # --------------------------------------------------------------------------- scancel
 
-def cancel(job_id: str, signal: Optional[str] = None, batch_only: bool = False, *,
-           timeout: Optional[float] = None) -> None:
+
+def cancel(
+    job_id: str, signal: Optional[str] = None, batch_only: bool = False, *, timeout: Optional[float] = None
+) -> None:
     args = []
     if signal:
         args.append(f"--signal={signal}")
@@ -175,8 +204,14 @@ def node_states(partition: Optional[str] = None, *, timeout: Optional[float] = N
 JOB_FIELDS = ("job_id", "state", "user", "partition", "nodelist", "reason", "name")
 
 
-def jobs(*, user: Optional[str] = None, job_ids: Iterable[str] = (), states: Iterable[str] = (),
-         node: Optional[str] = None, timeout: Optional[float] = None) -> List[Dict[str, str]]:
+def jobs(
+    *,
+    user: Optional[str] = None,
+    job_ids: Iterable[str] = (),
+    states: Iterable[str] = (),
+    node: Optional[str] = None,
+    timeout: Optional[float] = None,
+) -> List[Dict[str, str]]:
     """Queued and running jobs from ``squeue`` (``%i`` gives array tasks as ``123_4``)."""
     args = ["-h", "-o", "%i|%T|%u|%P|%N|%r|%j"]
     if user:
@@ -193,8 +228,12 @@ def jobs(*, user: Optional[str] = None, job_ids: Iterable[str] = (), states: Ite
     if res.returncode != 0:
         if ids and "Invalid job id" in res.stderr:
             return []
-        raise SlurmCommandError(res.argv, f"`squeue` exited {res.returncode}: {runner.tail(res.stderr)}",
-                                returncode=res.returncode, stderr=res.stderr)
+        raise SlurmCommandError(
+            res.argv,
+            f"`squeue` exited {res.returncode}: {runner.tail(res.stderr)}",
+            returncode=res.returncode,
+            stderr=res.stderr,
+        )
     return parse_parsable2(res.stdout, JOB_FIELDS, free_field="name")
 
 
@@ -205,15 +244,24 @@ def job_nodes(nodelist: str) -> List[str]:
 # --------------------------------------------------------------------------- sacct
 
 
-
-def sacct(fields: Sequence[str], args: Sequence[str] = (), *, timeout: Optional[float] = None,
-          free_field: Optional[str] = None) -> List[Dict[str, str]]:
+def sacct(
+    fields: Sequence[str],
+    args: Sequence[str] = (),
+    *,
+    timeout: Optional[float] = None,
+    free_field: Optional[str] = None,
+) -> List[Dict[str, str]]:
     """Rows of ``sacct --parsable2 --noheader --format=...`` as dicts.
 
     A unit-separator delimiter is used, so a ``|`` in a job name cannot shift fields.
     """
-    argv = ["--parsable2", "--noheader", f"--delimiter={SACCT_DELIMITER}",
-            "--format=" + ",".join(fields), *args]
+    argv = [
+        "--parsable2",
+        "--noheader",
+        f"--delimiter={SACCT_DELIMITER}",
+        "--format=" + ",".join(fields),
+        *args,
+    ]
     res = call("sacct", argv, timeout=timeout)
     return parse_parsable2(res.stdout, list(fields), free_field=free_field, sep=SACCT_DELIMITER)
 

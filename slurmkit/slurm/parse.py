@@ -71,8 +71,10 @@ def _expand_ranges(body: str, whole: str) -> List[str]:
         if hi < lo:
             raise ParseError(f"descending range {item!r} in hostlist {whole!r}")
         if hi - lo + 1 > MAX_RANGE:
-            raise ParseError(f"range {item!r} in hostlist {whole!r} has {hi - lo + 1} hosts; "
-                             f"Slurm allows at most {MAX_RANGE} in one range")
+            raise ParseError(
+                f"range {item!r} in hostlist {whole!r} has {hi - lo + 1} hosts; "
+                f"Slurm allows at most {MAX_RANGE} in one range"
+            )
         width = len(lo_s)  # Slurm: the width of lo; "9-10" -> 9, 10 and "08-10" -> 08, 09, 10
         out.extend(str(i).zfill(width) for i in range(lo, hi + 1))
         if len(out) > MAX_HOSTS:
@@ -84,7 +86,7 @@ def _expand_one(pattern: str, whole: str, budget: int) -> List[str]:
     m = re.search(r"\[([^\[\]]*)\]", pattern)
     if not m:
         return [pattern]
-    head, tail = pattern[: m.start()], pattern[m.end():]
+    head, tail = pattern[: m.start()], pattern[m.end() :]
     results: List[str] = []
     for value in _expand_ranges(m.group(1), whole):
         results.extend(_expand_one(head + value + tail, whole, budget - len(results)))
@@ -178,6 +180,7 @@ def compress_hostlist(names: Iterable[str]) -> str:
 
 # --------------------------------------------------------------------------- TRES
 
+
 def parse_tres(text: str) -> Dict[str, str]:
     """Parse a TRES string into ``{name: value}`` (values stay strings).
 
@@ -234,7 +237,7 @@ def gpus_from_tres(tres: Dict[str, str]) -> Tuple[int, Dict[str, int]]:
         if key == "gres/gpu":
             total = _tres_count(value, key)
         elif key.startswith("gres/gpu:"):
-            gtype = key[len("gres/gpu:"):]
+            gtype = key[len("gres/gpu:") :]
             # gres/gpumem, gres/gpuutil (23.02+) are not GPU counts.
             typed[gtype] = _tres_count(value, key)
     if total is None:
@@ -265,8 +268,8 @@ def gpus_from_gres(gres: str, untyped: str = "") -> Dict[str, int]:
 #: cannot type it into a job name, so a ``|`` in a name never shifts the fields.
 SACCT_DELIMITER = "\x1f"
 
-def split_parsable2(line: str, nfields: int, free_field: Optional[int] = None,
-                    sep: str = "|") -> List[str]:
+
+def split_parsable2(line: str, nfields: int, free_field: Optional[int] = None, sep: str = "|") -> List[str]:
     """Split one ``--parsable2`` row into exactly ``nfields`` fields.
 
     sacct does not escape ``|`` inside values, so a job named ``a|b`` yields one
@@ -283,12 +286,13 @@ def split_parsable2(line: str, nfields: int, free_field: Optional[int] = None,
     if idx < 0:
         idx += nfields
     extra = len(parts) - nfields
-    merged = sep.join(parts[idx: idx + extra + 1])
-    return parts[:idx] + [merged] + parts[idx + extra + 1:]
+    merged = sep.join(parts[idx : idx + extra + 1])
+    return parts[:idx] + [merged] + parts[idx + extra + 1 :]
 
 
-def parse_parsable2(text: str, fields: Sequence[str], free_field: Optional[str] = None,
-                    header: bool = False, sep: str = "|") -> List[Dict[str, str]]:
+def parse_parsable2(
+    text: str, fields: Sequence[str], free_field: Optional[str] = None, header: bool = False, sep: str = "|"
+) -> List[Dict[str, str]]:
     """Parse ``--parsable2 --noheader`` output into dicts keyed by ``fields``.
 
     With ``header=True`` the first line is checked against ``fields`` and skipped.

@@ -23,8 +23,22 @@ from slurmkit.errors import CommandNotFound, CommandTimeout, ExternalCommandErro
 #: a healthy controller; 30 s leaves room for a busy one without hanging forever.
 DEFAULT_TIMEOUT = 30.0
 
-SLURM_COMMANDS = frozenset({"sbatch", "scontrol", "squeue", "sinfo", "sacct", "sacctmgr",
-                            "scancel", "srun", "salloc", "sprio", "sshare", "sreport"})
+SLURM_COMMANDS = frozenset(
+    {
+        "sbatch",
+        "scontrol",
+        "squeue",
+        "sinfo",
+        "sacct",
+        "sacctmgr",
+        "scancel",
+        "srun",
+        "salloc",
+        "sprio",
+        "sshare",
+        "sreport",
+    }
+)
 
 
 @dataclass
@@ -44,18 +58,28 @@ def tail(text: str, lines: int = 3, chars: int = 400) -> str:
     return tail[-chars:]
 
 
-def _real_run(argv: Sequence[str], timeout: float, input: Optional[str],
-              env: Optional[Mapping[str, str]]) -> Result:
+def _real_run(
+    argv: Sequence[str], timeout: float, input: Optional[str], env: Optional[Mapping[str, str]]
+) -> Result:
     start = time.monotonic()
     try:
-        proc = subprocess.Popen(list(argv), stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                env=dict(env) if env is not None else None, start_new_session=True)
+        proc = subprocess.Popen(
+            list(argv),
+            stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=dict(env) if env is not None else None,
+            start_new_session=True,
+        )
     except FileNotFoundError:
-        raise CommandNotFound(argv, f"{argv[0]}: command not found (is it installed and on PATH?)",
-                              returncode=127) from None
+        raise CommandNotFound(
+            argv, f"{argv[0]}: command not found (is it installed and on PATH?)", returncode=127
+        ) from None
     except PermissionError as exc:
-        raise ExternalCommandError(argv, f"{argv[0]}: cannot execute: {exc.strerror}", returncode=126) from None
+        raise ExternalCommandError(
+            argv, f"{argv[0]}: cannot execute: {exc.strerror}", returncode=126
+        ) from None
     try:
         out, err = proc.communicate(input=input, timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -65,9 +89,12 @@ def _real_run(argv: Sequence[str], timeout: float, input: Optional[str],
         except ProcessLookupError:
             pass
         out, err = proc.communicate()
-        raise CommandTimeout(argv, f"`{shlex.join(argv)}` timed out after {timeout:g}s"
-                             + (f": {tail(err)}" if err.strip() else ""),
-                             returncode=None, stderr=err) from None
+        raise CommandTimeout(
+            argv,
+            f"`{shlex.join(argv)}` timed out after {timeout:g}s" + (f": {tail(err)}" if err.strip() else ""),
+            returncode=None,
+            stderr=err,
+        ) from None
     return Result(list(argv), proc.returncode, out, err, time.monotonic() - start)
 
 
@@ -86,8 +113,15 @@ def set_runner(fn: Optional[RunnerFn]) -> RunnerFn:
     return previous
 
 
-def spawn(argv: Sequence[str], *, env: Optional[Mapping[str, str]] = None, detach: bool = False,
-          stdin=None, stdout=None, stderr=None) -> "subprocess.Popen[bytes]":
+def spawn(
+    argv: Sequence[str],
+    *,
+    env: Optional[Mapping[str, str]] = None,
+    detach: bool = False,
+    stdin=None,
+    stdout=None,
+    stderr=None,
+) -> "subprocess.Popen[bytes]":
     """Start a process that outlives this call and return it (never through a shell).
 
     For the few processes that are not commands to wait for: the job's own command
@@ -100,19 +134,33 @@ def spawn(argv: Sequence[str], *, env: Optional[Mapping[str, str]] = None, detac
     if not argv:
         raise ValueError("spawn() needs a command")
     try:
-        return subprocess.Popen(list(argv), stdin=stdin, stdout=stdout, stderr=stderr,
-                                env=dict(env) if env is not None else None, start_new_session=detach,
-                                close_fds=True)
+        return subprocess.Popen(
+            list(argv),
+            stdin=stdin,
+            stdout=stdout,
+            stderr=stderr,
+            env=dict(env) if env is not None else None,
+            start_new_session=detach,
+            close_fds=True,
+        )
     except FileNotFoundError:
-        raise CommandNotFound(argv, f"{argv[0]}: command not found (is it installed and on PATH?)",
-                              returncode=127) from None
+        raise CommandNotFound(
+            argv, f"{argv[0]}: command not found (is it installed and on PATH?)", returncode=127
+        ) from None
     except PermissionError as exc:
-        raise ExternalCommandError(argv, f"{argv[0]}: cannot execute: {exc.strerror}",
-                                   returncode=126) from None
+        raise ExternalCommandError(
+            argv, f"{argv[0]}: cannot execute: {exc.strerror}", returncode=126
+        ) from None
 
 
-def run(argv: Sequence[str], *, timeout: float = DEFAULT_TIMEOUT, input: Optional[str] = None,
-        env: Optional[Mapping[str, str]] = None, check: bool = True) -> Result:
+def run(
+    argv: Sequence[str],
+    *,
+    timeout: float = DEFAULT_TIMEOUT,
+    input: Optional[str] = None,
+    env: Optional[Mapping[str, str]] = None,
+    check: bool = True,
+) -> Result:
     """Run ``argv`` (never through a shell) with a timeout.
 
     With ``check`` (the default) a non-zero exit raises :class:`SlurmCommandError` for
@@ -125,6 +173,10 @@ def run(argv: Sequence[str], *, timeout: float = DEFAULT_TIMEOUT, input: Optiona
     if check and result.returncode != 0:
         cls = SlurmCommandError if os.path.basename(argv[0]) in SLURM_COMMANDS else ExternalCommandError
         detail = tail(result.stderr) or tail(result.stdout) or "no output"
-        raise cls(argv, f"`{shlex.join(argv)}` exited {result.returncode}: {detail}",
-                  returncode=result.returncode, stderr=result.stderr)
+        raise cls(
+            argv,
+            f"`{shlex.join(argv)}` exited {result.returncode}: {detail}",
+            returncode=result.returncode,
+            stderr=result.stderr,
+        )
     return result

@@ -23,37 +23,111 @@ NO, REQUIRED, OPTIONAL = "no", "required", "optional"
 
 #: short option -> (long name, argument)
 SHORT: Dict[str, Tuple[str, str]] = {
-    "A": ("account", REQUIRED), "a": ("array", REQUIRED), "B": ("extra-node-info", REQUIRED),
-    "b": ("begin", REQUIRED), "C": ("constraint", REQUIRED), "c": ("cpus-per-task", REQUIRED),
-    "D": ("chdir", REQUIRED), "d": ("dependency", REQUIRED), "e": ("error", REQUIRED),
-    "F": ("nodefile", REQUIRED), "G": ("gpus", REQUIRED), "H": ("hold", NO), "h": ("help", NO),
-    "i": ("input", REQUIRED), "J": ("job-name", REQUIRED), "k": ("no-kill", OPTIONAL),
-    "L": ("licenses", REQUIRED), "M": ("clusters", REQUIRED), "m": ("distribution", REQUIRED),
-    "N": ("nodes", REQUIRED), "n": ("ntasks", REQUIRED), "O": ("overcommit", NO), "o": ("output", REQUIRED),
-    "p": ("partition", REQUIRED), "Q": ("quiet", NO), "q": ("qos", REQUIRED), "s": ("oversubscribe", NO),
-    "S": ("core-spec", REQUIRED), "t": ("time", REQUIRED), "u": ("usage", NO), "V": ("version", NO),
-    "v": ("verbose", NO), "W": ("wait", NO), "w": ("nodelist", REQUIRED), "x": ("exclude", REQUIRED),
+    "A": ("account", REQUIRED),
+    "a": ("array", REQUIRED),
+    "B": ("extra-node-info", REQUIRED),
+    "b": ("begin", REQUIRED),
+    "C": ("constraint", REQUIRED),
+    "c": ("cpus-per-task", REQUIRED),
+    "D": ("chdir", REQUIRED),
+    "d": ("dependency", REQUIRED),
+    "e": ("error", REQUIRED),
+    "F": ("nodefile", REQUIRED),
+    "G": ("gpus", REQUIRED),
+    "H": ("hold", NO),
+    "h": ("help", NO),
+    "i": ("input", REQUIRED),
+    "J": ("job-name", REQUIRED),
+    "k": ("no-kill", OPTIONAL),
+    "L": ("licenses", REQUIRED),
+    "M": ("clusters", REQUIRED),
+    "m": ("distribution", REQUIRED),
+    "N": ("nodes", REQUIRED),
+    "n": ("ntasks", REQUIRED),
+    "O": ("overcommit", NO),
+    "o": ("output", REQUIRED),
+    "p": ("partition", REQUIRED),
+    "Q": ("quiet", NO),
+    "q": ("qos", REQUIRED),
+    "s": ("oversubscribe", NO),
+    "S": ("core-spec", REQUIRED),
+    "t": ("time", REQUIRED),
+    "u": ("usage", NO),
+    "V": ("version", NO),
+    "v": ("verbose", NO),
+    "W": ("wait", NO),
+    "w": ("nodelist", REQUIRED),
+    "x": ("exclude", REQUIRED),
 }
 
 #: long option -> argument (options with a short form are added from SHORT below)
 LONG: Dict[str, str] = {
-    "acctg-freq": REQUIRED, "batch": REQUIRED, "bb": REQUIRED, "bbf": REQUIRED,
-    "cluster-constraint": REQUIRED, "comment": REQUIRED, "container": REQUIRED, "contiguous": NO,
+    "acctg-freq": REQUIRED,
+    "batch": REQUIRED,
+    "bb": REQUIRED,
+    "bbf": REQUIRED,
+    "cluster-constraint": REQUIRED,
+    "comment": REQUIRED,
+    "container": REQUIRED,
+    "contiguous": NO,
     "cores-per-socket": REQUIRED,
-    "cpu-freq": REQUIRED, "cpus-per-gpu": REQUIRED, "deadline": REQUIRED, "delay-boot": REQUIRED,
-    "exclusive": OPTIONAL, "export": REQUIRED, "export-file": REQUIRED, "get-user-env": OPTIONAL,
-    "gid": REQUIRED, "gpu-bind": REQUIRED, "gpu-freq": REQUIRED, "gpus-per-node": REQUIRED,
-    "gpus-per-socket": REQUIRED, "gpus-per-task": REQUIRED, "gres": REQUIRED, "gres-flags": REQUIRED,
-    "hint": REQUIRED, "ignore-pbs": NO, "kill-on-invalid-dep": REQUIRED, "mail-type": REQUIRED,
-    "mail-user": REQUIRED, "mcs-label": REQUIRED, "mem": REQUIRED, "mem-bind": REQUIRED,
-    "mem-per-cpu": REQUIRED, "mem-per-gpu": REQUIRED, "mincpus": REQUIRED, "network": REQUIRED,
-    "nice": OPTIONAL, "no-requeue": NO, "ntasks-per-core": REQUIRED, "ntasks-per-gpu": REQUIRED,
-    "ntasks-per-node": REQUIRED, "ntasks-per-socket": REQUIRED, "open-mode": REQUIRED, "parsable": NO,
-    "power": REQUIRED, "priority": REQUIRED, "profile": REQUIRED, "propagate": OPTIONAL, "reboot": NO,
-    "requeue": NO, "reservation": REQUIRED, "signal": REQUIRED, "sockets-per-node": REQUIRED,
-    "spread-job": NO, "switches": REQUIRED, "test-only": NO, "thread-spec": REQUIRED,
-    "threads-per-core": REQUIRED, "time-min": REQUIRED, "tmp": REQUIRED, "uid": REQUIRED,
-    "use-min-nodes": NO, "wait-all-nodes": REQUIRED, "wckey": REQUIRED, "wrap": REQUIRED,
+    "cpu-freq": REQUIRED,
+    "cpus-per-gpu": REQUIRED,
+    "deadline": REQUIRED,
+    "delay-boot": REQUIRED,
+    "exclusive": OPTIONAL,
+    "export": REQUIRED,
+    "export-file": REQUIRED,
+    "get-user-env": OPTIONAL,
+    "gid": REQUIRED,
+    "gpu-bind": REQUIRED,
+    "gpu-freq": REQUIRED,
+    "gpus-per-node": REQUIRED,
+    "gpus-per-socket": REQUIRED,
+    "gpus-per-task": REQUIRED,
+    "gres": REQUIRED,
+    "gres-flags": REQUIRED,
+    "hint": REQUIRED,
+    "ignore-pbs": NO,
+    "kill-on-invalid-dep": REQUIRED,
+    "mail-type": REQUIRED,
+    "mail-user": REQUIRED,
+    "mcs-label": REQUIRED,
+    "mem": REQUIRED,
+    "mem-bind": REQUIRED,
+    "mem-per-cpu": REQUIRED,
+    "mem-per-gpu": REQUIRED,
+    "mincpus": REQUIRED,
+    "network": REQUIRED,
+    "nice": OPTIONAL,
+    "no-requeue": NO,
+    "ntasks-per-core": REQUIRED,
+    "ntasks-per-gpu": REQUIRED,
+    "ntasks-per-node": REQUIRED,
+    "ntasks-per-socket": REQUIRED,
+    "open-mode": REQUIRED,
+    "parsable": NO,
+    "power": REQUIRED,
+    "priority": REQUIRED,
+    "profile": REQUIRED,
+    "propagate": OPTIONAL,
+    "reboot": NO,
+    "requeue": NO,
+    "reservation": REQUIRED,
+    "signal": REQUIRED,
+    "sockets-per-node": REQUIRED,
+    "spread-job": NO,
+    "switches": REQUIRED,
+    "test-only": NO,
+    "thread-spec": REQUIRED,
+    "threads-per-core": REQUIRED,
+    "time-min": REQUIRED,
+    "tmp": REQUIRED,
+    "uid": REQUIRED,
+    "use-min-nodes": NO,
+    "wait-all-nodes": REQUIRED,
+    "wckey": REQUIRED,
+    "wrap": REQUIRED,
 }
 LONG.update({name: arg for name, arg in SHORT.values()})
 
@@ -76,8 +150,10 @@ def _resolve_long(name: str) -> Tuple[str, Optional[str]]:
     if len(matches) == 1:
         return matches[0], LONG[matches[0]]
     if matches:
-        raise SbatchOptionError(f"--{name} is ambiguous (sbatch would read it as one of "
-                                f"--{', --'.join(matches[:6])}{', ...' if len(matches) > 6 else ''})")
+        raise SbatchOptionError(
+            f"--{name} is ambiguous (sbatch would read it as one of "
+            f"--{', --'.join(matches[:6])}{', ...' if len(matches) > 6 else ''})"
+        )
     return name, None
 
 
@@ -99,8 +175,10 @@ def parse(items: List[str]) -> List[Tuple[str, Optional[str]]]:
         if _CONTROL.search(item):
             raise SbatchOptionError(f"{item!r} contains a newline or control character")
         if item in ("-", "--") or not item.startswith("-"):
-            raise SbatchOptionError(f"{item!r} is not an sbatch option (sbatch would take it as the "
-                                    "batch script or its arguments)")
+            raise SbatchOptionError(
+                f"{item!r} is not an sbatch option (sbatch would take it as the "
+                "batch script or its arguments)"
+            )
         if item.startswith("--"):
             name, sep, value = item[2:].partition("=")
             if not _LONG_NAME.fullmatch(name):
@@ -116,8 +194,9 @@ def parse(items: List[str]) -> List[Tuple[str, Optional[str]]]:
                 value = items[i]
                 i += 1
                 if not isinstance(value, str) or _CONTROL.search(value):
-                    raise SbatchOptionError(f"value {value!r} of --{long} contains a newline or control "
-                                            "character")
+                    raise SbatchOptionError(
+                        f"value {value!r} of --{long} contains a newline or control character"
+                    )
                 out.append((f"--{long}", value))
             else:
                 out.append((f"--{long}", None))
@@ -142,8 +221,9 @@ def parse(items: List[str]) -> List[Tuple[str, Optional[str]]]:
                 value = items[i]
                 i += 1
                 if not isinstance(value, str) or _CONTROL.search(value):
-                    raise SbatchOptionError(f"value {value!r} of -{letter} contains a newline or control "
-                                            "character")
+                    raise SbatchOptionError(
+                        f"value {value!r} of -{letter} contains a newline or control character"
+                    )
                 out.append((f"--{long}", value))
             else:
                 out.append((f"--{long}", None))

@@ -16,9 +16,22 @@ from slurmkit.errors import SlurmkitError
 from slurmkit.slurm import client
 
 #: states in which Slurm still holds the job (squeue(1) JOB STATE CODES); any other is its end
-ACTIVE_STATES = {"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED", "REQUEUE_HOLD",
-                 "REQUEUE_FED", "RESIZING", "SUSPENDED", "STAGE_OUT", "SIGNALING", "STOPPED",
-                 "RESV_DEL_HOLD", "SPECIAL_EXIT"}
+ACTIVE_STATES = {
+    "PENDING",
+    "RUNNING",
+    "CONFIGURING",
+    "COMPLETING",
+    "REQUEUED",
+    "REQUEUE_HOLD",
+    "REQUEUE_FED",
+    "RESIZING",
+    "SUSPENDED",
+    "STAGE_OUT",
+    "SIGNALING",
+    "STOPPED",
+    "RESV_DEL_HOLD",
+    "SPECIAL_EXIT",
+}
 
 #: polls without any trace of the job (neither squeue nor sacct) before giving up: accounting
 #: lags by seconds, not by ten polls
@@ -36,15 +49,24 @@ def job_state(job_id: str) -> Dict[str, str]:
     rows = client.jobs(job_ids=[job_id])
     if rows:
         row = rows[0]
-        return {"state": row["state"], "nodes": row["nodelist"], "reason": row["reason"], "exit_code": "",
-                "source": "squeue"}
+        return {
+            "state": row["state"],
+            "nodes": row["nodelist"],
+            "reason": row["reason"],
+            "exit_code": "",
+            "source": "squeue",
+        }
     acct = client.sacct(["JobID", "State", "ExitCode", "NodeList"], ["-j", job_id, "-X"])
     acct = [r for r in acct if r["JobID"] == job_id] or acct
     if acct:
         r = acct[-1]
-        return {"state": r["State"].split()[0] if r["State"] else "UNKNOWN", "nodes": r["NodeList"],
-                "reason": "", "exit_code": r["ExitCode"],
-                "source": "sacct"}
+        return {
+            "state": r["State"].split()[0] if r["State"] else "UNKNOWN",
+            "nodes": r["NodeList"],
+            "reason": "",
+            "exit_code": r["ExitCode"],
+            "source": "sacct",
+        }
     return {"state": "UNKNOWN", "nodes": "", "reason": "", "exit_code": "", "source": "none"}
 
 
@@ -64,13 +86,16 @@ def exit_code_from(state: Dict[str, str]) -> int:
 
 def describe(job_id: str, state: Dict[str, str]) -> str:
     """One line for a state change: ``ssubmit: job 12: RUNNING on node[1-2]``."""
-    return (f"ssubmit: job {job_id}: {state['state']}"
-            + (f" on {state['nodes']}" if state.get("nodes") and state["state"] == "RUNNING" else "")
-            + (f" ({state['reason']})" if state.get("reason") not in ("", "None", None) else ""))
+    return (
+        f"ssubmit: job {job_id}: {state['state']}"
+        + (f" on {state['nodes']}" if state.get("nodes") and state["state"] == "RUNNING" else "")
+        + (f" ({state['reason']})" if state.get("reason") not in ("", "None", None) else "")
+    )
 
 
-def wait_for_job(job_id: str, *, poll: float, timeout: float,
-                 on_change: Optional[Callable[[Dict[str, str]], None]] = None) -> Dict[str, str]:
+def wait_for_job(
+    job_id: str, *, poll: float, timeout: float, on_change: Optional[Callable[[Dict[str, str]], None]] = None
+) -> Dict[str, str]:
     """Follow a job (through requeues) until it leaves Slurm's queue; sacct gives the end.
 
     ``on_change`` is called with each new state. Raises :class:`WaitTimeout` after ``timeout``
@@ -91,8 +116,10 @@ def wait_for_job(job_id: str, *, poll: float, timeout: float,
             if missing > MAX_MISSING_POLLS:
                 return state
         if time.monotonic() > deadline:
-            raise WaitTimeout(f"job {job_id} still {state['state']} after {timeout:g}s; it keeps running "
-                              f"(ssubmit status {job_id})")
+            raise WaitTimeout(
+                f"job {job_id} still {state['state']} after {timeout:g}s; it keeps running "
+                f"(ssubmit status {job_id})"
+            )
         time.sleep(poll)
 
 

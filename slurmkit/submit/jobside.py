@@ -72,6 +72,7 @@ def read_json(path: str) -> Optional[Any]:
 
 # --------------------------------------------------------------------------- head address
 
+
 def _is_loopback(addr: str) -> bool:
     return addr.startswith("127.") or addr in ("::1", "0.0.0.0")
 
@@ -93,9 +94,11 @@ def resolve_reachable(host: str, resolver=None) -> Tuple[Optional[str], str]:
     good = [a for a in addrs if not _is_loopback(a)]
     if good:
         return good[0], ""
-    return None, (f"{host} resolves only to loopback ({', '.join(addrs) or 'nothing'}); the other nodes "
-                  "cannot reach a rendezvous there. Fix /etc/hosts or DNS so the node name maps to its "
-                  "cluster address")
+    return None, (
+        f"{host} resolves only to loopback ({', '.join(addrs) or 'nothing'}); the other nodes "
+        "cannot reach a rendezvous there. Fix /etc/hosts or DNS so the node name maps to its "
+        "cluster address"
+    )
 
 
 def cmd_resolve_head(args: argparse.Namespace) -> int:
@@ -109,8 +112,10 @@ def cmd_resolve_head(args: argparse.Namespace) -> int:
 
 # --------------------------------------------------------------------------- fabric detection
 
-def detect_summary(fabric: str, sysfs_root: str, link_layer: Optional[str],
-                   expected_rate: Optional[float]) -> Dict[str, Any]:
+
+def detect_summary(
+    fabric: str, sysfs_root: str, link_layer: Optional[str], expected_rate: Optional[float]
+) -> Dict[str, Any]:
     from slurmkit.submit import nccl
 
     ports = nccl.detect_hca_ports(sysfs_root)
@@ -122,15 +127,28 @@ def detect_summary(fabric: str, sysfs_root: str, link_layer: Optional[str],
         if chosen == "ethernet":
             warnings.append("no ACTIVE InfiniBand/RoCE port: falling back to TCP sockets")
     if chosen in ("ethernet", "none"):
-        return {"node": node_name(), "fabric": chosen, "ports": [], "rate_gbps": 0, "problems": [],
-                "warnings": warnings, "all_ports": [p.to_dict() for p in ports]}
+        return {
+            "node": node_name(),
+            "fabric": chosen,
+            "ports": [],
+            "rate_gbps": 0,
+            "problems": [],
+            "warnings": warnings,
+            "all_ports": [p.to_dict() for p in ports],
+        }
     sel = nccl.select_hca_ports(ports, link_layer=link_layer, expected_rate_gbps=expected_rate)
     problems = list(sel.problems)
     if not sel.ports:
         problems.append(f"no ACTIVE {link_layer or 'HCA'} port under {sysfs_root}")
-    return {"node": node_name(), "fabric": chosen, "ports": sel.ports, "rate_gbps": sel.rate_gbps,
-            "problems": problems, "warnings": warnings + sel.warnings,
-            "all_ports": [p.to_dict() for p in ports]}
+    return {
+        "node": node_name(),
+        "fabric": chosen,
+        "ports": sel.ports,
+        "rate_gbps": sel.rate_gbps,
+        "problems": problems,
+        "warnings": warnings + sel.warnings,
+        "all_ports": [p.to_dict() for p in ports],
+    }
 
 
 def cmd_detect(args: argparse.Namespace) -> int:
@@ -145,8 +163,13 @@ def cmd_detect(args: argparse.Namespace) -> int:
 
 # --------------------------------------------------------------------------- node launch
 
-def node_env(args: argparse.Namespace, environ: Dict[str, str], node: str,
-             if_addrs: Optional[Dict[str, List[str]]] = None) -> Tuple[Dict[str, str], List[str]]:
+
+def node_env(
+    args: argparse.Namespace,
+    environ: Dict[str, str],
+    node: str,
+    if_addrs: Optional[Dict[str, List[str]]] = None,
+) -> Tuple[Dict[str, str], List[str]]:
     """Per-node variables to add; never overrides a variable the user already set."""
     from slurmkit.submit import nccl
 
@@ -172,7 +195,9 @@ def node_env(args: argparse.Namespace, environ: Dict[str, str], node: str,
     if args.socket_ifname == "auto" and "NCCL_SOCKET_IFNAME" not in environ:
         own, _ = resolve_reachable(node)
         addrs = [own] if own else []
-        ifname, warning = nccl.pick_socket_ifname(addrs, if_addrs if if_addrs is not None else nccl.local_if_addrs())
+        ifname, warning = nccl.pick_socket_ifname(
+            addrs, if_addrs if if_addrs is not None else nccl.local_if_addrs()
+        )
         if warning:
             notes.append(f"warning: {warning}")
         if ifname:
@@ -181,8 +206,14 @@ def node_env(args: argparse.Namespace, environ: Dict[str, str], node: str,
     return add, notes
 
 
-FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2,
-                     signal.SIGCONT)
+FORWARDED_SIGNALS = (
+    signal.SIGTERM,
+    signal.SIGINT,
+    signal.SIGHUP,
+    signal.SIGUSR1,
+    signal.SIGUSR2,
+    signal.SIGCONT,
+)
 
 
 def cmd_node_launch(args: argparse.Namespace) -> int:
@@ -212,8 +243,10 @@ def cmd_node_launch(args: argparse.Namespace) -> int:
     except ExternalCommandError as exc:
         log(f"{node}: error: {exc}")
         if phase_dir:
-            write_json(os.path.join(phase_dir, f"exit.{node}.json"),
-                       {"node": node, "rc": 127, "start": started, "end": time.time()})
+            write_json(
+                os.path.join(phase_dir, f"exit.{node}.json"),
+                {"node": node, "rc": 127, "start": started, "end": time.time()},
+            )
         return 127
 
     def forward(signum, _frame):
@@ -228,12 +261,15 @@ def cmd_node_launch(args: argparse.Namespace) -> int:
     if rc < 0:
         rc = 128 - rc
     if phase_dir:
-        write_json(os.path.join(phase_dir, f"exit.{node}.json"),
-                   {"node": node, "rc": rc, "start": started, "end": time.time()})
+        write_json(
+            os.path.join(phase_dir, f"exit.{node}.json"),
+            {"node": node, "rc": rc, "start": started, "end": time.time()},
+        )
     return rc
 
 
 # --------------------------------------------------------------------------- verdicts
+
 
 def expand_nodes(nodelist: str) -> List[str]:
     from slurmkit.slurm.parse import expand_hostlist
@@ -241,8 +277,9 @@ def expand_nodes(nodelist: str) -> List[str]:
     return expand_hostlist(nodelist) if nodelist else []
 
 
-def fabric_verdict(round_dir: str, nodes: Sequence[str], expected_rate: Optional[float] = None
-                   ) -> Tuple[Dict[str, str], str]:
+def fabric_verdict(
+    round_dir: str, nodes: Sequence[str], expected_rate: Optional[float] = None
+) -> Tuple[Dict[str, str], str]:
     from slurmkit.submit import nccl
 
     summaries: Dict[str, Dict[str, Any]] = {}
@@ -254,13 +291,16 @@ def fabric_verdict(round_dir: str, nodes: Sequence[str], expected_rate: Optional
         else:
             summaries[node] = s
     bad.update(nccl.compare_nodes(summaries, expected_rate))
-    desc = ", ".join(f"{n}: {s.get('fabric')} {','.join(s.get('ports') or []) or '-'}"
-                     for n, s in sorted(summaries.items()))
+    desc = ", ".join(
+        f"{n}: {s.get('fabric')} {','.join(s.get('ports') or []) or '-'}"
+        for n, s in sorted(summaries.items())
+    )
     return bad, desc
 
 
-def preflight_verdict(round_dir: str, nodes: Sequence[str], step_rc: int, phase: str = "preflight"
-                      ) -> Tuple[Dict[str, str], str, bool]:
+def preflight_verdict(
+    round_dir: str, nodes: Sequence[str], step_rc: int, phase: str = "preflight"
+) -> Tuple[Dict[str, str], str, bool]:
     """Attribute a pre-flight outcome to nodes.
 
     Returns ``(bad_nodes, summary_text, ok)``. Evidence, in order: the rank-0 summary
@@ -294,14 +334,17 @@ def preflight_verdict(round_dir: str, nodes: Sequence[str], step_rc: int, phase:
         failed = sorted((e for e in exits if e and e.get("rc")), key=lambda e: e.get("end", 0))
         if failed and (len(failed) == 1 or failed[1]["end"] - failed[0]["end"] > 5):
             first = failed[0]
-            bad[first["node"]] = (f"its torchrun failed first (exit {first['rc']}) before any rank "
-                                  "started: rendezvous unreachable from there")
+            bad[first["node"]] = (
+                f"its torchrun failed first (exit {first['rc']}) before any rank "
+                "started: rendezvous unreachable from there"
+            )
     reasons = "; ".join(f"{n}: {r}" for n, r in sorted(bad.items()))
     return bad, f"pre-flight failed (step exit {step_rc})" + (f": {reasons}" if reasons else ""), False
 
 
-def failed_verdict_nodes(verdict_root: Optional[str], nodes: Sequence[str], now: Optional[float] = None
-                         ) -> Dict[str, str]:
+def failed_verdict_nodes(
+    verdict_root: Optional[str], nodes: Sequence[str], now: Optional[float] = None
+) -> Dict[str, str]:
     """Nodes whose stored sweep verdict is ``fail`` and still valid (store may be absent)."""
     if not verdict_root:
         return {}
@@ -341,6 +384,7 @@ def _epoch(value: Any) -> Optional[float]:
 
 
 # --------------------------------------------------------------------------- requeue
+
 
 def load_state(state_dir: str) -> Dict[str, Any]:
     state = read_json(os.path.join(state_dir, STATE_FILE)) or {}
@@ -398,13 +442,24 @@ def exclude_and_requeue(job_id: str, exclude: Sequence[str]) -> None:
         first_error = str(exc)
     client.requeue_job(job_id, hold=True, timeout=SCONTROL_TIMEOUT)
     # Detach a helper: this job's processes are killed once the requeue completes.
-    helper = [sys.executable, "-m", "slurmkit.submit.jobside", "finish-requeue", "--job-id", job_id,
-              "--exclude", value]
-    runner.spawn(helper, detach=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                 stderr=subprocess.DEVNULL)
-    log(f"requeued and held job {job_id} ({first_error.splitlines()[0][:120]}); a helper sets "
+    helper = [
+        sys.executable,
+        "-m",
+        "slurmkit.submit.jobside",
+        "finish-requeue",
+        "--job-id",
+        job_id,
+        "--exclude",
+        value,
+    ]
+    runner.spawn(
+        helper, detach=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    log(
+        f"requeued and held job {job_id} ({first_error.splitlines()[0][:120]}); a helper sets "
         f"ExcNodeList={value} and releases it (if it does not: scontrol update JobId={job_id} "
-        f"ExcNodeList={value}; scontrol release {job_id})")
+        f"ExcNodeList={value}; scontrol release {job_id})"
+    )
 
 
 def cmd_finish_requeue(args: argparse.Namespace) -> int:
@@ -440,16 +495,20 @@ def requeue_for_nodes(args: argparse.Namespace, bad: Dict[str, str], phase: str)
         log("requeue is disabled for this job: not requeueing")
         return 1
     if state["node"] >= args.max_node_failures:
-        log(f"not requeueing: {state['node']} node-failure requeues already (max_node_failures="
-            f"{args.max_node_failures})")
+        log(
+            f"not requeueing: {state['node']} node-failure requeues already (max_node_failures="
+            f"{args.max_node_failures})"
+        )
         return 1
     exclude = sorted(set(state["excluded"]) | set(current_excludes(args.job_id)) | set(bad))
     state["node"] += 1
     state["excluded"] = exclude
     state["history"].append({"time": time.time(), "cause": "node", "phase": phase, "nodes": bad})
     save_state(args.state_dir, state)
-    log(f"excluding {','.join(sorted(bad))} (exclude list now {','.join(exclude)}) and requeueing "
-        f"(node failure {state['node']} of {args.max_node_failures})")
+    log(
+        f"excluding {','.join(sorted(bad))} (exclude list now {','.join(exclude)}) and requeueing "
+        f"(node failure {state['node']} of {args.max_node_failures})"
+    )
     exclude_and_requeue(args.job_id, exclude)
     return REQUEUED_EXIT
 
@@ -484,14 +543,18 @@ def cmd_requeue(args: argparse.Namespace) -> int:
         log(f"checkpoint taken ({label}); requeue is disabled for this job")
         return 1
     if state[cause] >= args.max_retries:
-        log(f"checkpoint taken ({label}); not requeueing: {state[cause]} {label} requeues already "
-            f"(max_retries={args.max_retries})")
+        log(
+            f"checkpoint taken ({label}); not requeueing: {state[cause]} {label} requeues already "
+            f"(max_retries={args.max_retries})"
+        )
         return 1
     state[cause] += 1
     state["history"].append({"time": time.time(), "cause": cause})
     save_state(args.state_dir, state)
-    log(f"checkpoint taken ({label}); requeueing job {args.job_id} ({label} requeue {state[cause]} of "
-        f"{args.max_retries})")
+    log(
+        f"checkpoint taken ({label}); requeueing job {args.job_id} ({label} requeue {state[cause]} of "
+        f"{args.max_retries})"
+    )
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     client.requeue_job(args.job_id, timeout=SCONTROL_TIMEOUT)
     return REQUEUED_EXIT
@@ -500,6 +563,7 @@ def cmd_requeue(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------- CLI
 
 # --------------------------------------------------------------------------- checkpoint directory
+
 
 def private_dir_problem(path: str, uid: Optional[int] = None) -> Optional[str]:
     """Create ``path`` (each missing level 0700) and check it is private to ``uid``.
@@ -547,8 +611,10 @@ def private_dir_problem(path: str, uid: Optional[int] = None) -> Optional[str]:
         if pst.st_uid not in (0, uid):
             return f"{parent} (above {path}) belongs to uid {pst.st_uid}, who could swap the directory"
         if pst.st_mode & 0o022 and not pst.st_mode & 0o1000:
-            return (f"{parent} (above {path}) is writable by group or others and not sticky "
-                    f"(mode {pst.st_mode & 0o7777:04o}): another user could swap the directory")
+            return (
+                f"{parent} (above {path}) is writable by group or others and not sticky "
+                f"(mode {pst.st_mode & 0o7777:04o}): another user could swap the directory"
+            )
         up = os.path.dirname(parent)
         if up == parent:
             return None
@@ -585,9 +651,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--fabric", default="auto")
     p.add_argument("--link-layer", default=None)
     p.add_argument("--expected-rate-gbps", type=float, default=None)
-    p.add_argument("--sysfs-root", default=os.environ.get("SLURMKIT_SYSFS_INFINIBAND", "/sys/class/infiniband"),
-                   help="InfiniBand sysfs class dir; $SLURMKIT_SYSFS_INFINIBAND (with {node}) points it at "
-                        "fixture trees for tests")
+    p.add_argument(
+        "--sysfs-root",
+        default=os.environ.get("SLURMKIT_SYSFS_INFINIBAND", "/sys/class/infiniband"),
+        help="InfiniBand sysfs class dir; $SLURMKIT_SYSFS_INFINIBAND (with {node}) points it at "
+        "fixture trees for tests",
+    )
     p.set_defaults(fn=cmd_detect)
 
     p = sub.add_parser("node-launch")

@@ -32,15 +32,21 @@ from slurmkit.errors import ConfigError
 
 SYSFS_INFINIBAND = "/sys/class/infiniband"
 
-PROFILE_SCHEMA = Section({
-    "description": Field("str", "", "What the profile is for."),
-    "env": Field("dict", {}, "Variables exported as they are.", items=Field("str"), nullable=False),
-    "hca": Field("any", None, "auto, a list of device:port, or null."),
-    "socket_ifname": Field("str", None, "Bootstrap interface, or auto."),
-    "min_nchannels_8gpu": Field("int", None, "NCCL_MIN_NCHANNELS when gpus_per_node >= 8.", min=1),
-    "link_layer": Field("str", None, "Link layer the detected ports must have (InfiniBand, Ethernet).",
-                        choices=["InfiniBand", "Ethernet"]),
-})
+PROFILE_SCHEMA = Section(
+    {
+        "description": Field("str", "", "What the profile is for."),
+        "env": Field("dict", {}, "Variables exported as they are.", items=Field("str"), nullable=False),
+        "hca": Field("any", None, "auto, a list of device:port, or null."),
+        "socket_ifname": Field("str", None, "Bootstrap interface, or auto."),
+        "min_nchannels_8gpu": Field("int", None, "NCCL_MIN_NCHANNELS when gpus_per_node >= 8.", min=1),
+        "link_layer": Field(
+            "str",
+            None,
+            "Link layer the detected ports must have (InfiniBand, Ethernet).",
+            choices=["InfiniBand", "Ethernet"],
+        ),
+    }
+)
 
 
 def default_profiles_dir() -> str:
@@ -54,14 +60,20 @@ def load_profile(name: str, profiles_dir: Optional[str] = None) -> Dict[str, Any
     directory = profiles_dir or default_profiles_dir()
     path = os.path.join(directory, f"{name}.yaml")
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", name) or not os.path.exists(path):
-        have = sorted(p[:-5] for p in os.listdir(directory) if p.endswith(".yaml")) \
-            if os.path.isdir(directory) else []
-        raise ConfigError(f"no NCCL profile {name!r} in {directory}; available: {', '.join(have) or 'none'}",
-                          key="nccl.profile")
+        have = (
+            sorted(p[:-5] for p in os.listdir(directory) if p.endswith(".yaml"))
+            if os.path.isdir(directory)
+            else []
+        )
+        raise ConfigError(
+            f"no NCCL profile {name!r} in {directory}; available: {', '.join(have) or 'none'}",
+            key="nccl.profile",
+        )
     return validate(load_yaml_file(path), PROFILE_SCHEMA, path)
 
 
 # --------------------------------------------------------------------------- static env
+
 
 def resolve_nccl(spec: Dict[str, Any], profiles_dir: Optional[str] = None) -> Dict[str, Any]:
     """What the batch script exports and what the nodes must detect.
@@ -73,8 +85,13 @@ def resolve_nccl(spec: Dict[str, Any], profiles_dir: Optional[str] = None) -> Di
     """
     fabric = spec["fabric"]
     nccl = spec["nccl"]
-    runtime: Dict[str, Any] = {"fabric": fabric, "hca": None, "socket_ifname": None,
-                               "expected_rate_gbps": nccl["expected_rate_gbps"], "link_layer": None}
+    runtime: Dict[str, Any] = {
+        "fabric": fabric,
+        "hca": None,
+        "socket_ifname": None,
+        "expected_rate_gbps": nccl["expected_rate_gbps"],
+        "link_layer": None,
+    }
     env: Dict[str, str] = {}
     profile_name = nccl["profile"] or (fabric if fabric != "auto" else None)
     if profile_name:
@@ -122,16 +139,17 @@ def hca_env_value(ports: Iterable[str]) -> str:
 
 # --------------------------------------------------------------------------- sysfs detection
 
+
 @dataclass(frozen=True)
 class HcaPort:
     """One port of one HCA as sysfs describes it."""
 
     device: str
     port: int
-    state: str          # ACTIVE, DOWN, INIT, ARMED, ... (from "4: ACTIVE")
-    rate_gbps: float    # from "400 Gb/sec (4X NDR)"; 0 when unreadable
-    link_layer: str     # InfiniBand or Ethernet
-    has_netdev: bool    # False for phantom HCAs (no net device behind them)
+    state: str  # ACTIVE, DOWN, INIT, ARMED, ... (from "4: ACTIVE")
+    rate_gbps: float  # from "400 Gb/sec (4X NDR)"; 0 when unreadable
+    link_layer: str  # InfiniBand or Ethernet
+    has_netdev: bool  # False for phantom HCAs (no net device behind them)
 
     @property
     def name(self) -> str:
@@ -150,27 +168,33 @@ def detect_hca_ports(root: str = SYSFS_INFINIBAND) -> List[HcaPort]:
     """
     from slurmkit.hw.sysfs import read_ib_class
 
-    return [HcaPort(p.device, p.port, p.state, p.rate_gbps or 0.0, p.link_layer or "InfiniBand", p.has_netdev)
-            for p in read_ib_class(root)]
+    return [
+        HcaPort(p.device, p.port, p.state, p.rate_gbps or 0.0, p.link_layer or "InfiniBand", p.has_netdev)
+        for p in read_ib_class(root)
+    ]
 
 
 @dataclass
 class FabricSelection:
     """The outcome of selecting HCA ports on one node."""
 
-    ports: List[str]            # device:port names selected
-    rate_gbps: float            # lowest rate among selected ports (0 if none)
+    ports: List[str]  # device:port names selected
+    rate_gbps: float  # lowest rate among selected ports (0 if none)
     link_layer: Optional[str]
-    problems: List[str]         # why the node is unfit (empty = fit)
+    problems: List[str]  # why the node is unfit (empty = fit)
     warnings: List[str]
 
     def to_dict(self) -> Dict[str, Any]:
         return asdict(self)
 
 
-def select_hca_ports(ports: Sequence[HcaPort], *, link_layer: Optional[str] = None,
-                     expected_rate_gbps: Optional[float] = None,
-                     exclude: Sequence[str] = ()) -> FabricSelection:
+def select_hca_ports(
+    ports: Sequence[HcaPort],
+    *,
+    link_layer: Optional[str] = None,
+    expected_rate_gbps: Optional[float] = None,
+    exclude: Sequence[str] = (),
+) -> FabricSelection:
     """Choose the ports NCCL should use: ACTIVE, right link layer, at the expected rate.
 
     A port of a matching link layer that is not ACTIVE, or is slower than
@@ -198,10 +222,13 @@ def select_hca_ports(ports: Sequence[HcaPort], *, link_layer: Optional[str] = No
             continue
         selected.append(p)
     layers = sorted({p.link_layer for p in selected})
-    return FabricSelection(ports=[p.name for p in selected],
-                           rate_gbps=min((p.rate_gbps for p in selected), default=0.0),
-                           link_layer=layers[0] if len(layers) == 1 else (",".join(layers) or None),
-                           problems=problems, warnings=warnings)
+    return FabricSelection(
+        ports=[p.name for p in selected],
+        rate_gbps=min((p.rate_gbps for p in selected), default=0.0),
+        link_layer=layers[0] if len(layers) == 1 else (",".join(layers) or None),
+        problems=problems,
+        warnings=warnings,
+    )
 
 
 def fabric_for_ports(ports: Sequence[HcaPort]) -> str:
@@ -214,8 +241,9 @@ def fabric_for_ports(ports: Sequence[HcaPort]) -> str:
     return "ethernet"
 
 
-def compare_nodes(summaries: Mapping[str, Mapping[str, Any]],
-                  expected_rate_gbps: Optional[float] = None) -> Dict[str, str]:
+def compare_nodes(
+    summaries: Mapping[str, Mapping[str, Any]], expected_rate_gbps: Optional[float] = None
+) -> Dict[str, str]:
     """Find nodes whose fabric disagrees with the job's majority.
 
     ``summaries`` maps node -> ``{"fabric", "ports", "rate_gbps", "problems"}`` (as
@@ -232,19 +260,23 @@ def compare_nodes(summaries: Mapping[str, Mapping[str, Any]],
         return bad
     fabric_major, _ = Counter(s.get("fabric") for s in good.values()).most_common(1)[0]
     nports_major, _ = Counter(len(s.get("ports") or []) for s in good.values()).most_common(1)[0]
-    rate_ref = expected_rate_gbps or Counter(s.get("rate_gbps") or 0 for s in good.values()).most_common(1)[0][0]
+    rate_ref = (
+        expected_rate_gbps or Counter(s.get("rate_gbps") or 0 for s in good.values()).most_common(1)[0][0]
+    )
     for node, s in sorted(good.items()):
         if s.get("fabric") != fabric_major:
             bad[node] = f"fabric {s.get('fabric')} while the other nodes have {fabric_major}"
         elif len(s.get("ports") or []) < nports_major:
-            bad[node] = (f"{len(s.get('ports') or [])} ACTIVE HCA ports while the other nodes have "
-                         f"{nports_major}")
+            bad[node] = (
+                f"{len(s.get('ports') or [])} ACTIVE HCA ports while the other nodes have {nports_major}"
+            )
         elif s.get("ports") and (s.get("rate_gbps") or 0) < rate_ref:
             bad[node] = f"HCA rate {s.get('rate_gbps'):g} Gb/s below {rate_ref:g}"
     return bad
 
 
 # --------------------------------------------------------------------------- socket interface
+
 
 def _is_loopback(addr: str) -> bool:
     return addr.startswith("127.") or addr in ("::1", "localhost") or addr == "0.0.0.0"
@@ -258,8 +290,9 @@ def interface_for_address(address: str, if_addrs: Mapping[str, Iterable[str]]) -
     return None
 
 
-def pick_socket_ifname(node_addresses: Sequence[str], if_addrs: Mapping[str, Iterable[str]]
-                       ) -> Tuple[Optional[str], Optional[str]]:
+def pick_socket_ifname(
+    node_addresses: Sequence[str], if_addrs: Mapping[str, Iterable[str]]
+) -> Tuple[Optional[str], Optional[str]]:
     """Choose the bootstrap interface for ``socket_ifname: auto``.
 
     First choice: the interface holding one of the node's own (resolved, non-loopback)
@@ -277,8 +310,10 @@ def pick_socket_ifname(node_addresses: Sequence[str], if_addrs: Mapping[str, Ite
             continue
         v4 = [a for a in if_addrs[name] if re.fullmatch(r"\d+\.\d+\.\d+\.\d+", a) and not _is_loopback(a)]
         if v4:
-            return name, (f"no interface holds this node's address ({', '.join(node_addresses) or 'unresolved'}); "
-                          f"using {name}")
+            return name, (
+                f"no interface holds this node's address ({', '.join(node_addresses) or 'unresolved'}); "
+                f"using {name}"
+            )
     return None, "no non-loopback interface found; leaving NCCL/Gloo to pick one"
 
 

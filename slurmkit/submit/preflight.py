@@ -38,6 +38,11 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from slurmkit.health.collective import busbw_gbps, timed_allreduce
 
+# The same node naming and atomic JSON writes as the batch script's helpers, so the
+# verdict step reads exactly what this wrote.
+from slurmkit.submit.jobside import node_name as _node
+from slurmkit.submit.jobside import write_json as _write
+
 FAIL_NODE_ENV = "SLURMKIT_PREFLIGHT_FAIL_NODE"
 
 
@@ -50,13 +55,10 @@ def blame_slow_pairs(nodes: Sequence[str], pair_gbps: Dict[tuple, float], floor:
     bad: Dict[str, str] = {}
     for n, values in per_node.items():
         if values and all(v < floor for v in values):
-            bad[n] = f"slow: every pair test with it ran below {floor:g} GB/s ({', '.join(f'{v:.3g}' for v in values)})"
+            bad[n] = (
+                f"slow: every pair test with it ran below {floor:g} GB/s ({', '.join(f'{v:.3g}' for v in values)})"
+            )
     return bad
-
-
-# The same node naming and atomic JSON writes as the batch script's helpers, so the
-# verdict step reads exactly what this wrote.
-from slurmkit.submit.jobside import node_name as _node, write_json as _write  # noqa: E402
 
 
 def run(args: argparse.Namespace) -> int:
@@ -74,8 +76,14 @@ def run(args: argparse.Namespace) -> int:
     if use_cuda:
         torch.cuda.set_device(device)
     out_dir = args.out_dir
-    mine = {"rank": rank, "local_rank": local_rank, "node": node, "backend": backend,
-            "start": t0, "pid": os.getpid()}
+    mine = {
+        "rank": rank,
+        "local_rank": local_rank,
+        "node": node,
+        "backend": backend,
+        "start": t0,
+        "pid": os.getpid(),
+    }
     if out_dir:
         _write(os.path.join(out_dir, f"rank.{rank}.json"), mine)
     dist.init_process_group(backend=backend, timeout=timedelta(seconds=args.timeout))
@@ -91,8 +99,14 @@ def run(args: argparse.Namespace) -> int:
     nbytes = probe.bytes
     bw = probe.busbw_gbps
 
-    mine.update({"init_s": round(init_s, 3), "seconds": probe.local_seconds, "correct": correct,
-                 "hook_failed": hook_failed})
+    mine.update(
+        {
+            "init_s": round(init_s, 3),
+            "seconds": probe.local_seconds,
+            "correct": correct,
+            "hook_failed": hook_failed,
+        }
+    )
     reports: List[Optional[Dict[str, Any]]] = [None] * world
     dist.all_gather_object(reports, mine)
     first_rank = {}
@@ -116,22 +130,38 @@ def run(args: argparse.Namespace) -> int:
         elif len(nodes) == 1:
             bad[nodes[0]] = f"busbw {bw:.3g} GB/s below {args.min_busbw_gbps:g} on its own"
         else:
-            slow_note = (" (pair tests could not single out one node: "
-                         + ", ".join(f"{a}-{b} {v:.3g}" for (a, b), v in sorted(pair_bw.items())) + ")")
+            slow_note = (
+                " (pair tests could not single out one node: "
+                + ", ".join(f"{a}-{b} {v:.3g}" for (a, b), v in sorted(pair_bw.items()))
+                + ")"
+            )
     ok = not bad and correct and not slow_note and not (args.min_busbw_gbps > 0 and bw < args.min_busbw_gbps)
-    message = (f"pre-flight {'ok' if ok else 'FAILED'}: all_reduce {nbytes / 2**20:.3g} MiB x {args.iters} over "
-               f"{world} ranks on {len(nodes)} nodes ({backend}): busbw {bw:.3g} GB/s, "
-               f"time {t * 1e3:.3g} ms (min {args.min_busbw_gbps:g} GB/s)")
+    message = (
+        f"pre-flight {'ok' if ok else 'FAILED'}: all_reduce {nbytes / 2**20:.3g} MiB x {args.iters} over "
+        f"{world} ranks on {len(nodes)} nodes ({backend}): busbw {bw:.3g} GB/s, "
+        f"time {t * 1e3:.3g} ms (min {args.min_busbw_gbps:g} GB/s)"
+    )
     if bad:
         message += "; bad nodes: " + "; ".join(f"{n}: {why}" for n, why in sorted(bad.items()))
     message += slow_note
     if rank == 0:
         print(f"slurmkit: {message}", file=sys.stderr, flush=True)
         if out_dir:
-            _write(os.path.join(out_dir, "summary.json"),
-                   {"ok": ok, "busbw_gbps": bw, "seconds": t, "bytes": nbytes, "world": world,
-                    "backend": backend, "nodes": nodes, "bad_nodes": bad, "message": message,
-                    "ranks": reports})
+            _write(
+                os.path.join(out_dir, "summary.json"),
+                {
+                    "ok": ok,
+                    "busbw_gbps": bw,
+                    "seconds": t,
+                    "bytes": nbytes,
+                    "world": world,
+                    "backend": backend,
+                    "nodes": nodes,
+                    "bad_nodes": bad,
+                    "message": message,
+                    "ranks": reports,
+                },
+            )
     if out_dir:
         _write(os.path.join(out_dir, f"rank.{rank}.json"), mine)
     dist.barrier()
@@ -139,8 +169,9 @@ def run(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
-def _pair_tests(dist, torch, reports, nodes: List[str], nbytes: int, iters: int,
-                device) -> Dict[tuple, float]:
+def _pair_tests(
+    dist, torch, reports, nodes: List[str], nbytes: int, iters: int, device
+) -> Dict[tuple, float]:
     """all_reduce between local rank 0 of neighbouring nodes, one pair at a time."""
     leaders = {}
     for r in reports:
@@ -165,7 +196,9 @@ def _pair_tests(dist, torch, reports, nodes: List[str], nbytes: int, iters: int,
 
 
 def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m slurmkit.submit.preflight", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(
+        prog="python -m slurmkit.submit.preflight", description=__doc__.split("\n\n")[0]
+    )
     ap.add_argument("--min-busbw-gbps", type=float, default=0.0)
     ap.add_argument("--size-mb", type=float, default=64.0)
     ap.add_argument("--iters", type=int, default=5)
@@ -182,8 +215,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         return run(args)
     except Exception as exc:  # noqa: BLE001 - one line naming this node, not a traceback
-        print(f"slurmkit: pre-flight error on {_node()} (rank {os.environ.get('RANK', '?')}): "
-              f"{type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+        print(
+            f"slurmkit: pre-flight error on {_node()} (rank {os.environ.get('RANK', '?')}): "
+            f"{type(exc).__name__}: {exc}",
+            file=sys.stderr,
+            flush=True,
+        )
         return 1
 
 

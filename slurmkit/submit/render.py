@@ -97,9 +97,17 @@ def sbatch_options(spec: Dict[str, Any]) -> List[Tuple[str, Optional[str]]]:
         opts.append(gres)
     minutes = parse_time_limit(spec["time"])
     opts.append(("--time", format_minutes(minutes)))
-    for key, flag in (("mem", "--mem"), ("partition", "--partition"), ("account", "--account"),
-                      ("qos", "--qos"), ("constraint", "--constraint"), ("workdir", "--chdir"),
-                      ("array", "--array"), ("dependency", "--dependency"), ("comment", "--comment")):
+    for key, flag in (
+        ("mem", "--mem"),
+        ("partition", "--partition"),
+        ("account", "--account"),
+        ("qos", "--qos"),
+        ("constraint", "--constraint"),
+        ("workdir", "--chdir"),
+        ("array", "--array"),
+        ("dependency", "--dependency"),
+        ("comment", "--comment"),
+    ):
         if spec[key] is not None:
             opts.append((flag, str(spec[key])))
     if spec["exclude"]:
@@ -165,8 +173,9 @@ def resolve_python(spec: Dict[str, Any], site: Dict[str, Any]) -> str:
     return spec["python"] or site.get("python") or sys.executable
 
 
-def build_context(spec: Dict[str, Any], *, site: Dict[str, Any], paths: Dict[str, Any],
-                  spec_path: Optional[str]) -> Dict[str, Any]:
+def build_context(
+    spec: Dict[str, Any], *, site: Dict[str, Any], paths: Dict[str, Any], spec_path: Optional[str]
+) -> Dict[str, Any]:
     """All template variables (plain data; quoting happens in the template)."""
     profiles_dir = site.get("nccl_profiles_dir") or nccl_mod.default_profiles_dir()
     resolved_nccl = nccl_mod.resolve_nccl(spec, profiles_dir)
@@ -181,8 +190,14 @@ def build_context(spec: Dict[str, Any], *, site: Dict[str, Any], paths: Dict[str
     opts = sbatch_options(spec)
     lines, argv, notes = split_sbatch_options(opts)
     pre = spec["preflight"]
-    node_launch_args = ["--fabric", runtime["fabric"], "--device", spec["device"],
-                        "--profiles-dir", profiles_dir]
+    node_launch_args = [
+        "--fabric",
+        runtime["fabric"],
+        "--device",
+        spec["device"],
+        "--profiles-dir",
+        profiles_dir,
+    ]
     if runtime["hca"] == "auto":
         node_launch_args += ["--hca", "auto"]
     if runtime["socket_ifname"] == "auto":
@@ -192,9 +207,14 @@ def build_context(spec: Dict[str, Any], *, site: Dict[str, Any], paths: Dict[str
         detect_args += ["--link-layer", runtime["link_layer"]]
     if runtime["expected_rate_gbps"]:
         detect_args += ["--expected-rate-gbps", f"{runtime['expected_rate_gbps']:g}"]
-    requeue_args = ["--max-retries", str(spec["requeue"]["max_retries"]),
-                    "--max-node-failures", str(spec["requeue"]["max_node_failures"]),
-                    "--verdict-root", site.get("verdict_root") or paths["shared_dir"]]
+    requeue_args = [
+        "--max-retries",
+        str(spec["requeue"]["max_retries"]),
+        "--max-node-failures",
+        str(spec["requeue"]["max_node_failures"]),
+        "--verdict-root",
+        site.get("verdict_root") or paths["shared_dir"],
+    ]
     if not spec["requeue"]["enabled"]:
         requeue_args.append("--no-requeue")
     container = spec["container"]
@@ -231,8 +251,9 @@ def build_context(spec: Dict[str, Any], *, site: Dict[str, Any], paths: Dict[str
         "port_min": rdzv["port_min"],
         "port_span": rdzv["port_max"] - rdzv["port_min"] + 1,
         "rdzv_conf": f"join_timeout={rdzv['join_timeout']},read_timeout={rdzv['read_timeout']}",
-        "preflight_rdzv_conf": (f"join_timeout={min(rdzv['join_timeout'], pre['timeout'])},"
-                                f"read_timeout={rdzv['read_timeout']}"),
+        "preflight_rdzv_conf": (
+            f"join_timeout={min(rdzv['join_timeout'], pre['timeout'])},read_timeout={rdzv['read_timeout']}"
+        ),
         "node_launch_args": node_launch_args,
         "needs_fabric_check": runtime["hca"] == "auto" or runtime["fabric"] == "auto",
         "detect_args": detect_args,
@@ -240,17 +261,30 @@ def build_context(spec: Dict[str, Any], *, site: Dict[str, Any], paths: Dict[str
         "srun_extra": srun_extra,
         "preflight": pre["allreduce"],
         "recheck_on_failure": spec["requeue"]["enabled"] and spec["requeue"]["recheck_on_failure"],
-        "preflight_args": ["--min-busbw-gbps", f"{pre['min_busbw_gbps']:g}", "--size-mb", f"{pre['size_mb']:g}",
-                           "--iters", str(pre["iters"]), "--timeout", str(pre["timeout"])],
+        "preflight_args": [
+            "--min-busbw-gbps",
+            f"{pre['min_busbw_gbps']:g}",
+            "--size-mb",
+            f"{pre['size_mb']:g}",
+            "--iters",
+            str(pre["iters"]),
+            "--timeout",
+            str(pre["timeout"]),
+        ],
         "preflight_minutes": preflight_minutes,
         "launch": _launch_argv(spec),
     }
 
 
 def make_environment(template_dirs: List[str]) -> jinja2.Environment:
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(template_dirs), undefined=jinja2.StrictUndefined,
-                             autoescape=False, keep_trailing_newline=True, trim_blocks=True,
-                             lstrip_blocks=True)
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(template_dirs),
+        undefined=jinja2.StrictUndefined,
+        autoescape=False,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
     env.filters["shquote"] = shquote
     env.filters["oneline"] = oneline
     env.filters["envname"] = _env_name
@@ -258,8 +292,9 @@ def make_environment(template_dirs: List[str]) -> jinja2.Environment:
     return env
 
 
-def render(spec: Dict[str, Any], *, site: Dict[str, Any], paths: Dict[str, Any],
-           spec_path: Optional[str] = None) -> Rendered:
+def render(
+    spec: Dict[str, Any], *, site: Dict[str, Any], paths: Dict[str, Any], spec_path: Optional[str] = None
+) -> Rendered:
     """Render the sbatch script for ``spec`` (validated) with site settings."""
     ctx = build_context(spec, site=site, paths=paths, spec_path=spec_path)
     template_path = site.get("template")

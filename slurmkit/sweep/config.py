@@ -122,7 +122,9 @@ PAIRS_SCHEMA = Section(
         "max_pairs": Field("int", 1, "Pair jobs per sweep run.", min=0),
         "min_busbw_gbps": Field("float", None, "Fail a pair below this all_reduce busbw (GB/s).", min=0),
         "theoretical_busbw_gbps": Field(
-            "float", None, "The fabric's per-node figure; the pair fails below 90% of it (nccl-tests rule).",
+            "float",
+            None,
+            "The fabric's per-node figure; the pair fails below 90% of it (nccl-tests rule).",
             min=0,
         ),
         "size_mb": Field("int", 256, "all_reduce message size in MiB.", min=1),

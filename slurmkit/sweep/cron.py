@@ -31,8 +31,9 @@ def iso_time(ts: Optional[float]) -> str:
     return _dt.datetime.fromtimestamp(ts, _dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _submit_or_show(entry: Dict[str, Any], script: str, args: List[str], dry_run: bool,
-                    errors: List[str], label: str) -> None:
+def _submit_or_show(
+    entry: Dict[str, Any], script: str, args: List[str], dry_run: bool, errors: List[str], label: str
+) -> None:
     """Submit one sweep job and note its id in ``entry``; with ``dry_run`` note the
     script instead. A failed sbatch is recorded (entry and ``errors``), not raised, so
     one bad node does not stop the rest of the run."""

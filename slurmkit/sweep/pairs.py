@@ -24,13 +24,13 @@ import socket
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from slurmkit.health import collective
-from slurmkit.verdict.base import CheckResult
+from slurmkit.sweep.jobscript import finish_sbatch_args
 from slurmkit.sweep.probes import (
     find_topology_conf,
     parse_topology_conf,
     select_pairs,
 )
-from slurmkit.sweep.jobscript import finish_sbatch_args
+from slurmkit.verdict.base import CheckResult
 from slurmkit.verdict.store import check_node_name
 
 log = logging.getLogger("slurmkit.sweep.pairs")
@@ -62,9 +62,8 @@ def plan_pairs(store, idle: Sequence[str], cfg: Mapping[str, Any], slots: int) -
     topo_path = find_topology_conf(pcfg.get("topology_conf"), os.environ.get("SLURM_CONF"))
     topology = None
     if topo_path:
-        from slurmkit.errors import ConfigError
-
         from slurmkit.core import trust
+        from slurmkit.errors import ConfigError
 
         try:
             raw = trust.read_strict(topo_path)  # root plans from root's topology only

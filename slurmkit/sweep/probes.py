@@ -26,8 +26,8 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
-from slurmkit.verdict.base import Action, CheckResult, Status
 from slurmkit.slurm.parse import ParseError, expand_hostlist
+from slurmkit.verdict.base import Action, CheckResult, Status
 
 GB = 1e9
 MiB = 1024 * 1024

@@ -24,9 +24,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional
 
-from slurmkit.verdict.base import DRAIN_REASON_PREFIX, CheckResult, Status, first_failure, worst
 from slurmkit.sweep import outliers as outlier_rule
 from slurmkit.sweep.probes import storage_checks
+from slurmkit.verdict.base import DRAIN_REASON_PREFIX, CheckResult, Status, first_failure, worst
 from slurmkit.verdict.store import HISTORY_LEN, VerdictStore
 
 log = logging.getLogger("slurmkit.sweep.run")
@@ -82,11 +82,16 @@ class NodeRun:
 def heavy_tier(site_cfg, node: str, checks: Optional[List[str]]) -> List[CheckResult]:
     """The health catalog's heavy tier on this node, through the health gate's own engine
     (per-check deadlines, hung-probe handling, error classification)."""
-    from slurmkit.verdict.base import Tier
     from slurmkit.health.engine import run_selected
+    from slurmkit.verdict.base import Tier
 
-    return run_selected(site_cfg.section("health"), site_cfg.section("paths"), tier=Tier.HEAVY,
-                        names=list(checks) if checks else None, node=node)
+    return run_selected(
+        site_cfg.section("health"),
+        site_cfg.section("paths"),
+        tier=Tier.HEAVY,
+        names=list(checks) if checks else None,
+        node=node,
+    )
 
 
 def annotate_references(

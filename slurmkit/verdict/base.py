@@ -44,7 +44,7 @@ class Action(str, enum.Enum):
 
 
 class Tier(str, enum.Enum):
-    FAST = "fast"    # prolog/epilog: well under a second for the whole tier
+    FAST = "fast"  # prolog/epilog: well under a second for the whole tier
     HEAVY = "heavy"  # sweeps: minutes, needs the [train] extra (torch)
 
 

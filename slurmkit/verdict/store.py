@@ -59,9 +59,9 @@ import re
 import time
 from typing import Any, Dict, Iterable, Iterator, List, Optional
 
-from slurmkit.errors import ConfigError, UsageError
 from slurmkit.core import trust
 from slurmkit.core.files import write_json_atomic
+from slurmkit.errors import ConfigError, UsageError
 from slurmkit.verdict.base import CheckResult, Status, Tier
 
 log = logging.getLogger("slurmkit.verdict.store")
@@ -84,6 +84,8 @@ _NODE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 class StoreLockTimeout(TimeoutError):
     """A store lock stayed held past ``lock_timeout``: the write is skipped, not hung."""
+
+
 _ENTRY_KEYS = ("status", "code", "value", "unit", "reason", "action", "timestamp", "valid_until", "tier")
 
 

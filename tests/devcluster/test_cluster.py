@@ -16,7 +16,9 @@ def test_slurm_conf_netns(tmp_path):
     assert "AccountingStorageTRES=gres/gpu,gres/gpu:h100" in lines
     assert "AuthInfo=cred_expire=10,socket=" + str(tmp_path / "munge" / "munge.socket.2") in lines
     node = next(ln for ln in lines if ln.startswith("NodeName="))
-    assert "NodeName=node[1-3] NodeAddr=10.77.0.11,10.77.0.12,10.77.0.13" in node and "Gres=gpu:h100:8" in node
+    assert (
+        "NodeName=node[1-3] NodeAddr=10.77.0.11,10.77.0.12,10.77.0.13" in node and "Gres=gpu:h100:8" in node
+    )
     assert any(ln.startswith("PartitionName=sweep") and "PreemptMode=REQUEUE" in ln for ln in lines)
     assert f"StateSaveLocation={tmp_path}/spool/ctld" in lines
     assert not any("/etc/slurm" in ln for ln in lines)
@@ -61,9 +63,11 @@ def test_missing_packages_names_the_install_command(tmp_path, monkeypatch):
 
 
 def test_up_without_root_is_a_clear_error(tmp_path):
-    code = ("import os; os.geteuid = lambda: 1000\n"
-            "from slurmkit.devcluster import cluster as dc\n"
-            "dc.DevCluster.missing_packages = staticmethod(lambda: [])\n"
-            f"dc.DevCluster({str(tmp_path)!r})._check_system(dc.ClusterSpec())\n")
+    code = (
+        "import os; os.geteuid = lambda: 1000\n"
+        "from slurmkit.devcluster import cluster as dc\n"
+        "dc.DevCluster.missing_packages = staticmethod(lambda: [])\n"
+        f"dc.DevCluster({str(tmp_path)!r})._check_system(dc.ClusterSpec())\n"
+    )
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert res.returncode != 0 and "devcluster needs root" in res.stderr

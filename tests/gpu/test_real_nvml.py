@@ -46,16 +46,26 @@ import yaml
 from slurmkit.config import load_site_config
 from slurmkit.health.backends import BackendError
 from slurmkit.health.backends.nvml import NvmlBackend
-from slurmkit.verdict.base import Status, Tier
 from slurmkit.health.catalog import select
 from slurmkit.health.engine import Context, run_checks
+from slurmkit.verdict.base import Status, Tier
 
 pytestmark = pytest.mark.gpu
 
 REPO = Path(__file__).resolve().parents[2]
 QUICK = bool(os.environ.get("SLURMKIT_GPU_QUICK"))
-RAW_PROBES = ("ecc", "retired_pages", "remapped_rows", "temperature", "power", "persistence", "throttle",
-              "nvlink", "processes", "memory_used_mib")
+RAW_PROBES = (
+    "ecc",
+    "retired_pages",
+    "remapped_rows",
+    "temperature",
+    "power",
+    "persistence",
+    "throttle",
+    "nvlink",
+    "processes",
+    "memory_used_mib",
+)
 HEAVY_PARAMS = {
     "nvlink_bandwidth": {"size_mb": 64 if QUICK else 256, "iterations": 3 if QUICK else 5},
     "allreduce_busbw": {"size_mb": 64 if QUICK else 1024, "iterations": 5 if QUICK else 20},
@@ -99,11 +109,19 @@ def seen() -> Iterator[Dict[str, Any]]:
 def site(tmp_path_factory, backend):
     tmp = tmp_path_factory.mktemp("real-nvml")
     path = tmp / "slurmkit.yaml"
-    path.write_text(yaml.safe_dump({
-        "paths": {"state_dir": str(tmp / "state"), "shared_dir": str(tmp / "shared"),
-                  "metrics_dir": str(tmp / "metrics"), "log_dir": str(tmp / "log")},
-        "health": {"backend": "nvml", "checks": HEAVY_PARAMS},
-    }))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "paths": {
+                    "state_dir": str(tmp / "state"),
+                    "shared_dir": str(tmp / "shared"),
+                    "metrics_dir": str(tmp / "metrics"),
+                    "log_dir": str(tmp / "log"),
+                },
+                "health": {"backend": "nvml", "checks": HEAVY_PARAMS},
+            }
+        )
+    )
     cfg = load_site_config(str(path))
     return path, cfg.section("health"), cfg.section("paths")
 
@@ -111,14 +129,26 @@ def site(tmp_path_factory, backend):
 def test_nvml_enumerates_the_gpus(backend, seen):
     try:
         drv = backend.nv.nvmlSystemGetDriverVersion()
-        print(f"driver {drv.decode() if isinstance(drv, bytes) else drv}, "
-              f"nvidia-ml-py {getattr(backend.nv, '__version__', '?')}")
+        print(
+            f"driver {drv.decode() if isinstance(drv, bytes) else drv}, "
+            f"nvidia-ml-py {getattr(backend.nv, '__version__', '?')}"
+        )
     except Exception:  # the version line is information only
         pass
     gpus = backend.gpus()
-    table([{"index": g.index, "name": g.name, "uuid": g.uuid, "pci": g.pci_bus_id,
-            "memory_mib": f"{g.memory_total_mib:.0f}"} for g in gpus],
-          ["index", "name", "uuid", "pci", "memory_mib"])
+    table(
+        [
+            {
+                "index": g.index,
+                "name": g.name,
+                "uuid": g.uuid,
+                "pci": g.pci_bus_id,
+                "memory_mib": f"{g.memory_total_mib:.0f}",
+            }
+            for g in gpus
+        ],
+        ["index", "name", "uuid", "pci", "memory_mib"],
+    )
     seen["gpus"] = [g.__dict__ for g in gpus]
     assert len({g.index for g in gpus}) == len(gpus), "two GPUs with one host index (minor number)"
     assert len({g.uuid for g in gpus}) == len(gpus), "two GPUs with one UUID"
@@ -149,8 +179,10 @@ def test_every_raw_probe_answers_on_every_gpu(backend, seen):
 
 def test_xid_events_are_readable(backend, seen):
     xids = backend.xid_events(0.0)
-    print(f"Xid events in the kernel log since boot: {len(xids)}"
-          + (f" (last: Xid {xids[-1].xid} on GPU {xids[-1].gpu})" if xids else ""))
+    print(
+        f"Xid events in the kernel log since boot: {len(xids)}"
+        + (f" (last: Xid {xids[-1].xid} on GPU {xids[-1].gpu})" if xids else "")
+    )
     seen["xid_events"] = [e.to_dict() for e in xids]
     assert all(isinstance(e.xid, int) for e in xids)
 
@@ -162,29 +194,55 @@ def test_fast_tier_runs_without_a_slurmkit_fault(site, seen):
         fast = run_checks(ctx, select(Tier.FAST, "manual", health_cfg=health))
     finally:
         ctx.close()
-    table([{"check": r.check, "status": r.status.value, "code": r.code, "value": r.value,
-            "s": f"{r.seconds:.3f}", "reason": r.reason[:80]} for r in fast],
-          ["check", "status", "code", "value", "s", "reason"])
+    table(
+        [
+            {
+                "check": r.check,
+                "status": r.status.value,
+                "code": r.code,
+                "value": r.value,
+                "s": f"{r.seconds:.3f}",
+                "reason": r.reason[:80],
+            }
+            for r in fast
+        ],
+        ["check", "status", "code", "value", "s", "reason"],
+    )
     seen["fast"] = [r.to_dict() for r in fast]
     assert {r.check for r in fast} == {s.name for s in select(Tier.FAST, "manual", health_cfg=health)}
-    faults = [f"{r.check}: {r.code} {r.reason}" for r in fast
-              if r.status == Status.UNKNOWN and r.details.get("internal")]
+    faults = [
+        f"{r.check}: {r.code} {r.reason}"
+        for r in fast
+        if r.status == Status.UNKNOWN and r.details.get("internal")
+    ]
     assert faults == []
 
 
 def test_prolog_process_stays_within_its_budget(site, backend, seen):
     cfg_path = site[0]
-    env = {"SLURMKIT_CONFIG": str(cfg_path), "SLURMD_NODENAME": "gpu-selftest", "SLURM_JOB_ID": "1",
-           "SLURM_JOB_UID": "0", "SLURM_JOB_GPUS": ",".join(str(g.index) for g in backend.gpus())}
+    env = {
+        "SLURMKIT_CONFIG": str(cfg_path),
+        "SLURMD_NODENAME": "gpu-selftest",
+        "SLURM_JOB_ID": "1",
+        "SLURM_JOB_UID": "0",
+        "SLURM_JOB_GPUS": ",".join(str(g.index) for g in backend.gpus()),
+    }
     walls, codes = [], []
     for _ in range(5):
         t0 = time.perf_counter()
-        res = subprocess.run([sys.executable, str(REPO / "prolog" / "slurmkit-prolog")], env=env,
-                             capture_output=True, text=True, timeout=60)
+        res = subprocess.run(
+            [sys.executable, str(REPO / "prolog" / "slurmkit-prolog")],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         walls.append(time.perf_counter() - t0)
         codes.append(res.returncode)
-    print(f"prolog wall p50 {statistics.median(walls) * 1000:.0f} ms, max {max(walls) * 1000:.0f} ms; "
-          f"exit codes {codes} (1 = the node itself fails a check; budget 5 s)")
+    print(
+        f"prolog wall p50 {statistics.median(walls) * 1000:.0f} ms, max {max(walls) * 1000:.0f} ms; "
+        f"exit codes {codes} (1 = the node itself fails a check; budget 5 s)"
+    )
     seen["prolog_wall_s"], seen["prolog_exit_codes"] = walls, codes
     assert max(walls) <= 5.5, f"prolog took {max(walls):.2f}s > 5 s budget"
 
@@ -207,14 +265,29 @@ def test_heavy_tier_on_cuda(site, seen):
         results = run_checks(ctx, select(Tier.HEAVY, "manual", health_cfg=health))
     finally:
         ctx.close()
-    table([{"check": r.check, "status": r.status.value, "code": r.code, "value": r.value, "unit": r.unit,
-            "s": f"{r.seconds:.1f}", "reason": r.reason[:80]} for r in results],
-          ["check", "status", "code", "value", "unit", "s", "reason"])
+    table(
+        [
+            {
+                "check": r.check,
+                "status": r.status.value,
+                "code": r.code,
+                "value": r.value,
+                "unit": r.unit,
+                "s": f"{r.seconds:.1f}",
+                "reason": r.reason[:80],
+            }
+            for r in results
+        ],
+        ["check", "status", "code", "value", "unit", "s", "reason"],
+    )
     for r in results:
         if r.check in ("gemm_tflops", "hbm_bandwidth"):
             print(f"  {r.check} per device: {r.details.get('per_device')}")
     seen["heavy"] = [r.to_dict() for r in results]
     assert {r.check for r in results} == set(HEAVY_PARAMS)
-    faults = [f"{r.check}: {r.code} {r.reason}" for r in results
-              if r.status == Status.UNKNOWN and r.details.get("internal") and r.code != "NO_CUDA"]
+    faults = [
+        f"{r.check}: {r.code} {r.reason}"
+        for r in results
+        if r.status == Status.UNKNOWN and r.details.get("internal") and r.code != "NO_CUDA"
+    ]
     assert faults == []

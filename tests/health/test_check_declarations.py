@@ -91,8 +91,8 @@ def test_each_check_is_one_declaration_the_catalog_and_schema_come_from():
 
 def test_a_check_declared_twice_is_refused():
     from slurmkit.health import declare
-    from slurmkit.verdict.base import Tier
     from slurmkit.health.catalog import build_catalog
+    from slurmkit.verdict.base import Tier
 
     @declare.check("twin", Tier.FAST, "first")
     def one(ctx, params): ...

@@ -6,9 +6,9 @@ import time
 
 import pytest
 
-from slurmkit.verdict.base import Action, Status
 from slurmkit.health.catalog import CATALOG
 from slurmkit.health.engine import run_checks, run_one
+from slurmkit.verdict.base import Action, Status
 
 
 def run(ctx, name, timeout=2.0):

@@ -10,10 +10,10 @@ import time
 
 import pytest
 
-from slurmkit.verdict.base import Action, CheckResult, Status
 from slurmkit.health.catalog import CATALOG
 from slurmkit.health.engine import run_one
 from slurmkit.hw.sysfs import ib_ports
+from slurmkit.verdict.base import Action, CheckResult, Status
 from slurmkit.verdict.store import VerdictStore
 
 
@@ -72,11 +72,30 @@ def test_mounts_read_only_and_writable(tmp_path):
         "from slurmkit.health.checks.host import check_mounts\n"
         "print(json.dumps([check_mounts(None, {'required': [p]}).code for p in sys.argv[1:]]))\n"
     )
-    setup = 'set -e; mkdir -p "$1" "$2"; mount -t tmpfs -o ro,size=64k slurmkit-ro "$1"; ' \
-            'mount -t tmpfs -o size=64k slurmkit-rw "$2"; exec "$3" -c "$4" "$1" "$2"'
+    setup = (
+        'set -e; mkdir -p "$1" "$2"; mount -t tmpfs -o ro,size=64k slurmkit-ro "$1"; '
+        'mount -t tmpfs -o size=64k slurmkit-rw "$2"; exec "$3" -c "$4" "$1" "$2"'
+    )
     userns = [] if os.geteuid() == 0 else ["--map-root-user"]
-    res = subprocess.run(["unshare", "--mount", *userns, "--", "sh", "-c", setup, "sh", str(ro), str(rw),
-                          sys.executable, code], capture_output=True, text=True, timeout=60)
+    res = subprocess.run(
+        [
+            "unshare",
+            "--mount",
+            *userns,
+            "--",
+            "sh",
+            "-c",
+            setup,
+            "sh",
+            str(ro),
+            str(rw),
+            sys.executable,
+            code,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert res.returncode == 0, res.stderr
     assert json.loads(res.stdout) == ["MOUNT_READONLY", "OK"]
 
@@ -183,8 +202,11 @@ def test_heavy_cache_reports_valid_verdicts_and_fails_on_a_valid_fail(ctx_factor
         ("memory_available", "slurmkit.health.checks.host.meminfo", {}),
         ("mounts", "slurmkit.health.checks.host._mount_table", {"checks": {"mounts": {"required": ["/"]}}}),
         ("infiniband", "slurmkit.hw.sysfs.ib_ports", {}),
-        ("services", "slurmkit.health.checks.host.running_process_names",
-         {"checks": {"services": {"required": ["x"]}}}),
+        (
+            "services",
+            "slurmkit.health.checks.host.running_process_names",
+            {"checks": {"services": {"required": ["x"]}}},
+        ),
     ],
 )
 def test_a_hung_host_probe_fails_naming_the_check(ctx_factory, monkeypatch, name, target, health):

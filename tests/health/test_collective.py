@@ -13,9 +13,9 @@ from slurmkit.verdict.base import Action, Status
 
 def test_busbw_matches_nccl_tests_definition():
     # NVIDIA/nccl-tests doc/PERFORMANCE.md: algbw = S/t, all_reduce busbw = algbw x 2(n-1)/n.
-    assert collective.busbw_gbps(1e9, 0.004, 8) == pytest.approx(437.5)   # 250 GB/s x 7/4
-    assert collective.busbw_gbps(1e9, 0.01, 2) == pytest.approx(100.0)    # 2(n-1)/n = 1
-    assert collective.busbw_gbps(1e9, 0.01, 1) == 0.0                     # one rank: no bus
+    assert collective.busbw_gbps(1e9, 0.004, 8) == pytest.approx(437.5)  # 250 GB/s x 7/4
+    assert collective.busbw_gbps(1e9, 0.01, 2) == pytest.approx(100.0)  # 2(n-1)/n = 1
+    assert collective.busbw_gbps(1e9, 0.01, 1) == 0.0  # one rank: no bus
     assert collective.algbw_gbps(2**30, 0.01) == pytest.approx(2**30 / 0.01 / 1e9)
 
 
@@ -58,7 +58,7 @@ def test_one_action_per_code_whichever_caller_judges():
 
 
 def test_ninety_percent_rule_boundary():
-    assert collective.judge("ar", 414.0, expected=460.0).status is Status.OK   # exactly 90 %
+    assert collective.judge("ar", 414.0, expected=460.0).status is Status.OK  # exactly 90 %
     assert collective.judge("ar", 413.9, expected=460.0).status is Status.FAIL
     assert collective.judge("ar", 5.0).status is Status.OK  # nothing to judge against: OK with the figure
 
@@ -80,4 +80,4 @@ def test_the_correctness_fill_survives_float32_where_powers_of_n_do_not():
     x = np.float32(1)
     for _ in range(8 + 1):  # the old check: ones, 1 warm-up + 8 timed iterations, 7 ranks
         x = float32_sum([x] * 7)
-    assert x != np.float32(7.0 ** 9)
+    assert x != np.float32(7.0**9)

@@ -100,9 +100,9 @@ def test_metrics_textfile_parses_with_prometheus_client(tmp_path):
 def test_verdict_metrics_parse(tmp_path, gpu_fixture, ctx_factory):
     from prometheus_client.parser import text_string_to_metric_families
 
-    from slurmkit.verdict.base import Status, Tier
     from slurmkit.health.catalog import select
     from slurmkit.health.engine import run_checks
+    from slurmkit.verdict.base import Status, Tier
     from slurmkit.verdict.record import write_verdict_metrics
 
     gpu_fixture(lambda d: d["gpus"][4].update(power_w=700))

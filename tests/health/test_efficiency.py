@@ -26,8 +26,9 @@ EPILOG = str(REPO / "epilog" / "slurmkit-epilog")
 
 
 def acc(pid, util, time_s, start, mem=1000.0, running=False):
-    return AccountingStats(pid=pid, gpu_util=util, max_memory_mib=mem, time_s=time_s, start_time=start,
-                           running=running)
+    return AccountingStats(
+        pid=pid, gpu_util=util, max_memory_mib=mem, time_s=time_s, start_time=start, running=running
+    )
 
 
 # ---------------------------------------------------------------- maths
@@ -63,8 +64,14 @@ def test_token_round_trip_survives_sacctmgr_lower_casing():
 
 def test_large_summaries_collapse_to_per_node_totals():
     def one(i, g):
-        return {"u": (i * 7 + g * 13) % 100 + 0.1 * g, "t": 3600.0 + i, "b": 1800.0 + g + i * 3.7,
-                "m": 1000 * g + i, "c": 81559, "p": 1 if g else 0}
+        return {
+            "u": (i * 7 + g * 13) % 100 + 0.1 * g,
+            "t": 3600.0 + i,
+            "b": 1800.0 + g + i * 3.7,
+            "m": 1000 * g + i,
+            "c": 81559,
+            "p": 1 if g else 0,
+        }
 
     nodes = {f"node{i:03d}": {"acct": "on", "gpus": {str(g): one(i, g) for g in range(8)}} for i in range(64)}
     full = eff.encode({"v": 1, "job": "9", "nodes": nodes, "missing": []})
@@ -76,9 +83,18 @@ def test_large_summaries_collapse_to_per_node_totals():
     assert eff.job_summary("9", nodes, max_chars=len(full))[1] == full
 
 
-@pytest.mark.parametrize("bad", ["sk1:", "sk1:!!!!", "SK1:" + "abc", "sk1:1f8b0800", "sk1:h4sIAAAAAAAA/w==",
-                                 eff.PREFIX + __import__("gzip").compress(b'{"nodes": NaN}').hex(),
-                                 eff.PREFIX + __import__("gzip").compress(b'[1]').hex()])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "sk1:",
+        "sk1:!!!!",
+        "SK1:" + "abc",
+        "sk1:1f8b0800",
+        "sk1:h4sIAAAAAAAA/w==",
+        eff.PREFIX + __import__("gzip").compress(b'{"nodes": NaN}').hex(),
+        eff.PREFIX + __import__("gzip").compress(b"[1]").hex(),
+    ],
+)
 def test_undecodable_tokens_raise_summary_error(bad):
     with pytest.raises(eff.SummaryError):
         eff.decode(bad)
@@ -110,14 +126,33 @@ def sim(tmp_path, gpus):
 
 
 def test_collect_counts_only_processes_after_the_cursor_and_reports_mode_off(tmp_path):
-    backend = sim(tmp_path, [
-        {"index": 0, "accounting": [
-            {"pid": 10, "gpu_util": 99, "max_memory_mib": 9, "time_ms": 5000, "start_time": 100.0},  # old job
-            {"pid": 20, "gpu_util": 40, "max_memory_mib": 70000, "time_ms": 100000, "start_time": 500.0}]},
-        {"index": 1, "accounting_mode": False},
-        {"index": 2, "accounting_mode": "unsupported"},
-        {"index": 3},
-    ])
+    backend = sim(
+        tmp_path,
+        [
+            {
+                "index": 0,
+                "accounting": [
+                    {
+                        "pid": 10,
+                        "gpu_util": 99,
+                        "max_memory_mib": 9,
+                        "time_ms": 5000,
+                        "start_time": 100.0,
+                    },  # old job
+                    {
+                        "pid": 20,
+                        "gpu_util": 40,
+                        "max_memory_mib": 70000,
+                        "time_ms": 100000,
+                        "start_time": 500.0,
+                    },
+                ],
+            },
+            {"index": 1, "accounting_mode": False},
+            {"index": 2, "accounting_mode": "unsupported"},
+            {"index": 3},
+        ],
+    )
     box = {}
     eff.collect(backend, [0, 1, 2, 3], cursor={"0": 100.0}, job_start=None, job_pids=[], now=1000.0, box=box)
     g = box["gpus"]
@@ -150,12 +185,15 @@ def test_last_node_merges_once_and_an_open_directory_is_refused(tmp_path):
     nodes = ["node1", "node2"]
     far = time.monotonic() + 10
     box = {}
-    assert eff.share_and_merge(str(shared), "55", "node2", nodes, {"acct": "on", "gpus": {"0": {}}}, 5, far,
-                               box) is None
+    assert (
+        eff.share_and_merge(str(shared), "55", "node2", nodes, {"acct": "on", "gpus": {"0": {}}}, 5, far, box)
+        is None
+    )
     assert "waiting for node1" in box["merge"]
     t0 = time.monotonic()
-    merged, missing = eff.share_and_merge(str(shared), "55", "node1", nodes, {"acct": "on", "gpus": {}}, 5,
-                                          far, {})
+    merged, missing = eff.share_and_merge(
+        str(shared), "55", "node1", nodes, {"acct": "on", "gpus": {}}, 5, far, {}
+    )
     assert time.monotonic() - t0 < 1.0  # everything was there: no waiting
     assert sorted(merged) == nodes and missing == []
     assert eff.share_and_merge(str(shared), "55", "node2", nodes, {}, 0, far, box) is None
@@ -176,8 +214,9 @@ def test_a_summary_file_written_by_someone_else_is_ignored(tmp_path):
     eff.share_and_merge(str(shared), "60", "node2", ["node1", "node2"], {"acct": "on"}, 0, far, {})
     forged = shared / "efficiency" / "60" / "node2.json"
     os.chown(forged, 65534, 65534)  # not root's: a planted file
-    merged, missing = eff.share_and_merge(str(shared), "60", "node1", ["node1", "node2"], {"acct": "on"}, 0.3,
-                                          far, {})
+    merged, missing = eff.share_and_merge(
+        str(shared), "60", "node1", ["node1", "node2"], {"acct": "on"}, 0.3, far, {}
+    )
     assert missing == ["node2"] and list(merged) == ["node1"]
 
 
@@ -216,16 +255,22 @@ def fake_acct(fake_scontrol, tmp_path):
     calls = tmp_path / "acct-calls.jsonl"
     bindir = fake_scontrol.bin_dir
     for name, body in (
-        ("sacctmgr", f"""
+        (
+            "sacctmgr",
+            f"""
 with open({str(calls)!r}, "a") as fh:
     fh.write(json.dumps(sys.argv[1:]) + "\\n")
 value = [a for a in sys.argv if a.startswith("AdminComment=")][0].split("=", 1)[1]
 open({str(store)!r}, "w").write(value.lower())
 print(" Modified jobs...")
-"""),
-        ("sacct", f"""
+""",
+        ),
+        (
+            "sacct",
+            f"""
 print(open({str(store)!r}).read() if os.path.exists({str(store)!r}) else "")
-"""),
+""",
+        ),
     ):
         path = os.path.join(bindir, name)
         with open(path, "w") as fh:
@@ -242,7 +287,7 @@ print(open({str(store)!r}).read() if os.path.exists({str(store)!r}) else "")
             upd = [c for c in self.updates() if f"jobid={ref}" in c]
             assert len(upd) == 1, upd
             assert upd[0][:5] == ["-i", "update", "job", "where", f"jobid={ref}"] and upd[0][5] == "set"
-            return eff.decode(upd[0][6][len("AdminComment="):])
+            return eff.decode(upd[0][6][len("AdminComment=") :])
 
         def set(self, text):
             store.write_text(text)
@@ -255,17 +300,27 @@ print(open({str(store)!r}).read() if os.path.exists({str(store)!r}) else "")
 
 
 @pytestmark_root
-def test_epilog_writes_one_admin_comment_and_logs_the_detail(gpu_fixture, site, fake_scontrol, fake_acct,
-                                                              tmp_path):
+def test_epilog_writes_one_admin_comment_and_logs_the_detail(
+    gpu_fixture, site, fake_scontrol, fake_acct, tmp_path
+):
     now = time.time()
 
     def mutate(d):
-        d["gpus"][0]["accounting"] = [{"pid": 999999, "gpu_util": 80, "mem_util": 30, "max_memory_mib": 60000,
-                                       "time_ms": 120000, "start_time": now - 130}]
+        d["gpus"][0]["accounting"] = [
+            {
+                "pid": 999999,
+                "gpu_util": 80,
+                "mem_util": 30,
+                "max_memory_mib": 60000,
+                "time_ms": 120000,
+                "start_time": now - 130,
+            }
+        ]
 
     gpu_fixture(mutate)
-    cfg = site(health={"clean_dev_shm": False, "memory_release_wait": 0.1},
-               slurm={"bin_dir": fake_scontrol.bin_dir})
+    cfg = site(
+        health={"clean_dev_shm": False, "memory_release_wait": 0.1}, slurm={"bin_dir": fake_scontrol.bin_dir}
+    )
     res, _ = run_epilog(cfg)
     assert res.returncode == 0, res.stderr
     summary = fake_acct.summary()
@@ -304,11 +359,21 @@ def test_accounting_off_is_recorded_not_zero(gpu_fixture, site, fake_scontrol, f
 
 @pytestmark_root
 def test_hung_accounting_query_is_bounded_and_recorded(gpu_fixture, site, fake_scontrol, fake_acct, tmp_path):
-    gpu_fixture(lambda d: d.update(inject={"hang": {"call": "accounting_stats", "seconds": 60}},
-                                   defaults={"accounting_mode": True}) or d["gpus"][0].update(
-        accounting=[{"pid": 1, "gpu_util": 1, "time_ms": 1, "start_time": time.time()}]))
-    cfg = site(health={"clean_dev_shm": False, "memory_release_wait": 0.1, "efficiency": {"timeout": 2.0}},
-               slurm={"bin_dir": fake_scontrol.bin_dir})
+    gpu_fixture(
+        lambda d: (
+            d.update(
+                inject={"hang": {"call": "accounting_stats", "seconds": 60}},
+                defaults={"accounting_mode": True},
+            )
+            or d["gpus"][0].update(
+                accounting=[{"pid": 1, "gpu_util": 1, "time_ms": 1, "start_time": time.time()}]
+            )
+        )
+    )
+    cfg = site(
+        health={"clean_dev_shm": False, "memory_release_wait": 0.1, "efficiency": {"timeout": 2.0}},
+        slurm={"bin_dir": fake_scontrol.bin_dir},
+    )
     res, took = run_epilog(cfg)
     assert res.returncode == 0, res.stderr
     assert took < 8.0  # 1 s collecting, then on; never the 60 s hang
@@ -344,10 +409,22 @@ def test_nvml_accounting_parsing_and_errors(monkeypatch):
     m.NVML_ERROR_NOT_FOUND = 6
     na32, na64 = 0xFFFFFFFF, 0xFFFFFFFFFFFFFFFF
     stats = {
-        (1, 10): SimpleNamespace(gpuUtilization=75, memoryUtilization=na32, maxMemoryUsage=2 * 2**30,
-                                 time=90000, startTime=1_764_400_000_000_000, isRunning=0),
-        (1, 11): SimpleNamespace(gpuUtilization=na32, memoryUtilization=1, maxMemoryUsage=na64, time=na64,
-                                 startTime=na64, isRunning=1),
+        (1, 10): SimpleNamespace(
+            gpuUtilization=75,
+            memoryUtilization=na32,
+            maxMemoryUsage=2 * 2**30,
+            time=90000,
+            startTime=1_764_400_000_000_000,
+            isRunning=0,
+        ),
+        (1, 11): SimpleNamespace(
+            gpuUtilization=na32,
+            memoryUtilization=1,
+            maxMemoryUsage=na64,
+            time=na64,
+            startTime=na64,
+            isRunning=1,
+        ),
     }
     m.nvmlDeviceGetAccountingMode = lambda h: 1 if h["minor"] == 1 else (_ for _ in ()).throw(_Err(3))
     m.nvmlDeviceGetAccountingPids = lambda h: [10, 11, 12]
@@ -367,8 +444,14 @@ def test_nvml_accounting_parsing_and_errors(monkeypatch):
     assert b.accounting_mode(1) is True and b.accounting_mode(0) is None  # NOT_SUPPORTED
     assert b.accounting_pids(1) == [10, 11, 12]
     s = b.accounting_stats(1, 10)
-    assert (s.gpu_util, s.mem_util, s.max_memory_mib, s.time_s, s.start_time, s.running) == \
-        (75.0, None, 2048.0, 90.0, 1_764_400_000.0, False)
+    assert (s.gpu_util, s.mem_util, s.max_memory_mib, s.time_s, s.start_time, s.running) == (
+        75.0,
+        None,
+        2048.0,
+        90.0,
+        1_764_400_000.0,
+        False,
+    )
     s = b.accounting_stats(1, 11)
     assert s.gpu_util is None and s.max_memory_mib is None and s.time_s is None and s.running is True
     assert b.accounting_stats(1, 12) is None
@@ -377,11 +460,24 @@ def test_nvml_accounting_parsing_and_errors(monkeypatch):
 
 
 def test_health_accounting_command_shows_and_enables(gpu_fixture, site, tmp_path):
-    gpu_fixture(lambda d: d.update(defaults={"accounting_mode": False}) or d["gpus"][7].update(
-        accounting_mode="unsupported"))
+    gpu_fixture(
+        lambda d: (
+            d.update(defaults={"accounting_mode": False})
+            or d["gpus"][7].update(accounting_mode="unsupported")
+        )
+    )
     cfg = str(site())
-    cmd = [sys.executable, "-m", "slurmkit.cli.main", "health", "accounting", "--node", "node1",
-           "--config", cfg]
+    cmd = [
+        sys.executable,
+        "-m",
+        "slurmkit.cli.main",
+        "health",
+        "accounting",
+        "--node",
+        "node1",
+        "--config",
+        cfg,
+    ]
     res = subprocess.run([*cmd, "--json"], capture_output=True, text=True, timeout=60)
     assert res.returncode == 1, res.stderr
     assert [g["accounting"] for g in json.loads(res.stdout)["gpus"]] == ["off"] * 7 + ["unsupported"]
@@ -414,10 +510,15 @@ def test_one_gpu_error_leaves_the_others_measured(tmp_path):
     import yaml
 
     path = tmp_path / "fx.yaml"
-    path.write_text(yaml.safe_dump({"defaults": {"accounting_mode": True},
-                                    "inject": {"nvml_error": {"call": "accounting_pids", "gpu": 1,
-                                                              "error": "UNKNOWN"}},
-                                    "gpus": [{"index": 0}, {"index": 1}]}))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "defaults": {"accounting_mode": True},
+                "inject": {"nvml_error": {"call": "accounting_pids", "gpu": 1, "error": "UNKNOWN"}},
+                "gpus": [{"index": 0}, {"index": 1}],
+            }
+        )
+    )
     box = {}
     eff.collect(SimulatedBackend(str(path)), [0, 1], cursor={}, job_start=None, job_pids=[], now=1.0, box=box)
     assert box["gpus"]["0"]["p"] == 0 and box["gpus"]["1"] == {"a": "error", "c": 81559}
@@ -435,8 +536,13 @@ def test_admin_comment_write_retries_until_slurmdbd_has_the_job_and_is_bounded()
         calls.append((name, list(argv[1:]), timeout))
         if name == "sacct":
             return runner.Result(list(argv), 0, "\n", "", 0.01)
-        return runner.Result(list(argv), 0, answers["sacctmgr"].pop(0) if answers["sacctmgr"] else
-                             "Nothing modified\n", "", 0.01)
+        return runner.Result(
+            list(argv),
+            0,
+            answers["sacctmgr"].pop(0) if answers["sacctmgr"] else "Nothing modified\n",
+            "",
+            0.01,
+        )
 
     prev = runner.set_runner(fake)
     try:

@@ -20,8 +20,12 @@ def test_worst_orders_fail_warn_unknown_ok():
 
 
 def test_first_failure_is_the_most_severe_action_then_the_first():
-    results = [r("a", Status.WARN, Action.ISOLATE), r("b", Status.FAIL, Action.RESET),
-               r("c", Status.FAIL, Action.ISOLATE), r("d", Status.FAIL, Action.ISOLATE)]
+    results = [
+        r("a", Status.WARN, Action.ISOLATE),
+        r("b", Status.FAIL, Action.RESET),
+        r("c", Status.FAIL, Action.ISOLATE),
+        r("d", Status.FAIL, Action.ISOLATE),
+    ]
     assert first_failure(results).check == "c"
     assert first_failure([r("a", Status.WARN, Action.ISOLATE)]) is None
 

@@ -176,17 +176,27 @@ def test_console_script_runs_as_installed_from_an_empty_environment(
 
 
 @pytest.mark.parametrize("entry", ["thin-file", "console-script"])
-def test_a_hook_that_cannot_import_the_gate_fails_open_without_a_verdict(gpu_fixture, site, fake_scontrol,
-                                                                          tmp_path, entry):
+def test_a_hook_that_cannot_import_the_gate_fails_open_without_a_verdict(
+    gpu_fixture, site, fake_scontrol, tmp_path, entry
+):
     """What assert_healthy_pass tells apart: a broken install exits 0 too (it must not drain
     the node), but says so on stderr and records no verdict."""
     gpu_fixture()
     cfg = site(slurm={"bin_dir": fake_scontrol.bin_dir})
-    run = (f"runpy.run_path({PROLOG!r}, run_name='__main__')" if entry == "thin-file"
-           else "from slurmkit.cli.hooks import prolog; prolog()")
+    run = (
+        f"runpy.run_path({PROLOG!r}, run_name='__main__')"
+        if entry == "thin-file"
+        else "from slurmkit.cli.hooks import prolog; prolog()"
+    )
     code = f"import runpy, sys\nsys.modules['slurmkit.health.gate'] = None  # import fails\n{run}\n"
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30, cwd="/",
-                         env={"SLURMKIT_CONFIG": str(cfg), "SLURMD_NODENAME": "node1", "SLURM_JOB_ID": "8"})
+    res = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd="/",
+        env={"SLURMKIT_CONFIG": str(cfg), "SLURMD_NODENAME": "node1", "SLURM_JOB_ID": "8"},
+    )
     assert res.returncode == 0, res.stderr
     assert "cannot import slurmkit" in res.stderr and "failing open" in res.stderr
     assert log_records(tmp_path) == []

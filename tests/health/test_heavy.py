@@ -8,9 +8,9 @@ import math
 import pytest
 
 from slurmkit.health import heavy
-from slurmkit.verdict.base import Status
 from slurmkit.health.catalog import CATALOG
 from slurmkit.health.engine import run_one
+from slurmkit.verdict.base import Status
 
 
 def full(n, value):

@@ -10,9 +10,9 @@ import pytest
 
 from slurmkit.errors import ConfigError
 from slurmkit.health import kmsg, xid
-from slurmkit.verdict.base import Action, Status
 from slurmkit.health.catalog import CATALOG
 from slurmkit.health.engine import run_one
+from slurmkit.verdict.base import Action, Status
 
 
 def test_packaged_table_loads_cites_its_source_and_maps_the_anchor_xids():
@@ -51,8 +51,9 @@ def test_bad_table_is_a_config_error_naming_the_key(tmp_path):
 
 def test_bad_xid154_state_is_a_config_error(tmp_path):
     bad = tmp_path / "xid.yaml"
-    bad.write_text("version: x\nxids: {}\n"
-                   "xid154_recovery_actions:\n  - {code: two, match: x, action: reboot}\n")
+    bad.write_text(
+        "version: x\nxids: {}\nxid154_recovery_actions:\n  - {code: two, match: x, action: reboot}\n"
+    )
     with pytest.raises(ConfigError, match=r"xid.yaml: xid154_recovery_actions\[0\]: expected"):
         xid.load_table(str(bad))
 

@@ -62,8 +62,11 @@ def test_every_catalog_code_in_use_has_a_row():
     """Codes NVIDIA marks unused (CONTACT_SUPPORT, "Unused") and codes without a bucket yet are
     the only ones left to ``unknown_action``; a used code without a row (46, 136, 158 before
     2026.12-1) would leave a GPU that needs a reset in service with a warning."""
-    in_use = {c for c, (_, bucket, desc) in CAT.items()
-              if bucket and not (desc == "Unused" and bucket == "CONTACT_SUPPORT")}
+    in_use = {
+        c
+        for c, (_, bucket, desc) in CAT.items()
+        if bucket and not (desc == "Unused" and bucket == "CONTACT_SUPPORT")
+    }
     assert sorted(in_use - set(ROWS)) == []
     assert {46, 136, 155, 156, 158} <= set(ROWS)
 

@@ -51,19 +51,38 @@ def test_real_dmesg_with_five_xid_119():
 # (line, (pci, xid) or None, action) -- real lines from public sources, expected values by hand.
 REAL_LINES = [
     # leptonai/gpud components/accelerator/nvidia/xid/README.md @ 3abba8476b77 (an H100 node's dmesg)
-    ("[Fri Aug 30 11:43:09 2024] NVRM: Xid (PCI:0000:cb:00): 13, pid='<unknown>', name=<unknown>, "
-     "Graphics SM Warp Exception on (GPC 7, TPC 7, SM 0): Illegal Instruction Parameter",
-     ("0000:cb:00", 13), Action.MONITOR),
-    ("[Fri Aug 30 11:43:14 2024] NVRM: Xid (PCI:0000:cb:00): 109, pid=1797828, name=pt_main_thread, "
-     "Ch 00000008, errorString CTX SWITCH TIMEOUT, Info 0x58005", ("0000:cb:00", 109), Action.RESET),
-    ("[Sat Aug 31 07:06:03 2024] NVRM: Xid (PCI:0000:cb:00): 31, pid=626486, name=pt_main_thread, "
-     "Ch 00000008, intr 00000000. MMU Fault: ENGINE GRAPHICS GPCCLIENT_T1_14 faulted @ 0x7f2f_cca58000. "
-     "Fault is of type FAULT_PDE ACCESS_TYPE_VIRT_READ", ("0000:cb:00", 31), Action.MONITOR),
-    ("[Fri Aug 30 11:11:22 2024] nvidia-peermem nv_get_p2p_free_callback:127 ERROR detected invalid context, "
-     "skipping further processing", None, None),
+    (
+        "[Fri Aug 30 11:43:09 2024] NVRM: Xid (PCI:0000:cb:00): 13, pid='<unknown>', name=<unknown>, "
+        "Graphics SM Warp Exception on (GPC 7, TPC 7, SM 0): Illegal Instruction Parameter",
+        ("0000:cb:00", 13),
+        Action.MONITOR,
+    ),
+    (
+        "[Fri Aug 30 11:43:14 2024] NVRM: Xid (PCI:0000:cb:00): 109, pid=1797828, name=pt_main_thread, "
+        "Ch 00000008, errorString CTX SWITCH TIMEOUT, Info 0x58005",
+        ("0000:cb:00", 109),
+        Action.RESET,
+    ),
+    (
+        "[Sat Aug 31 07:06:03 2024] NVRM: Xid (PCI:0000:cb:00): 31, pid=626486, name=pt_main_thread, "
+        "Ch 00000008, intr 00000000. MMU Fault: ENGINE GRAPHICS GPCCLIENT_T1_14 faulted @ 0x7f2f_cca58000. "
+        "Fault is of type FAULT_PDE ACCESS_TYPE_VIRT_READ",
+        ("0000:cb:00", 31),
+        Action.MONITOR,
+    ),
+    (
+        "[Fri Aug 30 11:11:22 2024] nvidia-peermem nv_get_p2p_free_callback:127 ERROR detected invalid context, "
+        "skipping further processing",
+        None,
+        None,
+    ),
     # stas00/ml-engineering compute/accelerator/nvidia/debug.md @ 7bc7c3054eb9
-    ("NVRM: Xid (PCI:0000:10:1c): 63, pid=1896, Row Remapper: New row marked for remapping, reset gpu to "
-     "activate.", ("0000:10:1c", 63), Action.NONE),
+    (
+        "NVRM: Xid (PCI:0000:10:1c): 63, pid=1896, Row Remapper: New row marked for remapping, reset gpu to "
+        "activate.",
+        ("0000:10:1c", 63),
+        Action.NONE,
+    ),
     # NVIDIA "XID Errors" vR384 (docs.nvidia.com/deploy/xid-errors/index.html): the old form without "PCI:"
     ("[...] NVRM: Xid (0000:03:00): 14, Channel 00000001", ("0000:03:00", 14), Action.NONE),
     # NVIDIA/NVSentinel issue #155, maintainer's comment: the Xid form of a lost GPU (no pid)
@@ -168,11 +187,16 @@ def test_a_real_xid_79_and_its_fallen_off_line_are_one_event():
 
 # ---------------------------------------------------------------- hostile input
 
+
 @settings(max_examples=300, deadline=None)
 @given(st.text(max_size=400))
 def test_hostile_kernel_records_never_raise(text):
-    for record in (text, "6,1,2,-;" + text, "6,1,2,-;NVRM: Xid (PCI:0000:18:00): " + text,
-                   "6,1,2,-;NVRM: The NVIDIA GPU 0000:18:00.0 " + text + " fallen off the bus"):
+    for record in (
+        text,
+        "6,1,2,-;" + text,
+        "6,1,2,-;NVRM: Xid (PCI:0000:18:00): " + text,
+        "6,1,2,-;NVRM: The NVIDIA GPU 0000:18:00.0 " + text + " fallen off the bus",
+    ):
         out = kmsg.xid_records([record], btime=0.0)
         assert all(isinstance(code, int) and len(pci) == 10 for _, pci, code, _ in out)
 

@@ -11,14 +11,24 @@ pytestmark = pytest.mark.devcluster
 def test_status_shows_all_daemons_running(devcluster):
     st = devcluster.cluster.status()
     assert st["up"] is True
-    assert set(st["daemons"]) == {"munged", "mariadbd", "slurmdbd", "slurmctld", "slurmd:node1", "slurmd:node2"}
+    assert set(st["daemons"]) == {
+        "munged",
+        "mariadbd",
+        "slurmdbd",
+        "slurmctld",
+        "slurmd:node1",
+        "slurmd:node2",
+    }
     assert "node1" in st["sinfo"] and "gpu:h100:8" in st["sinfo"]
 
 
 def test_gres_job_on_typed_nodes_sees_its_gpus(devcluster):
     out = devcluster.shared_dir / f"gres-{time.time_ns()}.out"
-    job = devcluster.submit("#!/bin/sh\necho \"GPUS=$SLURM_JOB_GPUS CUDA=$CUDA_VISIBLE_DEVICES\"\n",
-                            ["--gres=gpu:2", f"--output={out}"], user="alice")
+    job = devcluster.submit(
+        '#!/bin/sh\necho "GPUS=$SLURM_JOB_GPUS CUDA=$CUDA_VISIBLE_DEVICES"\n',
+        ["--gres=gpu:2", f"--output={out}"],
+        user="alice",
+    )
     assert devcluster.wait_job(job) == "COMPLETED"
     text = out.read_text()
     gpus = text.split("GPUS=")[1].split()[0].split(",")
@@ -30,8 +40,19 @@ def test_gres_job_on_typed_nodes_sees_its_gpus(devcluster):
 
 
 def test_two_node_srun_has_distinct_hostnames_and_addresses(devcluster):
-    res = devcluster.run(["srun", "-N", "2", "--ntasks-per-node=1", "-l", "sh", "-c",
-                          'echo "$SLURMD_NODENAME $(hostname) $(hostname -I)"'], timeout=60)
+    res = devcluster.run(
+        [
+            "srun",
+            "-N",
+            "2",
+            "--ntasks-per-node=1",
+            "-l",
+            "sh",
+            "-c",
+            'echo "$SLURMD_NODENAME $(hostname) $(hostname -I)"',
+        ],
+        timeout=60,
+    )
     assert res.returncode == 0, res.stderr
     lines = sorted(line.split(": ", 1)[1].split() for line in res.stdout.strip().splitlines())
     assert [ln[0] for ln in lines] == ["node1", "node2"]
@@ -40,8 +61,9 @@ def test_two_node_srun_has_distinct_hostnames_and_addresses(devcluster):
 
 
 def test_multinode_gres_gpu_is_the_job_total_in_sacct(devcluster):
-    job = devcluster.submit("#!/bin/sh\nsrun true\n", ["-N", "2", "--gpus-per-node=3", "-o", "/dev/null"],
-                            user="bob")
+    job = devcluster.submit(
+        "#!/bin/sh\nsrun true\n", ["-N", "2", "--gpus-per-node=3", "-o", "/dev/null"], user="bob"
+    )
     assert devcluster.wait_job(job) == "COMPLETED"
     res = devcluster.run(["sacct", "-X", "-n", "-P", "-j", job, "--format=Account,AllocTRES,NNodes"])
     account, tres, nnodes = res.stdout.strip().split("|")
@@ -121,11 +143,30 @@ def test_status_and_env_commands(devcluster):
     import json
     import sys
 
-    res = devcluster.run([sys.executable, "-m", "slurmkit.cli.main", "devcluster", "status", "--json",
-                          "--state-dir", str(devcluster.state_dir)])
+    res = devcluster.run(
+        [
+            sys.executable,
+            "-m",
+            "slurmkit.cli.main",
+            "devcluster",
+            "status",
+            "--json",
+            "--state-dir",
+            str(devcluster.state_dir),
+        ]
+    )
     assert res.returncode == 0, res.stderr
     st = json.loads(res.stdout)
     assert st["up"] and st["daemons"]["slurmctld"]["state"] == "running"
-    res = devcluster.run([sys.executable, "-m", "slurmkit.cli.main", "devcluster", "env",
-                          "--state-dir", str(devcluster.state_dir)])
+    res = devcluster.run(
+        [
+            sys.executable,
+            "-m",
+            "slurmkit.cli.main",
+            "devcluster",
+            "env",
+            "--state-dir",
+            str(devcluster.state_dir),
+        ]
+    )
     assert f"export SLURM_CONF={devcluster.state_dir}/etc/slurm.conf" in res.stdout

@@ -40,8 +40,14 @@ def scoped_many(patches):
 
 def accounting(gpus, util, mem, start, pid_base):
     def one(i):
-        return {"pid": pid_base + i, "gpu_util": util, "mem_util": 20, "max_memory_mib": mem,
-                "time_ms": TEN_HOURS_MS, "start_time": start}
+        return {
+            "pid": pid_base + i,
+            "gpu_util": util,
+            "mem_util": 20,
+            "max_memory_mib": mem,
+            "time_ms": TEN_HOURS_MS,
+            "start_time": start,
+        }
 
     return {"gpus": {i: {"accounting": [one(i)]} for i in gpus}}
 
@@ -95,8 +101,10 @@ def test_two_jobs_summaries_ranking_and_hours_by_hand(devcluster):
     assert epi["efficiency"]["accounting"] == "on" and epi["efficiency"]["admin_comment"]["written"] is True
     assert epi["efficiency"]["processes"]["3"][0]["pid"] == 4_100_003
     assert epi["efficiency"]["seconds"] < 5.0
-    print(f"\nefficiency step in job {a}'s epilog: {epi['efficiency']['seconds']:.3f} s "
-          f"(collection {epi['efficiency']['collect_seconds']:.3f} s)")
+    print(
+        f"\nefficiency step in job {a}'s epilog: {epi['efficiency']['seconds']:.3f} s "
+        f"(collection {epi['efficiency']['collect_seconds']:.3f} s)"
+    )
     # the report: by hand, GPU-hours used = hours x utilisation
     ea, eb = sacct_row(devcluster, a)[0], sacct_row(devcluster, b)[0]
     assert ea >= 3 and eb >= 3
@@ -114,8 +122,13 @@ def test_two_jobs_summaries_ranking_and_hours_by_hand(devcluster):
     table = report(devcluster, "--job", a, "--job", b, "--by", "job").stdout.splitlines()
     assert table[3].split()[:2] == ["1", b] and table[4].split()[:2] == ["2", a]
     # ssubmit status shows it once the job has ended
-    st = subprocess.run([sys.executable, "-m", "slurmkit.cli.ssubmit", "status", b], env=env_of(devcluster),
-                        capture_output=True, text=True, timeout=60)
+    st = subprocess.run(
+        [sys.executable, "-m", "slurmkit.cli.ssubmit", "status", b],
+        env=env_of(devcluster),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert st.returncode == 0, st.stderr
     assert "efficiency 11.2% of 8 GPU(s), 1/8 touched, 7 idle" in st.stdout
 
@@ -136,6 +149,7 @@ def test_two_node_job_gets_one_merged_summary(devcluster):
     assert {g["u"] for g in summary["nodes"]["node1"]["gpus"].values()} == {60.0}
     assert {g["u"] for g in summary["nodes"]["node2"]["gpus"].values()} == {30.0}
     assert all(len(n["gpus"]) == 2 for n in summary["nodes"].values())
+
     def both():
         recs = records_for(devcluster, job, "epilog")
         return recs if len(recs) == 2 else None
@@ -153,8 +167,9 @@ def test_two_node_job_gets_one_merged_summary(devcluster):
 def test_accounting_off_reads_unknown_not_zero(devcluster):
     job = submit_held(devcluster, ["-w", "node1", "--gres=gpu:2"])
     try:
-        with edited_fixture(devcluster, "node1",
-                            scoped_many({job: {"defaults": {"accounting_mode": False}}})):
+        with edited_fixture(
+            devcluster, "node1", scoped_many({job: {"defaults": {"accounting_mode": False}}})
+        ):
             devcluster.run(["scontrol", "release", job])
             assert devcluster.wait_job(job) == "COMPLETED"
             summary = admin_summary(devcluster, job)
@@ -164,8 +179,9 @@ def test_accounting_off_reads_unknown_not_zero(devcluster):
     assert node["acct"] == "off" and all(g.get("a") == "off" and "u" not in g for g in node["gpus"].values())
     row = json.loads(report(devcluster, "--job", job, "--by", "job", "--json").stdout)["rows"][0]
     assert row["util_pct"] is None and row["gpus_known"] == 0 and row["unknown_gpu_h"] == row["alloc_gpu_h"]
-    line = next(x for x in report(devcluster, "--job", job, "--by", "job").stdout.splitlines()
-                if f" {job} " in x)
+    line = next(
+        x for x in report(devcluster, "--job", job, "--by", "job").stdout.splitlines() if f" {job} " in x
+    )
     assert "unknown" in line and "accounting off" in line
 
 

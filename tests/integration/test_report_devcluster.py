@@ -48,8 +48,10 @@ def _release_if_held(devcluster, job_id):
 
 def _attempts(devcluster, ids):
     """Every attempt of our jobs as Slurm recorded it: (jobidraw, state, start, end)."""
-    res = devcluster.run(["sacct", "-X", "-D", "-n", "-P", "-j", ",".join(ids),
-                          "--format=JobIDRaw,State,Start,End"], env={"SLURM_TIME_FORMAT": "%s"})
+    res = devcluster.run(
+        ["sacct", "-X", "-D", "-n", "-P", "-j", ",".join(ids), "--format=JobIDRaw,State,Start,End"],
+        env={"SLURM_TIME_FORMAT": "%s"},
+    )
     assert res.returncode == 0, res.stderr
     out = []
     for line in res.stdout.splitlines():
@@ -68,13 +70,14 @@ def test_report_matches_requested_gpu_seconds(devcluster, tmp_path):
         ("alice", "research", 2, ["--gres=gpu:2"], 3, 0),
         ("bob", "ops", 1, ["--gres=gpu:h100:1"], 4, 0),
         ("bob", "research", 3, ["--gres=gpu:3"], 2, 0),
-        ("bob", "ops", 4, ["-N", "2", "--gres=gpu:2"], 2, 0),   # 2 nodes x 2 GPUs: AllocTRES says 4
-        ("alice", "research", 1, ["--gres=gpu:1"], 60, 2),      # requeued while it runs
+        ("bob", "ops", 4, ["-N", "2", "--gres=gpu:2"], 2, 0),  # 2 nodes x 2 GPUs: AllocTRES says 4
+        ("alice", "research", 1, ["--gres=gpu:1"], 60, 2),  # requeued while it runs
     ]
     jobs = {}
     for user, account, gpus, args, first, again in plan:
-        jid = devcluster.submit(SCRIPT % {"first": first, "again": again}, ["-A", account, *common, *args],
-                                user=user)
+        jid = devcluster.submit(
+            SCRIPT % {"first": first, "again": again}, ["-A", account, *common, *args], user=user
+        )
         jobs[jid] = (user, account, gpus)
     requeued = list(jobs)[-1]
 
@@ -123,8 +126,23 @@ def test_report_matches_requested_gpu_seconds(devcluster, tmp_path):
             lost[(account, user)] = lost.get((account, user), 0) + gpus * seconds
 
     until = time.time() + 5
-    argv = [sys.executable, "-m", "slurmkit.cli.main", "report", "--since", _iso(since), "--until", _iso(until),
-            "--by", "account,user", "--format", "json", "--name", name, "--no-health-log"]
+    argv = [
+        sys.executable,
+        "-m",
+        "slurmkit.cli.main",
+        "report",
+        "--since",
+        _iso(since),
+        "--until",
+        _iso(until),
+        "--by",
+        "account,user",
+        "--format",
+        "json",
+        "--name",
+        name,
+        "--no-health-log",
+    ]
     res = devcluster.run(argv, env={"SLURMKIT_CONFIG": str(devcluster.config_path)})
     assert res.returncode == 0, res.stderr
     data = json.loads(res.stdout)
@@ -149,9 +167,25 @@ def test_report_matches_requested_gpu_seconds(devcluster, tmp_path):
         user, account, gpus = jobs[jid]
         overlap = max(0, min(end, cut_end) - max(start, cut_start))
         clipped[(account, user)] = clipped.get((account, user), 0) + gpus * overlap
-    res_cut = devcluster.run([sys.executable, "-m", "slurmkit.cli.main", "report", "--since", f"@{cut_start}",
-                              "--until", f"@{cut_end}", "--by", "account,user", "--json", "--name", name,
-                              "--no-health-log"], env={"SLURMKIT_CONFIG": str(devcluster.config_path)})
+    res_cut = devcluster.run(
+        [
+            sys.executable,
+            "-m",
+            "slurmkit.cli.main",
+            "report",
+            "--since",
+            f"@{cut_start}",
+            "--until",
+            f"@{cut_end}",
+            "--by",
+            "account,user",
+            "--json",
+            "--name",
+            name,
+            "--no-health-log",
+        ],
+        env={"SLURMKIT_CONFIG": str(devcluster.config_path)},
+    )
     assert res_cut.returncode == 0, res_cut.stderr
     cut = {(r["account"], r["user"]): r["gpu_hours"] for r in json.loads(res_cut.stdout)["rows"]}
     for key, gpu_seconds in clipped.items():
@@ -159,16 +193,58 @@ def test_report_matches_requested_gpu_seconds(devcluster, tmp_path):
 
     # The same numbers from a saved dump through --sacct-file (the recommended command).
     dump = tmp_path / "dump.txt"
-    rec = devcluster.run(["sacct", "-a", "-D", "-T", "-S", _iso(since), "-E", _iso(until), "--parsable2",
-                          "--name", name, "--format=" + ",".join(
-                              ["JobID", "JobIDRaw", "State", "AllocTRES", "Submit", "Start", "End", "ElapsedRaw",
-                               "User", "Account", "Partition", "NodeList", "Reason", "JobName"])],
-                         env={"SLURM_TIME_FORMAT": "%s"})
+    rec = devcluster.run(
+        [
+            "sacct",
+            "-a",
+            "-D",
+            "-T",
+            "-S",
+            _iso(since),
+            "-E",
+            _iso(until),
+            "--parsable2",
+            "--name",
+            name,
+            "--format="
+            + ",".join(
+                [
+                    "JobID",
+                    "JobIDRaw",
+                    "State",
+                    "AllocTRES",
+                    "Submit",
+                    "Start",
+                    "End",
+                    "ElapsedRaw",
+                    "User",
+                    "Account",
+                    "Partition",
+                    "NodeList",
+                    "Reason",
+                    "JobName",
+                ]
+            ),
+        ],
+        env={"SLURM_TIME_FORMAT": "%s"},
+    )
     assert rec.returncode == 0, rec.stderr
     dump.write_text(rec.stdout)
-    res2 = devcluster.run([sys.executable, "-m", "slurmkit.cli.main", "report", "--sacct-file", str(dump),
-                           "--by", "account,user", "--json", "--no-health-log"],
-                          env={"SLURMKIT_CONFIG": str(devcluster.config_path)})
+    res2 = devcluster.run(
+        [
+            sys.executable,
+            "-m",
+            "slurmkit.cli.main",
+            "report",
+            "--sacct-file",
+            str(dump),
+            "--by",
+            "account,user",
+            "--json",
+            "--no-health-log",
+        ],
+        env={"SLURMKIT_CONFIG": str(devcluster.config_path)},
+    )
     assert res2.returncode == 0, res2.stderr
     again = {(r["account"], r["user"]): r["gpu_hours"] for r in json.loads(res2.stdout)["rows"]}
     assert again == {k: r["gpu_hours"] for k, r in got.items()}
@@ -179,24 +255,70 @@ def test_report_matches_requested_gpu_seconds(devcluster, tmp_path):
     arch = tmp_path / "archive"
     env = {"SLURMKIT_CONFIG": str(devcluster.config_path)}
     for s_, u_ in ((since, until), (since - 60, until + 60)):
-        ing = devcluster.run([sys.executable, "-m", "slurmkit.cli.main", "report", "ingest", "--archive",
-                              str(arch), "--since", _iso(s_), "--until", _iso(u_)], env=env)
+        ing = devcluster.run(
+            [
+                sys.executable,
+                "-m",
+                "slurmkit.cli.main",
+                "report",
+                "ingest",
+                "--archive",
+                str(arch),
+                "--since",
+                _iso(s_),
+                "--until",
+                _iso(u_),
+            ],
+            env=env,
+        )
         assert ing.returncode == 0, ing.stderr
-    res3 = devcluster.run([sys.executable, "-m", "slurmkit.cli.main", "report", "--archive", str(arch), "--since",
-                           _iso(since), "--until", _iso(until), "--by", "account,user", "--json", "--name", name,
-                           "--no-health-log"], env=env)
+    res3 = devcluster.run(
+        [
+            sys.executable,
+            "-m",
+            "slurmkit.cli.main",
+            "report",
+            "--archive",
+            str(arch),
+            "--since",
+            _iso(since),
+            "--until",
+            _iso(until),
+            "--by",
+            "account,user",
+            "--json",
+            "--name",
+            name,
+            "--no-health-log",
+        ],
+        env=env,
+    )
     assert res3.returncode == 0, res3.stderr
     archived = json.loads(res3.stdout)
-    assert {(r["account"], r["user"]): r["gpu_hours"] for r in archived["rows"]} == \
-        {k: r["gpu_hours"] for k, r in got.items()}
+    assert {(r["account"], r["user"]): r["gpu_hours"] for r in archived["rows"]} == {
+        k: r["gpu_hours"] for k, r in got.items()
+    }
     assert archived["totals"]["attempts"] == data["totals"]["attempts"]
 
 
 def test_report_capacity_on_devcluster(devcluster):
     """sinfo's Gres column of the devcluster (2 nodes x gpu:h100:8) is the capacity."""
     since = time.time() - 3600
-    res = devcluster.run([sys.executable, "-m", "slurmkit.cli.main", "report", "capacity", "--since", _iso(since),
-                          "--by", "gpu_type", "--json"], env={"SLURMKIT_CONFIG": str(devcluster.config_path)})
+    res = devcluster.run(
+        [
+            sys.executable,
+            "-m",
+            "slurmkit.cli.main",
+            "report",
+            "capacity",
+            "--since",
+            _iso(since),
+            "--by",
+            "gpu_type",
+            "--json",
+        ],
+        env={"SLURMKIT_CONFIG": str(devcluster.config_path)},
+    )
     assert res.returncode == 0, res.stderr
     data = json.loads(res.stdout)
     assert data["totals"]["gpus"] == 16
@@ -209,11 +331,17 @@ def test_sacct_failure_is_exit_3(devcluster, tmp_path):
     bad_conf = tmp_path / "slurm.conf"
     text = open(devcluster.env["SLURM_CONF"]).read()
     # point sacct at a port where no slurmdbd listens
-    lines = [ln for ln in text.splitlines() if not ln.startswith(("AccountingStoragePort", "AccountingStorageHost"))]
+    lines = [
+        ln
+        for ln in text.splitlines()
+        if not ln.startswith(("AccountingStoragePort", "AccountingStorageHost"))
+    ]
     lines += ["AccountingStorageHost=127.0.0.1", "AccountingStoragePort=1"]
     bad_conf.write_text("\n".join(lines) + "\n")
-    res = devcluster.run([sys.executable, "-m", "slurmkit.cli.main", "report", "--last", "1h"],
-                         env={"SLURM_CONF": str(bad_conf), "SLURMKIT_CONFIG": str(devcluster.config_path)},
-                         timeout=120)
+    res = devcluster.run(
+        [sys.executable, "-m", "slurmkit.cli.main", "report", "--last", "1h"],
+        env={"SLURM_CONF": str(bad_conf), "SLURMKIT_CONFIG": str(devcluster.config_path)},
+        timeout=120,
+    )
     assert res.returncode == 3, (res.returncode, res.stdout, res.stderr)
     assert "sacct" in res.stderr and "Traceback" not in res.stderr

@@ -72,18 +72,27 @@ def test_main_job_runs_preflight_and_trains_on_two_nodes(devcluster, tmp_path):
 
 def test_requeue_on_signal_resumes_from_checkpoint(devcluster, tmp_path):
     ck = ckpt_set(devcluster)
-    res = ssubmit(devcluster, tmp_path, str(EXAMPLE), "--parsable", "--set", ck,
-                  "--set", args_set("--steps", "7", "--ckpt-every", "100", "--step-sleep", "1",
-                                    "--attention", "sdpa"))
+    res = ssubmit(
+        devcluster,
+        tmp_path,
+        str(EXAMPLE),
+        "--parsable",
+        "--set",
+        ck,
+        "--set",
+        args_set("--steps", "7", "--ckpt-every", "100", "--step-sleep", "1", "--attention", "sdpa"),
+    )
     assert res.returncode == 0, res.stderr
     job_id = res.stdout.strip()
     try:
+
         def at_step_2_or_gone():
             if re.search(r"^step 2 loss", log_of(devcluster, job_id), re.M):
                 return True
             queued = devcluster.run(["squeue", "-h", "-j", job_id, "-o", "%T"]).stdout.strip()
             assert queued, f"job {job_id} ended before step 2:\n{log_of(devcluster, job_id)[-3000:]}"
             return False
+
         wait_for(at_step_2_or_gone, 180, "step 2")
         sig = ssubmit(devcluster, tmp_path, "cancel", "--signal", "USR2", job_id)
         assert sig.returncode == 0, sig.stderr
@@ -112,17 +121,31 @@ def test_preflight_failure_excludes_the_node_and_requeues(devcluster, tmp_path):
     """node1 is excluded by the spec, so the job lands on node2, whose pre-flight fails
     (test hook); the requeue must add node2 to the existing exclude list."""
     ck = ckpt_set(devcluster)
-    res = ssubmit(devcluster, tmp_path, str(EXAMPLE), "--parsable", "--set", ck, "--set", "nodes=1",
-                  "--set", "exclude=[node1]", "--set", "env.SLURMKIT_PREFLIGHT_FAIL_NODE=node2")
+    res = ssubmit(
+        devcluster,
+        tmp_path,
+        str(EXAMPLE),
+        "--parsable",
+        "--set",
+        ck,
+        "--set",
+        "nodes=1",
+        "--set",
+        "exclude=[node1]",
+        "--set",
+        "env.SLURMKIT_PREFLIGHT_FAIL_NODE=node2",
+    )
     assert res.returncode == 0, res.stderr
     job_id = res.stdout.strip()
     try:
+
         def excluded():
             out = devcluster.run(["scontrol", "-o", "show", "job", job_id]).stdout
             m = re.search(r"ExcNodeList=(\S+)", out)
             r = re.search(r"Restarts=(\d+)", out)
             done = m and m.group(1) == "node[1-2]" and r and int(r.group(1)) >= 1
             return (m.group(1), int(r.group(1)), out) if done else None
+
         exc, restarts, record = wait_for(excluded, 150, "ExcNodeList=node[1-2] after the requeue")
         assert "JobState=PENDING" in record and "Priority=0" not in record  # released, not left held
         log = log_of(devcluster, job_id)
@@ -136,11 +159,14 @@ def test_preflight_failure_excludes_the_node_and_requeues(devcluster, tmp_path):
 
 def test_wait_exit_codes(devcluster, tmp_path):
     spec = tmp_path / "fail.yaml"
-    spec.write_text("name: fails\nnodes: 1\ntime: '5'\nfabric: none\ndevice: cpu\n"
-                    "command: [bash, -c, 'echo about to fail; exit 3']\npreflight: {allreduce: false}\n"
-                    "requeue: {enabled: false}\n")
-    res = ssubmit(devcluster, tmp_path, str(spec), "--wait", "--wait-timeout", "120",
-                  "--set", ckpt_set(devcluster))
+    spec.write_text(
+        "name: fails\nnodes: 1\ntime: '5'\nfabric: none\ndevice: cpu\n"
+        "command: [bash, -c, 'echo about to fail; exit 3']\npreflight: {allreduce: false}\n"
+        "requeue: {enabled: false}\n"
+    )
+    res = ssubmit(
+        devcluster, tmp_path, str(spec), "--wait", "--wait-timeout", "120", "--set", ckpt_set(devcluster)
+    )
     assert res.returncode == 1, res.stderr  # torchrun turns the worker's 3 into its own 1
     assert "ended FAILED" in res.stderr
     assert "training step ended with exit code 1" in res.stderr  # the log tail is shown
@@ -149,8 +175,17 @@ def test_wait_exit_codes(devcluster, tmp_path):
     assert logs.returncode == 0 and "about to fail" in logs.stdout
     ok = tmp_path / "ok.yaml"
     ok.write_text(spec.read_text().replace("echo about to fail; exit 3", "echo fine"))
-    res = ssubmit(devcluster, tmp_path, str(ok), "--wait", "--json", "--wait-timeout", "120",
-                  "--set", ckpt_set(devcluster))
+    res = ssubmit(
+        devcluster,
+        tmp_path,
+        str(ok),
+        "--wait",
+        "--json",
+        "--wait-timeout",
+        "120",
+        "--set",
+        ckpt_set(devcluster),
+    )
     assert res.returncode == 0, res.stderr
     data = json.loads(res.stdout)
     assert data["state"] == "COMPLETED" and data["exit"] == 0 and "fine" in "\n".join(data["log_tail"])
@@ -169,14 +204,26 @@ def _fixture_hcas(root: Path, node: str, down: tuple = ()) -> None:
 def test_fabric_auto_detects_hcas_and_excludes_a_node_with_a_port_down(devcluster, tmp_path):
     sysfs = devcluster.shared_dir / f"ssubmit-sysfs-{uuid.uuid4().hex[:8]}"
     spec = tmp_path / "fabric.yaml"
-    spec.write_text("name: fabric\nnodes: 2\ntime: '5'\nfabric: auto\ndevice: cpu\n"
-                    "command: [bash, -c, 'echo \"hca=$NCCL_IB_HCA ifname=$NCCL_SOCKET_IFNAME\"']\n"
-                    "preflight: {allreduce: false}\n"
-                    f"env: {{SLURMKIT_SYSFS_INFINIBAND: '{sysfs}/{{node}}'}}\n")
+    spec.write_text(
+        "name: fabric\nnodes: 2\ntime: '5'\nfabric: auto\ndevice: cpu\n"
+        "command: [bash, -c, 'echo \"hca=$NCCL_IB_HCA ifname=$NCCL_SOCKET_IFNAME\"']\n"
+        "preflight: {allreduce: false}\n"
+        f"env: {{SLURMKIT_SYSFS_INFINIBAND: '{sysfs}/{{node}}'}}\n"
+    )
     _fixture_hcas(sysfs, "node1")
     _fixture_hcas(sysfs, "node2")
-    res = ssubmit(devcluster, tmp_path, str(spec), "--wait", "--wait-timeout", "120", "--log-lines", "200",
-                  "--set", ckpt_set(devcluster))
+    res = ssubmit(
+        devcluster,
+        tmp_path,
+        str(spec),
+        "--wait",
+        "--wait-timeout",
+        "120",
+        "--log-lines",
+        "200",
+        "--set",
+        ckpt_set(devcluster),
+    )
     assert res.returncode == 0, res.stderr
     assert "fabric ok: node1: infiniband mlx5_0:1,mlx5_1:1, node2: infiniband mlx5_0:1,mlx5_1:1" in res.stderr
     assert "hca==mlx5_0:1,mlx5_1:1 ifname==eth0" in res.stderr
@@ -187,9 +234,11 @@ def test_fabric_auto_detects_hcas_and_excludes_a_node_with_a_port_down(devcluste
     res = ssubmit(devcluster, tmp_path, str(spec), "--parsable", "--set", ckpt_set(devcluster))
     job_id = res.stdout.strip()
     try:
+
         def requeued():
             out = devcluster.run(["scontrol", "-o", "show", "job", job_id]).stdout
             return out if "ExcNodeList=node2" in out and "Restarts=1" in out else None
+
         wait_for(requeued, 120, "ExcNodeList=node2 after the fabric check")
         log = log_of(devcluster, job_id)
         assert "fabric check failed on node2: mlx5_1:1 is DOWN" in log
@@ -202,17 +251,21 @@ def test_training_failure_rechecks_and_excludes_the_blamed_node(devcluster, tmp_
     """The training step fails (think: an NCCL error); the pre-flight re-run blames node2
     (test hook), so node2 joins the exclude list and the job is requeued."""
     spec = tmp_path / "crash.yaml"
-    spec.write_text("name: crash\nnodes: 1\nexclude: [node1]\ntime: '5'\nfabric: ethernet\ndevice: cpu\n"
-                    "nccl: {socket_ifname: auto}\ncommand: [bash, -c, 'echo training blew up; exit 3']\n"
-                    "preflight: {allreduce: false, size_mb: 1, iters: 2, timeout: 60}\n"
-                    "env: {SLURMKIT_PREFLIGHT_FAIL_NODE: node2, OMP_NUM_THREADS: '1'}\n")
+    spec.write_text(
+        "name: crash\nnodes: 1\nexclude: [node1]\ntime: '5'\nfabric: ethernet\ndevice: cpu\n"
+        "nccl: {socket_ifname: auto}\ncommand: [bash, -c, 'echo training blew up; exit 3']\n"
+        "preflight: {allreduce: false, size_mb: 1, iters: 2, timeout: 60}\n"
+        "env: {SLURMKIT_PREFLIGHT_FAIL_NODE: node2, OMP_NUM_THREADS: '1'}\n"
+    )
     res = ssubmit(devcluster, tmp_path, str(spec), "--parsable", "--set", ckpt_set(devcluster))
     assert res.returncode == 0, res.stderr
     job_id = res.stdout.strip()
     try:
+
         def requeued():
             out = devcluster.run(["scontrol", "-o", "show", "job", job_id]).stdout
             return out if "ExcNodeList=node[1-2]" in out and "Restarts=1" in out else None
+
         wait_for(requeued, 150, "ExcNodeList=node[1-2] after the post-failure pre-flight")
         log = log_of(devcluster, job_id)
         assert "training blew up" in log and "training step ended with exit code 1" in log
@@ -225,9 +278,22 @@ def test_training_failure_rechecks_and_excludes_the_blamed_node(devcluster, tmp_
 def test_time_limit_signal_requeues_once_then_stops_at_a_checkpoint(devcluster, tmp_path):
     """The real `--signal=B:USR2@90` at a 2-minute limit: counted as a time-limit requeue,
     bounded by max_retries (1), then the job stops at its checkpoint with exit 75."""
-    res = ssubmit(devcluster, tmp_path, str(EXAMPLE), "--parsable", "--set", ckpt_set(devcluster),
-                  "--set", "time=2", "--set", "requeue.max_retries=1", "--set", "preflight.allreduce=false",
-                  "--set", args_set("--steps", "500", "--step-sleep", "1", "--attention", "sdpa"))
+    res = ssubmit(
+        devcluster,
+        tmp_path,
+        str(EXAMPLE),
+        "--parsable",
+        "--set",
+        ckpt_set(devcluster),
+        "--set",
+        "time=2",
+        "--set",
+        "requeue.max_retries=1",
+        "--set",
+        "preflight.allreduce=false",
+        "--set",
+        args_set("--steps", "500", "--step-sleep", "1", "--attention", "sdpa"),
+    )
     assert res.returncode == 0, res.stderr
     job_id = res.stdout.strip()
     try:
@@ -240,6 +306,10 @@ def test_time_limit_signal_requeues_once_then_stops_at_a_checkpoint(devcluster, 
     assert len(saved) == 2, log
     assert "checkpoint taken (time limit); requeueing job" in log
     assert f"resumed from step {saved[0]}" in log
-    assert "checkpoint taken (time limit); not requeueing: 1 time limit requeues already (max_retries=1)" in log
-    acct = devcluster.run(["sacct", "-D", "-X", "-n", "-P", "-j", job_id, "--format=State,ExitCode"]).stdout.split()
+    assert (
+        "checkpoint taken (time limit); not requeueing: 1 time limit requeues already (max_retries=1)" in log
+    )
+    acct = devcluster.run(
+        ["sacct", "-D", "-X", "-n", "-P", "-j", job_id, "--format=State,ExitCode"]
+    ).stdout.split()
     assert acct == ["REQUEUED|0:0", "FAILED|75:0"], acct

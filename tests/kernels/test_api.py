@@ -8,8 +8,9 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
 
-import slurmkit_kernels  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
+
+import slurmkit_kernels  # noqa: E402
 from slurmkit_kernels import (  # noqa: E402
     FlashAttention,
     attention_flops,
@@ -43,14 +44,23 @@ BAD_INPUTS = {
     "float64": (lambda q, k, v: (q.double(), k.double(), v.double()), {}, "dtype"),
     "int": (lambda q, k, v: (q.long(), k.long(), v.long()), {}, "dtype"),
     "mixed-dtype": (lambda q, k, v: (q.half(), k, v), {}, "share a dtype"),
-    "head-dim-48": (lambda q, k, v: (like(q, 1, 4, 8, 48), like(q, 1, 2, 8, 48), like(q, 1, 2, 8, 48)),
-                    {}, "head_dim 48"),
+    "head-dim-48": (
+        lambda q, k, v: (like(q, 1, 4, 8, 48), like(q, 1, 2, 8, 48), like(q, 1, 2, 8, 48)),
+        {},
+        "head_dim 48",
+    ),
     "head-dim-256": (lambda q, k, v: (like(q, 1, 1, 8, 256),) * 3, {}, "head_dim 256"),
-    "head-dim-mismatch": (lambda q, k, v: (q, like(q, 1, 2, 8, 32), like(q, 1, 2, 8, 32)), {},
-                          "head dims differ"),
+    "head-dim-mismatch": (
+        lambda q, k, v: (q, like(q, 1, 2, 8, 32), like(q, 1, 2, 8, 32)),
+        {},
+        "head dims differ",
+    ),
     "non-dividing-heads": (lambda q, k, v: (like(q, 1, 3, 8, 16), k, v), {}, "multiple"),
-    "more-kv-heads": (lambda q, k, v: (like(q, 1, 2, 8, 16), like(q, 1, 4, 8, 16), like(q, 1, 4, 8, 16)),
-                      {}, "multiple"),
+    "more-kv-heads": (
+        lambda q, k, v: (like(q, 1, 2, 8, 16), like(q, 1, 4, 8, 16), like(q, 1, 4, 8, 16)),
+        {},
+        "multiple",
+    ),
     "batch-mismatch": (lambda q, k, v: (like(q, 2, 4, 8, 16), k, v), {}, "batch sizes differ"),
     "k-v-shape": (lambda q, k, v: (q, k, like(q, 1, 2, 9, 16)), {}, "same shape"),
     "empty-seq": (lambda q, k, v: (like(q, 1, 4, 0, 16), k, v), {}, "empty"),
@@ -232,6 +242,7 @@ def test_sdpa_dropin_refuses_what_it_cannot_honour(device):
 def test_swap_sdpa_routes_and_restores(device, monkeypatch):
     calls = []
     real = slurmkit_kernels.nn.flash_attention
+
     def counting(*args, **kwargs):
         calls.append(1)
         return real(*args, **kwargs)

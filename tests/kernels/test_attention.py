@@ -52,10 +52,7 @@ def pairwise(factors: dict[str, list]) -> list[dict]:
     """
     names = list(factors)
     uncovered = {
-        (a, va, b, vb)
-        for a, b in itertools.combinations(names, 2)
-        for va in factors[a]
-        for vb in factors[b]
+        (a, va, b, vb) for a, b in itertools.combinations(names, 2) for va in factors[a] for vb in factors[b]
     }
     cases = []
     used = {(name, repr(val)): 0 for name in names for val in factors[name]}
@@ -199,7 +196,10 @@ def test_matches_reference_within_error_budget(case, device, poison_outputs):
 
     got = run_with_grads(
         lambda q_, k_, v_: flash_attention(q_, k_, v_, causal=causal, window=window, config=config),
-        q, k, v, do,
+        q,
+        k,
+        v,
+        do,
     )
     same = run_with_grads(lambda q_, k_, v_: naive_attention(q_, k_, v_, causal, scale, window), q, k, v, do)
     q64, k64, v64 = (t.detach().double().requires_grad_() for t in (q, k, v))
@@ -261,11 +261,7 @@ def test_custom_scale_and_tf32_flag(device):
 
 def test_pairwise_cover_is_complete():
     """The generator really covers every pair (so a bug there cannot shrink the suite)."""
-    seen = {
-        (a, case[a], b, case[b])
-        for case in CASES
-        for a, b in itertools.combinations(FACTORS, 2)
-    }
+    seen = {(a, case[a], b, case[b]) for case in CASES for a, b in itertools.combinations(FACTORS, 2)}
     for a, b in itertools.combinations(FACTORS, 2):
         for va in FACTORS[a]:
             for vb in FACTORS[b]:
@@ -292,7 +288,10 @@ def test_window_edges(window, causal, n_q, n_k, device, poison_outputs):
     do = torch.randn((1, 4, n_q, 16), generator=gen).to(device)
     got = run_with_grads(
         lambda a, b_, c: flash_attention(a, b_, c, causal=causal, window=window, config=SMALL_TILES),
-        q, k, v, do,
+        q,
+        k,
+        v,
+        do,
     )
     same = run_with_grads(lambda a, b_, c: naive_attention(a, b_, c, causal, 0.25, window), q, k, v, do)
     q64, k64, v64 = (t.detach().double().requires_grad_() for t in (q, k, v))

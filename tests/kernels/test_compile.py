@@ -42,8 +42,13 @@ def run_compile_check(args, cache, timeout):
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = os.pathsep.join([str(KERNELS_SRC), env.get("PYTHONPATH", "")])
     env["TRITON_CACHE_DIR"] = str(cache)
-    return subprocess.run([sys.executable, "-m", "slurmkit_kernels.compile_check", *args],
-                          env=env, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "slurmkit_kernels.compile_check", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def table_rows(stdout: str) -> list[dict]:
@@ -56,8 +61,22 @@ def table_rows(stdout: str) -> list[dict]:
 
 @pytest.mark.timeout(3000)
 def test_shipped_configs_compile_without_spills(cache_dir):
-    proc = run_compile_check(["--config", "h100", "h200", "--dtypes", "bfloat16", "--head-dims", "64", "128",
-                              "--seq-lens", "4096"], cache_dir, timeout=1500)
+    proc = run_compile_check(
+        [
+            "--config",
+            "h100",
+            "h200",
+            "--dtypes",
+            "bfloat16",
+            "--head-dims",
+            "64",
+            "128",
+            "--seq-lens",
+            "4096",
+        ],
+        cache_dir,
+        timeout=1500,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rows = table_rows(proc.stdout)
     assert {r["d"] for r in rows} == {"64", "128"}
@@ -68,8 +87,23 @@ def test_shipped_configs_compile_without_spills(cache_dir):
     # GQA (group 4) compiles separately from MHA (group 1 is a constant) and is checked too.
     assert any(r["group"] == "4" for r in rows if r["kernel"] == "_attn_bwd_dkdv"), proc.stdout
 
-    proc = run_compile_check(["--config", "h100", "h200", "--dtypes", "float32", "--head-dims", "128",
-                              "--seq-lens", "4096", "--gqa", "1"], cache_dir, timeout=1500)
+    proc = run_compile_check(
+        [
+            "--config",
+            "h100",
+            "h200",
+            "--dtypes",
+            "float32",
+            "--head-dims",
+            "128",
+            "--seq-lens",
+            "4096",
+            "--gqa",
+            "1",
+        ],
+        cache_dir,
+        timeout=1500,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rows = table_rows(proc.stdout)
     assert {r["prec"] for r in rows if r["kernel"] == "_attn_fwd"} == {"ieee", "tf32"}
@@ -94,8 +128,22 @@ def test_spilling_config_fails_the_check(tmp_path, cache_dir):
     data["kernels"]["bwd_dkdv"]["64"] = {"BLOCK_M": 32, "BLOCK_N": 128, "num_warps": 4, "num_stages": 3}
     path = tmp_path / "spills.json"
     path.write_text(json.dumps(data))
-    proc = run_compile_check(["--config", str(path), "--dtypes", "bfloat16", "--head-dims", "64",
-                              "--seq-lens", "4096", "--gqa", "1"], cache_dir, timeout=900)
+    proc = run_compile_check(
+        [
+            "--config",
+            str(path),
+            "--dtypes",
+            "bfloat16",
+            "--head-dims",
+            "64",
+            "--seq-lens",
+            "4096",
+            "--gqa",
+            "1",
+        ],
+        cache_dir,
+        timeout=900,
+    )
     assert proc.returncode == 1, proc.stdout + proc.stderr
     rows = {r["kernel"]: r for r in table_rows(proc.stdout)}
     assert rows["_attn_bwd_dkdv"]["result"] == "SPILLS", proc.stdout
@@ -135,8 +183,9 @@ print(json.dumps(seen))
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = os.pathsep.join([str(KERNELS_SRC), env.get("PYTHONPATH", "")])
     env["TRITON_CACHE_DIR"] = str(tmp_path / "triton-cache")
-    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
-                          timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     import json
 

@@ -28,8 +28,6 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
 
-from slurmkit_kernels import _hopper, flash_attention  # noqa: E402
-from slurmkit_kernels import attention as attention_mod  # noqa: E402
 from test_attention import (  # noqa: E402
     ERROR_FLOOR,
     check_against_budget,
@@ -37,6 +35,9 @@ from test_attention import (  # noqa: E402
     poison_outputs,  # noqa: F401 (fixture)
     run_with_grads,
 )
+
+from slurmkit_kernels import _hopper, flash_attention  # noqa: E402
+from slurmkit_kernels import attention as attention_mod  # noqa: E402
 
 KERNELS_SRC = Path(__file__).resolve().parents[2] / "kernels"
 # Small tiles: several key blocks per query block and the reverse, so the staged loops, the
@@ -83,10 +84,16 @@ RUNS = [(c, det) for c in CASES for det in (True, False)]
 
 
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("case, deterministic", RUNS,
-                         ids=[f"{case_id(c)}-{'det' if det else 'atomic'}" for c, det in RUNS])
+@pytest.mark.parametrize(
+    "case, deterministic", RUNS, ids=[f"{case_id(c)}-{'det' if det else 'atomic'}" for c, det in RUNS]
+)
 def test_hopper_kernels_match_reference(
-    case, deterministic, device, poison_outputs, calls, monkeypatch,  # noqa: F811
+    case,
+    deterministic,
+    device,
+    poison_outputs,  # noqa: F811 (the fixture imported above)
+    calls,
+    monkeypatch,
 ):
     dtype, (causal, window), (nq, nk), (b, hq, hkv), d, tiles = case
     if tiles == "small":
@@ -100,9 +107,13 @@ def test_hopper_kernels_match_reference(
     do = torch.randn((b, hq, nq, d), generator=gen).to(device, dtype)
     scale = 1.0 / math.sqrt(d)
     got = run_with_grads(
-        lambda a, b_, c: flash_attention(a, b_, c, causal=causal, window=window, hopper=True,
-                                         deterministic=deterministic),
-        q, k, v, do,
+        lambda a, b_, c: flash_attention(
+            a, b_, c, causal=causal, window=window, hopper=True, deterministic=deterministic
+        ),
+        q,
+        k,
+        v,
+        do,
     )
     assert calls == {"forward": 1, "backward": 1}
     same = run_with_grads(lambda a, b_, c: naive_attention(a, b_, c, causal, scale, window), q, k, v, do)
@@ -187,7 +198,10 @@ def test_hopper_kernels_compile_for_sm90_without_spills(dtype, head_dim, tmp_pat
     env["TRITON_CACHE_DIR"] = str(tmp_path / "triton-cache")
     proc = subprocess.run(
         [sys.executable, "-m", "slurmkit_kernels.hopper_check", "--dtypes", dtype, "--head-dims", head_dim],
-        env=env, capture_output=True, text=True, timeout=900,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rows = [line.split() for line in proc.stdout.splitlines() if not line.startswith("#")][1:]
@@ -215,8 +229,9 @@ def test_varlen_kernels_compile_for_sm90(tmp_path):
         "launches = varlen_launches('bfloat16', 128)\n"
         "print(json.dumps({name: compile_launch(k, a, kw) for name, k, a, kw in launches}))\n"
     )
-    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
-                          timeout=900)
+    proc = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=900
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     stats = json.loads(proc.stdout.strip().splitlines()[-1])
     assert sorted(stats) == ["varlen-dkdv", "varlen-dq", "varlen-fwd"]
@@ -247,30 +262,44 @@ def test_problem_launches_for_a_generic_compile_check():
         "    seen.clear()\n"
         "print(json.dumps(out))\n"
     )
-    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
-                          timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert out["hopper"] == ["_hopper_fwd", "_attn_bwd_preprocess", "_hopper_bwd",
-                             "_attn_bwd_preprocess", "_hopper_bwd"]
+    assert out["hopper"] == [
+        "_hopper_fwd",
+        "_attn_bwd_preprocess",
+        "_hopper_bwd",
+        "_attn_bwd_preprocess",
+        "_hopper_bwd",
+    ]
     assert out["hopper-sm80"] == []
     assert out["varlen"] == ["_varlen_fwd", "_attn_bwd_preprocess", "_varlen_bwd_dkdv", "_varlen_bwd_dq"]
 
 
-@pytest.mark.parametrize("capability, env, hopper, expected", [
-    ((8, 0), "1", True, False),  # no TMA/wgmma before sm_90, even when asked
-    ((8, 0), "1", None, False),
-    ((9, 0), "1", None, True),  # sm_90 with the feature flag
-    ((9, 0), None, None, False),  # sm_90 without it: portable (opt-in until timed on a GPU)
-    ((9, 0), None, True, True),
-    ((10, 0), "1", None, True),
-    ((9, 0), "1", False, False),
-])
+@pytest.mark.parametrize(
+    "capability, env, hopper, expected",
+    [
+        ((8, 0), "1", True, False),  # no TMA/wgmma before sm_90, even when asked
+        ((8, 0), "1", None, False),
+        ((9, 0), "1", None, True),  # sm_90 with the feature flag
+        ((9, 0), None, None, False),  # sm_90 without it: portable (opt-in until timed on a GPU)
+        ((9, 0), None, True, True),
+        ((10, 0), "1", None, True),
+        ((9, 0), "1", False, False),
+    ],
+)
 def test_hopper_selection_by_target_and_flag(capability, env, hopper, expected, monkeypatch):
     """Selection on a CUDA device, by compute capability and SLURMKIT_KERNELS_HOPPER / hopper=."""
     real = torch.zeros((1, 2, 32, 16), dtype=torch.float16)
-    fake = types.SimpleNamespace(device=torch.device("cuda", 0), dtype=real.dtype, stride=real.stride,
-                                 element_size=real.element_size, data_ptr=lambda: 0)
+    fake = types.SimpleNamespace(
+        device=torch.device("cuda", 0),
+        dtype=real.dtype,
+        stride=real.stride,
+        element_size=real.element_size,
+        data_ptr=lambda: 0,
+    )
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device: capability)
     if env is None:
         monkeypatch.delenv(attention_mod.HOPPER_ENV, raising=False)

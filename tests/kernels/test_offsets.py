@@ -49,10 +49,20 @@ def test_tile_offsets_are_exact_past_2_31(stride_row, stride_col, device):
 # Views (1, 1, N, D) whose row stride is 2**26 elements: rows 32..39 start past 2**31.
 N, D, ROW_STRIDE = 40, 16, 2**26
 # slot -> (allocation, column block within a row)
-SLOTS = {"q": ("in", 0), "k": ("in", 1), "v": ("in", 2), "do": ("in", 3), "o": ("o", 0),
-         "dq": ("dq", 0), "dk": ("dk", 0), "dv": ("dv", 0)}
+SLOTS = {
+    "q": ("in", 0),
+    "k": ("in", 1),
+    "v": ("in", 2),
+    "do": ("in", 3),
+    "o": ("o", 0),
+    "dq": ("dq", 0),
+    "dk": ("dk", 0),
+    "dv": ("dv", 0),
+}
 ONE_BLOCK = KernelConfig(
-    name="one-block", match=(), provenance="tests",
+    name="one-block",
+    match=(),
+    provenance="tests",
     kernels={name: {"default": LaunchConfig(64, 64)} for name in ("fwd", "bwd_dkdv", "bwd_dq")},
 )
 
@@ -61,17 +71,18 @@ def test_forward_backward_on_views_past_2_31_elements(device, monkeypatch):
     dtype = torch.float16
     numel = TWO_31 + (N - 1) * ROW_STRIDE + 4 * D
     try:
-        big = {name: torch.empty(numel, dtype=dtype, device=device)
-               for name in ("in", "o", "dq", "dk", "dv")}
+        big = {name: torch.empty(numel, dtype=dtype, device=device) for name in ("in", "o", "dq", "dk", "dv")}
     except (RuntimeError, MemoryError) as e:  # torch.OutOfMemoryError is a RuntimeError
-        pytest.skip(f"cannot allocate 5 x {numel * 2 / 1e9:.1f} GB for views past 2**31 elements "
-                    f"on {device}: {e}")
+        pytest.skip(
+            f"cannot allocate 5 x {numel * 2 / 1e9:.1f} GB for views past 2**31 elements on {device}: {e}"
+        )
     assert (N - 1) * ROW_STRIDE >= TWO_31
 
     def view(slot: str) -> torch.Tensor:
         storage, column = SLOTS[slot]
-        return big[storage].as_strided((1, 1, N, D), (N * ROW_STRIDE, N * ROW_STRIDE, ROW_STRIDE, 1),
-                                       TWO_31 + column * D)
+        return big[storage].as_strided(
+            (1, 1, N, D), (N * ROW_STRIDE, N * ROW_STRIDE, ROW_STRIDE, 1), TWO_31 + column * D
+        )
 
     gen = torch.Generator().manual_seed(5)
     values = {s: torch.randn((1, 1, N, D), generator=gen).to(device, dtype) for s in ("q", "k", "v", "do")}

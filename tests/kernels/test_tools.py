@@ -30,10 +30,30 @@ def test_benchmark_without_gpu_exits_2_with_reason(monkeypatch, capsys):
 def test_benchmark_table_marks_unavailable_backends():
     bench = load_benchmark()
     rows = [
-        dict(provider="slurmkit", mode="fwd", causal=True, head_dim=64, seq_len=1024, batch=16, heads=32,
-             ms=2.0, tflops=400.0, status="ok"),
-        dict(provider="sdpa-cudnn", mode="bwd", causal=False, head_dim=128, seq_len=16384, batch=1, heads=16,
-             ms=None, tflops=None, status="n/a"),
+        dict(
+            provider="slurmkit",
+            mode="fwd",
+            causal=True,
+            head_dim=64,
+            seq_len=1024,
+            batch=16,
+            heads=32,
+            ms=2.0,
+            tflops=400.0,
+            status="ok",
+        ),
+        dict(
+            provider="sdpa-cudnn",
+            mode="bwd",
+            causal=False,
+            head_dim=128,
+            seq_len=16384,
+            batch=1,
+            heads=16,
+            ms=None,
+            tflops=None,
+            status="n/a",
+        ),
     ]
     lines = bench.format_table(rows, peak=1000.0).splitlines()
     assert lines[0].split() == ["provider", "mode", "causal", "d", "N", "B", "H", "ms", "TFLOP/s", "%peak"]
@@ -78,8 +98,9 @@ def test_benchmark_sweep_runs_end_to_end_on_cpu():
         pytest.skip("runs the sweep on CPU tensors, which needs the interpreter")
 
     bench = load_benchmark()
-    args = bench.parse_args(["--seq-lens", "32", "--head-dims", "16", "--tokens", "64", "--hidden", "32",
-                             "--causal", "on"])
+    args = bench.parse_args(
+        ["--seq-lens", "32", "--head-dims", "16", "--tokens", "64", "--hidden", "32", "--causal", "on"]
+    )
 
     def timer(fn, grad_to_none=None):
         t = time.perf_counter()
@@ -150,10 +171,40 @@ def test_compile_check_reads_registers_and_spills_from_ptxas():
 
 
 def test_compile_check_verdicts_and_markdown_section(tmp_path):
-    rows = [compile_check.Row("portable", "_attn_fwd", ["h100"], "bfloat16", 64, "ieee", "128x64", 4, 3,
-                              regs=236, spill_stores=0, spill_loads=0, smem=65536, wgmma=48, groups={1, 4}),
-            compile_check.Row("portable", "_attn_bwd_dkdv", ["h100"], "float32", 128, "tf32", "32x64", 4, 2,
-                              regs=255, spill_stores=8, spill_loads=8, smem=300000)]
+    rows = [
+        compile_check.Row(
+            "portable",
+            "_attn_fwd",
+            ["h100"],
+            "bfloat16",
+            64,
+            "ieee",
+            "128x64",
+            4,
+            3,
+            regs=236,
+            spill_stores=0,
+            spill_loads=0,
+            smem=65536,
+            wgmma=48,
+            groups={1, 4},
+        ),
+        compile_check.Row(
+            "portable",
+            "_attn_bwd_dkdv",
+            ["h100"],
+            "float32",
+            128,
+            "tf32",
+            "32x64",
+            4,
+            2,
+            regs=255,
+            spill_stores=8,
+            spill_loads=8,
+            smem=300000,
+        ),
+    ]
     assert compile_check.verdict(rows[0], 232448) == "ok"
     assert compile_check.verdict(rows[1], 232448) == "SPILLS, SMEM OVER 232448"
     doc = tmp_path / "doc.md"

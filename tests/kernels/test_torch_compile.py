@@ -21,9 +21,14 @@ from slurmkit_kernels import LaunchConfig, flash_attention  # noqa: E402
 from slurmkit_kernels.config import KernelConfig  # noqa: E402
 
 TILES = KernelConfig(
-    name="tiles-16x32", match=(), provenance="tests",
-    kernels={"fwd": {"default": LaunchConfig(16, 32)}, "bwd_dkdv": {"default": LaunchConfig(32, 16)},
-             "bwd_dq": {"default": LaunchConfig(16, 32)}},
+    name="tiles-16x32",
+    match=(),
+    provenance="tests",
+    kernels={
+        "fwd": {"default": LaunchConfig(16, 32)},
+        "bwd_dkdv": {"default": LaunchConfig(32, 16)},
+        "bwd_dq": {"default": LaunchConfig(16, 32)},
+    },
 )
 
 
@@ -77,11 +82,29 @@ def test_ops_pass_opcheck(device):
     q = torch.randn((1, 4, 24, 16), generator=gen).to(device).requires_grad_()
     k = torch.randn((1, 2, 40, 16), generator=gen).to(device).requires_grad_()
     v = torch.randn((1, 2, 40, 16), generator=gen).to(device).requires_grad_()
-    args = (q, k, v, -(2**30), 16, 0.25, "ieee", None)
-    torch.library.opcheck(attention._flash_attention_fwd, args,
-                          test_utils=("test_schema", "test_autograd_registration", "test_faketensor"))
+    args = (q, k, v, -(2**30), 16, 0.25, "ieee", None, False, True)
+    torch.library.opcheck(
+        attention._flash_attention_fwd,
+        args,
+        test_utils=("test_schema", "test_autograd_registration", "test_faketensor"),
+    )
     o, lse = attention._flash_attention_fwd(*args)
     do = torch.randn_like(o)
-    bwd_args = (do, q.detach(), k.detach(), v.detach(), o.detach(), lse, -(2**30), 16, 0.25, "ieee", None)
-    torch.library.opcheck(attention._flash_attention_bwd, bwd_args,
-                          test_utils=("test_schema", "test_faketensor"))
+    bwd_args = (
+        do,
+        q.detach(),
+        k.detach(),
+        v.detach(),
+        o.detach(),
+        lse,
+        -(2**30),
+        16,
+        0.25,
+        "ieee",
+        None,
+        False,
+        True,
+    )
+    torch.library.opcheck(
+        attention._flash_attention_bwd, bwd_args, test_utils=("test_schema", "test_faketensor")
+    )

@@ -18,8 +18,6 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
 
-from slurmkit_kernels import flash_attention, flash_attention_varlen  # noqa: E402
-from slurmkit_kernels import attention as attention_mod  # noqa: E402
 from test_attention import (  # noqa: E402
     ERROR_FLOOR,
     SMALL_TILES,
@@ -27,6 +25,9 @@ from test_attention import (  # noqa: E402
     naive_attention,
     run_with_grads,
 )
+
+from slurmkit_kernels import attention as attention_mod  # noqa: E402
+from slurmkit_kernels import flash_attention, flash_attention_varlen  # noqa: E402
 
 # (len_q, len_k) per sequence: ragged, empty on either side or both, length 1, q != k.
 LENGTHS = {
@@ -74,9 +75,9 @@ def per_sequence(q, k, v, lens, causal, scale, window):
     outs = []
     qs, ks = 0, 0
     for n_q, n_k in lens:
-        qi = q[qs:qs + n_q].transpose(0, 1)[None]
-        ki = k[ks:ks + n_k].transpose(0, 1)[None]
-        vi = v[ks:ks + n_k].transpose(0, 1)[None]
+        qi = q[qs : qs + n_q].transpose(0, 1)[None]
+        ki = k[ks : ks + n_k].transpose(0, 1)[None]
+        vi = v[ks : ks + n_k].transpose(0, 1)[None]
         outs.append(naive_attention(qi, ki, vi, causal, scale, window)[0].transpose(0, 1))
         qs, ks = qs + n_q, ks + n_k
     return torch.cat(outs, dim=0)
@@ -108,7 +109,10 @@ def test_varlen_matches_per_sequence_reference(case, device, poison_outputs):
         lambda a, b, c: flash_attention_varlen(
             a, b, c, cu_q, cu_k, max_q, max_k, causal=causal, window=window, config=SMALL_TILES
         ),
-        q, k, v, do,
+        q,
+        k,
+        v,
+        do,
     )
     same = run_with_grads(lambda a, b, c: per_sequence(a, b, c, lens, causal, scale, window), q, k, v, do)
     q64, k64, v64 = (t.detach().double().requires_grad_() for t in (q, k, v))
@@ -122,8 +126,8 @@ def test_varlen_matches_per_sequence_reference(case, device, poison_outputs):
     # A sequence with queries but no keys outputs exactly 0 with zero gradient.
     if lengths == "mixed":
         start = sum(n for n, _ in lens[:5])  # sequence 5 is (5, 0)
-        assert torch.equal(got[0][start:start + 5], torch.zeros_like(got[0][start:start + 5]))
-        assert torch.equal(got[1][start:start + 5], torch.zeros_like(got[1][start:start + 5]))
+        assert torch.equal(got[0][start : start + 5], torch.zeros_like(got[0][start : start + 5]))
+        assert torch.equal(got[1][start : start + 5], torch.zeros_like(got[1][start : start + 5]))
 
 
 def test_varlen_equals_dense_kernel_per_sequence(device):
@@ -138,10 +142,13 @@ def test_varlen_equals_dense_kernel_per_sequence(device):
     qs = ks = 0
     for n_q, n_k in lens:
         dense = flash_attention(
-            q[qs:qs + n_q].transpose(0, 1)[None], k[ks:ks + n_k].transpose(0, 1)[None],
-            v[ks:ks + n_k].transpose(0, 1)[None], causal=True, config=SMALL_TILES,
+            q[qs : qs + n_q].transpose(0, 1)[None],
+            k[ks : ks + n_k].transpose(0, 1)[None],
+            v[ks : ks + n_k].transpose(0, 1)[None],
+            causal=True,
+            config=SMALL_TILES,
         )
-        assert torch.equal(out[qs:qs + n_q], dense[0].transpose(0, 1))
+        assert torch.equal(out[qs : qs + n_q], dense[0].transpose(0, 1))
         qs, ks = qs + n_q, ks + n_k
 
 
@@ -152,6 +159,7 @@ def test_varlen_backward_is_bitwise_deterministic(device):
     v = torch.randn((45, 1, 16), generator=gen).to(device, torch.bfloat16).requires_grad_()
     do = torch.randn((45, 4, 16), generator=gen).to(device, torch.bfloat16)
     cu = cu_seqlens([30, 15], device)
+
     def fn(a, b, c):
         return flash_attention_varlen(a, b, c, cu, cu, 30, 30, causal=True, config=SMALL_TILES)
 
@@ -175,7 +183,8 @@ BAD_VARLEN = {
     "cu-short-total": (lambda a: (*a[:3], cu_seqlens([4, 5], a[0].device), *a[4:]), {}, "end at"),
     "cu-decreasing": (
         lambda a: (*a[:3], torch.tensor([0, 7, 5, 10], dtype=torch.int32, device=a[0].device), *a[4:]),
-        {}, "non-decreasing|batch",
+        {},
+        "non-decreasing|batch",
     ),
     "batch-mismatch": (lambda a: (*a[:4], cu_seqlens([5, 5, 2], a[0].device), a[5], a[6]), {}, "sequences"),
     "max-too-small": (lambda a: (*a[:5], 5, a[6]), {}, "longest"),

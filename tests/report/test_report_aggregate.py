@@ -59,8 +59,12 @@ def test_mean_wait_ignores_clipped_starts(fixture_path):
 def test_by_gpu_type(fixture_path):
     attempts, w = load(fixture_path)
     rows = rows_by(aggregate(attempts, ["gpu_type"], window_start=w.start), "gpu_type")
-    assert {k[0]: r["gpu_hours"] for k, r in rows.items()} == {"h100": 57.0, "a100": 3.0, "untyped": 2.0,
-                                                                "none": 0.0}
+    assert {k[0]: r["gpu_hours"] for k, r in rows.items()} == {
+        "h100": 57.0,
+        "a100": 3.0,
+        "untyped": 2.0,
+        "none": 0.0,
+    }
 
 
 def test_by_node_splits_multi_node_jobs_evenly(fixture_path):
@@ -76,9 +80,18 @@ def test_by_day_splits_at_midnight(fixture_path):
     attempts, w = load(fixture_path)
     rep = aggregate(attempts, ["day"], window_start=w.start)
     got = {r["day"]: r["gpu_hours"] for r in rep.rows}
-    assert got == {"2026-11-01": 2.0, "2026-11-02": 8.0, "2026-11-03": 16.0, "2026-11-04": 1.0,
-                   "2026-11-05": 4.0, "2026-11-06": 4.0, "2026-11-07": 4.0, "2026-11-08": 4.0,
-                   "2026-11-09": 1.0, "2026-11-30": 18.0}
+    assert got == {
+        "2026-11-01": 2.0,
+        "2026-11-02": 8.0,
+        "2026-11-03": 16.0,
+        "2026-11-04": 1.0,
+        "2026-11-05": 4.0,
+        "2026-11-06": 4.0,
+        "2026-11-07": 4.0,
+        "2026-11-08": 4.0,
+        "2026-11-09": 1.0,
+        "2026-11-30": 18.0,
+    }
     assert rep.totals["gpu_hours"] == 62.0
 
 
@@ -127,10 +140,15 @@ def test_prolog_requeue_detection(fixture_path):
     attempts, w = load(fixture_path, "prolog_requeue.txt")
     lost = find_lost(attempts)
     causes = {(attempts[i].job_id, attempts[i].state): c for i, c in lost.items()}
-    assert causes == {("300", "REQUEUED"): "REQUEUED", ("300", "FAILED"): "FAILED_AFTER_PROLOG_REQUEUE",
-                      ("301", "REQUEUED"): "REQUEUED", ("303", "REQUEUED"): "REQUEUED",
-                      ("303", "FAILED"): "FAILED_AFTER_PROLOG_REQUEUE", ("304", "REQUEUED"): "REQUEUED",
-                      ("304", "FAILED"): "FAILED_AFTER_PROLOG_REQUEUE"}
+    assert causes == {
+        ("300", "REQUEUED"): "REQUEUED",
+        ("300", "FAILED"): "FAILED_AFTER_PROLOG_REQUEUE",
+        ("301", "REQUEUED"): "REQUEUED",
+        ("303", "REQUEUED"): "REQUEUED",
+        ("303", "FAILED"): "FAILED_AFTER_PROLOG_REQUEUE",
+        ("304", "REQUEUED"): "REQUEUED",
+        ("304", "FAILED"): "FAILED_AFTER_PROLOG_REQUEUE",
+    }
     rep = aggregate(attempts, [], window_start=w.start, lost=lost)
     assert rep.totals["gpu_hours"] == pytest.approx(10.021111, abs=1e-5)
     assert rep.totals["lost_gpu_hours"] == pytest.approx(8.021111, abs=1e-5)
@@ -141,12 +159,26 @@ def test_health_log_join(fixture_path, tmp_path):
     attempts, w = load(fixture_path)
     log = tmp_path / "health.jsonl"
     drain = time.mktime((2026, 11, 2, 13, 0, 0, 0, 0, -1))
-    log.write_text("\n".join([
-        json.dumps({"node": "node1", "timestamp": drain, "status": "fail", "code": "GPU_ECC_DBE",
-                    "check": "gpu_ecc"}),
-        json.dumps({"node": "node2", "timestamp": drain, "status": "ok", "code": "OK", "check": "gpu_ecc"}),
-        "not json",
-    ]) + "\n")
+    log.write_text(
+        "\n".join(
+            [
+                json.dumps(
+                    {
+                        "node": "node1",
+                        "timestamp": drain,
+                        "status": "fail",
+                        "code": "GPU_ECC_DBE",
+                        "check": "gpu_ecc",
+                    }
+                ),
+                json.dumps(
+                    {"node": "node2", "timestamp": drain, "status": "ok", "code": "OK", "check": "gpu_ecc"}
+                ),
+                "not json",
+            ]
+        )
+        + "\n"
+    )
     hl = read_health_log(str(log))
     assert len(hl.events) == 1 and hl.bad_lines == 1 and hl.records == 3
     suspect = find_suspect(attempts, hl.events, hours=6)
@@ -172,8 +204,9 @@ def test_cost_per_gpu_type(fixture_path):
     # ops: 36 h100 x 2.5 = 90
     assert rows[("research",)]["cost"] == 59.5 and rows[("ops",)]["cost"] == 90.0
     assert rep.totals["cost"] == 149.5
-    split = rows_by(aggregate(attempts, ["gpu_type", "day"], window_start=w.start, prices=prices),
-                    "gpu_type", "day")
+    split = rows_by(
+        aggregate(attempts, ["gpu_type", "day"], window_start=w.start, prices=prices), "gpu_type", "day"
+    )
     assert split[("untyped", "2026-11-05")]["cost"] == 2.0
 
 
@@ -196,8 +229,16 @@ def test_health_log_written_by_the_health_hooks(fixture_path, tmp_path):
     attempts, w = load(fixture_path)
     log = tmp_path / "health.jsonl"
     bad = CheckResult("gpu_ecc", Status.FAIL, "GPU_ECC_DBE", "GPU 3: 2 uncorrected errors", Action.ISOLATE)
-    drained = verdict_record("node2", "epilog", Status.FAIL, [bad], job_id="112", seconds=0.1, exit_code=1,
-                             drain_reason=bad.drain_reason())
+    drained = verdict_record(
+        "node2",
+        "epilog",
+        Status.FAIL,
+        [bad],
+        job_id="112",
+        seconds=0.1,
+        exit_code=1,
+        drain_reason=bad.drain_reason(),
+    )
     drained["time"] = time.mktime((2026, 11, 7, 12, 0, 0, 0, 0, -1))
     healthy = verdict_record("node1", "prolog", Status.OK, [], job_id="113", seconds=0.1, exit_code=0)
     healthy["time"] = drained["time"]
@@ -214,8 +255,10 @@ def test_wait_of_a_start_truncated_by_T_is_not_counted():
     """With -T sacct reports Start = -S for a job that started earlier; its wait is unknown."""
     w = resolve_window(since="2026-11-01", until="2026-12-01")
     cols = ["JobID", "State", "AllocTRES", "Submit", "Start", "End", "User"]
-    rows = [f"1|COMPLETED|gres/gpu=1|{w.start - 7200}|{w.start}|{w.start + 3600}|u\n",   # truncated start
-            f"2|COMPLETED|gres/gpu=1|{w.start + 100}|{w.start + 400}|{w.start + 500}|u\n"]  # wait 300 s
+    rows = [
+        f"1|COMPLETED|gres/gpu=1|{w.start - 7200}|{w.start}|{w.start + 3600}|u\n",  # truncated start
+        f"2|COMPLETED|gres/gpu=1|{w.start + 100}|{w.start + 400}|{w.start + 500}|u\n",
+    ]  # wait 300 s
     attempts, _ = sacct.parse_rows(rows, cols, sep="|", window=w)
     rep = aggregate(attempts, ["user"], window_start=w.start)
     assert rep.rows[0]["mean_wait_s"] == 300.0

@@ -26,10 +26,10 @@ def _split(path, tmp_path):
     """Two overlapping dumps of the same rows: the first 2/3 and the last 2/3."""
     lines = open(path).read().splitlines(keepends=True)
     header = next(i for i, line in enumerate(lines) if line.startswith("JobID"))
-    rows = lines[header + 1:]
+    rows = lines[header + 1 :]
     a, b = tmp_path / "a.txt", tmp_path / "b.txt"
     a.write_text(lines[header] + "".join(rows[: 2 * len(rows) // 3]))
-    b.write_text(lines[header] + "".join(rows[len(rows) // 3:]))
+    b.write_text(lines[header] + "".join(rows[len(rows) // 3 :]))
     return str(a), str(b)
 
 
@@ -60,8 +60,14 @@ def test_ingest_is_idempotent_for_overlapping_windows(cli, fixture_path, tmp_pat
     assert got["totals"] == whole["totals"] and got["rows"] == whole["rows"]
     assert got["totals"]["gpu_hours"] == 62.0 and got["totals"]["attempts"] == 16
     # job 106 was requeued: two attempts, two rows
-    res = cli("report", "sql", "--archive", arch, "--json",
-              "SELECT \"State\", \"Start\" FROM jobs WHERE \"JobIDRaw\" = '106' ORDER BY \"Start\"")
+    res = cli(
+        "report",
+        "sql",
+        "--archive",
+        arch,
+        "--json",
+        'SELECT "State", "Start" FROM jobs WHERE "JobIDRaw" = \'106\' ORDER BY "Start"',
+    )
     assert [r["State"] for r in json.loads(res.stdout)] == ["REQUEUED", "COMPLETED"]
 
 
@@ -69,15 +75,17 @@ def test_a_running_job_is_updated_not_doubled(cli, tmp_path):
     head = "|".join(sacct.FIELDS) + "\n"
     first, later = tmp_path / "1.txt", tmp_path / "2.txt"
     first.write_text(head + "7|7|RUNNING|gres/gpu=2|1795000000|1795000000|Unknown|0|a|x|p|n1|None|j\n")
-    later.write_text(head + "7|7|COMPLETED|gres/gpu=2|1795000000|1795000000|1795003600|3600|a|x|p|n1|None|j"
-                     "\n")
+    later.write_text(
+        head + "7|7|COMPLETED|gres/gpu=2|1795000000|1795000000|1795003600|3600|a|x|p|n1|None|j\n"
+    )
     arch = str(tmp_path / "arch")
     for f in (first, later):
         assert cli("report", "ingest", "--archive", arch, "--sacct-file", str(f)).exit_code == 0
-    res = cli("report", "sql", "--archive", arch, "--format", "csv", "SELECT \"State\", \"End\" FROM jobs")
+    res = cli("report", "sql", "--archive", arch, "--format", "csv", 'SELECT "State", "End" FROM jobs')
     assert res.stdout == "State,End\nCOMPLETED,1795003600\n"
-    t = _json(cli("report", "--archive", arch, "--json", "--month", "2026-11",
-                  "--now", "2026-12-01T00:00:00"))["totals"]
+    t = _json(
+        cli("report", "--archive", arch, "--json", "--month", "2026-11", "--now", "2026-12-01T00:00:00")
+    )["totals"]
     assert t["gpu_hours"] == 2.0 and t["jobs"] == 1
 
 

@@ -58,8 +58,19 @@ def test_json_matches_hand_totals(cli, fixture_path):
 
 
 def test_month_option_as_written(cli, fixture_path):
-    res = cli("report", "--month", "2026-11", "--by", "account,user", "--sacct-file", fixture_path("basic.txt"),
-              "--now", "2026-12-01T01:30:00", "--format", "json")
+    res = cli(
+        "report",
+        "--month",
+        "2026-11",
+        "--by",
+        "account,user",
+        "--sacct-file",
+        fixture_path("basic.txt"),
+        "--now",
+        "2026-12-01T01:30:00",
+        "--format",
+        "json",
+    )
     assert res.exit_code == 0, res.stderr
     assert json.loads(res.stdout)["totals"]["gpu_hours"] == 62.0
 
@@ -79,16 +90,32 @@ def test_plain_table_when_not_a_tty(cli, fixture_path):
 
 
 def test_csv(cli, fixture_path):
-    res = cli("report", "--sacct-file", fixture_path("basic.txt"), *NOV, "--by", "gpu_type", "--format", "csv")
+    res = cli(
+        "report", "--sacct-file", fixture_path("basic.txt"), *NOV, "--by", "gpu_type", "--format", "csv"
+    )
     rows = list(csv.DictReader(io.StringIO(res.stdout)))
-    assert {r["gpu_type"]: float(r["gpu_hours"]) for r in rows} == {"h100": 57.0, "a100": 3.0, "untyped": 2.0,
-                                                                    "none": 0.0}
+    assert {r["gpu_type"]: float(r["gpu_hours"]) for r in rows} == {
+        "h100": 57.0,
+        "a100": 3.0,
+        "untyped": 2.0,
+        "none": 0.0,
+    }
     assert "TOTAL" not in res.stdout
 
 
 def test_markdown_states_view(cli, fixture_path):
-    res = cli("report", "--sacct-file", fixture_path("basic.txt"), *NOV, "--by", "user", "--format", "markdown",
-              "--view", "states")
+    res = cli(
+        "report",
+        "--sacct-file",
+        fixture_path("basic.txt"),
+        *NOV,
+        "--by",
+        "user",
+        "--format",
+        "markdown",
+        "--view",
+        "states",
+    )
     lines = res.stdout.splitlines()
     assert lines[0].startswith("| user | gpu_hours |") and "COMPLETED" in lines[0] and "NODE_FAIL" in lines[0]
     assert lines[1].startswith("|---|---:|")
@@ -113,20 +140,25 @@ def test_malformed_rows_warn_but_do_not_abort(cli, fixture_path):
 
 
 def test_no_jobs_in_window(cli, fixture_path):
-    res = cli("report", "--sacct-file", fixture_path("basic.txt"), "--since", "2025-01-01", "--until", "2025-02-01")
+    res = cli(
+        "report", "--sacct-file", fixture_path("basic.txt"), "--since", "2025-01-01", "--until", "2025-02-01"
+    )
     assert res.exit_code == 0 and res.stdout == "" and "no jobs in window" in res.stderr
 
 
-@pytest.mark.parametrize("args, message", [
-    (("--month", "2026-13"), "--month '2026-13'"),
-    (("--month", "2026-11", "--last", "7d"), "cannot be combined"),
-    (("--last", "7x"), "--last '7x'"),
-    (("--since", "2026-11-05", "--until", "2026-11-01"), "window is empty"),
-    (("--by", "qos"), "unknown grouping 'qos'"),
-    (("--price", "cheap"), "--price 'cheap'"),
-    (("--sacct-file", "/nonexistent/file.txt"), "--sacct-file /nonexistent/file.txt"),
-    (("--plot", "chart.gif"), "must end in .png or .svg"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (("--month", "2026-13"), "--month '2026-13'"),
+        (("--month", "2026-11", "--last", "7d"), "cannot be combined"),
+        (("--last", "7x"), "--last '7x'"),
+        (("--since", "2026-11-05", "--until", "2026-11-01"), "window is empty"),
+        (("--by", "qos"), "unknown grouping 'qos'"),
+        (("--price", "cheap"), "--price 'cheap'"),
+        (("--sacct-file", "/nonexistent/file.txt"), "--sacct-file /nonexistent/file.txt"),
+        (("--plot", "chart.gif"), "must end in .png or .svg"),
+    ],
+)
 def test_usage_errors_exit_2(cli, fixture_path, args, message):
     base = () if "--sacct-file" in args else ("--sacct-file", fixture_path("basic.txt"))
     res = cli("report", *base, *args)
@@ -139,7 +171,9 @@ def test_missing_columns_exit_2_with_command(cli, tmp_path):
     f = tmp_path / "few.txt"
     f.write_text("JobID|State|AllocTRES|Start|End\n1|COMPLETED|gres/gpu=1|1|2\n")
     res = cli("report", "--sacct-file", str(f), "--by", "account")
-    assert res.exit_code == 2 and "missing column(s) Account" in res.stderr and "--format=JobID," in res.stderr
+    assert (
+        res.exit_code == 2 and "missing column(s) Account" in res.stderr and "--format=JobID," in res.stderr
+    )
 
 
 def test_show_command(cli):
@@ -153,8 +187,24 @@ def test_show_command(cli):
 def test_live_sacct_path_uses_epoch_times(cli, fake_runner):
     answers, calls = fake_runner
     sep = "\x1f"
-    row = sep.join(["9", "9", "COMPLETED", "billing=1,gres/gpu:h100=2,gres/gpu=2,node=1", "1793620000",
-                    "1793620000", "1793623600", "3600", "alice", "research", "debug", "node1", "None", "x|y"])
+    row = sep.join(
+        [
+            "9",
+            "9",
+            "COMPLETED",
+            "billing=1,gres/gpu:h100=2,gres/gpu=2,node=1",
+            "1793620000",
+            "1793620000",
+            "1793623600",
+            "3600",
+            "alice",
+            "research",
+            "debug",
+            "node1",
+            "None",
+            "x|y",
+        ]
+    )
     answers["sacct"] = ok(row + "\n" + row.replace("9", "9.batch", 1) + "\n")
     res = cli("report", *NOV, "--by", "user", "--json")
     assert res.exit_code == 0, res.stderr
@@ -187,22 +237,28 @@ def test_health_log_joined_from_config_log_dir(cli, fixture_path, site_config):
 
     log_dir = site_config.parent / "log"
     drain = time.mktime((2026, 11, 3, 12, 0, 0, 0, 0, -1))
-    (log_dir / "health.jsonl").write_text(json.dumps({"node": "node2", "timestamp": drain, "status": "fail",
-                                                      "code": "XID_79", "check": "xid"}) + "\n")
+    (log_dir / "health.jsonl").write_text(
+        json.dumps({"node": "node2", "timestamp": drain, "status": "fail", "code": "XID_79", "check": "xid"})
+        + "\n"
+    )
     res = cli("report", "--sacct-file", fixture_path("basic.txt"), *NOV, "--by", "user", "--json")
     data = json.loads(res.stdout)
     # job 101 (node[1-2], 16 GPUs, 10:00-11:00 on 11-03) ran on node2 within 6 h before 12:00
     assert data["meta"]["health_log"]["joined"] and data["totals"]["suspect_gpu_hours"] == 16.0
-    off = json.loads(cli("report", "--sacct-file", fixture_path("basic.txt"), *NOV, "--no-health-log",
-                         "--json").stdout)
+    off = json.loads(
+        cli("report", "--sacct-file", fixture_path("basic.txt"), *NOV, "--no-health-log", "--json").stdout
+    )
     assert "suspect_gpu_hours" not in off["totals"]
 
 
 # --------------------------------------------------------------------------- plot
 
+
 def test_plot_png_is_valid_with_title_and_axes(cli, fixture_path, tmp_path):
     out = tmp_path / "usage.png"
-    res = cli("report", "--sacct-file", fixture_path("basic.txt"), *NOV, "--by", "account,user", "--plot", str(out))
+    res = cli(
+        "report", "--sacct-file", fixture_path("basic.txt"), *NOV, "--by", "account,user", "--plot", str(out)
+    )
     assert res.exit_code == 0, res.stderr
     data = out.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
@@ -244,10 +300,12 @@ def test_plot_svg(cli, fixture_path, tmp_path):
 
 # --------------------------------------------------------------------------- capacity
 
-SINFO = "node1|idle|gpu:h100:8(S:0-1)|debug*|64|512000|none\n" \
-        "node1|idle|gpu:h100:8(S:0-1)|sweep|64|512000|none\n" \
-        "node2|mixed|gpu:h100:8(S:0-1)|debug*|64|512000|none\n" \
-        "cpu1|idle|(null)|debug*|64|512000|none\n"
+SINFO = (
+    "node1|idle|gpu:h100:8(S:0-1)|debug*|64|512000|none\n"
+    "node1|idle|gpu:h100:8(S:0-1)|sweep|64|512000|none\n"
+    "node2|mixed|gpu:h100:8(S:0-1)|debug*|64|512000|none\n"
+    "cpu1|idle|(null)|debug*|64|512000|none\n"
+)
 
 
 def test_capacity_from_sinfo(cli, fixture_path, fake_runner):
@@ -260,10 +318,24 @@ def test_capacity_from_sinfo(cli, fixture_path, fake_runner):
     assert data["totals"]["gpus"] == 16 and data["totals"]["available_gpu_hours"] == 11520.0
     assert data["totals"]["used_gpu_hours"] == 62.0
     assert data["totals"]["used_pct"] == pytest.approx(100 * 62 / 11520, abs=0.01)
-    by_part = json.loads(cli("report", "capacity", "--sacct-file", fixture_path("basic.txt"), *NOV,
-                             "--by", "partition", "--json").stdout)
+    by_part = json.loads(
+        cli(
+            "report",
+            "capacity",
+            "--sacct-file",
+            fixture_path("basic.txt"),
+            *NOV,
+            "--by",
+            "partition",
+            "--json",
+        ).stdout
+    )
     parts = {r["group"]: r for r in by_part["rows"]}
-    assert parts["debug"]["gpus"] == 16 and parts["sweep"]["gpus"] == 8 and parts["debug"]["used_gpu_hours"] == 62.0
+    assert (
+        parts["debug"]["gpus"] == 16
+        and parts["sweep"]["gpus"] == 8
+        and parts["debug"]["used_gpu_hours"] == 62.0
+    )
 
 
 def test_capacity_gpus_override_and_table(cli, fixture_path):
@@ -289,6 +361,7 @@ def test_gres_parsing():
 
 # --------------------------------------------------------------------------- build vs rent
 
+
 def test_build_vs_rent_example(cli):
     res = cli("report", "build-vs-rent", "--config", BVR, "--json")
     assert res.exit_code == 0, res.stderr
@@ -301,13 +374,25 @@ def test_build_vs_rent_example(cli):
 
 
 def test_build_vs_rent_flags_and_never(cli):
-    res = cli("report", "build-vs-rent", "--hardware", "100000", "--gpus", "8", "--rent", "0.5",
-              "--power", "5000", "--json")
+    res = cli(
+        "report",
+        "build-vs-rent",
+        "--hardware",
+        "100000",
+        "--gpus",
+        "8",
+        "--rent",
+        "0.5",
+        "--power",
+        "5000",
+        "--json",
+    )
     data = json.loads(res.stdout)
     # rent 8 x 0.5 x 730 = 2,920 < 5,000 own: never pays back
     assert data["break_even_months"] is None
-    half = json.loads(cli("report", "build-vs-rent", "--config", BVR, "--utilization", "0.5",
-                          "--json").stdout)
+    half = json.loads(
+        cli("report", "build-vs-rent", "--config", BVR, "--utilization", "0.5", "--json").stdout
+    )
     assert half["break_even_months"] == pytest.approx(883000 / (116800 - 27800), abs=0.01)
 
 
@@ -330,12 +415,14 @@ def test_report_does_not_import_matplotlib_unless_plotting(fixture_path, site_co
     import subprocess
     import sys
 
-    code = ("import sys, runpy\n"
-            f"sys.argv = ['slurmkit', 'report', '--sacct-file', {fixture_path('basic.txt')!r}, '--json']\n"
-            "try:\n    runpy.run_module('slurmkit.cli.main', run_name='__main__')\n"
-            "except SystemExit:\n    pass\n"
-            "print('HEAVY:' + ','.join(sorted(m for m in sys.modules if m.split('.')[0] in "
-            "('matplotlib', 'pandas', 'torch', 'numpy'))))\n")
+    code = (
+        "import sys, runpy\n"
+        f"sys.argv = ['slurmkit', 'report', '--sacct-file', {fixture_path('basic.txt')!r}, '--json']\n"
+        "try:\n    runpy.run_module('slurmkit.cli.main', run_name='__main__')\n"
+        "except SystemExit:\n    pass\n"
+        "print('HEAVY:' + ','.join(sorted(m for m in sys.modules if m.split('.')[0] in "
+        "('matplotlib', 'pandas', 'torch', 'numpy'))))\n"
+    )
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip().splitlines()[-1] == "HEAVY:"
@@ -363,7 +450,12 @@ def test_sacct_file_from_stdin(cli, fixture_path, monkeypatch):
     import sys
 
     text = open(fixture_path("basic.txt")).read()
-    res = subprocess.run([sys.executable, "-m", "slurmkit.cli.main", "report", "--sacct-file", "-", *NOV, "--json"],
-                         input=text, capture_output=True, text=True, timeout=60)
+    res = subprocess.run(
+        [sys.executable, "-m", "slurmkit.cli.main", "report", "--sacct-file", "-", *NOV, "--json"],
+        input=text,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert res.returncode == 0, res.stderr
     assert json.loads(res.stdout)["totals"]["gpu_hours"] == 62.0

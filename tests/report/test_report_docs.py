@@ -11,10 +11,13 @@ DOC = Path(__file__).resolve().parents[2] / "docs" / "report.md"
 WINDOW = ("--month", "2026-11", "--now", "2026-12-01T01:30:00")
 
 
-@pytest.mark.parametrize("args", [
-    ("report", "--by", "account,user", "--price", "h100=2.50,a100=1.20,default=2.00"),
-    ("report", "lost", "--by", "account,user"),
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("report", "--by", "account,user", "--price", "h100=2.50,a100=1.20,default=2.00"),
+        ("report", "lost", "--by", "account,user"),
+    ],
+)
 def test_sample_tables_match_the_tool(cli, fixture_path, args):
     res = cli(*args, "--sacct-file", fixture_path("basic.txt"), *WINDOW)
     assert res.exit_code == 0, res.stderr

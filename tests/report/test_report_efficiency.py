@@ -31,18 +31,57 @@ def token(job, nodes, missing=()):
 
 def row(job, user, account, gpus, elapsed, comment="", state="COMPLETED", ave="", end="2026-11-10T12:00:00"):
     tres = f"billing=1,cpu=1,gres/gpu={gpus},mem=1000M,node=1" if gpus else "billing=1,cpu=1,mem=1000M,node=1"
-    return "|".join([job, job, state, tres, "2026-11-10T10:00:00", end, str(elapsed), user, account, "debug",
-                     "node1", ave, "", comment])
+    return "|".join(
+        [
+            job,
+            job,
+            state,
+            tres,
+            "2026-11-10T10:00:00",
+            end,
+            str(elapsed),
+            user,
+            account,
+            "debug",
+            "node1",
+            ave,
+            "",
+            comment,
+        ]
+    )
 
 
 def step(job, ave):
-    return "|".join([job, job, "COMPLETED", "cpu=1,gres/gpu=2,mem=1000M,node=1", "2026-11-10T10:00:00",
-                     "2026-11-10T11:00:00", "3600", "", "", "", "node1", ave, "", ""])
+    return "|".join(
+        [
+            job,
+            job,
+            "COMPLETED",
+            "cpu=1,gres/gpu=2,mem=1000M,node=1",
+            "2026-11-10T10:00:00",
+            "2026-11-10T11:00:00",
+            "3600",
+            "",
+            "",
+            "",
+            "node1",
+            ave,
+            "",
+            "",
+        ]
+    )
 
 
 ALL_80 = {"node1": {"acct": "on", "gpus": {str(i): gpu(80.0, 3600.0) for i in range(8)}}}
-ONE_OF_8 = {"node1": {"acct": "on", "gpus": {"0": gpu(90.0, 7200.0, p=2, m=80000),
-                                             **{str(i): gpu(0.0, 0.0, p=0, m=0) for i in range(1, 8)}}}}
+ONE_OF_8 = {
+    "node1": {
+        "acct": "on",
+        "gpus": {
+            "0": gpu(90.0, 7200.0, p=2, m=80000),
+            **{str(i): gpu(0.0, 0.0, p=0, m=0) for i in range(1, 8)},
+        },
+    }
+}
 OFF = {"node1": {"acct": "off", "gpus": {str(i): {"a": "off", "c": CAP} for i in range(4)}}}
 SHORT = {"node1": {"acct": "on", "gpus": {"0": gpu(50.0, 1800.0)}}}
 
@@ -163,8 +202,9 @@ def test_live_sacct_command_and_its_failure(cli, monkeypatch):
     assert res.exit_code == 3 and "slurmdbd down" in res.stderr and "Traceback" not in res.stderr
 
 
-@pytest.mark.parametrize("args", [("--idle-below", "nan"), ("--idle-below", "101"), ("--top", "-1"),
-                                  ("--by", "gpu")])
+@pytest.mark.parametrize(
+    "args", [("--idle-below", "nan"), ("--idle-below", "101"), ("--top", "-1"), ("--by", "gpu")]
+)
 def test_bad_options_are_usage_errors(cli, sacct_file, args):
     res = cli("report", "efficiency", "--sacct-file", sacct_file, *args)
     assert res.exit_code == 2 and "Traceback" not in res.stderr
@@ -172,8 +212,9 @@ def test_bad_options_are_usage_errors(cli, sacct_file, args):
 
 def test_missing_admin_comment_column_names_it(cli, tmp_path):
     path = tmp_path / "old.txt"
-    path.write_text("JobID|State|AllocTRES|Start|End\n1|COMPLETED|gres/gpu=1|2026-11-10T10:00:00|"
-                    "2026-11-10T11:00:00\n")
+    path.write_text(
+        "JobID|State|AllocTRES|Start|End\n1|COMPLETED|gres/gpu=1|2026-11-10T10:00:00|2026-11-10T11:00:00\n"
+    )
     res = cli("report", "efficiency", "--sacct-file", str(path))
     assert res.exit_code == 2 and "AdminComment" in res.stderr
 

@@ -30,17 +30,41 @@ def _strip(data: dict) -> dict:
     return data
 
 
-@pytest.mark.parametrize("fixture,args", [
-    ("basic.txt", ["--since", "2026-11-01", "--until", "2026-12-01", "--now", "2026-12-01T01:30:00"]),
-    ("prolog_requeue.txt", []),
-    ("malformed.txt", []),
-    ("impossible.txt", ["--now", "2026-12-01T00:00:00"]),
-])
-@pytest.mark.parametrize("by", ["account,user", "day", "week", "node", "gpu_type", "user,gpu_type,day",
-                                "state", "partition,node,month", ""])
+@pytest.mark.parametrize(
+    "fixture,args",
+    [
+        ("basic.txt", ["--since", "2026-11-01", "--until", "2026-12-01", "--now", "2026-12-01T01:30:00"]),
+        ("prolog_requeue.txt", []),
+        ("malformed.txt", []),
+        ("impossible.txt", ["--now", "2026-12-01T00:00:00"]),
+    ],
+)
+@pytest.mark.parametrize(
+    "by",
+    [
+        "account,user",
+        "day",
+        "week",
+        "node",
+        "gpu_type",
+        "user,gpu_type,day",
+        "state",
+        "partition,node,month",
+        "",
+    ],
+)
 def test_fixtures_same_json_both_engines(cli, fixture_path, fixture, args, by):
-    common = ["report", "--sacct-file", fixture_path(fixture), *args, "--by", by, "--json",
-              "--price", "h100=2.5,a100=1.2,default=2"]
+    common = [
+        "report",
+        "--sacct-file",
+        fixture_path(fixture),
+        *args,
+        "--by",
+        by,
+        "--json",
+        "--price",
+        "h100=2.5,a100=1.2,default=2",
+    ]
     ref = cli(*common, "--engine", "python")
     duck = cli(*common, "--engine", "duckdb")
     assert ref.exit_code == duck.exit_code == 0, (ref.stderr, duck.stderr)
@@ -59,17 +83,31 @@ def test_engine_is_used_and_said(cli, fixture_path):
 
 
 def test_real_dump_both_engines(cli, monkeypatch):
-    cols = ("JobID,JobName,User,Partition,NodeList,NNodes,NCPUs,NTasks,State,Submit,Start,End,Timelimit,"
-            "Elapsed,TotalCPU,CPUTime,UserCPU,SystemCPU,ReqMem,MaxRSS,MaxVMSize,ReqTRES,AllocTRES,"
-            "TRESUsageInMax,TRESUsageInTot,TRESUsageOutTot,MaxDiskRead,MaxDiskWrite,MaxRSSNode,MaxRSSTask,"
-            "MaxVMSizeNode,MaxVMSizeTask,MaxDiskReadNode,MaxDiskReadTask,MaxDiskWriteNode,MaxDiskWriteTask,"
-            "Comment")
+    cols = (
+        "JobID,JobName,User,Partition,NodeList,NNodes,NCPUs,NTasks,State,Submit,Start,End,Timelimit,"
+        "Elapsed,TotalCPU,CPUTime,UserCPU,SystemCPU,ReqMem,MaxRSS,MaxVMSize,ReqTRES,AllocTRES,"
+        "TRESUsageInMax,TRESUsageInTot,TRESUsageOutTot,MaxDiskRead,MaxDiskWrite,MaxRSSNode,MaxRSSTask,"
+        "MaxVMSizeNode,MaxVMSizeTask,MaxDiskReadNode,MaxDiskReadTask,MaxDiskWriteNode,MaxDiskWriteTask,"
+        "Comment"
+    )
     monkeypatch.setenv("TZ", "Europe/Amsterdam")
     time.tzset()
     sacct.clear_time_caches()
     for by in ("user", "day", "node", "gpu_type"):
-        common = ["report", "--sacct-file", str(REAL), "--sacct-columns", cols, "--sacct-delimiter", "☃",
-                  "--now", "2024-04-19T12:00:00", "--by", by, "--json"]
+        common = [
+            "report",
+            "--sacct-file",
+            str(REAL),
+            "--sacct-columns",
+            cols,
+            "--sacct-delimiter",
+            "☃",
+            "--now",
+            "2024-04-19T12:00:00",
+            "--by",
+            by,
+            "--json",
+        ]
         ref, duck = cli(*common, "--engine", "python"), cli(*common, "--engine", "duckdb")
         assert json.loads(duck.stdout)["meta"]["engine"]["name"] == "duckdb"
         assert _strip(json.loads(ref.stdout)) == _strip(json.loads(duck.stdout))
@@ -79,12 +117,33 @@ def test_real_dump_both_engines(cli, monkeypatch):
 
 BASE = 1792800000  # 2026-10-24T...Z: the Europe/Berlin DST change (2026-10-25) is inside the span
 _names = st.sampled_from(["train", "a|b", "x|y|z", "", "ü-name", "eval"])
-_states = st.sampled_from(["COMPLETED", "FAILED", "REQUEUED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "RUNNING",
-                           "CANCELLED by 1001", "PENDING", "OUT_OF_MEMORY"])
-_tres = st.sampled_from(["gres/gpu=2", "gres/gpu:h100=4,gres/gpu=4",
-                         "gres/gpu:a100=2,gres/gpu:h100=2,gres/gpu=4", "billing=1,cpu=1", "gres/gpu=x",
-                         "gres/gpu=100000000000000", "gres/gpu:h100=8,gres/gpu=8",
-                         "gres/gpumem=80G,gres/gpu=1", ""])
+_states = st.sampled_from(
+    [
+        "COMPLETED",
+        "FAILED",
+        "REQUEUED",
+        "TIMEOUT",
+        "NODE_FAIL",
+        "PREEMPTED",
+        "RUNNING",
+        "CANCELLED by 1001",
+        "PENDING",
+        "OUT_OF_MEMORY",
+    ]
+)
+_tres = st.sampled_from(
+    [
+        "gres/gpu=2",
+        "gres/gpu:h100=4,gres/gpu=4",
+        "gres/gpu:a100=2,gres/gpu:h100=2,gres/gpu=4",
+        "billing=1,cpu=1",
+        "gres/gpu=x",
+        "gres/gpu=100000000000000",
+        "gres/gpu:h100=8,gres/gpu=8",
+        "gres/gpumem=80G,gres/gpu=1",
+        "",
+    ]
+)
 _nodes = st.sampled_from(["node1", "node[1-2]", "gpu[01-04]", "None assigned", "node1,node1", "bad[", ""])
 _reason = st.sampled_from(["None", "launch_failed_requeued_held", "Prolog", "ReqNodeNotAvail"])
 
@@ -100,8 +159,15 @@ def _time(draw, iso: bool, clean: bool = False):
     return {"old": "946000000"}.get(kind, kind)
 
 
-_GOOD_TRES = ["gres/gpu=2", "gres/gpu:h100=4,gres/gpu=4", "gres/gpu:a100=2,gres/gpu:h100=2,gres/gpu=4",
-              "billing=1,cpu=1", "gres/gpu:h100=8,gres/gpu=8", "gres/gpumem=80G,gres/gpu=1", ""]
+_GOOD_TRES = [
+    "gres/gpu=2",
+    "gres/gpu:h100=4,gres/gpu=4",
+    "gres/gpu:a100=2,gres/gpu:h100=2,gres/gpu=4",
+    "billing=1,cpu=1",
+    "gres/gpu:h100=8,gres/gpu=8",
+    "gres/gpumem=80G,gres/gpu=1",
+    "",
+]
 
 
 @st.composite
@@ -121,14 +187,26 @@ def _row(draw, iso: bool, clean: bool):
             end = "Unknown"
     else:
         end = draw(_time(iso))
-    fields = [job_id, jid, state, draw(st.sampled_from(_GOOD_TRES) if clean else _tres),
-              draw(_time(iso, clean)), start, end, "0",
-              draw(st.sampled_from(["alice", "bob", ""])), draw(st.sampled_from(["research", "ops"])),
-              draw(st.sampled_from(["gpu", "debug"])), draw(_nodes), draw(_reason), draw(_names)]
+    fields = [
+        job_id,
+        jid,
+        state,
+        draw(st.sampled_from(_GOOD_TRES) if clean else _tres),
+        draw(_time(iso, clean)),
+        start,
+        end,
+        "0",
+        draw(st.sampled_from(["alice", "bob", ""])),
+        draw(st.sampled_from(["research", "ops"])),
+        draw(st.sampled_from(["gpu", "debug"])),
+        draw(_nodes),
+        draw(_reason),
+        draw(_names),
+    ]
     shape = "ok" if clean else draw(st.sampled_from(["ok"] * 12 + ["short", "blank", "dup"]))
     line = "|".join(fields)
     if shape == "short":
-        line = "|".join(fields[:draw(st.integers(1, 10))])
+        line = "|".join(fields[: draw(st.integers(1, 10))])
     elif shape == "blank":
         line = draw(st.sampled_from(["", "   "]))
     return [line, line] if shape == "dup" else [line]
@@ -138,8 +216,9 @@ def _reference(path, window, now, by, prices, drains, hours=6.0, filters=None):
     attempts, stats, _ = sacct.read_sacct_file(path, window=window, now=now, filters=filters)
     lost = find_lost(attempts, 120)
     suspect = find_suspect(attempts, drains, hours) if drains is not None else None
-    groups, total = accumulate(attempts, by, window_start=window.start, lost=lost, suspect=suspect,
-                               prices=prices)
+    groups, total = accumulate(
+        attempts, by, window_start=window.start, lost=lost, suspect=suspect, prices=prices
+    )
     rep = finish(groups, total, by, priced=bool(prices and prices.enabled), health=drains is not None)
     return rep, stats
 
@@ -155,15 +234,37 @@ def _compare(a, b, tol):
             assert a[k] == b[k], k
 
 
-@settings(max_examples=150, deadline=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
-@given(data=st.data(), iso=st.booleans(), clean=st.sampled_from([True, True, True, False]),
-       by=st.sampled_from([[], ["user"], ["account", "user"], ["state"], ["day"], ["week"], ["node"],
-                           ["gpu_type"], ["user", "gpu_type", "day"], ["partition", "node", "month"]]),
-       windowed=st.booleans(), priced=st.booleans(), drained=st.booleans(),
-       user_filter=st.booleans())
-def test_generated_dumps_same_answer(tmp_path_factory, monkeypatch, data, iso, clean, by, windowed, priced,
-                                     drained, user_filter):
+@settings(
+    max_examples=150,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(
+    data=st.data(),
+    iso=st.booleans(),
+    clean=st.sampled_from([True, True, True, False]),
+    by=st.sampled_from(
+        [
+            [],
+            ["user"],
+            ["account", "user"],
+            ["state"],
+            ["day"],
+            ["week"],
+            ["node"],
+            ["gpu_type"],
+            ["user", "gpu_type", "day"],
+            ["partition", "node", "month"],
+        ]
+    ),
+    windowed=st.booleans(),
+    priced=st.booleans(),
+    drained=st.booleans(),
+    user_filter=st.booleans(),
+)
+def test_generated_dumps_same_answer(
+    tmp_path_factory, monkeypatch, data, iso, clean, by, windowed, priced, drained, user_filter
+):
     monkeypatch.setenv("TZ", "Europe/Berlin")
     time.tzset()
     sacct.clear_time_caches()
@@ -174,17 +275,26 @@ def test_generated_dumps_same_answer(tmp_path_factory, monkeypatch, data, iso, c
         lines = list(dict.fromkeys(lines))
     path.write_text("|".join(sacct.FIELDS) + "\n" + "".join(line + "\n" for line in lines))
     now = BASE + 3 * 86400
-    window = Window(BASE + 3600, BASE + 2 * 86400 + 7, "w") if windowed else \
-        resolve_window(default_unbounded=True)
+    window = (
+        Window(BASE + 3600, BASE + 2 * 86400 + 7, "w") if windowed else resolve_window(default_unbounded=True)
+    )
     prices = PriceTable({"h100": 2.5}, 1.25) if priced else None
     drains = [DrainEvent("node2", BASE + 86400), DrainEvent("gpu03", BASE + 2 * 86400)] if drained else None
     filters = sacct.Filters(users=frozenset({"alice"})) if user_filter else None
     ref, ref_stats = _reference(str(path), window, now, by, prices, drains, filters=filters)
     src = engine.probe_file(str(path))
     try:
-        groups, total, stats = engine.run(src, window=window, now=now, filters=filters, by=by, prices=prices,
-                                          max_gpus=sacct.DEFAULT_MAX_GPUS, prolog_requeue_seconds=120,
-                                          drains=drains)
+        groups, total, stats = engine.run(
+            src,
+            window=window,
+            now=now,
+            filters=filters,
+            by=by,
+            prices=prices,
+            max_gpus=sacct.DEFAULT_MAX_GPUS,
+            prolog_requeue_seconds=120,
+            drains=drains,
+        )
     except engine.NeedsReference:
         assert ref_stats.malformed > 0 and not clean  # only rows to report by line number go back
         return
@@ -193,8 +303,9 @@ def test_generated_dumps_same_answer(tmp_path_factory, monkeypatch, data, iso, c
     assert stats.to_dict() == ref_stats.to_dict()
     # whole GPU-seconds are exact; node/GPU-type splits are floating point
     tol = 1e-6 if any(d in ("node", "gpu_type") for d in by) or priced else 0
-    assert [tuple(r[d] for d in by) for r in got.rows] == [tuple(r[d] for d in by) for r in ref.rows] \
-        or tol  # equal-hours ties may order differently only when values are inexact
+    assert [tuple(r[d] for d in by) for r in got.rows] == [
+        tuple(r[d] for d in by) for r in ref.rows
+    ] or tol  # equal-hours ties may order differently only when values are inexact
     a = {tuple(r[d] for d in by): r for r in ref.rows}
     b = {tuple(r[d] for d in by): r for r in got.rows}
     assert a.keys() == b.keys()

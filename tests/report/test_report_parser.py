@@ -123,8 +123,9 @@ def test_unbounded_window_reads_the_whole_file(fixture_path):
 
 
 def test_filters(fixture_path):
-    attempts, stats = read(fixture_path, filters=sacct.Filters(users=frozenset({"bob"}),
-                                                               states=frozenset({"COMPLETED"})))
+    attempts, stats = read(
+        fixture_path, filters=sacct.Filters(users=frozenset({"bob"}), states=frozenset({"COMPLETED"}))
+    )
     assert sorted(a.job_id for a in attempts) == ["101", "105", "106", "116"]
     assert stats.filtered_out > 0
 
@@ -151,9 +152,24 @@ def test_malformed_line_list_is_capped():
 
 def test_unit_separator_and_epoch_times(fixture_path):
     header = "\x1f".join(sacct.FIELDS)
-    row = "\x1f".join(["5", "5", "COMPLETED", "billing=1,gres/gpu:h100=2,gres/gpu=2,node=1", "1793620000",
-                       "1793620800", "1793624400", "3600", "alice", "research", "debug", "node1", "None",
-                       "name|with|pipes"])
+    row = "\x1f".join(
+        [
+            "5",
+            "5",
+            "COMPLETED",
+            "billing=1,gres/gpu:h100=2,gres/gpu=2,node=1",
+            "1793620000",
+            "1793620800",
+            "1793624400",
+            "3600",
+            "alice",
+            "research",
+            "debug",
+            "node1",
+            "None",
+            "name|with|pipes",
+        ]
+    )
     cols, sep, trailing = sacct.read_header(header)
     assert sep == "\x1f" and not trailing
     attempts, _ = sacct.parse_rows([row + "\n"], cols, sep=sep, window=resolve_window(default_unbounded=True))
@@ -163,18 +179,22 @@ def test_unit_separator_and_epoch_times(fixture_path):
 
 def test_parsable_with_trailing_separator(tmp_path):
     f = tmp_path / "p.txt"
-    f.write_text("JobID|State|AllocTRES|Start|End|\n"
-                 "7|COMPLETED|gres/gpu=3|2026-11-10T10:00:00|2026-11-10T11:00:00|\n"
-                 "7.batch|COMPLETED|gres/gpu=3|2026-11-10T10:00:00|2026-11-10T11:00:00|\n")
+    f.write_text(
+        "JobID|State|AllocTRES|Start|End|\n"
+        "7|COMPLETED|gres/gpu=3|2026-11-10T10:00:00|2026-11-10T11:00:00|\n"
+        "7.batch|COMPLETED|gres/gpu=3|2026-11-10T10:00:00|2026-11-10T11:00:00|\n"
+    )
     attempts, stats, _ = sacct.read_sacct_file(str(f), window=resolve_window(default_unbounded=True))
     assert [a.gpu_seconds for a in attempts] == [3 * 3600] and stats.malformed == 0
 
 
 def test_columns_in_another_order_without_free_text_last(tmp_path):
     f = tmp_path / "o.txt"
-    f.write_text("JobName|State|JobID|AllocTRES|Start|End|User\n"
-                 "a|b|COMPLETED|8|gres/gpu=1|2026-11-10T10:00:00|2026-11-10T10:30:00|carol\n"
-                 "x|COMPLETED|8.batch|gres/gpu=1|2026-11-10T10:00:00|2026-11-10T10:30:00|\n")
+    f.write_text(
+        "JobName|State|JobID|AllocTRES|Start|End|User\n"
+        "a|b|COMPLETED|8|gres/gpu=1|2026-11-10T10:00:00|2026-11-10T10:30:00|carol\n"
+        "x|COMPLETED|8.batch|gres/gpu=1|2026-11-10T10:00:00|2026-11-10T10:30:00|\n"
+    )
     attempts, stats, _ = sacct.read_sacct_file(str(f), window=resolve_window(default_unbounded=True))
     (a,) = attempts
     assert a.name == "a|b" and a.user == "carol" and a.gpu_seconds == 1800 and stats.step_rows == 1
@@ -199,7 +219,13 @@ def test_parse_time_forms():
     assert sacct.parse_time("1793620000") == 1793620000
     assert sacct.parse_time("Unknown") is None and sacct.parse_time("None") is None
     assert sacct.parse_time("2026-11-10T10:00:05") == time.mktime((2026, 11, 10, 10, 0, 5, 0, 0, -1))
-    for bad in ("2026-11-10", "2026-13-01T00:00:00", "2026-11-10T10:61:00", "yesterday", "2026-11-10T1a:00:00"):
+    for bad in (
+        "2026-11-10",
+        "2026-13-01T00:00:00",
+        "2026-11-10T10:61:00",
+        "yesterday",
+        "2026-11-10T1a:00:00",
+    ):
         with pytest.raises(ValueError):
             sacct.parse_time(bad)
 
@@ -231,7 +257,9 @@ def test_build_query_always_has_D_T_S_E():
 
 # --------------------------------------------------------------------------- fuzzing
 
-_FIELD = st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\n\r"), max_size=30)
+_FIELD = st.text(
+    alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\n\r"), max_size=30
+)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -239,32 +267,69 @@ _FIELD = st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_
 def test_fuzz_rows_never_raise(rows):
     """Arbitrary rows: the parser never raises, and every row is accounted for."""
     lines = [r + "\n" for r in rows]
-    attempts, stats = sacct.parse_rows(lines, sacct.FIELDS, sep="|", window=resolve_window(default_unbounded=True))
+    attempts, stats = sacct.parse_rows(
+        lines, sacct.FIELDS, sep="|", window=resolve_window(default_unbounded=True)
+    )
     nonblank = sum(1 for r in rows if r.strip())
     assert stats.rows == nonblank
-    assert len(attempts) + stats.malformed + stats.step_rows + stats.not_started + stats.outside_window \
-        + stats.filtered_out == nonblank
+    assert (
+        len(attempts)
+        + stats.malformed
+        + stats.step_rows
+        + stats.not_started
+        + stats.outside_window
+        + stats.filtered_out
+        == nonblank
+    )
     for a in attempts:
         assert a.end >= a.start and a.gpus >= 0
 
 
-_TIMES = st.one_of(st.integers(0, 2 ** 33).map(str), st.sampled_from(["Unknown", "None", "", "2026-11-10T10:00:00",
-                                                                      "2026-02-30T10:00:00", "2026-11-10T25:00:00"]))
-_TRES = st.one_of(st.sampled_from(["", "gres/gpu=2", "gres/gpu:h100=2,gres/gpu=2", "gres/gpu=x", "cpu",
-                                   "gres/gpumem=80G,gres/gpu=1", "gres/gpu=-1", "=3"]),
-                  st.text(max_size=20).filter(lambda s: "|" not in s and "\n" not in s))
+_TIMES = st.one_of(
+    st.integers(0, 2**33).map(str),
+    st.sampled_from(
+        ["Unknown", "None", "", "2026-11-10T10:00:00", "2026-02-30T10:00:00", "2026-11-10T25:00:00"]
+    ),
+)
+_TRES = st.one_of(
+    st.sampled_from(
+        [
+            "",
+            "gres/gpu=2",
+            "gres/gpu:h100=2,gres/gpu=2",
+            "gres/gpu=x",
+            "cpu",
+            "gres/gpumem=80G,gres/gpu=1",
+            "gres/gpu=-1",
+            "=3",
+        ]
+    ),
+    st.text(max_size=20).filter(lambda s: "|" not in s and "\n" not in s),
+)
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.tuples(st.sampled_from(["1", "2_3", "4+0", "5.batch", "6.0", ""]),
-                          st.sampled_from(["COMPLETED", "RUNNING", "CANCELLED by 0", "PENDING", "FAILED", ""]),
-                          _TRES, _TIMES, _TIMES, _TIMES, _FIELD), max_size=15))
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["1", "2_3", "4+0", "5.batch", "6.0", ""]),
+            st.sampled_from(["COMPLETED", "RUNNING", "CANCELLED by 0", "PENDING", "FAILED", ""]),
+            _TRES,
+            _TIMES,
+            _TIMES,
+            _TIMES,
+            _FIELD,
+        ),
+        max_size=15,
+    )
+)
 def test_fuzz_structured_rows(rows):
     """Well-formed shape, hostile values: still no exception, GPU-seconds consistent."""
     lines = []
     for jid, state, tres, sub, start, end, name in rows:
-        lines.append("|".join([jid, jid, state, tres, sub, start, end, "0", "u", "a", "p", "n1", "None", name])
-                     + "\n")
+        lines.append(
+            "|".join([jid, jid, state, tres, sub, start, end, "0", "u", "a", "p", "n1", "None", name]) + "\n"
+        )
     w = Window(1_000_000_000, 2_000_000_000, "fuzz")
     attempts, stats = sacct.parse_rows(lines, sacct.FIELDS, sep="|", window=w, now=1_900_000_000)
     for a in attempts:
@@ -275,10 +340,16 @@ def test_fuzz_structured_rows(rows):
 
 def test_blank_and_separatorless_lines():
     cols = ["JobID", "State", "AllocTRES", "Start", "End"]
-    lines = ["\n", "   \n", "no.separator.here\n", "1|COMPLETED|gres/gpu=1|1790000010|1790000020\n",
-             "1.batch|COMPLETED|x|10|20\n"]
-    attempts, stats = sacct.parse_rows(lines, cols, sep="|", window=resolve_window(default_unbounded=True),
-                                       first_line=5)
+    lines = [
+        "\n",
+        "   \n",
+        "no.separator.here\n",
+        "1|COMPLETED|gres/gpu=1|1790000010|1790000020\n",
+        "1.batch|COMPLETED|x|10|20\n",
+    ]
+    attempts, stats = sacct.parse_rows(
+        lines, cols, sep="|", window=resolve_window(default_unbounded=True), first_line=5
+    )
     assert [a.gpu_seconds for a in attempts] == [10]
     assert stats.rows == 3 and stats.step_rows == 1 and stats.malformed_lines == [7]
 
@@ -288,8 +359,10 @@ def test_gpu_memory_and_utilisation_tres_do_not_add_gpu_hours():
     for 10 s are 20 GPU-seconds, whatever the memory and utilisation counts say."""
     cols = ["JobID", "State", "AllocTRES", "Start", "End"]
     t0 = 1_794_000_000  # 2026-11-06 (times before 2000 are flagged impossible)
-    lines = [f"1|COMPLETED|cpu=8,gres/gpu=2,gres/gpumem=81920,gres/gpuutil=100,mem=64G,node=1|{t0}|{t0 + 10}\n",
-             f"2|COMPLETED|gres/gpu:h100=1,gres/gpumem=40960,gres/gpuutil=7|{t0}|{t0 + 10}\n"]
+    lines = [
+        f"1|COMPLETED|cpu=8,gres/gpu=2,gres/gpumem=81920,gres/gpuutil=100,mem=64G,node=1|{t0}|{t0 + 10}\n",
+        f"2|COMPLETED|gres/gpu:h100=1,gres/gpumem=40960,gres/gpuutil=7|{t0}|{t0 + 10}\n",
+    ]
     attempts, stats = sacct.parse_rows(lines, cols, sep="|", window=resolve_window(default_unbounded=True))
     assert stats.malformed == 0
     assert [(a.gpus, a.gpu_types, a.gpu_seconds) for a in attempts] == [(2, (), 20), (1, (("h100", 1),), 10)]
@@ -297,10 +370,12 @@ def test_gpu_memory_and_utilisation_tres_do_not_add_gpu_hours():
 
 def test_steps_skipped_when_jobid_is_not_the_first_column(tmp_path):
     f = tmp_path / "s.txt"
-    f.write_text("State|JobID|AllocTRES|Start|End|JobName\n"
-                 "COMPLETED|8|gres/gpu=2|2026-11-10T10:00:00|2026-11-10T10:30:00|a|b\n"
-                 "COMPLETED|8.batch|gres/gpu=2|2026-11-10T10:00:00|2026-11-10T10:30:00|batch\n"
-                 "COMPLETED|8.0|gres/gpu=2|2026-11-10T10:00:00|2026-11-10T10:30:00|x\n")
+    f.write_text(
+        "State|JobID|AllocTRES|Start|End|JobName\n"
+        "COMPLETED|8|gres/gpu=2|2026-11-10T10:00:00|2026-11-10T10:30:00|a|b\n"
+        "COMPLETED|8.batch|gres/gpu=2|2026-11-10T10:00:00|2026-11-10T10:30:00|batch\n"
+        "COMPLETED|8.0|gres/gpu=2|2026-11-10T10:00:00|2026-11-10T10:30:00|x\n"
+    )
     attempts, stats, _ = sacct.read_sacct_file(str(f), window=resolve_window(default_unbounded=True))
     assert [a.gpu_seconds for a in attempts] == [3600] and stats.step_rows == 2
     assert attempts[0].job_name == "a|b"

@@ -15,14 +15,28 @@ import pytest
 
 DUMP = str(Path(__file__).resolve().parents[1] / "data" / "real" / "hb-jobinfo-sacct.txt")
 # The --format list the dump was made with (hb-jobinfo test/data/README.md).
-COLUMNS = ("JobID,JobName,User,Partition,NodeList,NNodes,NCPUs,NTasks,State,Submit,Start,End,Timelimit,Elapsed,"
-           "TotalCPU,CPUTime,UserCPU,SystemCPU,ReqMem,MaxRSS,MaxVMSize,ReqTRES,AllocTRES,TRESUsageInMax,"
-           "TRESUsageInTot,TRESUsageOutTot,MaxDiskRead,MaxDiskWrite,MaxRSSNode,MaxRSSTask,MaxVMSizeNode,"
-           "MaxVMSizeTask,MaxDiskReadNode,MaxDiskReadTask,MaxDiskWriteNode,MaxDiskWriteTask,Comment")
+COLUMNS = (
+    "JobID,JobName,User,Partition,NodeList,NNodes,NCPUs,NTasks,State,Submit,Start,End,Timelimit,Elapsed,"
+    "TotalCPU,CPUTime,UserCPU,SystemCPU,ReqMem,MaxRSS,MaxVMSize,ReqTRES,AllocTRES,TRESUsageInMax,"
+    "TRESUsageInTot,TRESUsageOutTot,MaxDiskRead,MaxDiskWrite,MaxRSSNode,MaxRSSTask,MaxVMSizeNode,"
+    "MaxVMSizeTask,MaxDiskReadNode,MaxDiskReadTask,MaxDiskWriteNode,MaxDiskWriteTask,Comment"
+)
 # Pinned "now": the two RUNNING GPU jobs count up to it. Local time of the cluster.
 NOW = "2024-04-19T12:00:00"
-ARGS = ("--sacct-file", DUMP, "--sacct-columns", COLUMNS, "--sacct-delimiter", "☃", "--month", "2024-04",
-        "--now", NOW, "--no-health-log", "--json")
+ARGS = (
+    "--sacct-file",
+    DUMP,
+    "--sacct-columns",
+    COLUMNS,
+    "--sacct-delimiter",
+    "☃",
+    "--month",
+    "2024-04",
+    "--now",
+    NOW,
+    "--no-health-log",
+    "--json",
+)
 
 # The job rows with a gres/gpu key in AllocTRES (every other job row has none: 0 GPUs).
 # GPU-seconds = GPUs x (End - Start); all in April 2024 (CEST, no DST change inside).
@@ -82,9 +96,16 @@ def test_real_dump_totals_by_gpu_type(cli, amsterdam):
     t = data["totals"]
     assert t["gpu_hours"] == pytest.approx(218.008611, abs=1e-6)
     assert (t["jobs"], t["attempts"]) == (24, 24)
-    assert t["gpu_hours_by_state"] == pytest.approx({"CANCELLED": 153.781667, "COMPLETED": 21.753889,
-                                                     "FAILED": 0.001111, "RUNNING": 42.471944,
-                                                     "TIMEOUT": 0.0}, abs=1e-6)
+    assert t["gpu_hours_by_state"] == pytest.approx(
+        {
+            "CANCELLED": 153.781667,
+            "COMPLETED": 21.753889,
+            "FAILED": 0.001111,
+            "RUNNING": 42.471944,
+            "TIMEOUT": 0.0,
+        },
+        abs=1e-6,
+    )
     assert t["lost_gpu_hours"] == 0.0
     p = data["meta"]["parse"]
     assert (p["rows"], p["not_started"], p["malformed"]) == (242, 10, 0)
@@ -93,9 +114,20 @@ def test_real_dump_totals_by_gpu_type(cli, amsterdam):
 def test_real_dump_by_user(cli, amsterdam):
     rows = {r["user"]: r["gpu_hours"] for r in _report(cli, "--by", "user")["rows"] if r["gpu_hours"]}
     # one GPU job per user, from the table above
-    assert rows == pytest.approx({"user498": 138.308889, "user490": 37.101944, "user427": 15.472778,
-                                  "user420": 11.389722, "user28": 8.763611, "user47": 5.37,
-                                  "user4981": 1.341667, "user46": 0.258889, "user422": 0.001111}, abs=1e-6)
+    assert rows == pytest.approx(
+        {
+            "user498": 138.308889,
+            "user490": 37.101944,
+            "user427": 15.472778,
+            "user420": 11.389722,
+            "user28": 8.763611,
+            "user47": 5.37,
+            "user4981": 1.341667,
+            "user46": 0.258889,
+            "user422": 0.001111,
+        },
+        abs=1e-6,
+    )
 
 
 def test_real_dump_day_split(cli, amsterdam):

@@ -37,22 +37,27 @@ def test_since_until_and_defaults():
     assert (whole.start, whole.end) == (UNBOUNDED_START, UNBOUNDED_END) and not whole.bounded
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    (dict(month="2026-13"), "YYYY-MM"),
-    (dict(month="11/2026"), "YYYY-MM"),
-    (dict(month="2026-11", since="2026-11-01"), "cannot be combined"),
-    (dict(last="7d", since="2026-11-01"), "cannot be combined"),
-    (dict(last="0d"), "longer than zero"),
-    (dict(last="week"), "unit s, m, h, d or w"),
-    (dict(since="2026-11-31T25:00"), "out of range"),
-    (dict(since="yesterday"), "expected YYYY-MM-DD"),
-    (dict(since="2026-11-05", until="2026-11-05"), "window is empty"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(month="2026-13"), "YYYY-MM"),
+        (dict(month="11/2026"), "YYYY-MM"),
+        (dict(month="2026-11", since="2026-11-01"), "cannot be combined"),
+        (dict(last="7d", since="2026-11-01"), "cannot be combined"),
+        (dict(last="0d"), "longer than zero"),
+        (dict(last="week"), "unit s, m, h, d or w"),
+        (dict(since="2026-11-31T25:00"), "out of range"),
+        (dict(since="yesterday"), "expected YYYY-MM-DD"),
+        (dict(since="2026-11-05", until="2026-11-05"), "window is empty"),
+    ],
+)
 def test_bad_periods(kwargs, message):
     with pytest.raises(UsageError, match=message):
         resolve_window(now=NOW, **kwargs)
 
 
 def test_duration_and_when_forms():
-    assert parse_duration("90s") == 90 and parse_duration("2w") == 14 * 86400 and parse_duration("1.5h") == 5400
+    assert (
+        parse_duration("90s") == 90 and parse_duration("2w") == 14 * 86400 and parse_duration("1.5h") == 5400
+    )
     assert parse_when("2026-11-01 00:00:00") == 1793491200 and parse_when("1793491200") == 1793491200

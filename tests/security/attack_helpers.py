@@ -38,7 +38,9 @@ def as_user(user: str, code: str, *args: str, timeout: float = 30) -> subprocess
     """Run Python ``code`` as ``user`` (an unprivileged account), with no inherited env."""
     return subprocess.run(
         ["runuser", "-u", user, "--", "env", "-i", "PATH=/usr/bin:/bin", USER_PYTHON, "-c", code, *args],
-        capture_output=True, text=True, timeout=timeout,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
 
 
@@ -46,7 +48,9 @@ def spawn_as_user(user: str, code: str, *args: str) -> subprocess.Popen:
     """Start Python ``code`` as ``user`` in the background; it prints one line when ready."""
     return subprocess.Popen(
         ["runuser", "-u", user, "--", "env", "-i", "PATH=/usr/bin:/bin", USER_PYTHON, "-c", code, *args],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
 
 
@@ -88,8 +92,11 @@ class Node:
 
     def add_xid(self, xid: int = 79, gpu: int = 3, age: float = 5.0) -> None:
         ts = time.time() - age
-        self.fixture(lambda d: d.setdefault("xid_events", []).append(
-            {"xid": xid, "gpu": gpu, "timestamp": ts, "message": "GPU has fallen off the bus."}))
+        self.fixture(
+            lambda d: d.setdefault("xid_events", []).append(
+                {"xid": xid, "gpu": gpu, "timestamp": ts, "message": "GPU has fallen off the bus."}
+            )
+        )
 
     def env(self, job_id: str = "4242", **extra: str) -> Dict[str, str]:
         env = {

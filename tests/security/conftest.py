@@ -39,8 +39,12 @@ def tmpfs():
 
     def mount(path: Path, size: str = "64k") -> Path:
         path.mkdir(parents=True, exist_ok=True)
-        res = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0755", "tmpfs", str(path)],
-                             capture_output=True, text=True, timeout=30)
+        res = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size},mode=0755", "tmpfs", str(path)],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
         if res.returncode != 0:
             pytest.skip(f"cannot mount a tmpfs here: {res.stderr.strip()}")
         mounted.append(path)

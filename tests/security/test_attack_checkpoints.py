@@ -45,10 +45,16 @@ def _plant(attacker: str, directory: Path, marker: Path) -> None:
     """As the attacker: create ``directory`` (mode 0777, like a careless shared tree) with a
     malicious latest.pt in it."""
     blob = pickle.dumps(_Payload(str(marker)))
-    code = ("import os,sys\nd=sys.argv[1]\nos.makedirs(d, exist_ok=True)\nos.chmod(d, 0o777)\n"
-            "open(os.path.join(d,'latest.pt'),'wb').write(sys.stdin.buffer.read())\n")
-    res = subprocess.run(["runuser", "-u", attacker, "--", "/usr/bin/python3", "-c", code, str(directory)],
-                         input=blob, capture_output=True, timeout=60)
+    code = (
+        "import os,sys\nd=sys.argv[1]\nos.makedirs(d, exist_ok=True)\nos.chmod(d, 0o777)\n"
+        "open(os.path.join(d,'latest.pt'),'wb').write(sys.stdin.buffer.read())\n"
+    )
+    res = subprocess.run(
+        ["runuser", "-u", attacker, "--", "/usr/bin/python3", "-c", code, str(directory)],
+        input=blob,
+        capture_output=True,
+        timeout=60,
+    )
     assert res.returncode == 0, res.stderr
 
 
@@ -63,10 +69,23 @@ def dropbox():
 def _jobside_as(user: str, *args: str) -> subprocess.CompletedProcess:
     """The real jobside command as the user runs it in the job (system python: the test venv
     is not readable by other users; jobside needs only the standard library)."""
-    return subprocess.run(["runuser", "-u", user, "--", "/usr/bin/env", f"PYTHONPATH={REPO}",
-                           "/usr/bin/python3",
-                           "-m", "slurmkit.submit.jobside", *args],
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [
+            "runuser",
+            "-u",
+            user,
+            "--",
+            "/usr/bin/env",
+            f"PYTHONPATH={REPO}",
+            "/usr/bin/python3",
+            "-m",
+            "slurmkit.submit.jobside",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def test_a_checkpoint_directory_the_attacker_prepared_is_refused(unprivileged_users, dropbox):
@@ -78,8 +97,9 @@ def test_a_checkpoint_directory_the_attacker_prepared_is_refused(unprivileged_us
     assert res.stderr.count("\n") == 1 and "refusing the checkpoint directory" in res.stderr
     # a directory that is the victim's but that others may write is refused too
     own = dropbox / "own-open"
-    subprocess.run(["runuser", "-u", victim, "--", "/bin/mkdir", "-m", "0777", str(own)], check=True,
-                   timeout=30)
+    subprocess.run(
+        ["runuser", "-u", victim, "--", "/bin/mkdir", "-m", "0777", str(own)], check=True, timeout=30
+    )
     subprocess.run(["chmod", "0777", str(own)], check=True, timeout=30)
     assert _jobside_as(victim, "checkpoint-dir", str(own)).returncode == REFUSED
     # the legitimate case: created private, accepted
@@ -125,9 +145,13 @@ def test_the_example_trainer_never_unpickles_code(tmp_path):
             else:
                 print("LOADED", bad)
         """)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO / "kernels"), str(REPO)]),
-               CUDA_VISIBLE_DEVICES="",
-               TRITON_INTERPRET="1", TRITON_CACHE_DIR=str(tmp_path / "triton"))
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join([str(REPO / "kernels"), str(REPO)]),
+        CUDA_VISIBLE_DEVICES="",
+        TRITON_INTERPRET="1",
+        TRITON_CACHE_DIR=str(tmp_path / "triton"),
+    )
     res = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stdout + res.stderr
     assert not marker.exists(), "loading a checkpoint ran the attacker's code"
@@ -146,12 +170,22 @@ def _render_for(dc, dropbox: Path, user_tag: str):
     from slurmkit.submit.spec import validate_spec
 
     cfg = load_site_config(str(dc.config_path))
-    spec = validate_spec({
-        "name": f"ckpt-{user_tag}", "nodes": 1, "device": "cpu", "time": "5", "fabric": "none",
-        "python": "/usr/bin/python3", "env": {"PYTHONPATH": str(REPO)}, "script": "/bin/true",
-        "preflight": {"allreduce": False}, "requeue": {"enabled": False},
-        "output": str(dropbox / "ckpt-%j.out"), "workdir": str(dropbox),
-    })
+    spec = validate_spec(
+        {
+            "name": f"ckpt-{user_tag}",
+            "nodes": 1,
+            "device": "cpu",
+            "time": "5",
+            "fabric": "none",
+            "python": "/usr/bin/python3",
+            "env": {"PYTHONPATH": str(REPO)},
+            "script": "/bin/true",
+            "preflight": {"allreduce": False},
+            "requeue": {"enabled": False},
+            "output": str(dropbox / "ckpt-%j.out"),
+            "workdir": str(dropbox),
+        }
+    )
     return render(spec, site=cfg.section("submit"), paths=cfg.section("paths")), cfg.section("submit")
 
 

@@ -29,12 +29,14 @@ def _fake_scontrol(tmp_path: Path) -> Path:
     bindir = tmp_path / "fakebin"
     bindir.mkdir()
     script = bindir / "scontrol"
-    script.write_text(textwrap.dedent(f"""\
+    script.write_text(
+        textwrap.dedent(f"""\
         #!{sys.executable}
         import json, sys
         with open({str(tmp_path / "scontrol-calls.jsonl")!r}, "a") as fh:
             fh.write(json.dumps(sys.argv[1:]) + "\\n")
-        """))
+        """)
+    )
     script.chmod(0o755)
     return bindir
 
@@ -69,9 +71,17 @@ def _setup(tmp_path: Path, xid_events=None) -> Path:
 
 def _epilog(cfg: Path, user: str, exit2: str) -> subprocess.CompletedProcess:
     uid = pwd.getpwnam(user).pw_uid
-    env = {"SLURMKIT_CONFIG": str(cfg), "SLURMD_NODENAME": "node1", "SLURM_JOB_ID": "7101",
-           "SLURM_JOB_UID": str(uid), "SLURM_JOB_USER": user, "SLURM_JOB_GPUS": "0,1",
-           "SLURM_JOB_EXIT_CODE2": exit2, "SLURM_JOB_EXIT_CODE": "7", "SLURM_SCRIPT_CONTEXT": "epilog_slurmd"}
+    env = {
+        "SLURMKIT_CONFIG": str(cfg),
+        "SLURMD_NODENAME": "node1",
+        "SLURM_JOB_ID": "7101",
+        "SLURM_JOB_UID": str(uid),
+        "SLURM_JOB_USER": user,
+        "SLURM_JOB_GPUS": "0,1",
+        "SLURM_JOB_EXIT_CODE2": exit2,
+        "SLURM_JOB_EXIT_CODE": "7",
+        "SLURM_SCRIPT_CONTEXT": "epilog_slurmd",
+    }
     return subprocess.run([sys.executable, EPILOG], env=env, capture_output=True, text=True, timeout=120)
 
 

@@ -28,8 +28,8 @@ from hypothesis import strategies as st
 
 from slurmkit.core.yamlload import load_yaml_text
 from slurmkit.errors import ConfigError
-from slurmkit.submit.spec import FORBIDDEN_EXTRA, validate_spec
 from slurmkit.slurm import sbatch_options
+from slurmkit.submit.spec import FORBIDDEN_EXTRA, validate_spec
 from tests.health.conftest import REPO, site_dict
 
 PROLOG = str(REPO / "prolog" / "slurmkit-prolog")
@@ -43,15 +43,41 @@ def _spec(extra):
 # --------------------------------------------------------------- extra_sbatch
 
 FORBIDDEN_SPELLINGS = [
-    ["-N2"], ["-N", "2"], ["--nodes", "2"], ["--nodes=2"], ["-HN2"], ["-vN", "2"], ["-n8"], ["-n", "8"],
-    ["--ntasks", "8"], ["--ntasks-per-n=2"], ["--gres", "gpu:8"], ["--gres=gpu:8"], ["--gpus-per-n", "8"],
-    ["-G8"], ["--gpus", "16"], ["--sig=B:USR1@1"], ["--signal", "KILL"], ["--open-m", "truncate"],
-    ["--no-requeue"], ["--requeue"], ["--wrap", "id"], ["--wr=id"], ["--reservation", "x", "-N", "3"],
-    ["--exclusive", "-N2"], ["-k", "-N2"],
+    ["-N2"],
+    ["-N", "2"],
+    ["--nodes", "2"],
+    ["--nodes=2"],
+    ["-HN2"],
+    ["-vN", "2"],
+    ["-n8"],
+    ["-n", "8"],
+    ["--ntasks", "8"],
+    ["--ntasks-per-n=2"],
+    ["--gres", "gpu:8"],
+    ["--gres=gpu:8"],
+    ["--gpus-per-n", "8"],
+    ["-G8"],
+    ["--gpus", "16"],
+    ["--sig=B:USR1@1"],
+    ["--signal", "KILL"],
+    ["--open-m", "truncate"],
+    ["--no-requeue"],
+    ["--requeue"],
+    ["--wrap", "id"],
+    ["--wr=id"],
+    ["--reservation", "x", "-N", "3"],
+    ["--exclusive", "-N2"],
+    ["-k", "-N2"],
     # not options at all: a newline would start a second #SBATCH line, a bare word is a batch script
-    ["--reservation=x\n#SBATCH --nodes=9"], ["--comment=a\rb"], ["--comment=a\x00b"], ["evil.sh"], ["--"],
+    ["--reservation=x\n#SBATCH --nodes=9"],
+    ["--comment=a\rb"],
+    ["--comment=a\x00b"],
+    ["evil.sh"],
+    ["--"],
     # ambiguous abbreviations are refused rather than guessed
-    ["--node=2"], ["--gre=gpu:8"], ["--n=3"],
+    ["--node=2"],
+    ["--gre=gpu:8"],
+    ["--n=3"],
 ]
 
 
@@ -63,10 +89,18 @@ def test_forbidden_sbatch_options_are_refused_in_every_spelling(extra):
 
 
 def test_allowed_options_in_any_spelling_become_one_sbatch_line_each():
-    spec = _spec(["--reservation", "maint", "-w", "node1", "--exclusive", "-vv", "--comment", "-N2",
-                  "--export=A=B,C"])
-    assert spec["extra_sbatch"] == ["--reservation=maint", "--nodelist=node1", "--exclusive", "--verbose",
-                                    "--verbose", "--comment=-N2", "--export=A=B,C"]
+    spec = _spec(
+        ["--reservation", "maint", "-w", "node1", "--exclusive", "-vv", "--comment", "-N2", "--export=A=B,C"]
+    )
+    assert spec["extra_sbatch"] == [
+        "--reservation=maint",
+        "--nodelist=node1",
+        "--exclusive",
+        "--verbose",
+        "--verbose",
+        "--comment=-N2",
+        "--export=A=B,C",
+    ]
     from slurmkit.submit.render import render
 
     script = render(spec, site={}, paths={"shared_dir": "/shared"}).script
@@ -81,13 +115,44 @@ def _sbatch_flags(script: str, argv) -> list:
     items = []
     for line in script.splitlines():
         if line.startswith("#SBATCH "):
-            items.extend(shlex.split(line[len("#SBATCH "):]))
+            items.extend(shlex.split(line[len("#SBATCH ") :]))
     return [flag for flag, _ in sbatch_options.parse(items + list(argv))]
 
 
-HOSTILE = ["-N2", "-N", "2", "--nodes", "--gres", "gpu:8", "-H", "-n", "--nod", "=", "\n", "\r", "#SBATCH",
-           "--reservation", "x", "--comment", "--", "-", "-x", "node[1-2]", "--exclusive", "-k", "--wrap",
-           "$(id)", "'", '"', " ", "\x00", "--sig", "B:USR1@1", "-vv", "--export=A=B"]
+HOSTILE = [
+    "-N2",
+    "-N",
+    "2",
+    "--nodes",
+    "--gres",
+    "gpu:8",
+    "-H",
+    "-n",
+    "--nod",
+    "=",
+    "\n",
+    "\r",
+    "#SBATCH",
+    "--reservation",
+    "x",
+    "--comment",
+    "--",
+    "-",
+    "-x",
+    "node[1-2]",
+    "--exclusive",
+    "-k",
+    "--wrap",
+    "$(id)",
+    "'",
+    '"',
+    " ",
+    "\x00",
+    "--sig",
+    "B:USR1@1",
+    "-vv",
+    "--export=A=B",
+]
 item = st.lists(st.one_of(st.sampled_from(HOSTILE), st.text(max_size=6)), min_size=1, max_size=4).map("".join)
 
 
@@ -155,20 +220,26 @@ def test_every_float_in_the_site_config_refuses_nan_and_infinity(tmp_path, bad):
     assert not accepted, f"{bad} accepted for {accepted}"
 
 
-@pytest.mark.parametrize("doc", [
-    "health:\n  escalation:\n    exit_signals: [-9]\n",
-    "health:\n  escalation:\n    exit_codes: [-1]\n",
-    "health:\n  thresholds:\n    H100: {power_warn_w: -5}\n",
-    "health:\n  thresholds:\n    H100: {temperature_fail_c: -1}\n",
-    "sweep:\n  pairs:\n    min_busbw_gbps: -1\n",
-    "health:\n  checks:\n    disk_space:\n      paths: {/tmp: {min_free_gb: .nan}}\n",
-])
+@pytest.mark.parametrize(
+    "doc",
+    [
+        "health:\n  escalation:\n    exit_signals: [-9]\n",
+        "health:\n  escalation:\n    exit_codes: [-1]\n",
+        "health:\n  thresholds:\n    H100: {power_warn_w: -5}\n",
+        "health:\n  thresholds:\n    H100: {temperature_fail_c: -1}\n",
+        "sweep:\n  pairs:\n    min_busbw_gbps: -1\n",
+        "health:\n  checks:\n    disk_space:\n      paths: {/tmp: {min_free_gb: .nan}}\n",
+    ],
+)
 def test_meaningless_values_are_refused_by_config_validate(tmp_path, doc):
     cfg = tmp_path / "c.yaml"
     cfg.write_text(doc)
-    res = subprocess.run([sys.executable, "-m", "slurmkit.cli.main", "config", "validate", "--config",
-                          str(cfg),
-                          "--quiet"], capture_output=True, text=True, timeout=60)
+    res = subprocess.run(
+        [sys.executable, "-m", "slurmkit.cli.main", "config", "validate", "--config", str(cfg), "--quiet"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert res.returncode == 2, res.stdout + res.stderr
     assert res.stderr.count("\n") == 1 and "Traceback" not in res.stderr
 
@@ -177,12 +248,14 @@ def _fake_scontrol(tmp_path: Path) -> Path:
     bindir = tmp_path / "fakebin"
     bindir.mkdir(exist_ok=True)
     script = bindir / "scontrol"
-    script.write_text(textwrap.dedent(f"""\
+    script.write_text(
+        textwrap.dedent(f"""\
         #!{sys.executable}
         import json, sys
         with open({str(tmp_path / "scontrol-calls.jsonl")!r}, "a") as fh:
             fh.write(json.dumps(sys.argv[1:]) + "\\n")
-        """))
+        """)
+    )
     script.chmod(0o755)
     return bindir
 
@@ -203,9 +276,14 @@ def test_a_nan_check_timeout_does_not_drain_a_healthy_node(tmp_path):
     (tmp_path / "gpu" / "node1.yaml").write_text(healthy)
     cfg = tmp_path / "slurmkit.yaml"
     cfg.write_text(yaml.safe_dump(data).replace("'@@'", ".nan"))
-    env = {"SLURMKIT_CONFIG": str(cfg), "SLURMD_NODENAME": "node1", "SLURM_JOB_ID": "9302",
-           "SLURM_JOB_UID": "0",
-           "SLURM_JOB_USER": "root", "SLURM_JOB_GPUS": "0,1"}
+    env = {
+        "SLURMKIT_CONFIG": str(cfg),
+        "SLURMD_NODENAME": "node1",
+        "SLURM_JOB_ID": "9302",
+        "SLURM_JOB_UID": "0",
+        "SLURM_JOB_USER": "root",
+        "SLURM_JOB_GPUS": "0,1",
+    }
     res = subprocess.run([sys.executable, PROLOG], env=env, capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
     assert not _drains(tmp_path), f"a NaN timeout drained a healthy node: {_drains(tmp_path)}"
@@ -216,8 +294,13 @@ def test_a_nan_check_timeout_does_not_drain_a_healthy_node(tmp_path):
 
 
 def _ssubmit_dry(path: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "slurmkit.cli.ssubmit", str(path), "--dry-run"],
-                          capture_output=True, text=True, timeout=60, cwd=str(path.parent))
+    return subprocess.run(
+        [sys.executable, "-m", "slurmkit.cli.ssubmit", str(path), "--dry-run"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=str(path.parent),
+    )
 
 
 @pytest.mark.parametrize("kind", ["huge", "deep", "deep_map", "laughs", "nul"])
@@ -235,7 +318,7 @@ def test_hostile_spec_files_give_exit_2_and_one_line(tmp_path, kind):
             text += f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]\n"
         spec.write_text("script: /t.py\n" + text)
     else:
-        spec.write_bytes(b"script: /t.py\nname: \"a\x00b\"\n")
+        spec.write_bytes(b'script: /t.py\nname: "a\x00b"\n')
     t0 = time.monotonic()
     res = _ssubmit_dry(spec)
     assert res.returncode == 2, (res.returncode, res.stderr[-500:])
@@ -245,12 +328,34 @@ def test_hostile_spec_files_give_exit_2_and_one_line(tmp_path, kind):
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(text=st.text(st.characters(blacklist_categories=("Cs",)), max_size=200)
-       | st.lists(st.sampled_from(["[", "]", "{", "}", "&a ", "*a", ":", "- ", "\n", "  ",
-                                   "!!python/object:os.system",
-                                   ".nan", "-.inf", "\x00", "script: /t.py\n", "extra_sbatch: [", "-N2",
-                                   "!!binary"]),
-                  max_size=60).map("".join))
+@given(
+    text=st.text(st.characters(blacklist_categories=("Cs",)), max_size=200)
+    | st.lists(
+        st.sampled_from(
+            [
+                "[",
+                "]",
+                "{",
+                "}",
+                "&a ",
+                "*a",
+                ":",
+                "- ",
+                "\n",
+                "  ",
+                "!!python/object:os.system",
+                ".nan",
+                "-.inf",
+                "\x00",
+                "script: /t.py\n",
+                "extra_sbatch: [",
+                "-N2",
+                "!!binary",
+            ]
+        ),
+        max_size=60,
+    ).map("".join)
+)
 def test_any_spec_text_is_accepted_or_refused_with_a_config_error(text):
     """Random and hostile spec text: parsing plus validation raises nothing but ConfigError."""
     try:
@@ -267,9 +372,12 @@ def test_any_spec_text_is_accepted_or_refused_with_a_config_error(text):
 def test_config_validate_rejects_a_missing_xid_table(tmp_path):
     cfg = tmp_path / "c.yaml"
     cfg.write_text("health:\n  checks:\n    xid:\n      table: /etc/slurmkit/xid-actoins.yaml\n")
-    res = subprocess.run([sys.executable, "-m", "slurmkit.cli.main", "config", "validate", "--config",
-                          str(cfg),
-                          "--quiet"], capture_output=True, text=True, timeout=60)
+    res = subprocess.run(
+        [sys.executable, "-m", "slurmkit.cli.main", "config", "validate", "--config", str(cfg), "--quiet"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert res.returncode == 2, res.stdout + res.stderr
     assert "health.checks.xid.table" in res.stderr and "xid-actoins.yaml" in res.stderr
     assert f"{cfg}:4:" in res.stderr
@@ -288,14 +396,17 @@ def test_a_mistyped_xid_table_is_reported_on_every_run_and_xid_79_still_fails(tm
     xid = [r for r in rec["results"] if r["check"] == "xid"][0]
     assert xid["status"] == "unknown" and xid["code"] == "CONFIG_ERROR", xid
     prom = "".join(p.read_text() for p in (quiet / "metrics").glob("*.prom"))
-    assert any(line.startswith("slurmkit_health_internal_error{") and line.split()[-1] in ("1", "1.0")
-               for line in prom.splitlines()), prom
+    assert any(
+        line.startswith("slurmkit_health_internal_error{") and line.split()[-1] in ("1", "1.0")
+        for line in prom.splitlines()
+    ), prom
     # 2) an Xid 79 arrives: judged with the packaged table, FAIL and drain, not lost
     loud = tmp_path / "loud"
     loud.mkdir()
     data2 = site_dict(loud, {"checks": {"xid": {"table": str(tmp_path / "xid-actoins.yaml")}}})
-    res = _prolog_with(loud, data2, [{"xid": 79, "gpu": 1, "timestamp": time.time(),
-                                      "message": "fell off the bus"}])
+    res = _prolog_with(
+        loud, data2, [{"xid": 79, "gpu": 1, "timestamp": time.time(), "message": "fell off the bus"}]
+    )
     assert res.returncode != 0, res.stderr
     assert [c for c in _drains(loud) if any("XID_79" in a for a in c)], _drains(loud)
 
@@ -312,7 +423,12 @@ def _prolog_with(base: Path, data: dict, xid_events=None) -> subprocess.Complete
     data["slurm"] = {"bin_dir": str(_fake_scontrol(base))}
     cfg = base / "slurmkit.yaml"
     cfg.write_text(yaml.safe_dump(data))
-    env = {"SLURMKIT_CONFIG": str(cfg), "SLURMD_NODENAME": "node1", "SLURM_JOB_ID": "9303",
-           "SLURM_JOB_UID": "0",
-           "SLURM_JOB_USER": "root", "SLURM_JOB_GPUS": "0,1"}
+    env = {
+        "SLURMKIT_CONFIG": str(cfg),
+        "SLURMD_NODENAME": "node1",
+        "SLURM_JOB_ID": "9303",
+        "SLURM_JOB_UID": "0",
+        "SLURM_JOB_USER": "root",
+        "SLURM_JOB_GPUS": "0,1",
+    }
     return subprocess.run([sys.executable, PROLOG], env=env, capture_output=True, text=True, timeout=120)

@@ -41,10 +41,19 @@ def _alive(pid: int) -> bool:
 
 def _spawn(user: str, argv, env=None) -> subprocess.Popen:
     """``argv`` as ``user`` in a session of its own (no slurmstepd, no job cgroup)."""
-    full = ["runuser", "-u", user, "--", "/usr/bin/env", "-i", *[f"{k}={v}" for k, v in (env or {}).items()],
-            *argv]
-    return subprocess.Popen(full, start_new_session=True, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    full = [
+        "runuser",
+        "-u",
+        user,
+        "--",
+        "/usr/bin/env",
+        "-i",
+        *[f"{k}={v}" for k, v in (env or {}).items()],
+        *argv,
+    ]
+    return subprocess.Popen(
+        full, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
 
 
 def _child_pid(parent: subprocess.Popen, comm: str, timeout: float = 10) -> int:
@@ -86,9 +95,15 @@ def test_epilog_does_not_kill_another_users_process_on_the_jobs_gpus(unprivilege
         _gpu_fixture(tmp_path, [{"pid": vpid, "used_mib": 1}])
         cfg = tmp_path / "slurmkit.yaml"
         cfg.write_text(yaml.safe_dump(site_dict(tmp_path, {"kill_grace": 0.5, "clean_dev_shm": False})))
-        env = {"SLURMKIT_CONFIG": str(cfg), "SLURMD_NODENAME": "node1", "SLURM_JOB_ID": "8001",
-               "SLURM_JOB_UID": str(pwd.getpwnam(attacker).pw_uid), "SLURM_JOB_USER": attacker,
-               "SLURM_JOB_GPUS": "0,1", "SLURM_JOB_EXIT_CODE2": "0:0"}
+        env = {
+            "SLURMKIT_CONFIG": str(cfg),
+            "SLURMD_NODENAME": "node1",
+            "SLURM_JOB_ID": "8001",
+            "SLURM_JOB_UID": str(pwd.getpwnam(attacker).pw_uid),
+            "SLURM_JOB_USER": attacker,
+            "SLURM_JOB_GPUS": "0,1",
+            "SLURM_JOB_EXIT_CODE2": "0:0",
+        }
         res = subprocess.run([sys.executable, EPILOG], env=env, capture_output=True, text=True, timeout=120)
         assert res.returncode == 0, res.stderr
         time.sleep(0.3)
@@ -113,8 +128,9 @@ def test_kill_leaks_kills_a_leak_that_fakes_a_running_jobs_id(unprivileged_users
         h = defaults(SITE_SCHEMA)
         h["kill_grace"] = 0.5
         paths = {"log_dir": str(tmp_path / "log"), "metrics_dir": str(tmp_path / "metrics")}
-        rep = leaks.kill_leaks(h, paths, "node1", dry_run=False, running={"9001"},
-                               backend=SimulatedBackend(str(path)))
+        rep = leaks.kill_leaks(
+            h, paths, "node1", dry_run=False, running={"9001"}, backend=SimulatedBackend(str(path))
+        )
         assert [lk["pid"] for lk in rep["leaks"]] == [lpid], rep["spared"]
         time.sleep(0.2)
         assert not _alive(lpid)
@@ -185,15 +201,19 @@ def test_victims_job_survives_the_attackers_epilog_on_a_shared_node(devcluster, 
     attacker, victim = unprivileged_users
     _associate(dc, attacker, victim)
     marker = dropbox / "victim.pid"
-    vjob = dc.submit(f"#!/bin/sh\nsleep 300 &\necho $! > {marker}\nwait\n",
-                     ["-w", "node1", "--gres=gpu:1", "--output=/dev/null"], user=victim)
+    vjob = dc.submit(
+        f"#!/bin/sh\nsleep 300 &\necho $! > {marker}\nwait\n",
+        ["-w", "node1", "--gres=gpu:1", "--output=/dev/null"],
+        user=victim,
+    )
     fixture = dc.gpu_fixture("node1")
     original = fixture.read_text()
     ajob = None
     try:
         vpid = int(_wait(lambda: marker.read_text().strip() if marker.exists() else None, 60, "victim pid"))
-        ajob = dc.submit("#!/bin/sh\nsleep 6\n", ["-w", "node1", "--gres=gpu:1", "--output=/dev/null"],
-                         user=attacker)
+        ajob = dc.submit(
+            "#!/bin/sh\nsleep 6\n", ["-w", "node1", "--gres=gpu:1", "--output=/dev/null"], user=attacker
+        )
         _wait(lambda: _job_state(dc, ajob) == "RUNNING", 60, "the attacker's job to run")
         # RUNNING is shown while the prolog (PrologFlags=Alloc) still runs: wait for its verdict,
         # or it would see the victim's process as a leftover on the GPU and drain the node.
@@ -227,8 +247,11 @@ def test_leak_with_a_forged_slurm_job_id_is_still_killed(devcluster, unprivilege
     attacker, victim = unprivileged_users
     _associate(dc, victim)
     marker = dropbox / "victim.pid"
-    vjob = dc.submit(f"#!/bin/sh\nsleep 300 &\necho $! > {marker}\nwait\n",
-                     ["-w", "node1", "--output=/dev/null"], user=victim)
+    vjob = dc.submit(
+        f"#!/bin/sh\nsleep 300 &\necho $! > {marker}\nwait\n",
+        ["-w", "node1", "--output=/dev/null"],
+        user=victim,
+    )
     leak = None
     node = f"sktest{os.getpid()}"
     fixture = dc.gpu_fixture(node)
@@ -242,8 +265,13 @@ def test_leak_with_a_forged_slurm_job_id_is_still_killed(devcluster, unprivilege
         data["gpus"][1]["processes"] = [{"pid": vpid, "used_mib": 80000}]
         _write_atomic(fixture, yaml.safe_dump(data))
         env = dict(dc.env, SLURMKIT_CONFIG=str(dc.config_path))
-        res = subprocess.run([*SLURMKIT, "kill-leaks", "--node", node, "--json"], env=env,
-                             capture_output=True, text=True, timeout=120)
+        res = subprocess.run(
+            [*SLURMKIT, "kill-leaks", "--node", node, "--json"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert res.returncode in (0, 1, 2), res.stderr
         rep = json.loads(res.stdout)
         time.sleep(0.3)
@@ -283,8 +311,9 @@ def test_kill_leaks_is_not_fooled_by_a_users_own_slurmstepd(unprivileged_users, 
         h = defaults(SITE_SCHEMA)
         h["kill_grace"] = 0.5
         paths = {"log_dir": str(tmp_path / "log"), "metrics_dir": str(tmp_path / "metrics")}
-        rep = leaks.kill_leaks(h, paths, "node1", dry_run=False, running=set(),
-                               backend=SimulatedBackend(str(path)))
+        rep = leaks.kill_leaks(
+            h, paths, "node1", dry_run=False, running=set(), backend=SimulatedBackend(str(path))
+        )
         assert lpid in [lk["pid"] for lk in rep["leaks"]], rep["spared"]
     finally:
         stepd.kill()
@@ -309,13 +338,17 @@ SlurmctldPort           = 6817
 Cgroup Support Configuration:
 ConstrainDevices        = no
 """
-SHOW_CONFIG_CGROUP = SHOW_CONFIG_LINUXPROC.replace("proctrack/linuxproc", "proctrack/cgroup").replace(
-    "task/none", "task/affinity,task/cgroup").replace("ConstrainDevices        = no",
-                                                      "ConstrainDevices        = yes")
+SHOW_CONFIG_CGROUP = (
+    SHOW_CONFIG_LINUXPROC.replace("proctrack/linuxproc", "proctrack/cgroup")
+    .replace("task/none", "task/affinity,task/cgroup")
+    .replace("ConstrainDevices        = no", "ConstrainDevices        = yes")
+)
 
 
-@pytest.mark.parametrize("text,warned", [(SHOW_CONFIG_LINUXPROC, 3), (SHOW_CONFIG_CGROUP, 0),
-                                         ("ProctrackType = proctrack/cgroup\n", 2)])
+@pytest.mark.parametrize(
+    "text,warned",
+    [(SHOW_CONFIG_LINUXPROC, 3), (SHOW_CONFIG_CGROUP, 0), ("ProctrackType = proctrack/cgroup\n", 2)],
+)
 def test_config_validate_warns_once_per_missing_slurm_setting(tmp_path, text, warned):
     """Canned ``scontrol show config`` output through the runner (parsing only; the devcluster
     test below reads the real one)."""
@@ -339,8 +372,9 @@ def test_config_validate_warns_once_per_missing_slurm_setting(tmp_path, text, wa
     warnings = [line for line in res.output.splitlines() if "warning:" in line]
     assert len(warnings) == warned, res.output
     if warned == 3:
-        assert all(any(name in w for w in warnings) for name in ("ProctrackType", "TaskPlugin",
-                                                                 "ConstrainDevices"))
+        assert all(
+            any(name in w for w in warnings) for name in ("ProctrackType", "TaskPlugin", "ConstrainDevices")
+        )
 
 
 @pytest.mark.devcluster
@@ -348,8 +382,9 @@ def test_config_validate_warns_on_the_devclusters_settings(devcluster):
     """The devcluster runs proctrack/linuxproc and task/none (its fake GPUs share /dev/null's
     device numbers, so it cannot constrain devices): the real scontrol output must warn."""
     env = dict(devcluster.env, SLURMKIT_CONFIG=str(devcluster.config_path))
-    res = subprocess.run([*SLURMKIT, "config", "validate"], env=env, capture_output=True, text=True,
-                         timeout=60)
+    res = subprocess.run(
+        [*SLURMKIT, "config", "validate"], env=env, capture_output=True, text=True, timeout=60
+    )
     assert res.returncode == 0, res.stderr
     for name in ("ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none", "ConstrainDevices"):
         assert name in res.stderr, res.stderr

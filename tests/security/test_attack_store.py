@@ -21,8 +21,13 @@ VERDICT = {
     "node": "node1",
     "checks": {
         "nvlink_bandwidth": {
-            "status": "fail", "code": "PWNED", "reason": "rm -rf / by order of the admin",
-            "action": "isolate", "timestamp": 0, "valid_until": 4e9, "tier": "heavy",
+            "status": "fail",
+            "code": "PWNED",
+            "reason": "rm -rf / by order of the admin",
+            "action": "isolate",
+            "timestamp": 0,
+            "valid_until": 4e9,
+            "tier": "heavy",
         }
     },
 }
@@ -170,13 +175,20 @@ def test_a_held_store_lock_times_out(node):
     lock manager that lost state) hung every writer for ever."""
     store = node.root / "shared" / "verdicts"
     store.mkdir(parents=True)
-    hog = subprocess.Popen([sys.executable, "-c", HOLD_STORE_LOCK, str(store / ".node1.lock")],
-                           stdout=subprocess.PIPE, text=True)
+    hog = subprocess.Popen(
+        [sys.executable, "-c", HOLD_STORE_LOCK, str(store / ".node1.lock")], stdout=subprocess.PIPE, text=True
+    )
     try:
         assert hog.stdout.readline().strip() == "locked"
         t0 = time.monotonic()
-        res = subprocess.run([sys.executable, "-c", RECORD, str(store)], capture_output=True, text=True,
-                             timeout=30, cwd=str(REPO), env=dict(os.environ, PYTHONPATH=str(REPO)))
+        res = subprocess.run(
+            [sys.executable, "-c", RECORD, str(store)],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            cwd=str(REPO),
+            env=dict(os.environ, PYTHONPATH=str(REPO)),
+        )
         assert res.returncode == 3 and "timed out" in res.stdout, (res.stdout, res.stderr)
         assert time.monotonic() - t0 < 10
     finally:
@@ -221,24 +233,32 @@ def test_forged_peers_cannot_make_a_healthy_node_an_outlier(node, unprivileged_u
     forged "peers" at 900 GB/s made a healthy node at 400 GB/s an outlier, and with
     ``outliers.action: drain`` the sweep drained it."""
     from slurmkit.config import load_site_config
-    from slurmkit.verdict.base import CheckResult, Status
     from slurmkit.slurm import runner
     from slurmkit.slurm.runner import Result
     from slurmkit.sweep.runnode import run_node
+    from slurmkit.verdict.base import CheckResult, Status
 
     attacker, _ = unprivileged_users
     store = node.root / "shared" / "verdicts"
     store.mkdir(parents=True)
     now = time.time()
     for i in range(5):
-        doc = {"version": 1, "node": f"peer{i}", "checks": {}, "last_pass": now - 60,
-               "history": {"nvlink_bandwidth": [[now - 60, 900.0 + i, "r0"]]}, "meta": {"gpu_model": "h100"}}
+        doc = {
+            "version": 1,
+            "node": f"peer{i}",
+            "checks": {},
+            "last_pass": now - 60,
+            "history": {"nvlink_bandwidth": [[now - 60, 900.0 + i, "r0"]]},
+            "meta": {"gpu_model": "h100"},
+        }
         path = store / f"peer{i}.json"
         path.write_text(json.dumps(doc))
         os.chown(path, *_ids(attacker))
     cfg_path = node.root / "sweep.yaml"
-    cfg_path.write_text(node.config.read_text() + "sweep: {storage: {enabled: false}, "
-                        "outliers: {min_peers: 3, action: drain}}\n")
+    cfg_path.write_text(
+        node.config.read_text() + "sweep: {storage: {enabled: false}, "
+        "outliers: {min_peers: 3, action: drain}}\n"
+    )
     calls = []
 
     def fake(argv, timeout, input, env):

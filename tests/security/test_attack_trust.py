@@ -13,7 +13,6 @@ import stat
 import time
 
 import pytest
-
 from attack_helpers import as_user, spawn_as_user
 
 HOLD_EVERY_LOCK = r"""
@@ -37,8 +36,9 @@ def test_a_user_cannot_hold_the_xid_lock_to_turn_an_xid_79_into_a_pass(node, unp
     timed out on the lock and an Xid 79 read `unknown, exit 0`."""
     attacker, _ = unprivileged_users
     assert node.hook("prolog").returncode == 0  # first job: creates the state files
-    hog = spawn_as_user(attacker, HOLD_EVERY_LOCK, node.paths["state_dir"] + "/*",
-                        node.paths["log_dir"] + "/*")
+    hog = spawn_as_user(
+        attacker, HOLD_EVERY_LOCK, node.paths["state_dir"] + "/*", node.paths["log_dir"] + "/*"
+    )
     try:
         ready = hog.stdout.readline()
         assert ready.startswith("held"), hog.stderr.read() if hog.poll() is not None else ready
@@ -57,8 +57,13 @@ def test_no_lock_or_state_file_is_lockable_by_a_user(node, unprivileged_users):
     node.add_xid(79)
     assert node.hook("prolog").returncode == 1
     # every state file, and every lock (the logs themselves are world-readable on purpose)
-    res = as_user(attacker, HOLD_EVERY_LOCK.replace("time.sleep(120)", ""), node.paths["state_dir"] + "/*",
-                  node.paths["state_dir"] + "/.*", node.paths["log_dir"] + "/*.lock")
+    res = as_user(
+        attacker,
+        HOLD_EVERY_LOCK.replace("time.sleep(120)", ""),
+        node.paths["state_dir"] + "/*",
+        node.paths["state_dir"] + "/.*",
+        node.paths["log_dir"] + "/*.lock",
+    )
     held = res.stdout.split()
     assert held[:2] == ["held", "0"], (res.stdout, res.stderr)
     for name in os.listdir(node.paths["state_dir"]):
@@ -75,8 +80,10 @@ def test_a_forged_cursor_in_a_user_writable_state_dir_is_ignored(node, unprivile
     state.mkdir()
     os.chmod(state, 0o1777)
     node.write_config(state_dir=str(state))
-    forge = ("import json, sys; json.dump({'last_timestamp': 1e12, 'events_seen': 0}, "
-             "open(sys.argv[1] + '/xid-cursor.node1.json', 'w'))")
+    forge = (
+        "import json, sys; json.dump({'last_timestamp': 1e12, 'events_seen': 0}, "
+        "open(sys.argv[1] + '/xid-cursor.node1.json', 'w'))"
+    )
     res = as_user(attacker, forge, str(state))
     assert res.returncode == 0, res.stderr
     node.add_xid(79)
@@ -128,8 +135,10 @@ def test_predictable_mount_write_test_names_cannot_be_pre_created(node, unprivil
     mnt = tmpfs(node.root / "scratch", size="1m")
     os.chmod(mnt, 0o1777)
     me = os.getpid()
-    squat = ("import sys\nfor pid in range(int(sys.argv[2]) - 5, int(sys.argv[2]) + 50):\n"
-             "    open(f'{sys.argv[1]}/.slurmkit-write-test.{pid}', 'w')")
+    squat = (
+        "import sys\nfor pid in range(int(sys.argv[2]) - 5, int(sys.argv[2]) + 50):\n"
+        "    open(f'{sys.argv[1]}/.slurmkit-write-test.{pid}', 'w')"
+    )
     res = as_user(attacker, squat, str(mnt), str(me))
     assert res.returncode == 0, res.stderr
     r = check_mounts(None, {"required": [str(mnt)], "write_test": True})

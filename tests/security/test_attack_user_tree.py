@@ -19,7 +19,6 @@ import time
 import uuid
 from pathlib import Path
 
-import pytest
 import yaml
 
 from tests.health.conftest import REPO, site_dict
@@ -52,8 +51,9 @@ while True:
 
 
 def _as_user(user: str, argv, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run(["runuser", "-u", user, "--", *argv], capture_output=True, text=True, timeout=60,
-                          **kw)
+    return subprocess.run(
+        ["runuser", "-u", user, "--", *argv], capture_output=True, text=True, timeout=60, **kw
+    )
 
 
 def _run_epilog(config: Path, uid: int, user: str) -> subprocess.CompletedProcess:
@@ -90,12 +90,27 @@ def test_symlink_swap_in_dev_shm_cannot_make_the_epilog_delete_roots_files(unpri
     lost = []
     try:
         for _ in range(ROUNDS):
-            setup = "import os,sys\nt,n=sys.argv[1],int(sys.argv[2])\nos.mkdir(t)\n" \
-                    "[os.mkdir(f'{t}/d{i}') for i in range(n)]\n"
+            setup = (
+                "import os,sys\nt,n=sys.argv[1],int(sys.argv[2])\nos.mkdir(t)\n"
+                "[os.mkdir(f'{t}/d{i}') for i in range(n)]\n"
+            )
             res = _as_user(attacker, ["/usr/bin/python3", "-c", setup, top, str(SUBDIRS)])
             assert res.returncode == 0, res.stderr
-            racer = subprocess.Popen(["runuser", "-u", attacker, "--", "/usr/bin/python3", "-c", RACER,
-                                      top, str(precious), str(SUBDIRS)], start_new_session=True)
+            racer = subprocess.Popen(
+                [
+                    "runuser",
+                    "-u",
+                    attacker,
+                    "--",
+                    "/usr/bin/python3",
+                    "-c",
+                    RACER,
+                    top,
+                    str(precious),
+                    str(SUBDIRS),
+                ],
+                start_new_session=True,
+            )
             try:
                 time.sleep(0.3)
                 res = _run_epilog(config, uid, attacker)
@@ -124,9 +139,11 @@ def test_dev_shm_cleanup_still_removes_the_users_own_tree(unprivileged_users, tm
     precious.mkdir()
     (precious / "keep").write_text("x")
     top = f"/dev/shm/sk-own-{uuid.uuid4().hex[:8]}"
-    make = ("import os,sys\nt,v=sys.argv[1],sys.argv[2]\nos.makedirs(t+'/a/b/c')\n"
-            "open(t+'/a/b/c/f','w').write('x')\nopen(t+'/a/g','w').write('x')\nos.symlink(v, t+'/a/link')\n"
-            "os.symlink(v, t+'-toplink')\n")
+    make = (
+        "import os,sys\nt,v=sys.argv[1],sys.argv[2]\nos.makedirs(t+'/a/b/c')\n"
+        "open(t+'/a/b/c/f','w').write('x')\nopen(t+'/a/g','w').write('x')\nos.symlink(v, t+'/a/link')\n"
+        "os.symlink(v, t+'-toplink')\n"
+    )
     res = _as_user(attacker, ["/usr/bin/python3", "-c", make, top, str(precious)])
     assert res.returncode == 0, res.stderr
     try:

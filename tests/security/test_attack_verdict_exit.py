@@ -42,8 +42,10 @@ def test_a_user_locking_the_health_log_cannot_make_the_watchdog_pass_a_fail(node
     node.health["prolog_deadline"] = 2.0
     node.write_config()
     assert node.hook("prolog").returncode == 0  # creates the log
-    hold = ("import fcntl, os, sys, time\nfd = os.open(sys.argv[1], os.O_RDONLY)\n"
-            "fcntl.flock(fd, fcntl.LOCK_EX)\nprint('locked', flush=True)\ntime.sleep(60)")
+    hold = (
+        "import fcntl, os, sys, time\nfd = os.open(sys.argv[1], os.O_RDONLY)\n"
+        "fcntl.flock(fd, fcntl.LOCK_EX)\nprint('locked', flush=True)\ntime.sleep(60)"
+    )
     hog = spawn_as_user(attacker, hold, os.path.join(node.paths["log_dir"], "health.jsonl"))
     try:
         assert hog.stdout.readline().strip() == "locked", hog.stderr.read()
@@ -102,10 +104,10 @@ def test_the_sweep_drains_before_it_records_into_a_full_store(node, tmpfs):
     """Old: `store.record` raised ENOSPC before the drain: a node the sweep found broken
     stayed in service."""
     from slurmkit.config import load_site_config
-    from slurmkit.verdict.base import Action, CheckResult, Status
     from slurmkit.slurm import runner
     from slurmkit.slurm.runner import Result
     from slurmkit.sweep.runnode import run_node
+    from slurmkit.verdict.base import Action, CheckResult, Status
 
     store = tmpfs(node.root / "store", size="64k")
     node.paths["shared_dir"] = str(store)

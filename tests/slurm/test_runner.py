@@ -33,7 +33,10 @@ def test_missing_binary():
 
 def test_slurm_failures_are_slurm_errors(monkeypatch):
     def fake(argv, timeout, input, env):
-        return runner.Result(list(argv), 1, "", "sbatch: error: Batch job submission failed: Invalid account\n", 0.01)
+        return runner.Result(
+            list(argv), 1, "", "sbatch: error: Batch job submission failed: Invalid account\n", 0.01
+        )
+
     prev = runner.set_runner(fake)
     try:
         with pytest.raises(SlurmCommandError, match="Invalid account") as exc:
@@ -44,7 +47,9 @@ def test_slurm_failures_are_slurm_errors(monkeypatch):
 
 
 def test_unparsable_sbatch_output_is_reported(monkeypatch):
-    prev = runner.set_runner(lambda argv, t, i, e: runner.Result(list(argv), 0, "Submitted batch job\n", "", 0))
+    prev = runner.set_runner(
+        lambda argv, t, i, e: runner.Result(list(argv), 0, "Submitted batch job\n", "", 0)
+    )
     try:
         with pytest.raises(SlurmCommandError, match="could not make sense of sbatch output"):
             client.submit("#!/bin/sh\n")
@@ -55,7 +60,8 @@ def test_unparsable_sbatch_output_is_reported(monkeypatch):
 def test_scontrol_record_with_spaces_in_values():
     rec = client.parse_scontrol_record(
         "NodeName=node2 Arch=x86_64 State=IDLE+DRAIN Reason=slurmkit:GPU_ECC gpu_ecc: GPU 3 has 2 DBE "
-        "[root@2026-11-29T14:00:00] Comment=(null)")
+        "[root@2026-11-29T14:00:00] Comment=(null)"
+    )
     assert rec["NodeName"] == "node2"
     assert rec["Reason"] == "slurmkit:GPU_ECC gpu_ecc: GPU 3 has 2 DBE [root@2026-11-29T14:00:00]"
     assert rec["Comment"] == "(null)"

@@ -50,10 +50,11 @@ def write_spec(tmp_path):  # re-exported by conftest.py
         p = tmp_path / name
         p.write_text(text)
         return p
+
     return write
 
 
-STUB_PYTHON = r'''#!/bin/bash
+STUB_PYTHON = r"""#!/bin/bash
 # Stands in for the job's python: records what torchrun would get, runs node-launch's command.
 case "$1 $2 $3" in
   "-m slurmkit.submit.jobside resolve-head") echo 10.0.0.1; exit 0 ;;
@@ -64,7 +65,7 @@ case "$1 $2 $3" in
     printf '%s\0' "$@" > "$SK_TEST_OUT/torchrun.argv"; env -0 > "$SK_TEST_OUT/env"; exit 0 ;;
 esac
 echo "stub python: unexpected call: $*" >&2; exit 99
-'''
+"""
 STUB_SCONTROL = '#!/bin/bash\nif [ "$1 $2" = "show hostnames" ]; then echo node1; fi\nexit 0\n'
 STUB_SRUN = '#!/bin/bash\nwhile [ "$#" -gt 0 ] && [ "${1#-}" != "$1" ]; do shift; done\nexec "$@"\n'
 
@@ -107,12 +108,26 @@ def run_with_stubs(script: str, tmp: Path, **_ignored) -> StubRun:
     for i, line in enumerate(lines):
         if line.startswith("SK_PYTHON="):
             import shlex
+
             lines[i] = f"SK_PYTHON={shlex.quote(str(bindir / 'python-stub'))}\n"
             break
-    env = {"PATH": f"{bindir}:{os.environ.get('PATH', '/usr/bin:/bin')}", "SLURM_JOB_ID": "4242",
-           "SLURM_JOB_NODELIST": "node1", "SLURM_JOB_NUM_NODES": "1", "TMPDIR": str(tmp),
-           "SK_TEST_OUT": str(out), "HOME": str(tmp)}
+    env = {
+        "PATH": f"{bindir}:{os.environ.get('PATH', '/usr/bin:/bin')}",
+        "SLURM_JOB_ID": "4242",
+        "SLURM_JOB_NODELIST": "node1",
+        "SLURM_JOB_NUM_NODES": "1",
+        "TMPDIR": str(tmp),
+        "SK_TEST_OUT": str(out),
+        "HOME": str(tmp),
+    }
     started = time.time()
-    proc = subprocess.run(["bash", "-s"], input="".join(lines), capture_output=True, text=True, env=env,
-                          cwd=str(tmp), timeout=60)
+    proc = subprocess.run(
+        ["bash", "-s"],
+        input="".join(lines),
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=str(tmp),
+        timeout=60,
+    )
     return StubRun(proc, out, started)

@@ -10,10 +10,10 @@ import types
 
 import pytest
 
-from slurmkit.verdict.base import CheckResult, Status
 from slurmkit.slurm import runner
 from slurmkit.slurm.runner import Result
 from slurmkit.submit import jobside
+from slurmkit.verdict.base import CheckResult, Status
 from slurmkit.verdict.store import VerdictStore
 
 
@@ -22,6 +22,7 @@ def fake_resolver(mapping):
         if host not in mapping:
             raise socket.gaierror(-2, "Name or service not known")
         return [(family, kind, 6, "", (addr, 0)) for addr in mapping[host]]
+
     return resolve
 
 
@@ -51,14 +52,18 @@ def test_resolve_head_refuses_localhost_even_if_it_resolves_to_a_cluster_address
 
 
 def test_resolve_head_command_exit_code(capsys, monkeypatch):
-    monkeypatch.setattr(jobside.socket, "getaddrinfo", fake_resolver({"n1": ["127.0.0.1"], "n2": ["10.1.1.2"]}))
+    monkeypatch.setattr(
+        jobside.socket, "getaddrinfo", fake_resolver({"n1": ["127.0.0.1"], "n2": ["10.1.1.2"]})
+    )
     assert jobside.main(["resolve-head", "n1"]) == 1
     assert "rendezvous host" in capsys.readouterr().err
     assert jobside.main(["resolve-head", "n2"]) == 0
     assert capsys.readouterr().out.strip() == "10.1.1.2"
 
 
-@pytest.mark.parametrize("remaining,cause", [(100, "timeout"), (170, "timeout"), (181, "preempt"), (3000, "preempt")])
+@pytest.mark.parametrize(
+    "remaining,cause", [(100, "timeout"), (170, "timeout"), (181, "preempt"), (3000, "preempt")]
+)
 def test_signal_cause(remaining, cause):
     assert jobside.signal_cause(remaining, 90, 3600) == cause
     assert jobside.signal_cause(remaining, 90, 0) == "preempt"  # unlimited: never a time limit
@@ -95,8 +100,15 @@ def fake_scontrol(monkeypatch):
 
 
 def requeue_args(tmp_path, **kw):
-    base = dict(job_id="77", state_dir=str(tmp_path), nodelist="node[1-2]", max_retries=2, max_node_failures=2,
-                verdict_root=None, no_requeue=False)
+    base = dict(
+        job_id="77",
+        state_dir=str(tmp_path),
+        nodelist="node[1-2]",
+        max_retries=2,
+        max_node_failures=2,
+        verdict_root=None,
+        no_requeue=False,
+    )
     base.update(kw)
     return argparse.Namespace(**base)
 
@@ -133,11 +145,11 @@ def test_signal_requeue_counts_causes_separately(tmp_path, fake_scontrol):
         ns = requeue_args(tmp_path, signal_remaining_s=remaining, grace_s=90, time_limit_s=3600)
         return jobside.cmd_requeue(ns)
 
-    assert call(60) == jobside.REQUEUED_EXIT       # time limit 1
-    assert call(3000) == jobside.REQUEUED_EXIT     # preemption 1
-    assert call(60) == jobside.REQUEUED_EXIT       # time limit 2
-    assert call(60) == 1                           # time limit 3 > max_retries 2
-    assert call(3000) == jobside.REQUEUED_EXIT     # preemption 2: its own budget
+    assert call(60) == jobside.REQUEUED_EXIT  # time limit 1
+    assert call(3000) == jobside.REQUEUED_EXIT  # preemption 1
+    assert call(60) == jobside.REQUEUED_EXIT  # time limit 2
+    assert call(60) == 1  # time limit 3 > max_retries 2
+    assert call(3000) == jobside.REQUEUED_EXIT  # preemption 2: its own budget
     state = json.loads((tmp_path / jobside.STATE_FILE).read_text())
     assert (state["timeout"], state["preempt"]) == (2, 2)
     assert [c for c in fake_scontrol.calls if c[0] == "requeue"] == [["requeue", "77"]] * 4
@@ -156,7 +168,9 @@ def write(path, data):
 
 
 def test_preflight_verdict_from_summary(tmp_path):
-    write(tmp_path / "preflight" / "summary.json", {"ok": False, "bad_nodes": {"node2": "slow"}, "message": "m"})
+    write(
+        tmp_path / "preflight" / "summary.json", {"ok": False, "bad_nodes": {"node2": "slow"}, "message": "m"}
+    )
     bad, msg, ok = jobside.preflight_verdict(str(tmp_path), ["node1", "node2"], 1)
     assert bad == {"node2": "slow"} and not ok
     write(tmp_path / "preflight" / "summary.json", {"ok": True, "message": "fine"})
@@ -169,7 +183,10 @@ def test_preflight_verdict_names_nodes_that_never_joined_or_started(tmp_path):
         write(p / f"launched.{n}.json", {"node": n})
     write(p / "rank.0.json", {"node": "node1", "rank": 0})
     bad, msg, ok = jobside.preflight_verdict(str(tmp_path), ["node1", "node2", "node3"], 1)
-    assert bad == {"node2": "it never joined the rendezvous", "node3": "the pre-flight step never started on it"}
+    assert bad == {
+        "node2": "it never joined the rendezvous",
+        "node3": "the pre-flight step never started on it",
+    }
     assert "node2: it never joined" in msg
 
 
@@ -199,9 +216,11 @@ def test_sweep_verdicts_add_failed_nodes(monkeypatch, tmp_path):
             assert root == "/shared"
 
         def node(self, name):
-            return {"node1": {"gpu_ecc": {"status": "fail", "reason": "ECC", "valid_until": 2e9}},
-                    "node2": {"gpu_ecc": {"status": "fail", "reason": "old", "valid_until": 1.0}},
-                    "node3": {"nvlink": {"status": "ok"}}}.get(name, {})
+            return {
+                "node1": {"gpu_ecc": {"status": "fail", "reason": "ECC", "valid_until": 2e9}},
+                "node2": {"gpu_ecc": {"status": "fail", "reason": "old", "valid_until": 1.0}},
+                "node3": {"nvlink": {"status": "ok"}},
+            }.get(name, {})
 
     mod = types.ModuleType("slurmkit.verdict.store")
     mod.VerdictStore = Store
@@ -219,8 +238,14 @@ def test_node_env_never_overrides_user_values(tmp_path, monkeypatch):
     monkeypatch.setenv("SLURMD_NODENAME", "node1")
     monkeypatch.setattr(jobside, "resolve_reachable", lambda host: ("10.77.0.11", ""))
     write(tmp_path / "fabric" / "node1.json", {"fabric": "infiniband", "ports": ["mlx5_0:1", "mlx5_1:1"]})
-    ns = argparse.Namespace(device="cpu", round_dir=str(tmp_path), fabric="auto", profiles_dir=None, hca="auto",
-                            socket_ifname="auto")
+    ns = argparse.Namespace(
+        device="cpu",
+        round_dir=str(tmp_path),
+        fabric="auto",
+        profiles_dir=None,
+        hca="auto",
+        socket_ifname="auto",
+    )
     ifs = {"lo": ["127.0.0.1"], "eth0": ["10.77.0.11"]}
     add, notes = jobside.node_env(ns, {"NCCL_IB_TIMEOUT": "19"}, "node1", if_addrs=ifs)
     assert add["NCCL_IB_HCA"] == "=mlx5_0:1,mlx5_1:1"
@@ -243,7 +268,10 @@ def test_finish_requeue_waits_for_pending_then_sets_excludes_and_releases(monkey
     prev = runner.set_runner(fake)
     monkeypatch.setattr(jobside.time, "sleep", lambda s: None)
     try:
-        assert jobside.main(["finish-requeue", "--job-id", "77", "--exclude", "node[1-2]", "--timeout", "30"]) == 0
+        assert (
+            jobside.main(["finish-requeue", "--job-id", "77", "--exclude", "node[1-2]", "--timeout", "30"])
+            == 0
+        )
     finally:
         runner.set_runner(prev)
     assert calls[-2:] == [["update", "JobId=77", "ExcNodeList=node[1-2]"], ["release", "77"]]
@@ -251,16 +279,24 @@ def test_finish_requeue_waits_for_pending_then_sets_excludes_and_releases(monkey
 
 def test_postmortem_verdict_reads_its_own_directory(tmp_path):
     write(tmp_path / "preflight" / "summary.json", {"ok": True, "message": "initial ok"})
-    write(tmp_path / "postmortem" / "summary.json", {"ok": False, "bad_nodes": {"node2": "slow"}, "message": "m"})
-    assert jobside.preflight_verdict(str(tmp_path), ["node1", "node2"], 1, "postmortem")[0] == {"node2": "slow"}
+    write(
+        tmp_path / "postmortem" / "summary.json",
+        {"ok": False, "bad_nodes": {"node2": "slow"}, "message": "m"},
+    )
+    assert jobside.preflight_verdict(str(tmp_path), ["node1", "node2"], 1, "postmortem")[0] == {
+        "node2": "slow"
+    }
     assert jobside.preflight_verdict(str(tmp_path), ["node1", "node2"], 0)[2] is True
 
 
 def test_real_sweep_store_failures_are_excluded(tmp_path):
     """Against the real VerdictStore."""
     store = VerdictStore(str(tmp_path))
-    store.record("node2", [CheckResult("nccl_allreduce", Status.FAIL, code="NCCL_SLOW", reason="busbw 80 < 350")],
-                 valid_for_s=3600)
+    store.record(
+        "node2",
+        [CheckResult("nccl_allreduce", Status.FAIL, code="NCCL_SLOW", reason="busbw 80 < 350")],
+        valid_for_s=3600,
+    )
     store.record("node1", [CheckResult("nccl_allreduce", Status.OK)], valid_for_s=3600)
     got = jobside.failed_verdict_nodes(str(tmp_path), ["node1", "node2", "node3"])
     assert list(got) == ["node2"] and "nccl_allreduce" in got["node2"]

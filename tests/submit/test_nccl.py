@@ -71,8 +71,11 @@ def test_down_and_slow_ports_are_problems(tmp_path):
 
 def test_roce_without_netdev_and_excluded_bond_are_skipped(tmp_path):
     roce = ("4: ACTIVE", "100 Gb/sec (4X EDR)", "Ethernet")
-    root = make_sysfs(tmp_path, {"mlx5_0": {1: roce}, "mlx5_1": {1: roce}, "mlx5_bond_0": {1: roce}},
-                      netdev=("mlx5_0", "mlx5_bond_0"))
+    root = make_sysfs(
+        tmp_path,
+        {"mlx5_0": {1: roce}, "mlx5_1": {1: roce}, "mlx5_bond_0": {1: roce}},
+        netdev=("mlx5_0", "mlx5_bond_0"),
+    )
     sel = nccl.select_hca_ports(nccl.detect_hca_ports(root), link_layer="Ethernet", exclude=["mlx5_bond_*"])
     assert sel.ports == ["mlx5_0:1"]
     assert any("without a net device" in w for w in sel.warnings)
@@ -101,10 +104,20 @@ def test_jobside_detect_summary_on_fixture_tree(tmp_path, monkeypatch):
 
 
 def test_nodes_that_disagree_are_named():
-    base = {"fabric": "infiniband", "ports": [f"mlx5_{i}:1" for i in range(8)], "rate_gbps": 400, "problems": []}
-    summaries = {"n1": dict(base), "n2": dict(base), "n3": dict(base, ports=base["ports"][:7]),
-                 "n4": dict(base, rate_gbps=200), "n5": dict(base, problems=["mlx5_0:1 is DOWN"]),
-                 "n6": dict(base, fabric="ethernet", ports=[])}
+    base = {
+        "fabric": "infiniband",
+        "ports": [f"mlx5_{i}:1" for i in range(8)],
+        "rate_gbps": 400,
+        "problems": [],
+    }
+    summaries = {
+        "n1": dict(base),
+        "n2": dict(base),
+        "n3": dict(base, ports=base["ports"][:7]),
+        "n4": dict(base, rate_gbps=200),
+        "n5": dict(base, problems=["mlx5_0:1 is DOWN"]),
+        "n6": dict(base, fabric="ethernet", ports=[]),
+    }
     bad = nccl.compare_nodes(summaries)
     assert set(bad) == {"n3", "n4", "n5", "n6"}
     assert "7 ACTIVE HCA ports while the other nodes have 8" in bad["n3"]
@@ -140,8 +153,14 @@ def test_profiles_are_data_with_source_material_values():
 
 
 def test_resolve_nccl_overrides_and_runtime():
-    spec = validate_spec({"script": "/t", "fabric": "infiniband", "gpus_per_node": 4,
-                          "nccl": {"ib_timeout": 20, "debug": "WARN", "env": {"NCCL_ALGO": "Ring"}}})
+    spec = validate_spec(
+        {
+            "script": "/t",
+            "fabric": "infiniband",
+            "gpus_per_node": 4,
+            "nccl": {"ib_timeout": 20, "debug": "WARN", "env": {"NCCL_ALGO": "Ring"}},
+        }
+    )
     r = nccl.resolve_nccl(spec)
     assert r["env"]["NCCL_IB_TIMEOUT"] == "20" and r["env"]["NCCL_DEBUG"] == "WARN"
     assert r["env"]["NCCL_ALGO"] == "Ring" and "NCCL_MIN_NCHANNELS" not in r["env"]  # < 8 GPUs

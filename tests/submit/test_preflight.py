@@ -7,8 +7,6 @@ import os
 import subprocess
 import sys
 
-import pytest
-
 from slurmkit.submit.preflight import blame_slow_pairs
 
 
@@ -23,10 +21,30 @@ def test_slow_node_is_the_one_in_only_slow_pairs():
 
 def run_preflight(tmp_path, *args, env=None):
     full = dict(os.environ, SLURMD_NODENAME="testnode", OMP_NUM_THREADS="1", **(env or {}))
-    return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                           "-m", "slurmkit.submit.preflight", "--size-mb", "1", "--iters", "2",
-                           "--timeout", "60", "--out-dir", str(tmp_path), *args],
-                          capture_output=True, text=True, timeout=120, env=full)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc_per_node=2",
+            "-m",
+            "slurmkit.submit.preflight",
+            "--size-mb",
+            "1",
+            "--iters",
+            "2",
+            "--timeout",
+            "60",
+            "--out-dir",
+            str(tmp_path),
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=full,
+    )
 
 
 def test_real_gloo_preflight_fails_below_floor_and_names_the_node(tmp_path):

@@ -30,8 +30,9 @@ def golden_text(rendered) -> str:
     repository is cloned (CI clones it elsewhere).
     """
     extra = "".join(f"# sbatch-argv: {a!r}\n" for a in rendered.sbatch_args)
-    text = rendered.script + ("\n# ---- sbatch command-line arguments (not part of the script)\n" + extra
-                              if extra else "")
+    text = rendered.script + (
+        "\n# ---- sbatch command-line arguments (not part of the script)\n" + extra if extra else ""
+    )
     return text.replace(str(REPO), "<repo>")
 
 
@@ -46,10 +47,13 @@ def test_golden(spec_name):
         golden.write_text(got)
     want = golden.read_text()
     if got != want:
-        diff = "".join(difflib.unified_diff(want.splitlines(True), got.splitlines(True),
-                                            str(golden), "rendered"))
-        pytest.fail(f"rendered script differs from {golden}:\n{diff}\nIf the change is intended, "
-                    f"regenerate: {REGENERATE}")
+        diff = "".join(
+            difflib.unified_diff(want.splitlines(True), got.splitlines(True), str(golden), "rendered")
+        )
+        pytest.fail(
+            f"rendered script differs from {golden}:\n{diff}\nIf the change is intended, "
+            f"regenerate: {REGENERATE}"
+        )
 
 
 @pytest.mark.parametrize("spec_name", SPEC_FILES)
@@ -140,15 +144,16 @@ def test_container_flags_go_on_srun():
 def test_hostile_name_goes_to_sbatch_argv_not_an_sbatch_line():
     _, rendered = render_file(SPECS / "hostile.yaml")
     assert not any(o.startswith("--job-name") for o in _sbatch(rendered.script))
-    name = "a'; echo pwned; $(touch /tmp/x) `id` \"q\""
+    name = 'a\'; echo pwned; $(touch /tmp/x) `id` "q"'
     assert f"--job-name={name}" in rendered.sbatch_args
     assert "# --job-name is passed on the sbatch command line" in rendered.script
     assert "--comment=a\n0" in rendered.sbatch_args
 
 
 def test_user_env_overrides_profile_values():
-    spec, rendered = render_dict({"script": "/t.py", "fabric": "infiniband",
-                                  "env": {"NCCL_IB_TIMEOUT": "18"}})
+    spec, rendered = render_dict(
+        {"script": "/t.py", "fabric": "infiniband", "env": {"NCCL_IB_TIMEOUT": "18"}}
+    )
     assert "export NCCL_IB_TIMEOUT=18" in rendered.script
     assert "export NCCL_IB_TIMEOUT=22" not in rendered.script
 
@@ -172,18 +177,26 @@ def test_strict_undefined_rejects_unknown_template_variables(tmp_path):
 def test_render_is_deterministic_across_processes():
     """Two interpreters with different hash seeds render every spec byte for byte the same
     (two renders in one process would share the set and dict orders they got)."""
-    code = ("import json, sys\n"
-            f"sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
-            "from ssubmit_helpers import SPECS, render_file\n"
-            "out = {}\n"
-            "for p in sorted(SPECS.glob('*.yaml')):\n"
-            "    r = render_file(p)[1]\n"
-            "    out[p.name] = [r.script, list(r.sbatch_args)]\n"
-            "print(json.dumps(out))\n")
+    code = (
+        "import json, sys\n"
+        f"sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+        "from ssubmit_helpers import SPECS, render_file\n"
+        "out = {}\n"
+        "for p in sorted(SPECS.glob('*.yaml')):\n"
+        "    r = render_file(p)[1]\n"
+        "    out[p.name] = [r.script, list(r.sbatch_args)]\n"
+        "print(json.dumps(out))\n"
+    )
     outs = []
     for seed in ("1", "2"):
-        res = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, PYTHONHASHSEED=seed),
-                             capture_output=True, text=True, timeout=120, cwd=str(REPO))
+        res = subprocess.run(
+            [sys.executable, "-c", code],
+            env=dict(os.environ, PYTHONHASHSEED=seed),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=str(REPO),
+        )
         assert res.returncode == 0, res.stderr
         outs.append(json.loads(res.stdout))
     assert sorted(outs[0]) == SPEC_FILES
@@ -201,7 +214,7 @@ def test_hostile_spec_never_executes_anything(tmp_path):
     assert result.returncode == 0, result.stderr
     assert not os.path.exists("/tmp/x") or os.path.getmtime("/tmp/x") < result.started
     assert "pwned" not in result.stdout + result.stderr.replace("echo pwned", "")
-    assert result.torchrun_argv[-len(spec["args"]):] == spec["args"]
+    assert result.torchrun_argv[-len(spec["args"]) :] == spec["args"]
     assert result.env["MSG"] == spec["env"]["MSG"]
     assert result.env["SLURMKIT_JOB_NAME"] == spec["name"]
     assert result.env["SLURMKIT_CHECKPOINT_DIR"] == ckpt.replace("{job_id}", "4242")

@@ -27,8 +27,14 @@ def test_defaults_and_derived_values(write_spec):
     assert spec["name"] == "train"  # from the file name
     assert spec["nodes"] == 1
     assert spec["nproc_per_node"] == 4
-    assert spec["requeue"] == {"enabled": True, "max_retries": 3, "max_node_failures": 2,
-                               "recheck_on_failure": True, "signal": "USR2", "grace": 90}
+    assert spec["requeue"] == {
+        "enabled": True,
+        "max_retries": 3,
+        "max_node_failures": 2,
+        "recheck_on_failure": True,
+        "signal": "USR2",
+        "grace": 90,
+    }
     assert spec["preflight"]["allreduce"] is True
 
 
@@ -46,7 +52,9 @@ def test_unknown_nested_key_names_the_section(write_spec):
 
 def test_type_error_gives_file_line_and_key_path(write_spec):
     msg = error_of(write_spec, "script: /t.py\nrequeue:\n  max_retries: lots\n")
-    assert msg.startswith(str(write_spec("x").parent / "train.yaml") + ":3: requeue.max_retries: expected an integer")
+    assert msg.startswith(
+        str(write_spec("x").parent / "train.yaml") + ":3: requeue.max_retries: expected an integer"
+    )
 
 
 def test_negative_nodes(write_spec):
@@ -61,8 +69,9 @@ def test_time_limits_slurm_would_reject(write_spec, bad):
 
 
 # Slurm's time_str2mins takes fields past their clock range ("25:99", "1-25:00", "0:90:00")
-@pytest.mark.parametrize("good", ["30", "1:30:00", "2-12", "7-00:00:00", "UNLIMITED",
-                                  "25:99", "1-25:00", "0:90:00"])
+@pytest.mark.parametrize(
+    "good", ["30", "1:30:00", "2-12", "7-00:00:00", "UNLIMITED", "25:99", "1-25:00", "0:90:00"]
+)
 def test_time_limits_slurm_accepts(write_spec, good):
     assert load_text(write_spec, f"script: /t.py\ntime: '{good}'\n")["time"] == good
 
@@ -82,25 +91,28 @@ def test_not_a_mapping(write_spec):
     assert "must be a mapping" in error_of(write_spec, "- a\n- b\n")
 
 
-@pytest.mark.parametrize("text,needle", [
-    ("script: /t.py\ncommand: [x]\n", "exactly one of script, module or command"),
-    ("nodes: 1\n", "exactly one of script, module or command"),
-    ("script: /t.py\ncpus_per_task: 2\ncpus_per_gpu: 2\ngpus_per_node: 1\n", "not both"),
-    ("script: /t.py\ndevice: cuda\n", "device: cuda needs gpus_per_node"),
-    ("script: /t.py\ngpus_per_node: 2\nnproc_per_node: 4\ndevice: cuda\n", "more than gpus_per_node"),
-    ("script: /t.py\ntime: '1'\n", "grace 90 s is not shorter than the time limit"),
-    ("script: /t.py\nrendezvous: {port_min: 30000, port_max: 29000}\n", "below port_min"),
-    ("script: /t.py\nextra_sbatch: ['--ntasks-per-node=8']\n", "may not set --ntasks-per-node"),
-    ("script: /t.py\nextra_sbatch: ['reservation=x']\n", "must be an sbatch option"),
-    ("script: /t.py\nnccl: {hca: 'mlx5_0:1;rm'}\n", "nccl.hca must be"),
-    ("script: /t.py\nrequeue: {signal: KILL}\n", "must be one of"),
-    ("script: /t.py\nfabric: myrinet\n", "must be one of"),
-    ("script: /t.py\npartition: 'gpu;rm'\n", "is not a partition name"),
-    ("script: /t.py\nmem: 64GB\n", "is not a memory size"),
-    ("script: /t.py\narray: '1-x'\n", "is not an array spec"),
-    ("script: /t.py\nenv: {A: [1, 2]}\n", "env values must be strings"),
-    ("command: 'a \"b'\n", "cannot split command"),
-])
+@pytest.mark.parametrize(
+    "text,needle",
+    [
+        ("script: /t.py\ncommand: [x]\n", "exactly one of script, module or command"),
+        ("nodes: 1\n", "exactly one of script, module or command"),
+        ("script: /t.py\ncpus_per_task: 2\ncpus_per_gpu: 2\ngpus_per_node: 1\n", "not both"),
+        ("script: /t.py\ndevice: cuda\n", "device: cuda needs gpus_per_node"),
+        ("script: /t.py\ngpus_per_node: 2\nnproc_per_node: 4\ndevice: cuda\n", "more than gpus_per_node"),
+        ("script: /t.py\ntime: '1'\n", "grace 90 s is not shorter than the time limit"),
+        ("script: /t.py\nrendezvous: {port_min: 30000, port_max: 29000}\n", "below port_min"),
+        ("script: /t.py\nextra_sbatch: ['--ntasks-per-node=8']\n", "may not set --ntasks-per-node"),
+        ("script: /t.py\nextra_sbatch: ['reservation=x']\n", "must be an sbatch option"),
+        ("script: /t.py\nnccl: {hca: 'mlx5_0:1;rm'}\n", "nccl.hca must be"),
+        ("script: /t.py\nrequeue: {signal: KILL}\n", "must be one of"),
+        ("script: /t.py\nfabric: myrinet\n", "must be one of"),
+        ("script: /t.py\npartition: 'gpu;rm'\n", "is not a partition name"),
+        ("script: /t.py\nmem: 64GB\n", "is not a memory size"),
+        ("script: /t.py\narray: '1-x'\n", "is not an array spec"),
+        ("script: /t.py\nenv: {A: [1, 2]}\n", "env values must be strings"),
+        ("command: 'a \"b'\n", "cannot split command"),
+    ],
+)
 def test_impossible_or_invalid_combinations(write_spec, text, needle):
     assert needle in error_of(write_spec, text)
 
@@ -113,18 +125,24 @@ def test_command_string_is_split_and_hostile_values_survive(write_spec):
 
 def test_site_defaults_then_spec_then_set(write_spec):
     site = {"partition": "gpu", "account": "site", "requeue": {"max_retries": 7}}
-    spec = load_text(write_spec, "script: /t.py\naccount: mine\n", site_defaults=site,
-                     sets=["nodes=4", "requeue.grace=120", "env.MSG=hello world"])
-    assert spec["partition"] == "gpu"          # site default
-    assert spec["account"] == "mine"           # spec beats site
-    assert spec["nodes"] == 4                  # --set beats both
+    spec = load_text(
+        write_spec,
+        "script: /t.py\naccount: mine\n",
+        site_defaults=site,
+        sets=["nodes=4", "requeue.grace=120", "env.MSG=hello world"],
+    )
+    assert spec["partition"] == "gpu"  # site default
+    assert spec["account"] == "mine"  # spec beats site
+    assert spec["nodes"] == 4  # --set beats both
     assert spec["requeue"]["max_retries"] == 7 and spec["requeue"]["grace"] == 120
     assert spec["env"] == {"MSG": "hello world"}
 
 
 def test_bad_site_defaults_name_the_site_file(write_spec):
     with pytest.raises(ConfigError) as exc:
-        load_text(write_spec, "script: /t.py\n", site_defaults={"nodez": 1}, site_path="/etc/slurmkit/slurmkit.yaml")
+        load_text(
+            write_spec, "script: /t.py\n", site_defaults={"nodez": 1}, site_path="/etc/slurmkit/slurmkit.yaml"
+        )
     assert str(exc.value).startswith("/etc/slurmkit/slurmkit.yaml") and "submit.defaults" in str(exc.value)
 
 
@@ -151,8 +169,10 @@ def test_all_example_specs_load():
         assert spec["name"], path
 
 
-SINFO_ROWS = [{"name": "node1", "gres": "gpu:h100:8(S:0-1)", "partition": "debug*"},
-              {"name": "node2", "gres": "gpu:h100:8", "partition": "debug*"}]
+SINFO_ROWS = [
+    {"name": "node1", "gres": "gpu:h100:8(S:0-1)", "partition": "debug*"},
+    {"name": "node2", "gres": "gpu:h100:8", "partition": "debug*"},
+]
 
 
 def test_gpus_per_node_above_partition_is_refused():
@@ -165,5 +185,8 @@ def test_gpus_per_node_above_partition_is_refused():
 
 
 def test_fitting_request_and_unknown_cluster_pass():
-    assert check_against_cluster(validate_spec({"script": "/t", "gpus_per_node": 8, "nodes": 2}), SINFO_ROWS) is None
+    assert (
+        check_against_cluster(validate_spec({"script": "/t", "gpus_per_node": 8, "nodes": 2}), SINFO_ROWS)
+        is None
+    )
     assert check_against_cluster(validate_spec({"script": "/t", "gpus_per_node": 64}), []) is None

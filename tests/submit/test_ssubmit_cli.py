@@ -22,7 +22,12 @@ class FakeSlurm:
 
     def __init__(self, sbatch_rc=0, sacct_state="COMPLETED", exit_code="0:0", sinfo_rc=0):
         self.calls = []
-        self.sbatch_rc, self.sacct_state, self.exit_code, self.sinfo_rc = sbatch_rc, sacct_state, exit_code, sinfo_rc
+        self.sbatch_rc, self.sacct_state, self.exit_code, self.sinfo_rc = (
+            sbatch_rc,
+            sacct_state,
+            exit_code,
+            sinfo_rc,
+        )
         self.squeue_polls = 1
 
     def __call__(self, argv, timeout, input, env):
@@ -30,14 +35,25 @@ class FakeSlurm:
         self.calls.append((name, list(argv[1:]), input))
         if name == "sbatch":
             if self.sbatch_rc:
-                return Result(argv, self.sbatch_rc, "", "sbatch: error: Batch job submission failed: "
-                              "Invalid account or account/partition combination specified\n", 0)
+                return Result(
+                    argv,
+                    self.sbatch_rc,
+                    "",
+                    "sbatch: error: Batch job submission failed: "
+                    "Invalid account or account/partition combination specified\n",
+                    0,
+                )
             return Result(argv, 0, "4242\n", "", 0)
         if name == "sinfo":
             if self.sinfo_rc:
                 return Result(argv, 1, "", "sinfo: error: unable to contact slurmctld\n", 0)
-            return Result(argv, 0, "node1|idle|gpu:h100:8|debug*|16|64000|none\n"
-                                   "node2|idle|gpu:h100:8|debug*|16|64000|none\n", "", 0)
+            return Result(
+                argv,
+                0,
+                "node1|idle|gpu:h100:8|debug*|16|64000|none\nnode2|idle|gpu:h100:8|debug*|16|64000|none\n",
+                "",
+                0,
+            )
         if name == "squeue":
             if self.squeue_polls > 0:
                 self.squeue_polls -= 1
@@ -58,8 +74,10 @@ class FakeSlurm:
 @pytest.fixture
 def fake(monkeypatch, tmp_path):
     cfg = tmp_path / "slurmkit.yaml"
-    cfg.write_text(f"paths: {{shared_dir: {tmp_path}/shared}}\n"
-                   f"submit: {{python: /opt/py, record_dir: {tmp_path}/records, wait_poll_seconds: 0.2}}\n")
+    cfg.write_text(
+        f"paths: {{shared_dir: {tmp_path}/shared}}\n"
+        f"submit: {{python: /opt/py, record_dir: {tmp_path}/records, wait_poll_seconds: 0.2}}\n"
+    )
     monkeypatch.setenv("SLURMKIT_CONFIG", str(cfg))
     monkeypatch.chdir(tmp_path)
     f = FakeSlurm()
@@ -81,8 +99,13 @@ def invoke(*args):
 
 def run_cli(*args, env=None):
     """Through the real entry point (run_main: exit codes, one-line errors)."""
-    return subprocess.run([sys.executable, "-m", "slurmkit.cli.ssubmit", *args], capture_output=True, text=True,
-                          timeout=60, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "slurmkit.cli.ssubmit", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
 
 
 def test_dry_run_prints_script_and_settings_and_submits_nothing(fake):
@@ -113,7 +136,7 @@ def test_submit_parsable_records_the_job(fake, tmp_path):
 def test_hostile_name_is_one_sbatch_argv_item(fake):
     invoke(*[str(SPECS / "hostile.yaml"), "--parsable"])
     sbatch = [c for c in fake.calls if c[0] == "sbatch"][0]
-    assert "--job-name=a'; echo pwned; $(touch /tmp/x) `id` \"q\"" in sbatch[1]
+    assert '--job-name=a\'; echo pwned; $(touch /tmp/x) `id` "q"' in sbatch[1]
 
 
 def test_gpus_above_partition_refused_before_submitting(fake):
@@ -129,8 +152,10 @@ def test_sinfo_unavailable_is_tolerated(fake):
     assert res.exit_code == 0 and "partition check skipped" in res.stderr
 
 
-@pytest.mark.parametrize("state,code,want", [("COMPLETED", "0:0", 0), ("FAILED", "7:0", 7),
-                                             ("CANCELLED", "0:15", 1), ("TIMEOUT", "0:0", 1)])
+@pytest.mark.parametrize(
+    "state,code,want",
+    [("COMPLETED", "0:0", 0), ("FAILED", "7:0", 7), ("CANCELLED", "0:15", 1), ("TIMEOUT", "0:0", 1)],
+)
 def test_wait_exit_codes(fake, state, code, want):
     fake.sacct_state, fake.exit_code = state, code
     res = invoke(*[str(SPECS / "minimal.yaml"), "--wait"])
@@ -155,13 +180,16 @@ def test_expand_output():
     assert expand_output("/abs/100%%-%j", "7", "n", "/w") == "/abs/100%-7"
 
 
-@pytest.mark.parametrize("spec_text,needle", [
-    ("script: /t.py\nnodes: -1\n", "nodes: must be >= 1"),
-    ("script: /t.py\nbogus: 1\n", "unknown key 'bogus'"),
-    ("script: [unclosed\n", "invalid YAML"),
-    ("script: /t.py\nenv: {'A;B': 1}\n", "not a shell identifier"),
-    ("script: /t.py\ntime: '1:2:3:4'\n", "bad time limit"),
-])
+@pytest.mark.parametrize(
+    "spec_text,needle",
+    [
+        ("script: /t.py\nnodes: -1\n", "nodes: must be >= 1"),
+        ("script: /t.py\nbogus: 1\n", "unknown key 'bogus'"),
+        ("script: [unclosed\n", "invalid YAML"),
+        ("script: /t.py\nenv: {'A;B': 1}\n", "not a shell identifier"),
+        ("script: /t.py\ntime: '1:2:3:4'\n", "bad time limit"),
+    ],
+)
 def test_bad_specs_exit_2_with_one_line_and_nothing_submitted(tmp_path, spec_text, needle):
     spec = tmp_path / "bad.yaml"
     spec.write_text(spec_text)
@@ -191,8 +219,9 @@ def test_slurm_failure_exits_3(fake):
 def test_schema_file_is_up_to_date():
     res = invoke("schema")
     committed = (REPO / "docs" / "job-spec.schema.json").read_text()
-    assert res.stdout == committed, ("docs/job-spec.schema.json is stale; regenerate: "
-                                     "ssubmit schema > docs/job-spec.schema.json")
+    assert res.stdout == committed, (
+        "docs/job-spec.schema.json is stale; regenerate: ssubmit schema > docs/job-spec.schema.json"
+    )
 
 
 def test_schema_accepts_examples_and_rejects_bad_specs():
@@ -203,14 +232,20 @@ def test_schema_accepts_examples_and_rejects_bad_specs():
     jsonschema.Draft202012Validator.check_schema(schema)
     for path in [*SPECS.glob("*.yaml"), *(REPO / "job_templates" / "examples").glob("*.yaml")]:
         jsonschema.validate(yaml.safe_load(path.read_text()), schema)
-    for bad in ({"script": "x", "nodes": -1}, {"script": "x", "nodez": 1}, {"script": "x", "env": {"A;B": "1"}}):
+    for bad in (
+        {"script": "x", "nodes": -1},
+        {"script": "x", "nodez": 1},
+        {"script": "x", "env": {"A;B": "1"}},
+    ):
         with pytest.raises(jsonschema.ValidationError):
             jsonschema.validate(bad, schema)
 
 
 def test_cli_does_not_import_torch():
-    code = ("import sys; from slurmkit.cli import ssubmit; from slurmkit.submit import spec, render, nccl, jobside;"
-            "assert 'torch' not in sys.modules and 'triton' not in sys.modules, 'heavy import'")
+    code = (
+        "import sys; from slurmkit.cli import ssubmit; from slurmkit.submit import spec, render, nccl, jobside;"
+        "assert 'torch' not in sys.modules and 'triton' not in sys.modules, 'heavy import'"
+    )
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60).returncode == 0
 
 
@@ -235,15 +270,31 @@ def test_docs_cover_every_spec_key_and_exit_code():
 def test_wait_prints_one_efficiency_line_and_status_shows_it(fake):
     from slurmkit.health.efficiency import encode
 
-    gpus = {"0": {"u": 90.0, "t": 7200.0, "b": 6480.0, "m": 61440, "c": 81920, "p": 1},
-            **{str(i): {"u": 0.0, "t": 0.0, "b": 0.0, "m": 0, "c": 81920, "p": 0} for i in range(1, 8)}}
+    gpus = {
+        "0": {"u": 90.0, "t": 7200.0, "b": 6480.0, "m": 61440, "c": 81920, "p": 1},
+        **{str(i): {"u": 0.0, "t": 0.0, "b": 0.0, "m": 0, "c": 81920, "p": 0} for i in range(1, 8)},
+    }
     token = encode({"v": 1, "job": "4242", "nodes": {"node1": {"acct": "on", "gpus": gpus}}, "missing": []})
     plain = fake.__call__
 
     def with_eff(argv, timeout, input, env):
         if argv[0].endswith("sacct") and any(a.endswith("AdminComment") for a in argv):
-            row = ["4242", "4242", "COMPLETED", "billing=8,cpu=8,gres/gpu=8,mem=8000M,node=1", "1764400000",
-                   "1764403600", "3600", "root", "research", "debug", "node1", "", "", token]
+            row = [
+                "4242",
+                "4242",
+                "COMPLETED",
+                "billing=8,cpu=8,gres/gpu=8,mem=8000M,node=1",
+                "1764400000",
+                "1764403600",
+                "3600",
+                "root",
+                "research",
+                "debug",
+                "node1",
+                "",
+                "",
+                token,
+            ]
             return Result(argv, 0, "\x1f".join(row) + "\n", "", 0)
         return plain(argv, timeout, input, env)
 
@@ -252,8 +303,10 @@ def test_wait_prints_one_efficiency_line_and_status_shows_it(fake):
     assert res.exit_code == 0, res.output
     line = [x for x in res.stderr.splitlines() if "GPU efficiency" in x]
     # one GPU at 90 % for the hour, seven never touched: 0.9 of 8 GPU-hours used
-    assert line == ["ssubmit: job 4242 GPU efficiency: 11.2% of 8 GPU(s), 1/8 touched, 7 idle (<10%), "
-                    "0.900 of 8.000 GPU-h used, peak memory 60.0 of 80.0 GiB"]
+    assert line == [
+        "ssubmit: job 4242 GPU efficiency: 11.2% of 8 GPU(s), 1/8 touched, 7 idle (<10%), "
+        "0.900 of 8.000 GPU-h used, peak memory 60.0 of 80.0 GiB"
+    ]
     res = invoke("status", "4242")
     assert res.exit_code == 0, res.output
     assert "efficiency 11.2% of 8 GPU(s), 1/8 touched" in res.stdout

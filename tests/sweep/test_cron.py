@@ -6,8 +6,8 @@ from __future__ import annotations
 import time
 
 from slurmkit.errors import SlurmCommandError
-from slurmkit.verdict.base import CheckResult, Status
 from slurmkit.sweep import cron
+from slurmkit.verdict.base import CheckResult, Status
 from slurmkit.verdict.store import VerdictStore
 
 SINFO = (

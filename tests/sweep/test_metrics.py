@@ -6,8 +6,8 @@ import time
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from slurmkit.verdict.base import CheckResult, Status
 from slurmkit.sweep.metrics import CONTROLLER_FILE, node_file, write_controller_metrics, write_node_metrics
+from slurmkit.verdict.base import CheckResult, Status
 
 
 def samples(path):

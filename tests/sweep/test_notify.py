@@ -6,8 +6,8 @@ import json
 import sys
 import time
 
-from slurmkit.verdict.base import CheckResult, Status
 from slurmkit.sweep.notify import Notifier, decide
+from slurmkit.verdict.base import CheckResult, Status
 from slurmkit.verdict.store import VerdictStore
 
 OK = [CheckResult("nvlink_bandwidth", Status.OK, value=400.0)]

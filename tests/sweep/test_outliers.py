@@ -8,8 +8,8 @@ import time
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from slurmkit.verdict.base import Status
 from slurmkit.sweep.outliers import judge, median_mad
+from slurmkit.verdict.base import Status
 
 
 def doc(model, **values):

@@ -11,9 +11,9 @@ import pytest
 from click.testing import CliRunner
 
 from slurmkit.cli.main import cli
-from slurmkit.verdict.base import Status
 from slurmkit.sweep.pairs import PAIR_CHECK, pair_job_name
 from slurmkit.sweep.planner import sweep_job_nodes
+from slurmkit.verdict.base import Status
 
 
 def test_pair_job_name_round_trips_through_the_planner():

@@ -7,7 +7,6 @@ import os
 import pytest
 
 from slurmkit.errors import ConfigError
-from slurmkit.verdict.base import Status
 from slurmkit.sweep.probes import (
     measure_storage,
     needed_gbps,
@@ -15,6 +14,7 @@ from slurmkit.sweep.probes import (
     select_pairs,
     storage_checks,
 )
+from slurmkit.verdict.base import Status
 
 
 def test_sizing_rule_from_the_source_material():

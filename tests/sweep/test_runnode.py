@@ -6,8 +6,8 @@ scontrol is canned; the real path runs in tests/integration/test_sweep.py.
 
 from __future__ import annotations
 
-from slurmkit.verdict.base import Action, CheckResult, Status
 from slurmkit.sweep.runnode import open_store, run_node
+from slurmkit.verdict.base import Action, CheckResult, Status
 
 
 def heavy_returning(**values):

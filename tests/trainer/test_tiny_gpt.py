@@ -44,15 +44,29 @@ def trainer_env(tmp_path: Path, ckpt_dir: Path, **extra: str) -> dict:
 
 
 def torchrun(*args: str) -> list[str]:
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-            str(TRAINER), *args]
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+        str(TRAINER),
+        *args,
+    ]
 
 
 def run(cmd: list[str], env: dict, on_line=None) -> tuple[int, str]:
     """Run to completion, calling ``on_line(line, proc)`` for each output line."""
     # Own session, so a hung run can be killed with its workers (the group id is ours).
-    proc = subprocess.Popen(cmd, env=env, cwd=TRAINER.parent, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        cmd,
+        env=env,
+        cwd=TRAINER.parent,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     lines: queue.Queue = queue.Queue()
 
     def pump():
@@ -180,8 +194,11 @@ def test_signal_to_one_rank_stops_all_ranks(tmp_path):
             os.kill(pid, signal.SIGUSR2)
             sent.append(pid)
 
-    rc, out = run(torchrun("--steps", "50", "--step-sleep", "2", "--attention", "sdpa"),
-                  trainer_env(tmp_path, ckpt), signal_rank_1)
+    rc, out = run(
+        torchrun("--steps", "50", "--step-sleep", "2", "--attention", "sdpa"),
+        trainer_env(tmp_path, ckpt),
+        signal_rank_1,
+    )
     assert sent, out
     assert rc == 0, out
     saved = re.search(r"^slurmkit: checkpoint saved at step (\d+) \(requested\)$", out, re.M)

@@ -10,11 +10,13 @@ HEAVY = ("torch", "triton", "numpy", "matplotlib", "jinja2", "prometheus_client"
 
 @pytest.mark.parametrize("module", ["slurmkit.cli.main", "slurmkit.cli.ssubmit"])
 def test_help_imports_nothing_heavy(module):
-    code = (f"import sys, runpy; sys.argv=['x', '--help']\n"
-            f"try:\n    runpy.run_module({module!r}, run_name='__main__')\n"
-            f"except SystemExit:\n    pass\n"
-            f"bad = sorted(m for m in sys.modules if m.split('.')[0] in {HEAVY!r})\n"
-            f"print('HEAVY:' + ','.join(bad))")
+    code = (
+        f"import sys, runpy; sys.argv=['x', '--help']\n"
+        f"try:\n    runpy.run_module({module!r}, run_name='__main__')\n"
+        f"except SystemExit:\n    pass\n"
+        f"bad = sorted(m for m in sys.modules if m.split('.')[0] in {HEAVY!r})\n"
+        f"print('HEAVY:' + ','.join(bad))"
+    )
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, res.stderr
     assert "Usage:" in res.stdout
@@ -22,8 +24,9 @@ def test_help_imports_nothing_heavy(module):
 
 
 def test_unknown_command_is_usage_error():
-    res = subprocess.run([sys.executable, "-m", "slurmkit.cli.main", "frobnicate"], capture_output=True, text=True,
-                         timeout=60)
+    res = subprocess.run(
+        [sys.executable, "-m", "slurmkit.cli.main", "frobnicate"], capture_output=True, text=True, timeout=60
+    )
     assert res.returncode == 2
     assert "No such command 'frobnicate'" in res.stderr
     assert "Traceback" not in res.stderr
@@ -32,7 +35,14 @@ def test_unknown_command_is_usage_error():
 def test_config_error_exit_code_and_one_line(tmp_path):
     cfg = tmp_path / "bad.yaml"
     cfg.write_text("slurm:\n  timeout: fast\n")
-    res = subprocess.run([sys.executable, "-m", "slurmkit.cli.main", "config", "validate", "--config", str(cfg)],
-                         capture_output=True, text=True, timeout=60)
+    res = subprocess.run(
+        [sys.executable, "-m", "slurmkit.cli.main", "config", "validate", "--config", str(cfg)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert res.returncode == 2
-    assert res.stderr.strip() == f"slurmkit: error: {cfg}:2: slurm.timeout: expected a number, got a string 'fast'"
+    assert (
+        res.stderr.strip()
+        == f"slurmkit: error: {cfg}:2: slurm.timeout: expected a number, got a string 'fast'"
+    )

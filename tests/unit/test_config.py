@@ -7,20 +7,28 @@ from slurmkit.core.schema import Field, Section, deep_merge, parse_set_option, t
 from slurmkit.core.yamlload import load_yaml_text
 from slurmkit.errors import ConfigError
 
-SCHEMA = Section({
-    "name": Field("str", "job", nullable=False),
-    "nodes": Field("int", 1, min=1),
-    "ratio": Field("float", 0.5, min=0, max=1),
-    "fabric": Field("str", "auto", choices=["auto", "infiniband"]),
-    "env": Field("dict", {}, items=Field("str")),
-    "requeue": Section({"max_retries": Field("int", 3, min=0)}),
-})
+SCHEMA = Section(
+    {
+        "name": Field("str", "job", nullable=False),
+        "nodes": Field("int", 1, min=1),
+        "ratio": Field("float", 0.5, min=0, max=1),
+        "fabric": Field("str", "auto", choices=["auto", "infiniband"]),
+        "env": Field("dict", {}, items=Field("str")),
+        "requeue": Section({"max_retries": Field("int", 3, min=0)}),
+    }
+)
 
 
 def test_defaults_fill_in():
     out = validate(load_yaml_text("nodes: 2\n"), SCHEMA)
-    assert out == {"name": "job", "nodes": 2, "ratio": 0.5, "fabric": "auto", "env": {},
-                   "requeue": {"max_retries": 3}}
+    assert out == {
+        "name": "job",
+        "nodes": 2,
+        "ratio": 0.5,
+        "fabric": "auto",
+        "env": {},
+        "requeue": {"max_retries": 3},
+    }
 
 
 def test_unknown_key_lists_valid_keys_with_line():
@@ -30,14 +38,17 @@ def test_unknown_key_lists_valid_keys_with_line():
     assert str(exc.value) == "spec.yaml:4: requeue: unknown key 'maxretries'; valid keys: max_retries"
 
 
-@pytest.mark.parametrize("text,line,fragment", [
-    ("nodes: -1\n", 1, "nodes: must be >= 1, got -1"),
-    ("name: x\nnodes: two\n", 2, "nodes: expected an integer, got a string 'two'"),
-    ("ratio: 2\n", 1, "ratio: must be <= 1"),
-    ("fabric: ib\n", 1, "fabric: must be one of auto, infiniband"),
-    ("env:\n  A: [1]\n", 2, "env.A: expected a string, got a list"),
-    ("nodes: true\n", 1, "expected an integer, got a boolean"),
-])
+@pytest.mark.parametrize(
+    "text,line,fragment",
+    [
+        ("nodes: -1\n", 1, "nodes: must be >= 1, got -1"),
+        ("name: x\nnodes: two\n", 2, "nodes: expected an integer, got a string 'two'"),
+        ("ratio: 2\n", 1, "ratio: must be <= 1"),
+        ("fabric: ib\n", 1, "fabric: must be one of auto, infiniband"),
+        ("env:\n  A: [1]\n", 2, "env.A: expected a string, got a list"),
+        ("nodes: true\n", 1, "expected an integer, got a boolean"),
+    ],
+)
 def test_type_and_range_errors(text, line, fragment):
     with pytest.raises(ConfigError) as exc:
         validate(load_yaml_text(text, "f.yaml"), SCHEMA, "f.yaml")
@@ -58,8 +69,9 @@ def test_duplicate_keys_are_rejected():
 
 
 def test_set_option_and_merge():
-    merged = deep_merge(load_yaml_text("nodes: 2\nrequeue: {max_retries: 1}\n"),
-                        parse_set_option("requeue.max_retries=5"))
+    merged = deep_merge(
+        load_yaml_text("nodes: 2\nrequeue: {max_retries: 1}\n"), parse_set_option("requeue.max_retries=5")
+    )
     assert validate(merged, SCHEMA)["requeue"]["max_retries"] == 5
     assert parse_set_option("env.MSG=hello world") == {"env": {"MSG": "hello world"}}
     with pytest.raises(ConfigError, match="expected KEY=VALUE"):

@@ -8,11 +8,11 @@ import os
 import re
 import shutil
 import subprocess
-import tomllib
 from importlib import metadata
 from pathlib import Path
 
 import pytest
+import tomllib
 from packaging.requirements import Requirement
 
 REPO = Path(__file__).resolve().parents[2]
@@ -43,8 +43,11 @@ def library_requirements():
 
 def test_library_dependencies_are_ranges_with_the_tested_versions_as_lower_bounds():
     pinned = pins()
-    exact = [f"{p}: {r}" for p, r in library_requirements()
-             if any(s.operator in ("==", "===") for s in r.specifier)]
+    exact = [
+        f"{p}: {r}"
+        for p, r in library_requirements()
+        if any(s.operator in ("==", "===") for s in r.specifier)
+    ]
     assert exact == []
     for path, req in library_requirements():
         if req.name in ("torch", "triton", "numpy"):
@@ -76,8 +79,9 @@ def test_hooks_are_console_scripts():
 
 def _apt_packages_installed() -> bool:
     names = re.search(r"APT_PACKAGES=\(([^)]*)\)", BOOTSTRAP.read_text()).group(1).split()
-    res = subprocess.run(["dpkg-query", "-W", "-f=${Status}\n", *names], capture_output=True, text=True,
-                         timeout=60)
+    res = subprocess.run(
+        ["dpkg-query", "-W", "-f=${Status}\n", *names], capture_output=True, text=True, timeout=60
+    )
     return res.returncode == 0 and res.stdout.count("install ok installed") == len(names)
 
 
@@ -87,8 +91,12 @@ def test_bootstrap_installs_with_the_constraints_and_reinstalls_when_they_change
     if os.geteuid() != 0 or not shutil.which("dpkg-query") or not _apt_packages_installed():
         pytest.skip("needs root and the Debian packages bootstrap.sh installs (it must not run apt-get here)")
     repo = tmp_path / "repo"
-    for rel in ("etc/dev/bootstrap.sh", "etc/dev/constraints.txt", "pyproject.toml",
-                "kernels/pyproject.toml"):
+    for rel in (
+        "etc/dev/bootstrap.sh",
+        "etc/dev/constraints.txt",
+        "pyproject.toml",
+        "kernels/pyproject.toml",
+    ):
         (repo / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(REPO / rel, repo / rel)
     venv, calls = tmp_path / "venv", tmp_path / "pip-calls.txt"
@@ -98,11 +106,15 @@ def test_bootstrap_installs_with_the_constraints_and_reinstalls_when_they_change
 
     def bootstrap() -> list:
         before = calls.read_text().splitlines() if calls.exists() else []
-        res = subprocess.run(["bash", "-c", 'source "$1"', "bash", str(repo / "etc/dev/bootstrap.sh")],
-                             env=dict(os.environ, SLURMKIT_VENV=str(venv)), capture_output=True, text=True,
-                             timeout=120)
+        res = subprocess.run(
+            ["bash", "-c", 'source "$1"', "bash", str(repo / "etc/dev/bootstrap.sh")],
+            env=dict(os.environ, SLURMKIT_VENV=str(venv)),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert res.returncode == 0, res.stderr
-        return calls.read_text().splitlines()[len(before):] if calls.exists() else []
+        return calls.read_text().splitlines()[len(before) :] if calls.exists() else []
 
     (first,) = bootstrap()
     assert f"-c {repo}/etc/dev/constraints.txt " in first

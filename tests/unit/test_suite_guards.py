@@ -19,8 +19,10 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 
 # One test that importorskips torch inside the test, one module that does it at import.
-TORCH_TESTS = ["tests/health/test_heavy.py::test_gemm_and_copy_measure_on_cpu_tensors",
-               "tests/kernels/test_compile.py"]
+TORCH_TESTS = [
+    "tests/health/test_heavy.py::test_gemm_and_copy_measure_on_cpu_tensors",
+    "tests/kernels/test_compile.py",
+]
 
 
 def _pytest_without_torch(tmp_path: Path, require: bool) -> subprocess.CompletedProcess:
@@ -29,14 +31,30 @@ def _pytest_without_torch(tmp_path: Path, require: bool) -> subprocess.Completed
     shadow = tmp_path / "shadow" / "torch"
     shadow.mkdir(parents=True)
     (shadow / "__init__.py").write_text(
-        'raise ModuleNotFoundError("simulated missing torch", name="torch")\n')
+        'raise ModuleNotFoundError("simulated missing torch", name="torch")\n'
+    )
     env = {k: v for k, v in os.environ.items() if k not in ("SLURMKIT_REQUIRE_TRAIN", "PYTHONPATH")}
     env["PYTHONPATH"] = str(tmp_path / "shadow")
     if require:
         env["SLURMKIT_REQUIRE_TRAIN"] = "1"
-    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-rfs", "-p", "no:cacheprovider",
-                           "--continue-on-collection-errors", *TORCH_TESTS],
-                          cwd=str(REPO), env=env, capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-rfs",
+            "-p",
+            "no:cacheprovider",
+            "--continue-on-collection-errors",
+            *TORCH_TESTS,
+        ],
+        cwd=str(REPO),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 @pytest.mark.parametrize("require", [False, True], ids=["outside-ci", "ci"])
@@ -62,14 +80,21 @@ def test_run_sh_requires_the_training_stack():
 def _importorskip_targets(path: Path):
     tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
     for node in ast.walk(tree):
-        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                and node.func.attr == "importorskip" and node.args
-                and isinstance(node.args[0], ast.Constant)):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "importorskip"
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+        ):
             yield node.lineno, str(node.args[0].value)
 
 
 def test_no_test_importorskips_slurmkit_itself():
-    bad = [f"{p.relative_to(REPO)}:{line}: importorskip({mod!r})"
-           for p in sorted((REPO / "tests").rglob("*.py")) for line, mod in _importorskip_targets(p)
-           if mod.split(".")[0] in ("slurmkit", "slurmkit_kernels")]
+    bad = [
+        f"{p.relative_to(REPO)}:{line}: importorskip({mod!r})"
+        for p in sorted((REPO / "tests").rglob("*.py"))
+        for line, mod in _importorskip_targets(p)
+        if mod.split(".")[0] in ("slurmkit", "slurmkit_kernels")
+    ]
     assert bad == []

@@ -16,8 +16,9 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from slurmkit_kernels import FlashAttention
 from torch import nn
+
+from slurmkit_kernels import FlashAttention
 
 VOCAB_SIZE = 256  # byte-level tokens
 

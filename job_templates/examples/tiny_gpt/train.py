@@ -53,16 +53,31 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seq-len", type=int, default=64, help="context length in bytes")
     p.add_argument("--n-layer", type=int, default=2)
     p.add_argument("--n-embd", type=int, default=64)
-    p.add_argument("--n-head", type=int, default=4,
-                   help="head_dim = n_embd / n_head must be 16, 32, 64 or 128")
+    p.add_argument(
+        "--n-head", type=int, default=4, help="head_dim = n_embd / n_head must be 16, 32, 64 or 128"
+    )
     p.add_argument("--lr", type=float, default=3e-3, help="AdamW learning rate (constant)")
     p.add_argument("--seed", type=int, default=1337)
-    p.add_argument("--step-sleep", type=float, default=0.0, metavar="SECONDS",
-                   help="sleep after each step (lets tests deliver a signal mid-run)")
-    p.add_argument("--attention", choices=("flash", "sdpa"), default="flash",
-                   help="attention core: the slurmkit Triton kernel or torch SDPA")
-    p.add_argument("--ckpt-every", type=int, default=None, metavar="STEPS",
-                   help="periodic checkpoint interval (default: $SLURMKIT_CHECKPOINT_EVERY, else off)")
+    p.add_argument(
+        "--step-sleep",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="sleep after each step (lets tests deliver a signal mid-run)",
+    )
+    p.add_argument(
+        "--attention",
+        choices=("flash", "sdpa"),
+        default="flash",
+        help="attention core: the slurmkit Triton kernel or torch SDPA",
+    )
+    p.add_argument(
+        "--ckpt-every",
+        type=int,
+        default=None,
+        metavar="STEPS",
+        help="periodic checkpoint interval (default: $SLURMKIT_CHECKPOINT_EVERY, else off)",
+    )
     p.add_argument("--data", type=Path, default=DEFAULT_DATA, help="text file, read as bytes")
     args = p.parse_args(argv)
     if args.ckpt_every is None:
@@ -186,12 +201,19 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"{args.data}: corpus ({len(data)} bytes) is shorter than --seq-len + 2")
 
     torch.manual_seed(args.seed)  # same initial weights on every rank
-    config = GPTConfig(seq_len=args.seq_len, n_layer=args.n_layer, n_head=args.n_head,
-                       n_embd=args.n_embd, attention=args.attention)
+    config = GPTConfig(
+        seq_len=args.seq_len,
+        n_layer=args.n_layer,
+        n_head=args.n_head,
+        n_embd=args.n_embd,
+        attention=args.attention,
+    )
     model = GPT(config).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
-    log(f"model: {model.num_params()} parameters, attention={args.attention}, "
-        f"world size {world}, device {device}")
+    log(
+        f"model: {model.num_params()} parameters, attention={args.attention}, "
+        f"world size {world}, device {device}"
+    )
 
     step = 0
     if ckpt_dir is not None and (ckpt_dir / CHECKPOINT_NAME).exists():

@@ -53,9 +53,8 @@ _GRES_TOKEN = re.compile(r"(\w+)=(\S+)")
 def gres_gpu_count(node: str, gres_conf: str) -> Optional[int]:
     """GPUs configured for ``node`` in gres.conf (``Count=`` or the ``File=`` list), or ``None``
     when the file is missing or only ``AutoDetect`` is used."""
-    from slurmkit.slurm.parse import ParseError, expand_hostlist
-
     from slurmkit.core import trust
+    from slurmkit.slurm.parse import ParseError, expand_hostlist
 
     try:
         raw = trust.read_trusted(gres_conf)  # root's file only: it sets how many GPUs must be there
@@ -498,8 +497,12 @@ def check_xid(ctx, params) -> CheckResult:
                 continue
             gpu = e.get("gpu")
             where = f"GPU {gpu}" if isinstance(gpu, int) else (str(e.get("pci") or "") or "GPU ?")
-            v.add(Status.FAIL, f"XID_{xid}",
-                  f"{where}: Xid {xid} ({table.describe(xid)}) -> {act.value} (kept until resume)", act)
+            v.add(
+                Status.FAIL,
+                f"XID_{xid}",
+                f"{where}: Xid {xid} ({table.describe(xid)}) -> {act.value} (kept until resume)",
+                act,
+            )
         if kept:
             v.details["sticky"] = kept
         return v.result(f"{len(events)} new Xid event(s), none actionable", len(events), "events"), failing
@@ -507,9 +510,13 @@ def check_xid(ctx, params) -> CheckResult:
     def flag_table(result: CheckResult) -> CheckResult:
         if table_error is None or result.status == Status.FAIL:
             return result
-        return CheckResult("xid", Status.UNKNOWN, "CONFIG_ERROR",
-                           f"{table_error}; judging with the packaged table ({result.reason})",
-                           details={"internal": True, **result.details})
+        return CheckResult(
+            "xid",
+            Status.UNKNOWN,
+            "CONFIG_ERROR",
+            f"{table_error}; judging with the packaged table ({result.reason})",
+            details={"internal": True, **result.details},
+        )
 
     if not ctx.advance_xid_cursor:
         cur = xidmod.Cursor(xidmod.cursor_path(state_dir, ctx.node))
