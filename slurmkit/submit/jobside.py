@@ -42,6 +42,7 @@ from slurmkit.core.files import write_json_atomic
 from slurmkit.errors import ExternalCommandError
 from slurmkit.slurm import client, runner
 from slurmkit.slurm.node import this_node
+from slurmkit.verdict.store import VerdictStore, still_valid
 
 REQUEUED_EXIT = 10
 #: The checkpoint directory is not private (sysexits' EX_CONFIG): the job stops before any step.
@@ -348,10 +349,6 @@ def failed_verdict_nodes(
     """Nodes whose stored sweep verdict is ``fail`` and still valid (store may be absent)."""
     if not verdict_root:
         return {}
-    try:
-        from slurmkit.verdict.store import VerdictStore  # written by the sweep engineer; optional
-    except Exception:  # noqa: BLE001 - absent or broken store must not break a requeue
-        return {}
     out: Dict[str, str] = {}
     now = time.time() if now is None else now
     try:
@@ -361,26 +358,12 @@ def failed_verdict_nodes(
             for check, v in checks.items():
                 if str(v.get("status", "")).lower() != "fail":
                     continue
-                valid = _epoch(v.get("valid_until"))
-                if valid is None or valid > now:
+                if still_valid(v, now):
                     out[node] = f"sweep verdict {check}: {v.get('reason') or v.get('code') or 'fail'}"
                     break
     except Exception as exc:  # noqa: BLE001
         log(f"warning: cannot read the sweep verdict store at {verdict_root}: {exc}")
     return out
-
-
-def _epoch(value: Any) -> Optional[float]:
-    if value is None:
-        return None
-    if isinstance(value, (int, float)):
-        return float(value)
-    try:
-        from datetime import datetime
-
-        return datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
 
 
 # --------------------------------------------------------------------------- requeue

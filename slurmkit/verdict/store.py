@@ -54,6 +54,7 @@ import contextlib
 import fcntl
 import json
 import logging
+import math
 import os
 import re
 import time
@@ -62,7 +63,7 @@ from typing import Any, Dict, Iterable, Iterator, List, Optional
 from slurmkit.core import trust
 from slurmkit.core.files import write_json_atomic
 from slurmkit.errors import ConfigError, UsageError
-from slurmkit.verdict.base import CheckResult, Status, Tier
+from slurmkit.verdict.base import CheckResult, Tier, worst
 
 log = logging.getLogger("slurmkit.verdict.store")
 
@@ -99,18 +100,6 @@ def check_node_name(name: str) -> str:
     return name
 
 
-def _worst(statuses: Iterable[str]) -> str:
-    worst = Status.OK
-    for s in statuses:
-        try:
-            st = Status(s)
-        except ValueError:
-            st = Status.UNKNOWN
-        if st.severity > worst.severity:
-            worst = st
-    return worst.value
-
-
 def empty_doc(name: str) -> Dict[str, Any]:
     return {
         "version": FORMAT_VERSION,
@@ -127,6 +116,20 @@ def empty_doc(name: str) -> Dict[str, Any]:
 def for_paths(paths: Dict[str, Any]) -> "VerdictStore":
     """The store of a validated ``paths`` section (``shared_dir`` owned by ``shared_owner``)."""
     return VerdictStore(paths["shared_dir"], owner=paths.get("shared_owner"))
+
+
+def still_valid(entry: Dict[str, Any], now: float) -> bool:
+    """The one validity rule for a stored verdict (the prolog's ``heavy_cache``, ssubmit's
+    requeue-with-exclude and the sweep all use it): ``valid_until`` is a finite number of
+    seconds after ``now``. A verdict without one, or with anything else there, has expired:
+    no verdict is valid for ever."""
+    value = entry.get("valid_until")
+    return (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and value > now
+    )
 
 
 class VerdictStore:
@@ -270,7 +273,7 @@ class VerdictStore:
                     h.append([ts, value, run_id])
                     del h[:-HISTORY_LEN]
             if tier in COMPLETE_PASS_TIERS:
-                status = _worst(r.status.value for r in results)
+                status = worst(results).value
                 doc["last_pass"] = now
                 doc["last_pass_status"] = status
                 passes = doc.setdefault("passes", [])
@@ -377,26 +380,12 @@ class VerdictStore:
         lp = self.read(name).get("last_pass")
         return float(lp) if isinstance(lp, (int, float)) else None
 
-    def last_passes(self) -> Dict[str, Optional[float]]:
-        return {
-            n: (float(e["last_pass"]) if isinstance(e.get("last_pass"), (int, float)) else None)
-            for n, e in self.summary().items()
-        }
-
     def valid(self, name: str, now: Optional[float] = None) -> Dict[str, Dict[str, Any]]:
-        """Only the entries whose ``valid_until`` is after ``now``."""
+        """Only the entries that are :func:`still_valid` at ``now``."""
         now = time.time() if now is None else now
-        return {
-            c: e
-            for c, e in self.node(name).items()
-            if isinstance(e.get("valid_until"), (int, float)) and e["valid_until"] > now
-        }
+        return {c: e for c, e in self.node(name).items() if still_valid(e, now)}
 
     # ----------------------------------------------------------------- extras
-
-    def failing_valid(self, name: str, now: Optional[float] = None) -> Dict[str, Dict[str, Any]]:
-        """Still-valid entries whose status is ``fail`` (for requeue-with-exclude)."""
-        return {c: e for c, e in self.valid(name, now).items() if e.get("status") == Status.FAIL.value}
 
     def invalidate(
         self, name: str, checks: Optional[Iterable[str]] = None, now: Optional[float] = None

@@ -5,8 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import socket
-import sys
-import types
 
 import pytest
 
@@ -222,15 +220,20 @@ def test_sweep_verdicts_add_failed_nodes(monkeypatch, tmp_path):
                 "node3": {"nvlink": {"status": "ok"}},
             }.get(name, {})
 
-    mod = types.ModuleType("slurmkit.verdict.store")
-    mod.VerdictStore = Store
-    monkeypatch.setitem(sys.modules, "slurmkit.verdict.store", mod)
+    monkeypatch.setattr(jobside, "VerdictStore", Store)
     got = jobside.failed_verdict_nodes("/shared", ["node1", "node2", "node3"], now=1e9)
     assert got == {"node1": "sweep verdict gpu_ecc: ECC"}
 
 
-def test_missing_sweep_store_is_tolerated(monkeypatch):
-    monkeypatch.setitem(sys.modules, "slurmkit.verdict.store", None)  # import fails
+def test_unreadable_sweep_store_is_tolerated(monkeypatch, capsys):
+    """A store that cannot be read (a dead NFS mount, an untrusted directory) must not break
+    a requeue: no node is excluded for it, and the job log says why."""
+
+    class Broken:
+        def __init__(self, root):
+            raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(jobside, "VerdictStore", Broken)
     assert jobside.failed_verdict_nodes("/shared", ["node1"]) == {}
 
 

@@ -9,6 +9,7 @@ from typing import Any, Dict, List
 from slurmkit.core.schema import Field
 from slurmkit.health import declare
 from slurmkit.verdict.base import Action, CheckResult, Status, Tier, safe_code, safe_text
+from slurmkit.verdict.store import still_valid
 
 
 @declare.check(
@@ -383,9 +384,7 @@ def check_heavy_cache(ctx, params) -> CheckResult:
         )
     now = time.time()
     valid = {
-        name: e
-        for name, e in entries.items()
-        if e.get("tier", "heavy") == "heavy" and float(e.get("valid_until") or 0) > now
+        name: e for name, e in entries.items() if e.get("tier", "heavy") == "heavy" and still_valid(e, now)
     }
     details = {
         name: {k: e.get(k) for k in ("status", "code", "value", "timestamp", "valid_until")}

@@ -49,7 +49,7 @@ def test_record_then_read_every_field(tmp_path):
     assert store.all() == {"node1": entries}
     assert store.last_pass("node1") == pytest.approx(time.time(), abs=5)
     assert store.read("node1")["last_pass_status"] == "fail"
-    assert set(store.failing_valid("node1")) == {"gpu_ecc"}
+    assert {c for c, e in store.valid("node1").items() if e["status"] == "fail"} == {"gpu_ecc"}
 
 
 def test_unknown_node_reads_empty(tmp_path):
@@ -175,5 +175,7 @@ def test_summary_tracks_passes_and_rebuilds_when_lost(tmp_path):
     (tmp_path / "_summary.json").write_text("garbage")
     assert store.summary() == s  # rebuilt from the node files
     os.unlink(tmp_path / "_summary.json")
-    assert store.last_passes() == {"n1": s["n1"]["last_pass"], "n2": s["n2"]["last_pass"]}
+    assert {n: e["last_pass"] for n, e in store.summary().items()} == {
+        n: s[n]["last_pass"] for n in ("n1", "n2")
+    }
     assert json.loads((tmp_path / "_summary.json").read_text())["nodes"] == s
