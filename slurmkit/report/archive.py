@@ -59,7 +59,7 @@ def source(directory: str) -> FileSource:
     extra = ", ".join(f"CAST(NULL AS VARCHAR) AS x{i}" for i in range(EXTRA))
     files = _q(parquet_glob(directory))
     rel = f"(SELECT {cols}, {extra} FROM read_parquet({files}, hive_partitioning = false))"
-    return FileSource(directory, list(sacct.FIELDS), SEP, False, 1, relation=rel)
+    return FileSource(directory, list(sacct.FIELDS), SEP, False, 1, relation=rel, clean=True)
 
 
 def lines(directory: str) -> Iterator[str]:

@@ -67,6 +67,8 @@ class FileSource:
     first_row: int
     #: SQL of a relation with columns f0..fN (the archive); None: read ``path`` as CSV
     relation: Optional[str] = None
+    #: every row is a job row with the right field count (the archive): look-ups per column
+    clean: bool = False
 
 
 def probe_file(
@@ -249,6 +251,41 @@ def _lookups(con: duckdb.DuckDBPyConnection, plan: _Plan, need_nodes: bool) -> D
     return out
 
 
+def _lookups_by_column(con: duckdb.DuckDBPyConnection, plan: _Plan, need_nodes: bool) -> Dict[str, Any]:
+    """Scan 1 for a relation of clean job rows (the archive: ingest kept only job rows with
+    the right field count): the same look-ups as :func:`_lookups`, one small query per
+    column, so Parquet reads only the columns each needs (1.8 s instead of 2.7 s over a
+    10-month archive of 2.9M attempts, docs/benchmarks.md)."""
+    rel = plan.reader()
+    out: Dict[str, Any] = {"overflow": 0, "surplus": 0}
+    out["tres"] = [
+        t for (t,) in con.execute(f"SELECT DISTINCT {plan.tres} FROM {rel}").fetchall() if t is not None
+    ]
+    out["nodes"] = []
+    if need_nodes:
+        out["nodes"] = [
+            n
+            for (n,) in con.execute(f"SELECT DISTINCT {plan.nodelist} FROM {rel}").fetchall()
+            if n is not None
+        ]
+    times = [plan.start, plan.end] + ([plan.submit] if plan.submit else [])
+    hours = " UNION ".join(
+        f"SELECT DISTINCT left({t}, 13) AS k FROM {rel} WHERE length({t}) = 19 AND substr({t}, 5, 1) = '-'"
+        for t in times
+    )
+    out["hours"] = [k for (k,) in con.execute(hours).fetchall()]
+    out["multi"] = [
+        j
+        for (j,) in con.execute(
+            f"SELECT {plan.raw} FROM {rel} WHERE {plan.raw} IS NOT NULL GROUP BY 1 HAVING count(*) > 1"
+        ).fetchall()
+    ]
+    out["min_epoch"] = con.execute(
+        f"SELECT min(CAST({plan.start} AS BIGINT)) FROM {rel} WHERE {_digits(plan.start)}"
+    ).fetchone()[0]
+    return out
+
+
 def _table(
     con: duckdb.DuckDBPyConnection,
     name: str,
@@ -313,7 +350,7 @@ def run(
     )
     con.execute("SET enable_progress_bar = false")
     try:
-        look = _lookups(con, plan, need_nodes)
+        look = (_lookups_by_column if src.clean else _lookups)(con, plan, need_nodes)
         if look["overflow"] or (look["surplus"] and plan.shifts_jid):
             raise NeedsReference("rows with surplus fields before JobIDRaw")
         hours = _hour_table(set(look["hours"]))

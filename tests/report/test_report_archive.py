@@ -107,3 +107,31 @@ def test_sql_errors_and_missing_archive_are_usage_errors(cli, tmp_path):
     assert res.exit_code == 2 and res.stderr.startswith("slurmkit: error: sql:")
     res = cli("report", "--archive", str(tmp_path / "none"))
     assert res.exit_code == 2
+
+
+@pytest.mark.parametrize("fixture", ["basic.txt", "prolog_requeue.txt"])
+def test_archive_lookups_by_column_equal_the_one_scan_lookups(cli, fixture_path, tmp_path, fixture):
+    """The archive's per-column look-ups (ISO hours, requeued jobs, AllocTRES, NodeLists,
+    first Start) are the general scan's, value for value."""
+    import duckdb
+
+    from slurmkit.report import archive, engine
+    from slurmkit.report.window import resolve_window
+
+    arch = str(tmp_path / "arch")
+    assert cli("report", "ingest", "--archive", arch, "--sacct-file", fixture_path(fixture)).exit_code == 0
+    src = archive.source(arch)
+    assert src.clean
+    window = resolve_window(default_unbounded=True)
+    plan = engine._Plan(src, window, window.end, sacct.Filters())
+    con = duckdb.connect()
+    for nodes in (False, True):
+        general = engine._lookups(con, plan, nodes)
+        by_column = engine._lookups_by_column(con, plan, nodes)
+        assert general["hours"] and general["tres"]  # the fixture exercises them
+        # (the general scan names an hour once per time column; run() takes the set)
+        assert {k: sorted(set(v)) if isinstance(v, list) else v for k, v in by_column.items()} == {
+            k: sorted(set(v)) if isinstance(v, list) else v for k, v in general.items()
+        }
+        assert len(by_column["multi"]) == len(set(by_column["multi"]))
+    assert engine._lookups(con, plan, False)["multi"]  # basic.txt and prolog_requeue.txt have requeued jobs
