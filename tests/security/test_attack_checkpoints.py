@@ -22,6 +22,7 @@ import sys
 import tempfile
 import textwrap
 from pathlib import Path
+from typing import Optional
 
 import pytest
 
@@ -41,9 +42,9 @@ class _Payload:
         return (os.system, (f"touch {self.marker}",))
 
 
-def _plant(attacker: str, directory: Path, marker: Path) -> None:
+def _plant(attacker: str, directory: Path, marker: Path, must_succeed: bool = True) -> int:
     """As the attacker: create ``directory`` (mode 0777, like a careless shared tree) with a
-    malicious latest.pt in it."""
+    malicious latest.pt in it; return the exit code."""
     blob = pickle.dumps(_Payload(str(marker)))
     code = (
         "import os,sys\nd=sys.argv[1]\nos.makedirs(d, exist_ok=True)\nos.chmod(d, 0o777)\n"
@@ -55,7 +56,9 @@ def _plant(attacker: str, directory: Path, marker: Path) -> None:
         capture_output=True,
         timeout=60,
     )
-    assert res.returncode == 0, res.stderr
+    if must_succeed:
+        assert res.returncode == 0, res.stderr
+    return res.returncode
 
 
 @pytest.fixture
@@ -161,9 +164,9 @@ def test_the_example_trainer_never_unpickles_code(tmp_path):
 # --------------------------------------------------------------- devcluster, real job
 
 
-def _render_for(dc, dropbox: Path, user_tag: str):
+def _render_for(dc, dropbox: Path, user_tag: str, checkpoint_root: Optional[Path] = None):
     """The rendered ssubmit script for a one-node CPU job, with the devcluster's site config
-    (default checkpoint root). Rendered here (the victim cannot run the test venv) and
+    (its checkpoint root, or ``checkpoint_root``). Rendered here (the victim cannot run the test venv) and
     submitted with sbatch as the victim, as ssubmit does."""
     from slurmkit.config import load_site_config
     from slurmkit.submit.render import render
@@ -186,7 +189,10 @@ def _render_for(dc, dropbox: Path, user_tag: str):
             "workdir": str(dropbox),
         }
     )
-    return render(spec, site=cfg.section("submit"), paths=cfg.section("paths")), cfg.section("submit")
+    site = dict(cfg.section("submit"))
+    if checkpoint_root is not None:
+        site["checkpoint_root"] = str(checkpoint_root)
+    return render(spec, site=site, paths=cfg.section("paths")), site
 
 
 @pytest.mark.devcluster
@@ -196,8 +202,16 @@ def test_victims_job_refuses_the_checkpoint_dir_the_attacker_planted(devcluster,
     for u in (attacker, victim):
         res = dc.run(["sacctmgr", "-i", "add", "user", u, "Account=research"])
         assert res.returncode == 0 or "Nothing new added" in res.stdout + res.stderr, res.stderr
-    rendered, site = _render_for(dc, dropbox, victim)
-    root = Path(site["checkpoint_root"])
+    # The devcluster's own checkpoint root is root's 0755 (docs/security.md): there the
+    # attacker cannot even create a directory.
+    default_root = Path(_render_for(dc, dropbox, victim)[1]["checkpoint_root"])
+    assert _plant(attacker, default_root / "99999", dropbox / "never", must_succeed=False) != 0
+    # A careless site whose checkpoint root is a world-writable shared tree: the job itself
+    # must refuse what the attacker prepared there.
+    root = dropbox / "checkpoints"
+    root.mkdir()
+    os.chmod(root, 0o1777)
+    rendered, site = _render_for(dc, dropbox, victim, checkpoint_root=root)
     # The attacker learns the next job id by submitting one of his own.
     probe = dc.submit("#!/bin/sh\ntrue\n", ["--output=/dev/null"], user=attacker)
     marker = dropbox / "pwned"
