@@ -362,7 +362,7 @@ def _run_archive(directory: str, *, window, now, filters, dims, prices, rcfg, hl
     from slurmkit.report.aggregate import aggregate, finish
     from slurmkit.report.lost import find_lost, find_suspect
 
-    src = arch.source(directory)
+    src = arch.source(directory, names=filters is not None and filters.names is not None)
     drains = hl.events if hl is not None else None
     why = "--engine python"
     if engine != "python":
@@ -694,6 +694,8 @@ def report_ingest(
             click.echo(f"slurmkit: {sacct_file}: no rows", err=True)
             return
         out = arch.ingest(archive, src)
+        if out["malformed"]:
+            _warn_malformed(sacct_file, src)
     else:
         window, _ = _window(since, until, month, last, None, now_opt)
         from slurmkit.slurm import client
@@ -709,13 +711,37 @@ def report_ingest(
             tmp.flush()
             src = eng.FileSource(tmp.name, list(sacct.FIELDS), sacct.SACCT_DELIMITER, False, 1)
             out = arch.ingest(archive, src)
+            if out["malformed"]:
+                _warn_malformed(tmp.name, src, label="sacct output")
     if not quiet:
         months = ", ".join(f"{m}: {n}" for m, n in out["months"].items()) or "none"
         click.echo(
-            f"slurmkit: ingested {out['rows']} attempt(s) into {archive} ({out['skipped']} row(s) "
-            f"skipped: malformed or not started); rows per month now: {months}",
+            f"slurmkit: ingested {out['rows']} attempt(s) into {archive} ({out['not_started']} not started, "
+            f"{out['malformed']} malformed or impossible: skipped); rows per month now: {months}",
             err=True,
         )
+
+
+def _warn_malformed(path: str, src, label: Optional[str] = None) -> None:
+    """The reference parser's warning (line numbers, reasons) for rows ingest skipped."""
+    from slurmkit.report import sacct
+    from slurmkit.report.window import resolve_window
+
+    lines = open(path, encoding="utf-8", errors="replace", newline=None)
+    with lines:
+        for _ in range(src.first_row - 1):
+            next(lines, None)
+        rows = sacct._strip_trailing(lines, src.sep) if src.trailing else lines
+        _, stats = sacct.parse_rows(
+            rows,
+            src.columns,
+            sep=src.sep,
+            window=resolve_window(default_unbounded=True),
+            first_line=src.first_row,
+        )
+    warning = stats.warning(label or path)
+    if warning:
+        click.echo(f"slurmkit: warning: {warning}", err=True)
 
 
 @report.command("sql")

@@ -2,18 +2,29 @@
 
 ``slurmkit report ingest`` (cron-friendly) adds a window of sacct output, or a saved
 dump, to ``DIR/month=YYYY-MM/data.parquet``; every report view reads it with
-``--archive DIR`` and ``slurmkit report sql`` queries it. Rows are sacct's own text
-(the columns slurmkit asks for, :data:`~.sacct.FIELDS`, as strings), job rows only
-(steps carry no allocation of their own), attempts that started (pending jobs hold no
-GPU time).
+``--archive DIR`` and ``slurmkit report sql`` queries it.
+
+Each row is one attempt: sacct's own text in the columns slurmkit asks for
+(:data:`~.sacct.FIELDS`), plus typed columns computed once, at ingest, with the
+reference's rules (:data:`TYPED`): ``start_s``, ``end_s``, ``submit_s`` (epoch seconds;
+``end_s`` is NULL while the job runs, ``submit_s`` when sacct had none) and ``gpus`` (the
+AllocTRES GPU count). ISO times in a dump are converted in the ingesting process's time
+zone (``TZ``), like the reference parser does. Reports read the typed columns, so a view
+over a year is a few aggregates over numbers.
+
+Only job rows of attempts that started are kept (steps carry no allocation of their own;
+pending jobs hold no GPU time), and only rows the reference would count: a row with a
+malformed or impossible time (before 2000, an End before its Start), an unknown End on a
+finished job, garbage AllocTRES or a wrong field count is skipped, counted and reported
+with its line number by ``report ingest``.
 
 Idempotent and incremental: an attempt is identified by ``(JobIDRaw, JobID, Start)``;
-ingesting a window that overlaps earlier ones replaces those attempts' rows (a job
-that was running has its End now) and adds the rest, so nothing is lost or counted
-twice. A requeued job's attempts have their own Start and stay distinct. Dumps must
-be taken **without** ``sacct -T``: truncated Start times would make the same attempt
-look new in the next window. The month of a row is its Start's month in UTC; reports
-clip to their window, so the partition only spreads the files.
+ingesting a window that overlaps earlier ones replaces those attempts' rows (a job that
+was running has its End now) and adds the rest, so nothing is lost or counted twice. A
+requeued job's attempts have their own Start and stay distinct. Dumps must be taken
+**without** ``sacct -T``: truncated Start times would make the same attempt look new in
+the next window. The month of a row is its Start's month in UTC; reports clip to their
+window, so the partition only spreads the files.
 
 The layout is Hive-style partitioning, so Spark (``spark.read.parquet(DIR)``), Trino
 (the Hive connector) and DuckDB read it as they are; see docs/report.md.
@@ -23,17 +34,31 @@ from __future__ import annotations
 
 import os
 import tempfile
-from typing import Dict, Iterator, List, Optional
+from typing import Dict, Iterator, List, Optional, Tuple
 
 import duckdb
 
 from slurmkit.errors import UsageError
 from slurmkit.report import sacct
-from slurmkit.report.engine import EXTRA, FileSource, _digits, _Plan, _q
-from slurmkit.report.window import resolve_window
+from slurmkit.report.engine import (
+    _UNKNOWN_SQL,
+    FileSource,
+    _in_list,
+    _Plan,
+    _q,
+    _state_sql,
+    _table,
+    connect,
+    epoch_sql,
+    hour_key,
+    hour_table,
+)
+from slurmkit.slurm.parse import ParseError
 
 SEP = sacct.SACCT_DELIMITER
 KEY = ("JobIDRaw", "JobID", "Start")
+#: typed columns written next to the text ones (see the module docstring)
+TYPED = ("start_s", "end_s", "submit_s", "gpus")
 
 
 def parquet_glob(directory: str) -> str:
@@ -48,27 +73,59 @@ def _months(directory: str) -> List[str]:
     return [n for n in names if os.path.exists(os.path.join(directory, n, "data.parquet"))]
 
 
-def source(directory: str) -> FileSource:
-    """The archive as an engine source (the same columns as slurmkit's sacct call)."""
+def _files(directory: str) -> str:
+    """``read_parquet`` of the archive; files by column name, so archives written before the
+    typed columns existed still read (their typed columns are NULL, see :func:`source`)."""
+    return f"read_parquet({_q(parquet_glob(directory))}, hive_partitioning = false, union_by_name = true)"
+
+
+def source(directory: str, *, names: bool = False) -> FileSource:
+    """The archive as an engine source: a relation with the columns of the engine's job-row
+    table (see ``engine._load_file``); ``{where}`` in it is the engine's window test on
+    ``start_s``/``end_s``, which lets DuckDB skip row groups by their statistics.
+    ``names``: include JobName (for a ``--name`` filter)."""
     if not _months(directory):
         raise UsageError(
             f"--archive {directory}: no archive there (run `slurmkit report ingest --archive "
             f"{directory}` first)"
         )
-    cols = ", ".join(f'"{c}" AS f{i}' for i, c in enumerate(sacct.FIELDS))
-    extra = ", ".join(f"CAST(NULL AS VARCHAR) AS x{i}" for i in range(EXTRA))
-    files = _q(parquet_glob(directory))
-    rel = f"(SELECT {cols}, {extra} FROM read_parquet({files}, hive_partitioning = false))"
-    return FileSource(directory, list(sacct.FIELDS), SEP, False, 1, relation=rel, clean=True)
+    times = []
+    for col, typed, short in (
+        ("Start", "start_s", "st"),
+        ("End", "end_s", "en"),
+        ("Submit", "submit_s", "sub"),
+    ):
+        # NULL in a month written before the typed columns existed: the text is then
+        # classified as unreadable, and the reference path (over :func:`lines`) answers
+        times.append(f"{typed} AS {short}")
+        times.append(f"CASE WHEN {typed} IS NULL THEN {_ident(col)} END AS t_{short}")
+    state = _state_sql('"State"')
+    rel = (
+        f'(SELECT "JobIDRaw" AS jid, "JobID" AS job_id, {state} AS state, "AllocTRES" AS tres, '
+        f'"User" AS u, "Account" AS a, "Partition" AS p, "NodeList" AS nl, '
+        f"""CASE WHEN {state} IN ('REQUEUED', 'FAILED') THEN "Reason" END AS reason, """
+        f"0 AS h, {', '.join(times)}"
+        + (', "JobName" AS name' if names else "")
+        + f" FROM {_files(directory)} "
+        "{where})"
+    )
+    return FileSource(directory, list(sacct.FIELDS), SEP, False, 1, relation=rel)
+
+
+def _ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
 
 
 def lines(directory: str) -> Iterator[str]:
-    """The archive's rows as sacct text (for the reference path; line numbers are row numbers)."""
-    con = duckdb.connect()
+    """The archive's rows as sacct text, times as the epochs stored at ingest (for the
+    reference path; line numbers are row numbers)."""
+    con = connect()
     try:
-        cols = ", ".join(f'"{c}"' for c in sacct.FIELDS)
-        files = _q(parquet_glob(directory))
-        cur = con.execute(f'SELECT {cols} FROM read_parquet({files}) ORDER BY "JobIDRaw"')
+        cols = []
+        for c in sacct.FIELDS:
+            typed = {"Start": "start_s", "End": "end_s", "Submit": "submit_s"}.get(c)
+            cols.append(f"coalesce(CAST({typed} AS VARCHAR), {_ident(c)})" if typed else _ident(c))
+        cur = con.execute(f'SELECT {", ".join(cols)} FROM {_files(directory)} ORDER BY "JobIDRaw", "Start"')
         while True:
             batch = cur.fetchmany(10000)
             if not batch:
@@ -80,62 +137,85 @@ def lines(directory: str) -> Iterator[str]:
 
 
 def ingest(directory: str, src: FileSource) -> Dict[str, object]:
-    """Add a saved dump's job rows to the archive; returns what changed per month."""
-    window = resolve_window(default_unbounded=True)
-    plan = _Plan(src, window, window.end, sacct.Filters())
+    """Add a saved dump's attempts to the archive; returns what changed per month and what
+    was skipped (``skipped``: rows not kept, ``reasons``: why, for the malformed ones)."""
+    plan = _Plan(src)
     idx = {c.strip().lower(): i for i, c in enumerate(src.columns)}
     select = []
     for c in sacct.FIELDS:
         if c == "JobName" and "jobname" in idx:
-            select.append(f'{plan.name} AS "{c}"')
+            select.append(f"{plan.name} AS {_ident(c)}")
         elif c == "JobIDRaw":
-            select.append(f'{plan.raw} AS "{c}"')
+            select.append(f"{plan.raw} AS {_ident(c)}")
         elif c.lower() in idx:
-            select.append(f'f{idx[c.lower()]} AS "{c}"')
+            select.append(f"f{idx[c.lower()]} AS {_ident(c)}")
         else:
-            select.append(f"'' AS \"{c}\"")
-    start = plan.start
-    month = (
-        f"CASE WHEN {_digits(start)} "
-        f"THEN strftime(make_timestamp(CAST({start} AS BIGINT) * 1000000), '%Y-%m') "
-        f"WHEN length({start}) = 19 AND substr({start}, 5, 1) = '-' THEN left({start}, 7) END"
-    )
+            select.append(f"'' AS {_ident(c)}")
     os.makedirs(directory, exist_ok=True)
-    con = duckdb.connect(config={"threads": 2, "memory_limit": "768MB"})
-    out: Dict[str, object] = {"rows": 0, "skipped": 0, "months": {}}
+    con = connect()
+    out: Dict[str, object] = {"rows": 0, "skipped": 0, "not_started": 0, "malformed": 0, "months": {}}
     try:
-        con.execute("SET enable_progress_bar = false")
         con.execute(f"""CREATE TEMP TABLE new AS
-            SELECT {", ".join(select)}, {month} AS month, {plan.count_ok} AS ok
-            FROM {plan.reader()} WHERE NOT {plan.step}""")
-        out["skipped"] = con.execute("SELECT count(*) FROM new WHERE NOT ok OR month IS NULL").fetchone()[0]
-        con.execute("DELETE FROM new WHERE NOT ok OR month IS NULL")
+            SELECT {", ".join(select)}, coalesce({plan.count_ok}, FALSE) AND NOT {plan.surplus} AS ok
+            FROM {plan.reader()} WHERE NOT coalesce({plan.step}, FALSE) AND NOT (f1 IS NULL AND trim(f0) = '')""")
+        _typed_columns(con)
+        # the reference's rules: what it would skip as not started, malformed or impossible
+        running = _in_list(sacct.RUNNING_STATES)
+        state = _state_sql('"State"')
+        con.execute("""ALTER TABLE new ADD COLUMN why VARCHAR""")
+        con.execute(f"""UPDATE new SET why = CASE
+            WHEN NOT ok THEN 'malformed'
+            WHEN "Start" IN {_UNKNOWN_SQL} THEN 'not_started'
+            WHEN start_s IS NULL OR (end_s IS NULL AND NOT ("End" IN {_UNKNOWN_SQL} AND {state} IN {running}))
+                 OR (submit_s IS NULL AND "Submit" NOT IN {_UNKNOWN_SQL}) THEN 'malformed'
+            WHEN start_s < {sacct.EARLIEST_TIME} OR end_s < {sacct.EARLIEST_TIME}
+                 OR submit_s < {sacct.EARLIEST_TIME} OR end_s < start_s OR gpus IS NULL THEN 'malformed'
+            END""")
+        skipped = dict(
+            con.execute("SELECT why, count(*) FROM new WHERE why IS NOT NULL GROUP BY why").fetchall()
+        )
+        out["not_started"] = skipped.get("not_started", 0)
+        out["malformed"] = skipped.get("malformed", 0)
+        out["skipped"] = sum(skipped.values())
+        con.execute("DELETE FROM new WHERE why IS NOT NULL")
+        month = "strftime(make_timestamp(start_s * 1000000), '%Y-%m')"
         # one row per attempt: a repeated key keeps the row with a known End
-        keys = ", ".join(f'"{k}"' for k in KEY)
-        con.execute(f"""CREATE TEMP TABLE fresh AS SELECT * EXCLUDE (ok) FROM (
-            SELECT *, row_number() OVER (PARTITION BY {keys}
-                ORDER BY ("End" IN ('Unknown', 'None', '')), "End" DESC, "State") AS rn FROM new)
+        keys = ", ".join(_ident(k) for k in KEY)
+        cols = ", ".join(_ident(c) for c in (*sacct.FIELDS, *TYPED))
+        con.execute(f"""CREATE TEMP TABLE fresh AS SELECT {cols}, month FROM (
+            SELECT *, {month} AS month, row_number() OVER (PARTITION BY {keys}
+                ORDER BY (end_s IS NULL), end_s DESC, "State") AS rn FROM new)
             WHERE rn = 1""")
-        con.execute("ALTER TABLE fresh DROP COLUMN rn")
         out["rows"] = con.execute("SELECT count(*) FROM fresh").fetchone()[0]
-        cols = ", ".join(f'"{c}"' for c in sacct.FIELDS)
         for (m,) in con.execute("SELECT DISTINCT month FROM fresh ORDER BY month").fetchall():
             part = os.path.join(directory, f"month={m}")
             os.makedirs(part, exist_ok=True)
             target = os.path.join(part, "data.parquet")
             old = ""
             if os.path.exists(target):
+                con.execute(
+                    f"CREATE OR REPLACE TEMP TABLE old AS SELECT * FROM read_parquet({_q(target)}, union_by_name = true)"
+                )
+                if (
+                    con.execute(
+                        "SELECT count(*) FROM (DESCRIBE old) WHERE column_name = 'start_s'"
+                    ).fetchone()[0]
+                    == 0
+                ):
+                    _upgrade(con)
                 old = (
-                    f"UNION ALL SELECT {cols} FROM read_parquet({_q(target)}) o WHERE NOT EXISTS ("
+                    f"UNION ALL SELECT {cols} FROM old o WHERE NOT EXISTS ("
                     f"SELECT 1 FROM fresh f WHERE f.month = {_q(m)} AND "
-                    + " AND ".join(f'f."{k}" = o."{k}"' for k in KEY)
+                    + " AND ".join(f"f.{_ident(k)} = o.{_ident(k)}" for k in KEY)
                     + ")"
                 )
             fd, tmp = tempfile.mkstemp(prefix=".data-", suffix=".parquet", dir=part)
             os.close(fd)
+            # sorted by Start, so each row group covers a span of time and a report's window
+            # skips the others by their statistics
             con.execute(
-                f'COPY (SELECT {cols} FROM fresh WHERE month = {_q(m)} {old} ORDER BY "JobIDRaw", '
-                f'"Start") TO {_q(tmp)} (FORMAT parquet, COMPRESSION zstd)'
+                f'COPY (SELECT {cols} FROM fresh WHERE month = {_q(m)} {old} ORDER BY start_s, "JobIDRaw") '
+                f"TO {_q(tmp)} (FORMAT parquet, COMPRESSION zstd)"
             )
             n = con.execute(f"SELECT count(*) FROM read_parquet({_q(tmp)})").fetchone()[0]
             os.replace(tmp, target)
@@ -145,18 +225,60 @@ def ingest(directory: str, src: FileSource) -> Dict[str, object]:
     return out
 
 
+def _typed_columns(con: duckdb.DuckDBPyConnection) -> None:
+    """Add :data:`TYPED` to table ``new`` (sacct text columns): epochs from epoch text or, for
+    ISO text, from the hour looked up by Python (:func:`sacct.parse_time`: local time and DST
+    as the reference decides them); the GPU count by :func:`sacct.parse_gpu_tres`."""
+    times = (("Start", "start_s"), ("End", "end_s"), ("Submit", "submit_s"))
+    hours = " UNION ".join(f"SELECT DISTINCT {hour_key(_ident(t))} AS k FROM new" for t, _ in times)
+    _table(
+        con,
+        "hours",
+        ("key", "epoch"),
+        ("VARCHAR", "BIGINT"),
+        hour_table(k for (k,) in con.execute(hours).fetchall()),
+    )
+    gpus: List[Tuple[str, int]] = []
+    for (t,) in con.execute('SELECT DISTINCT "AllocTRES" FROM new').fetchall():
+        try:
+            gpus.append((t, sacct.parse_gpu_tres((t or "").strip())[0]))
+        except ParseError:
+            continue
+    _table(con, "tres", ("tres", "gpus"), ("VARCHAR", "BIGINT"), gpus)
+    epochs = ", ".join(
+        f"{epoch_sql(f'n.{_ident(t)}', f'h{i}.epoch')} AS {name}" for i, (t, name) in enumerate(times)
+    )
+    joins = " ".join(
+        f"LEFT JOIN hours h{i} ON h{i}.key = {hour_key(f'n.{_ident(t)}')}" for i, (t, _) in enumerate(times)
+    )
+    con.execute(
+        f"CREATE TEMP TABLE typed AS SELECT n.*, {epochs}, t.gpus FROM new n {joins} "
+        f'LEFT JOIN tres t ON t.tres = n."AllocTRES"'
+    )
+    con.execute("DROP TABLE new")
+    con.execute("ALTER TABLE typed RENAME TO new")
+
+
+def _upgrade(con: duckdb.DuckDBPyConnection) -> None:
+    """Give table ``old`` (a month written before the typed columns) its typed columns."""
+    con.execute("ALTER TABLE new RENAME TO new_kept")
+    con.execute("ALTER TABLE old RENAME TO new")
+    _typed_columns(con)
+    con.execute("ALTER TABLE new RENAME TO old")
+    con.execute("ALTER TABLE new_kept RENAME TO new")
+
+
 def sql(directory: Optional[str], query: str):
     """``(column names, rows)`` of an ad-hoc query; the archive is the view ``jobs``
     (plus a ``month`` column from the partition)."""
-    con = duckdb.connect(config={"threads": 2, "memory_limit": "768MB"})
+    con = connect()
     try:
-        con.execute("SET enable_progress_bar = false")
         if directory:
             if not _months(directory):
                 raise UsageError(f"--archive {directory}: no archive there")
             con.execute(
                 f"CREATE VIEW jobs AS SELECT * FROM read_parquet({_q(parquet_glob(directory))}, "
-                f"hive_partitioning = true)"
+                f"hive_partitioning = true, union_by_name = true)"
             )
         try:
             cur = con.execute(query)

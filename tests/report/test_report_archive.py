@@ -89,15 +89,25 @@ def test_a_running_job_is_updated_not_doubled(cli, tmp_path):
     assert t["gpu_hours"] == 2.0 and t["jobs"] == 1
 
 
-def test_archive_with_malformed_rows_uses_reference_and_warns(cli, fixture_path, tmp_path):
+def test_ingest_skips_malformed_rows_with_line_numbers(cli, fixture_path, tmp_path):
+    """Rows the reference would not count are not archived: ingest reports them by line, and
+    the archive's report is the file's (the DuckDB engine, nothing left to report by line)."""
     arch = str(tmp_path / "arch")
     res = cli("report", "ingest", "--archive", arch, "--sacct-file", fixture_path("malformed.txt"))
     assert res.exit_code == 0
+    from_file = cli("report", "--sacct-file", fixture_path("malformed.txt"), "--json", "--month", "2026-11")
+    # the same warning as the file's report, line numbers and reasons included
+    warning = next(line for line in from_file.stderr.splitlines() if "malformed row(s)" in line)
+    assert warning in res.stderr
+    assert "malformed or impossible: skipped" in res.stderr
     res = cli("report", "--archive", arch, "--json", "--month", "2026-11")
     data = json.loads(res.stdout)
-    assert data["meta"]["engine"]["name"] == "python"
+    assert data["meta"]["engine"]["name"] == "duckdb"
     assert data["totals"]["gpu_hours"] == 4.0  # as from the file (tests/report/fixtures/malformed.txt header)
-    assert "malformed row(s)" in res.stderr
+    file_totals = json.loads(from_file.stdout)["totals"]
+    # the archive never held the 7 rows: ingest reported them, the report has none to exclude
+    assert file_totals.pop("excluded_rows") == 7 and data["totals"].pop("excluded_rows") == 0
+    assert data["totals"] == file_totals
 
 
 def test_sql_errors_and_missing_archive_are_usage_errors(cli, tmp_path):
@@ -109,29 +119,3 @@ def test_sql_errors_and_missing_archive_are_usage_errors(cli, tmp_path):
     assert res.exit_code == 2
 
 
-@pytest.mark.parametrize("fixture", ["basic.txt", "prolog_requeue.txt"])
-def test_archive_lookups_by_column_equal_the_one_scan_lookups(cli, fixture_path, tmp_path, fixture):
-    """The archive's per-column look-ups (ISO hours, requeued jobs, AllocTRES, NodeLists,
-    first Start) are the general scan's, value for value."""
-    import duckdb
-
-    from slurmkit.report import archive, engine
-    from slurmkit.report.window import resolve_window
-
-    arch = str(tmp_path / "arch")
-    assert cli("report", "ingest", "--archive", arch, "--sacct-file", fixture_path(fixture)).exit_code == 0
-    src = archive.source(arch)
-    assert src.clean
-    window = resolve_window(default_unbounded=True)
-    plan = engine._Plan(src, window, window.end, sacct.Filters())
-    con = duckdb.connect()
-    for nodes in (False, True):
-        general = engine._lookups(con, plan, nodes)
-        by_column = engine._lookups_by_column(con, plan, nodes)
-        assert general["hours"] and general["tres"]  # the fixture exercises them
-        # (the general scan names an hour once per time column; run() takes the set)
-        assert {k: sorted(set(v)) if isinstance(v, list) else v for k, v in by_column.items()} == {
-            k: sorted(set(v)) if isinstance(v, list) else v for k, v in general.items()
-        }
-        assert len(by_column["multi"]) == len(set(by_column["multi"]))
-    assert engine._lookups(con, plan, False)["multi"]  # basic.txt and prolog_requeue.txt have requeued jobs
