@@ -268,8 +268,7 @@ class _Rules:
     def derived(self, undecided: str) -> str:
         """SQL columns computed from ``st``/``en``/``sub`` (epochs, NULL when the text was not
         one) and ``t_st``/``t_en``/``t_sub`` (the text where it was not an epoch): the class of
-        the row in the reference parser's order, the clipped ``s``/``e``, the observable
-        queue wait and the state-only lost cause. A time text that is not an epoch is
+        the row in the reference parser's order, and the clipped ``s``/``e``. A time text that is not an epoch is
         ``undecided`` (``'iso'``: converted in a second step) or ``'bad'``."""
         lo, hi, earliest = self.lo, self.hi, sacct.EARLIEST_TIME
         running = f"(t_en IN {_UNKNOWN_SQL} AND state IN {_in_list(sacct.RUNNING_STATES)})"
@@ -285,9 +284,7 @@ class _Rules:
                  AND NOT (st = {en_eff} AND st >= {lo} AND st < {hi}) THEN 'outside'
             ELSE 'ok' END"""
         return (
-            f"{cls} AS cls, greatest(st, {lo}) AS s, greatest(least({en_eff}, {hi}), greatest(st, {lo})) AS e, "
-            f"CASE WHEN sub IS NOT NULL AND st > {lo} AND st >= sub THEN st - sub END AS wait, "
-            f"CASE WHEN state IN {_in_list(LOST_STATES)} THEN state END AS cause0"
+            f"{cls} AS cls, greatest(st, {lo}) AS s, greatest(least({en_eff}, {hi}), greatest(st, {lo})) AS e"
         )
 
 
@@ -319,7 +316,7 @@ def _load_file(con: duckdb.DuckDBPyConnection, plan: _Plan, rules: _Rules, stats
         "a": plan.account,
         "p": plan.partition,
         "nl": plan.nodelist,
-        "reason": f"CASE WHEN {state} IN ('REQUEUED', 'FAILED') THEN {plan.reason} END",
+        "r_reason": plan.reason,
         "h": "hash(" + ", ".join(others) + ")" if others else "0",
     }
     if rules.filters.names is not None:
@@ -337,7 +334,8 @@ def _load_file(con: duckdb.DuckDBPyConnection, plan: _Plan, rules: _Rules, stats
     con.execute(
         f"""CREATE TEMP TABLE j AS
         SELECT *, {rules.derived("iso")} FROM (
-            SELECT * EXCLUDE (r_st, r_en, r_sub), {texts} FROM (
+            SELECT * EXCLUDE (r_st, r_en, r_sub, r_reason), {texts},
+                   CASE WHEN state IN ('REQUEUED', 'FAILED') THEN r_reason END AS reason FROM (
                 SELECT {inner}, {shape} AS shape
                 FROM {plan.reader()} WHERE NOT coalesce({plan.step}, FALSE)))"""
     )
@@ -462,7 +460,7 @@ def _convert_iso(con: duckdb.DuckDBPyConnection, rules: _Rules) -> None:
     con.execute(
         f"""INSERT INTO j2 BY NAME
         SELECT *, {rules.derived("bad")} FROM (
-            SELECT j.* EXCLUDE (st, en, sub, cls, s, e, wait, cause0), {typed}
+            SELECT j.* EXCLUDE (st, en, sub, cls, s, e), {typed}
             FROM j {joins} WHERE j.cls = 'iso')"""
     )
     con.execute("DROP TABLE j")
@@ -621,11 +619,15 @@ def run(
     return groups, total, stats
 
 
-def _attempts_sql(with_sus: bool) -> str:
+def _attempts_sql(lo: int, with_sus: bool) -> str:
+    """The counted attempts with their GPUs, priced GPUs, suspect flag, lost cause and the
+    queue wait the reference counts (Start strictly inside the window, at or after Submit)."""
     sus = "sus.rid IS NOT NULL" if with_sus else "FALSE"
     join_sus = "LEFT JOIN sus ON sus.rid = j.rowid" if with_sus else ""
-    return f"""SELECT j.jid, j.state, j.u, j.a, j.p, j.nl, j.tres, j.s, j.e, j.wait, t.gpus, t.pg, {sus} AS sus,
-           CASE WHEN pr.rid IS NOT NULL THEN {_q(PROLOG_CAUSE)} ELSE j.cause0 END AS cause
+    return f"""SELECT j.jid, j.state, j.u, j.a, j.p, j.nl, j.tres, j.s, j.e, t.gpus, t.pg, {sus} AS sus,
+           CASE WHEN j.sub IS NOT NULL AND j.st > {lo} AND j.st >= j.sub THEN j.st - j.sub END AS wait,
+           CASE WHEN pr.rid IS NOT NULL THEN {_q(PROLOG_CAUSE)}
+                WHEN j.state IN {_in_list(LOST_STATES)} THEN j.state END AS cause
         FROM j JOIN tres t ON t.tres = j.tres LEFT JOIN prolog pr ON pr.rid = j.rowid {join_sus}
         WHERE j.cls = 'ok'"""
 
@@ -680,10 +682,11 @@ def _aggregate(
     groups: Dict[Tuple, _Acc] = {}
     total = _Acc()
     total.njobs = 0
+    lo = rules.lo
     fields = {"user": "a.u", "account": "a.a", "partition": "a.p", "state": "a.state"}
     whole = {"g": "a.gpus", "pc": "a.pg", "secs": "(a.e - a.s)", "first": "TRUE"}
     if all(d in FIELD_DIMS for d in by):
-        _aggregate_fields(con, [fields[d] for d in by], groups, total, with_sus)
+        _aggregate_fields(con, [fields[d] for d in by], groups, total, lo, with_sus)
         return groups, total
     joins, keys = [], []
     g, pc = "CAST(a.gpus AS DOUBLE)", "a.pg"
@@ -709,7 +712,7 @@ def _aggregate(
     nk = len(keys)
     kcols = ", ".join(f"{k} AS k{i}" for i, k in enumerate(keys))
     kref = ", ".join(f"k{i}" for i in range(nk))
-    sql = f"""WITH a AS ({_attempts_sql(with_sus)}),
+    sql = f"""WITH a AS ({_attempts_sql(lo, with_sus)}),
         pieces AS (
             SELECT {kcols}, a.state, a.cause, a.jid, a.sus, a.wait, {g} AS g, {pc} AS pc, {secs} AS secs,
                    {first} AS is_first
@@ -718,7 +721,7 @@ def _aggregate(
                {_SUMS.format(g="g", pc="pc", secs="secs", first="is_first")}
         FROM pieces GROUP BY GROUPING SETS (({kref}, state, cause), ({kref}))"""
     _collect(con.execute(sql).fetchall(), nk, groups, None, -1)
-    sql = f"""WITH a AS ({_attempts_sql(with_sus)})
+    sql = f"""WITH a AS ({_attempts_sql(lo, with_sus)})
         SELECT GROUPING(state, cause), state, cause, {_SUMS.format(**whole)}
         FROM a GROUP BY GROUPING SETS ((state, cause), ())"""
     _collect(con.execute(sql).fetchall(), 0, {(): total}, None, 3)
@@ -726,14 +729,14 @@ def _aggregate(
 
 
 def _aggregate_fields(
-    con, keys: Sequence[str], groups: Dict[Tuple, _Acc], total: _Acc, with_sus: bool
+    con, keys: Sequence[str], groups: Dict[Tuple, _Acc], total: _Acc, lo: int, with_sus: bool
 ) -> None:
     """Each attempt in one group: plain sums by (keys, state, cause). Distinct jobs are the
     attempts less the repeats of the jobs with several attempts in one group (table
     ``multi`` names those jobs: a few percent), which is cheaper than ``count(DISTINCT)``."""
     nk = len(keys)
     kcols = "".join(f"{k} AS k{i}, " for i, k in enumerate(keys))
-    sql = f"""WITH a AS ({_attempts_sql(with_sus)})
+    sql = f"""WITH a AS ({_attempts_sql(lo, with_sus)})
         SELECT {kcols} state, cause, sum(gpus * (e - s)), sum(pg * (e - s)), count(*), sum(wait), count(wait),
                sum(gpus * (e - s)) FILTER (WHERE sus)
         FROM a GROUP BY ALL"""
