@@ -48,10 +48,10 @@ from slurmkit.report.engine import (
     _q,
     _state_sql,
     _table,
-    connect,
     epoch_sql,
     hour_key,
     hour_table,
+    session,
 )
 from slurmkit.slurm.parse import ParseError
 
@@ -119,8 +119,7 @@ def _ident(name: str) -> str:
 def lines(directory: str) -> Iterator[str]:
     """The archive's rows as sacct text, times as the epochs stored at ingest (for the
     reference path; line numbers are row numbers)."""
-    con = connect()
-    try:
+    with session() as con:
         cols = []
         for c in sacct.FIELDS:
             typed = {"Start": "start_s", "End": "end_s", "Submit": "submit_s"}.get(c)
@@ -132,8 +131,6 @@ def lines(directory: str) -> Iterator[str]:
                 return
             for row in batch:
                 yield SEP.join("" if v is None else v for v in row)
-    finally:
-        con.close()
 
 
 def ingest(directory: str, src: FileSource) -> Dict[str, object]:
@@ -152,9 +149,8 @@ def ingest(directory: str, src: FileSource) -> Dict[str, object]:
         else:
             select.append(f"'' AS {_ident(c)}")
     os.makedirs(directory, exist_ok=True)
-    con = connect()
     out: Dict[str, object] = {"rows": 0, "skipped": 0, "not_started": 0, "malformed": 0, "months": {}}
-    try:
+    with session() as con:
         con.execute(f"""CREATE TEMP TABLE new AS
             SELECT {", ".join(select)}, coalesce({plan.count_ok}, FALSE) AND NOT {plan.surplus} AS ok
             FROM {plan.reader()} WHERE NOT coalesce({plan.step}, FALSE) AND NOT (f1 IS NULL AND trim(f0) = '')""")
@@ -220,8 +216,6 @@ def ingest(directory: str, src: FileSource) -> Dict[str, object]:
             n = con.execute(f"SELECT count(*) FROM read_parquet({_q(tmp)})").fetchone()[0]
             os.replace(tmp, target)
             out["months"][m] = n
-    finally:
-        con.close()
     return out
 
 
@@ -271,8 +265,7 @@ def _upgrade(con: duckdb.DuckDBPyConnection) -> None:
 def sql(directory: Optional[str], query: str):
     """``(column names, rows)`` of an ad-hoc query; the archive is the view ``jobs``
     (plus a ``month`` column from the partition)."""
-    con = connect()
-    try:
+    with session() as con:
         if directory:
             if not _months(directory):
                 raise UsageError(f"--archive {directory}: no archive there")
@@ -286,5 +279,3 @@ def sql(directory: Optional[str], query: str):
             raise UsageError(f"sql: {str(exc).splitlines()[0]}") from None
         names = [d[0] for d in cur.description] if cur.description else []
         return names, cur.fetchall()
-    finally:
-        con.close()

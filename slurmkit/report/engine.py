@@ -35,10 +35,13 @@ floating point and may differ from the reference in the last bits.
 
 from __future__ import annotations
 
+import contextlib
+import shutil
+import tempfile
 import threading
 import time
 from dataclasses import dataclass
-from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 import duckdb
 
@@ -232,12 +235,26 @@ def _periods(unit: str, start: int, end: int) -> List[Tuple[str, int, int]]:
         t = hi
 
 
-def connect(threads: Optional[int] = None) -> duckdb.DuckDBPyConnection:
+@contextlib.contextmanager
+def session(threads: Optional[int] = None) -> Iterator[duckdb.DuckDBPyConnection]:
+    """An in-memory DuckDB connection with bounded memory. What does not fit spills to a
+    private temporary directory (DuckDB's default for an in-memory database is ``.tmp`` in
+    the working directory), removed afterwards."""
+    spill = tempfile.mkdtemp(prefix="slurmkit-duckdb-")
     con = duckdb.connect(
-        config={"threads": threads or 2, "memory_limit": "768MB", "preserve_insertion_order": False}
+        config={
+            "threads": threads or 2,
+            "memory_limit": "768MB",
+            "preserve_insertion_order": False,
+            "temp_directory": spill,
+        }
     )
-    con.execute("SET enable_progress_bar = false")
-    return con
+    try:
+        con.execute("SET enable_progress_bar = false")
+        yield con
+    finally:
+        con.close()
+        shutil.rmtree(spill, ignore_errors=True)
 
 
 # --------------------------------------------------------------------------- loading
@@ -597,8 +614,7 @@ def run(
     now_i = int(now if now is not None else time.time())
     rules = _Rules(window.start, min(window.end, now_i), filters or Filters())
     stats = ParseStats()
-    con = connect(threads)
-    try:
+    with session(threads) as con:
         if src.relation is None:
             _load_file(con, _Plan(src), rules, stats)
         else:
@@ -614,8 +630,6 @@ def run(
         if drains:
             _suspect(con, drains, lost_window_hours)
         groups, total = _aggregate(con, by, rules, bool(prices and prices.enabled), bool(drains))
-    finally:
-        con.close()
     return groups, total, stats
 
 

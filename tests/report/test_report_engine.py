@@ -6,6 +6,7 @@ and impossible rows). The reference is the pure-Python parser and aggregator."""
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
@@ -404,3 +405,19 @@ def test_archive_same_answer_as_reference_over_its_rows(
         ra.pop("rank"), rb.pop("rank")
         _compare(ra, rb, tol)
     _compare(ref.totals, got.totals, tol)
+
+
+def test_session_spills_to_a_private_directory_it_removes(tmp_path, monkeypatch):
+    """DuckDB's default spill directory for an in-memory database is ``.tmp`` in the working
+    directory: the engine gives it a private one and removes it."""
+    monkeypatch.chdir(tmp_path)
+    with engine.session() as con:
+        spill = con.execute("SELECT current_setting('temp_directory')").fetchone()[0]
+        assert spill.startswith("/") and "slurmkit-duckdb-" in spill
+        assert (Path(spill).stat().st_mode & 0o077) == 0  # mkdtemp: 0700
+        con.execute("SET memory_limit = '20MB'")
+        con.execute("CREATE TEMP TABLE t AS SELECT range AS i, repeat('x', 50) AS s FROM range(3000000)")
+        assert con.execute("SELECT count(*) FROM t").fetchone()[0] == 3000000
+        assert os.listdir(spill)  # the table did not fit in 20 MB: it spilled there
+    assert not Path(spill).exists()
+    assert not (tmp_path / ".tmp").exists()
