@@ -32,12 +32,14 @@ The layout is Hive-style partitioning, so Spark (``spark.read.parquet(DIR)``), T
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from typing import Dict, Iterator, List, Optional, Tuple
 
 import duckdb
 
+from slurmkit.core import files, trust
 from slurmkit.errors import UsageError
 from slurmkit.report import sacct
 from slurmkit.report.engine import (
@@ -57,8 +59,14 @@ from slurmkit.slurm.parse import ParseError
 
 SEP = sacct.SACCT_DELIMITER
 KEY = ("JobIDRaw", "JobID", "Start")
-#: typed columns written next to the text ones (see the module docstring)
+#: typed columns written next to the text ones (see the module docstring); ``rid`` numbers
+#: the rows of the whole archive (the month in its high 32 bits, the row in its low ones)
 TYPED = ("start_s", "end_s", "submit_s", "gpus")
+#: the JobIDRaw of every job with more than one row anywhere in the archive, and the month
+#: files (size, mtime) it was computed from: a report groups only those jobs' rows
+MULTI, MULTI_STAMP = "multi.parquet", "multi.json"
+#: how long an ingest waits for another one to finish (cron runs may overlap)
+LOCK_TIMEOUT = 300.0
 
 
 def parquet_glob(directory: str) -> str:
@@ -104,12 +112,44 @@ def source(directory: str, *, names: bool = False) -> FileSource:
         f'(SELECT "JobIDRaw" AS jid, "JobID" AS job_id, {state} AS state, "AllocTRES" AS tres, '
         f'"User" AS u, "Account" AS a, "Partition" AS p, "NodeList" AS nl, '
         f"""CASE WHEN {state} IN ('REQUEUED', 'FAILED') THEN "Reason" END AS reason, """
-        f"0 AS h, {', '.join(times)}"
+        f"0 AS h, rid, {', '.join(times)}"
         + (', "JobName" AS name' if names else "")
         + f" FROM {_files(directory)} "
         "{where})"
     )
-    return FileSource(directory, list(sacct.FIELDS), SEP, False, 1, relation=rel)
+    return FileSource(directory, list(sacct.FIELDS), SEP, False, 1, relation=rel, multi=_multi(directory))
+
+
+def _fingerprint(directory: str) -> Dict[str, List[int]]:
+    out = {}
+    for m in _months(directory):
+        st = os.stat(os.path.join(directory, m, "data.parquet"))
+        out[f"{m}/data.parquet"] = [st.st_size, st.st_mtime_ns]
+    return out
+
+
+def _multi(directory: str) -> Optional[str]:
+    """``read_parquet`` of the jobs with several rows, when it was computed from the month
+    files there now (else None: the engine groups every row instead)."""
+    try:
+        with open(os.path.join(directory, MULTI_STAMP), encoding="utf-8") as fh:
+            stamp = json.load(fh)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(stamp, dict) or stamp.get("files") != _fingerprint(directory):
+        return None
+    return f"read_parquet({_q(os.path.join(directory, MULTI))})"
+
+
+def _write_multi(con: duckdb.DuckDBPyConnection, directory: str) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=".multi-", suffix=".parquet", dir=directory)
+    os.close(fd)
+    con.execute(
+        f'COPY (SELECT "JobIDRaw" AS jid FROM {_files(directory)} GROUP BY 1 HAVING count(*) > 1) '
+        f"TO {_q(tmp)} (FORMAT parquet)"
+    )
+    os.replace(tmp, os.path.join(directory, MULTI))
+    files.write_json_atomic(os.path.join(directory, MULTI_STAMP), {"files": _fingerprint(directory)})
 
 
 def _ident(name: str) -> str:
@@ -149,6 +189,21 @@ def ingest(directory: str, src: FileSource) -> Dict[str, object]:
         else:
             select.append(f"'' AS {_ident(c)}")
     os.makedirs(directory, exist_ok=True)
+    try:
+        lock = trust.lock(
+            os.path.join(directory, ".ingest.lock"), LOCK_TIMEOUT, owners=frozenset({os.geteuid()})
+        )
+    except TimeoutError:
+        raise UsageError(f"--archive {directory}: another `report ingest` is still running") from None
+    except trust.UntrustedFile as exc:
+        raise UsageError(f"--archive {directory}: {exc}") from None
+    try:
+        return _ingest(directory, src, plan, select)
+    finally:
+        os.close(lock)
+
+
+def _ingest(directory: str, src: FileSource, plan: _Plan, select: List[str]) -> Dict[str, object]:
     out: Dict[str, object] = {"rows": 0, "skipped": 0, "not_started": 0, "malformed": 0, "months": {}}
     with session() as con:
         con.execute(f"""CREATE TEMP TABLE new AS
@@ -209,13 +264,18 @@ def ingest(directory: str, src: FileSource) -> Dict[str, object]:
             os.close(fd)
             # sorted by Start, so each row group covers a span of time and a report's window
             # skips the others by their statistics
+            month_no = int(m[:4]) * 12 + int(m[5:7]) - 1
+            order = 'start_s, "JobIDRaw", "JobID"'
             con.execute(
-                f'COPY (SELECT {cols} FROM fresh WHERE month = {_q(m)} {old} ORDER BY start_s, "JobIDRaw") '
+                f"COPY (SELECT *, ({month_no}::BIGINT << 32) + row_number() OVER (ORDER BY {order}) AS rid "
+                f"FROM (SELECT {cols} FROM fresh WHERE month = {_q(m)} {old}) ORDER BY {order}) "
                 f"TO {_q(tmp)} (FORMAT parquet, COMPRESSION zstd)"
             )
             n = con.execute(f"SELECT count(*) FROM read_parquet({_q(tmp)})").fetchone()[0]
             os.replace(tmp, target)
             out["months"][m] = n
+        if out["months"]:
+            _write_multi(con, directory)
     return out
 
 

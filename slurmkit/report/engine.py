@@ -78,6 +78,9 @@ class FileSource:
     #: SQL of the archive's typed relation (see :func:`slurmkit.report.archive.source`);
     #: None: read ``path`` as CSV
     relation: Optional[str] = None
+    #: SQL of a relation whose ``jid`` column names every job that may have several rows
+    #: (the archive keeps that list); None: find them by grouping all rows
+    multi: Optional[str] = None
 
 
 def probe_file(
@@ -371,16 +374,19 @@ def _load_file(con: duckdb.DuckDBPyConnection, plan: _Plan, rules: _Rules, stats
         con.execute("DELETE FROM j WHERE shape = 4")
     if con.execute("SELECT count(*) FROM j WHERE cls = 'iso'").fetchone()[0]:
         _convert_iso(con, rules)
+    con.execute("ALTER TABLE j RENAME TO job_rows")
+    con.execute("CREATE TEMP VIEW j AS SELECT rowid AS rid, * FROM job_rows")
 
 
 def _load_relation(con: duckdb.DuckDBPyConnection, relation: str, rules: _Rules, stats: ParseStats) -> None:
-    """Table ``j`` from a typed relation (the archive, :func:`slurmkit.report.archive.source`):
+    """View ``j`` over a typed relation (the archive, :func:`slurmkit.report.archive.source`):
     only the rows that can touch the window are read (DuckDB skips the other row groups by
-    their statistics); the others are counted as the reference would count them, outside
-    the window or filtered out (the filter comes first)."""
+    their Start and End statistics); the others are counted as the reference would count
+    them, outside the window or filtered out (the filter comes first). The view is read by
+    each query again: the columns are typed, and each query reads only those it names."""
     inside = f"WHERE (start_s < {rules.hi} OR start_s IS NULL) AND (end_s >= {rules.lo} OR end_s IS NULL)"
     con.execute(
-        f"CREATE TEMP TABLE j AS SELECT *, {rules.derived('bad')} FROM {relation.format(where=inside)}"
+        f"CREATE TEMP VIEW j AS SELECT *, {rules.derived('bad')} FROM {relation.format(where=inside)}"
     )
     filtered = _filtered_sql(rules.filters)
     everything, filtered_all = con.execute(
@@ -487,18 +493,25 @@ def _convert_iso(con: duckdb.DuckDBPyConnection, rules: _Rules) -> None:
 # --------------------------------------------------------------------------- rules over attempts
 
 
-def _check_rows(con, max_gpus: int, prices: Optional[PriceTable], with_types: bool) -> Dict[str, int]:
+def _check_rows(
+    con, max_gpus: int, prices: Optional[PriceTable], with_types: bool, src: "FileSource"
+) -> Dict[str, int]:
     """Counts per class; :class:`NeedsReference` for any row the reference reports by line:
     malformed or impossible, a garbage or impossible AllocTRES, an exact duplicate."""
     counts = dict(con.execute("SELECT cls, count(*) FROM j GROUP BY cls").fetchall())
     if counts.get("bad"):
         raise NeedsReference(f"{counts['bad']} malformed or impossible row(s): line numbers")
     _tres_tables(con, max_gpus, prices, with_types)
+    # A job with several attempts: grouping every JobIDRaw is the cost of this step (millions of
+    # groups over a year), so the archive names its candidates (jobs with several rows anywhere).
+    candidates = f"AND jid IN (SELECT jid FROM {src.multi})" if src.multi else ""
     con.execute(
-        """CREATE TEMP TABLE multi AS
+        f"""CREATE TEMP TABLE multi AS
         SELECT jid, count(*) AS n, bool_or(state = 'REQUEUED') AND bool_or(state = 'FAILED') AS requeued
-        FROM j WHERE cls = 'ok' GROUP BY jid HAVING count(*) > 1"""
+        FROM j WHERE cls = 'ok' {candidates} GROUP BY jid HAVING count(*) > 1"""
     )
+    if src.relation is not None:  # the archive: one row per (JobIDRaw, JobID, Start) by construction
+        return counts
     dups = con.execute(
         """SELECT coalesce(sum(n - 1), 0) FROM (
             SELECT count(*) AS n FROM j WHERE cls = 'ok' AND jid IN (SELECT jid FROM multi)
@@ -554,7 +567,7 @@ def _prolog(con, prolog_requeue_seconds: float) -> None:
     con.execute(
         f"""CREATE TEMP TABLE prolog AS
         WITH o AS (
-            SELECT j.rowid AS rid, state, reason, lag(state) OVER w AS pstate, lag(reason) OVER w AS preason,
+            SELECT j.rid, state, reason, lag(state) OVER w AS pstate, lag(reason) OVER w AS preason,
                    lag(e - st) OVER w AS pdur
             FROM j JOIN tres t ON t.tres = j.tres
             WHERE cls = 'ok' AND jid IN (SELECT jid FROM multi WHERE requeued)
@@ -588,7 +601,7 @@ def _suspect(con, drains: Sequence[DrainEvent], hours: float) -> None:
             rows.extend((nl, lo, b) for lo, b in by_node.get(node, ()))
     _table(con, "dn", ("nl", "lo", "hi"), ("VARCHAR", "DOUBLE", "DOUBLE"), rows)
     con.execute(
-        """CREATE TEMP TABLE sus AS SELECT DISTINCT j.rowid AS rid FROM j JOIN dn ON dn.nl = j.nl
+        """CREATE TEMP TABLE sus AS SELECT DISTINCT j.rid FROM j JOIN dn ON dn.nl = j.nl
            WHERE j.cls = 'ok' AND j.st <= dn.hi AND j.e >= dn.lo"""
     )
 
@@ -620,7 +633,7 @@ def run(
         else:
             _load_relation(con, src.relation, rules, stats)
         pruned = stats.outside_window + stats.filtered_out  # rows of the archive not read
-        counts = _check_rows(con, max_gpus, prices, "gpu_type" in by)
+        counts = _check_rows(con, max_gpus, prices, "gpu_type" in by, src)
         stats.job_rows += sum(counts.values()) + pruned
         stats.rows += stats.step_rows + stats.job_rows
         stats.filtered_out += counts.get("filtered", 0)
@@ -637,12 +650,12 @@ def _attempts_sql(lo: int, with_sus: bool) -> str:
     """The counted attempts with their GPUs, priced GPUs, suspect flag, lost cause and the
     queue wait the reference counts (Start strictly inside the window, at or after Submit)."""
     sus = "sus.rid IS NOT NULL" if with_sus else "FALSE"
-    join_sus = "LEFT JOIN sus ON sus.rid = j.rowid" if with_sus else ""
+    join_sus = "LEFT JOIN sus ON sus.rid = j.rid" if with_sus else ""
     return f"""SELECT j.jid, j.state, j.u, j.a, j.p, j.nl, j.tres, j.s, j.e, t.gpus, t.pg, {sus} AS sus,
            CASE WHEN j.sub IS NOT NULL AND j.st > {lo} AND j.st >= j.sub THEN j.st - j.sub END AS wait,
            CASE WHEN pr.rid IS NOT NULL THEN {_q(PROLOG_CAUSE)}
                 WHEN j.state IN {_in_list(LOST_STATES)} THEN j.state END AS cause
-        FROM j JOIN tres t ON t.tres = j.tres LEFT JOIN prolog pr ON pr.rid = j.rowid {join_sus}
+        FROM j JOIN tres t ON t.tres = j.tres LEFT JOIN prolog pr ON pr.rid = j.rid {join_sus}
         WHERE j.cls = 'ok'"""
 
 

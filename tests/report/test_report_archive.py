@@ -4,6 +4,7 @@ kept apart), every usage view with `--archive`, and `report sql`."""
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -119,3 +120,43 @@ def test_sql_errors_and_missing_archive_are_usage_errors(cli, tmp_path):
     assert res.exit_code == 2
 
 
+def test_multi_attempt_list_is_used_only_when_current(cli, fixture_path, tmp_path):
+    """The archive's list of jobs with several rows spares a report from grouping every job;
+    a month file changed after it was written (another tool, a restore) makes it stale, and
+    the report then groups all rows, with the same answer."""
+    import os
+
+    from slurmkit.report import archive
+
+    arch = str(tmp_path / "arch")
+    assert (
+        cli("report", "ingest", "--archive", arch, "--sacct-file", fixture_path("basic.txt")).exit_code == 0
+    )
+    assert archive.source(arch).multi is not None
+    args = ["--month", "2026-11", *NOW, "--by", "account,user", "--json"]
+    fresh = _json(cli("report", "--archive", arch, *args))
+    month = os.path.join(arch, "month=2026-11", "data.parquet")
+    st = os.stat(month)
+    os.utime(month, ns=(st.st_atime_ns, st.st_mtime_ns + 1))
+    assert archive.source(arch).multi is None
+    assert _json(cli("report", "--archive", arch, *args)) == fresh
+    assert fresh["totals"]["jobs"] < fresh["totals"]["attempts"]  # the fixture has requeued jobs
+
+
+def test_concurrent_ingest_waits_then_gives_a_clear_error(cli, fixture_path, tmp_path, monkeypatch):
+    from slurmkit.core import trust
+    from slurmkit.report import archive
+
+    arch = tmp_path / "arch"
+    arch.mkdir()
+    held = trust.lock(str(arch / ".ingest.lock"), 1.0, owners=frozenset({os.geteuid()}))
+    try:
+        monkeypatch.setattr(archive, "LOCK_TIMEOUT", 0.2)
+        res = cli("report", "ingest", "--archive", str(arch), "--sacct-file", fixture_path("basic.txt"))
+        assert res.exit_code == 2 and "another `report ingest` is still running" in res.stderr
+    finally:
+        os.close(held)
+    assert (
+        cli("report", "ingest", "--archive", str(arch), "--sacct-file", fixture_path("basic.txt")).exit_code
+        == 0
+    )
