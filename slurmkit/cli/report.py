@@ -362,10 +362,12 @@ def _run_archive(directory: str, *, window, now, filters, dims, prices, rcfg, hl
     from slurmkit.report.aggregate import aggregate, finish
     from slurmkit.report.lost import find_lost, find_suspect
 
-    src = arch.source(directory, names=filters is not None and filters.names is not None)
+    src = arch.source(directory)
     drains = hl.events if hl is not None else None
     why = "--engine python"
-    if engine != "python":
+    if not arch.typed(directory):
+        why = "months written before the typed columns (ingest them again)"
+    elif engine != "python":
         try:
             groups, total, stats = eng.run(
                 src,

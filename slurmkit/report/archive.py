@@ -45,6 +45,7 @@ from slurmkit.report import sacct
 from slurmkit.report.engine import (
     _UNKNOWN_SQL,
     FileSource,
+    _digits,
     _in_list,
     _Plan,
     _q,
@@ -61,7 +62,7 @@ SEP = sacct.SACCT_DELIMITER
 KEY = ("JobIDRaw", "JobID", "Start")
 #: typed columns written next to the text ones (see the module docstring); ``rid`` numbers
 #: the rows of the whole archive (the month in its high 32 bits, the row in its low ones)
-TYPED = ("start_s", "end_s", "submit_s", "gpus")
+TYPED = ("start_s", "end_s", "submit_s", "gpus", "jid_i", "state_n")
 #: the JobIDRaw of every job with more than one row anywhere in the archive, and the month
 #: files (size, mtime) it was computed from: a report groups only those jobs' rows
 MULTI, MULTI_STAMP = "multi.parquet", "multi.json"
@@ -87,37 +88,43 @@ def _files(directory: str) -> str:
     return f"read_parquet({_q(parquet_glob(directory))}, hive_partitioning = false, union_by_name = true)"
 
 
-def source(directory: str, *, names: bool = False) -> FileSource:
+def source(directory: str) -> FileSource:
     """The archive as an engine source: a relation with the columns of the engine's job-row
     table (see ``engine._load_file``); ``{where}`` in it is the engine's window test on
     ``start_s``/``end_s``, which lets DuckDB skip row groups by their statistics.
-    ``names``: include JobName (for a ``--name`` filter)."""
+    Only the columns a report names are read."""
     if not _months(directory):
         raise UsageError(
             f"--archive {directory}: no archive there (run `slurmkit report ingest --archive "
             f"{directory}` first)"
         )
-    times = []
-    for col, typed, short in (
-        ("Start", "start_s", "st"),
-        ("End", "end_s", "en"),
-        ("Submit", "submit_s", "sub"),
-    ):
-        # NULL in a month written before the typed columns existed: the text is then
-        # classified as unreadable, and the reference path (over :func:`lines`) answers
-        times.append(f"{typed} AS {short}")
-        times.append(f"CASE WHEN {typed} IS NULL THEN {_ident(col)} END AS t_{short}")
-    state = _state_sql('"State"')
+    # Rows written before the typed columns existed have NULL ones: their Start is marked
+    # unreadable, so the engine hands the report to the reference (over :func:`lines`). A
+    # NULL End or Submit means sacct had none (ingest keeps no other).
+    unreadable = "start_s IS NULL OR jid_i IS NULL OR state_n IS NULL"
     rel = (
-        f'(SELECT "JobIDRaw" AS jid, "JobID" AS job_id, {state} AS state, "AllocTRES" AS tres, '
-        f'"User" AS u, "Account" AS a, "Partition" AS p, "NodeList" AS nl, '
-        f"""CASE WHEN {state} IN ('REQUEUED', 'FAILED') THEN "Reason" END AS reason, """
-        f"0 AS h, rid, {', '.join(times)}"
-        + (', "JobName" AS name' if names else "")
-        + f" FROM {_files(directory)} "
-        "{where})"
+        "(SELECT rid, jid_i AS jid, state_n AS state, gpus, start_s AS st, end_s AS en, submit_s AS sub, "
+        f"CASE WHEN {unreadable} THEN 'unreadable' END AS t_st, "
+        "CASE WHEN end_s IS NULL THEN 'Unknown' END AS t_en, "
+        "CASE WHEN submit_s IS NULL THEN 'Unknown' END AS t_sub, "
+        '"JobID" AS job_id, "AllocTRES" AS tres, "User" AS u, "Account" AS a, "Partition" AS p, '
+        '"NodeList" AS nl, "JobName" AS name, '
+        """CASE WHEN state_n IN ('REQUEUED', 'FAILED') THEN "Reason" END AS reason, 0 AS h """
+        f"FROM {_files(directory)} {{where}})"
     )
     return FileSource(directory, list(sacct.FIELDS), SEP, False, 1, relation=rel, multi=_multi(directory))
+
+
+def typed(directory: str) -> bool:
+    """Whether any month file has the typed columns (else the engine cannot read the archive)."""
+    with session() as con:
+        names = {
+            c
+            for (c,) in con.execute(
+                f"SELECT column_name FROM (DESCRIBE SELECT * FROM {_files(directory)})"
+            ).fetchall()
+        }
+    return set(TYPED) <= names
 
 
 def _fingerprint(directory: str) -> Dict[str, List[int]]:
@@ -145,7 +152,7 @@ def _write_multi(con: duckdb.DuckDBPyConnection, directory: str) -> None:
     fd, tmp = tempfile.mkstemp(prefix=".multi-", suffix=".parquet", dir=directory)
     os.close(fd)
     con.execute(
-        f'COPY (SELECT "JobIDRaw" AS jid FROM {_files(directory)} GROUP BY 1 HAVING count(*) > 1) '
+        f"COPY (SELECT jid_i AS jid FROM {_files(directory)} GROUP BY 1 HAVING count(*) > 1) "
         f"TO {_q(tmp)} (FORMAT parquet)"
     )
     os.replace(tmp, os.path.join(directory, MULTI))
@@ -159,11 +166,12 @@ def _ident(name: str) -> str:
 def lines(directory: str) -> Iterator[str]:
     """The archive's rows as sacct text, times as the epochs stored at ingest (for the
     reference path; line numbers are row numbers)."""
+    epochs = typed(directory)
     with session() as con:
         cols = []
         for c in sacct.FIELDS:
-            typed = {"Start": "start_s", "End": "end_s", "Submit": "submit_s"}.get(c)
-            cols.append(f"coalesce(CAST({typed} AS VARCHAR), {_ident(c)})" if typed else _ident(c))
+            t = {"Start": "start_s", "End": "end_s", "Submit": "submit_s"}.get(c) if epochs else None
+            cols.append(f"coalesce(CAST({t} AS VARCHAR), {_ident(c)})" if t else _ident(c))
         cur = con.execute(f'SELECT {", ".join(cols)} FROM {_files(directory)} ORDER BY "JobIDRaw", "Start"')
         while True:
             batch = cur.fetchmany(10000)
@@ -244,16 +252,13 @@ def _ingest(directory: str, src: FileSource, plan: _Plan, select: List[str]) -> 
             target = os.path.join(part, "data.parquet")
             old = ""
             if os.path.exists(target):
+                # the month's rows, typed again from their text (the source of truth; a month
+                # written before the typed columns existed gets them here)
+                text = ", ".join(_ident(c) for c in sacct.FIELDS)
                 con.execute(
-                    f"CREATE OR REPLACE TEMP TABLE old AS SELECT * FROM read_parquet({_q(target)}, union_by_name = true)"
+                    f"CREATE OR REPLACE TEMP TABLE old AS SELECT {text} FROM read_parquet({_q(target)})"
                 )
-                if (
-                    con.execute(
-                        "SELECT count(*) FROM (DESCRIBE old) WHERE column_name = 'start_s'"
-                    ).fetchone()[0]
-                    == 0
-                ):
-                    _upgrade(con)
+                _upgrade(con)
                 old = (
                     f"UNION ALL SELECT {cols} FROM old o WHERE NOT EXISTS ("
                     f"SELECT 1 FROM fresh f WHERE f.month = {_q(m)} AND "
@@ -305,16 +310,19 @@ def _typed_columns(con: duckdb.DuckDBPyConnection) -> None:
     joins = " ".join(
         f"LEFT JOIN hours h{i} ON h{i}.key = {hour_key(f'n.{_ident(t)}')}" for i, (t, _) in enumerate(times)
     )
+    raw = 'n."JobIDRaw"'
     con.execute(
-        f"CREATE TEMP TABLE typed AS SELECT n.*, {epochs}, t.gpus FROM new n {joins} "
-        f'LEFT JOIN tres t ON t.tres = n."AllocTRES"'
+        f"CREATE TEMP TABLE typed AS SELECT n.*, {epochs}, t.gpus, "
+        f"CASE WHEN {_digits(raw)} THEN CAST({raw} AS BIGINT) END AS jid_i, "
+        f"""{_state_sql('n."State"')} AS state_n """
+        f'FROM new n {joins} LEFT JOIN tres t ON t.tres = n."AllocTRES"'
     )
     con.execute("DROP TABLE new")
     con.execute("ALTER TABLE typed RENAME TO new")
 
 
 def _upgrade(con: duckdb.DuckDBPyConnection) -> None:
-    """Give table ``old`` (a month written before the typed columns) its typed columns."""
+    """Give table ``old`` (a month's text columns) its typed columns."""
     con.execute("ALTER TABLE new RENAME TO new_kept")
     con.execute("ALTER TABLE old RENAME TO new")
     _typed_columns(con)

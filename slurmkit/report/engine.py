@@ -376,18 +376,25 @@ def _load_file(con: duckdb.DuckDBPyConnection, plan: _Plan, rules: _Rules, stats
         _convert_iso(con, rules)
     con.execute("ALTER TABLE j RENAME TO job_rows")
     con.execute("CREATE TEMP VIEW j AS SELECT rowid AS rid, * FROM job_rows")
+    con.execute("CREATE TEMP VIEW detail AS SELECT * FROM j")
 
 
-def _load_relation(con: duckdb.DuckDBPyConnection, relation: str, rules: _Rules, stats: ParseStats) -> None:
-    """View ``j`` over a typed relation (the archive, :func:`slurmkit.report.archive.source`):
-    only the rows that can touch the window are read (DuckDB skips the other row groups by
-    their Start and End statistics); the others are counted as the reference would count
-    them, outside the window or filtered out (the filter comes first). The view is read by
-    each query again: the columns are typed, and each query reads only those it names."""
+def _load_relation(
+    con: duckdb.DuckDBPyConnection, relation: str, rules: _Rules, stats: ParseStats, extra: Sequence[str]
+) -> None:
+    """Table ``j`` from a typed relation (the archive, :func:`slurmkit.report.archive.source`):
+    the typed columns and only the ``extra`` text columns this report needs, of only the rows
+    that can touch the window (DuckDB skips the other row groups by their Start and End
+    statistics). The rows not read are counted as the reference would count them, outside
+    the window or filtered out (the filter comes first)."""
     inside = f"WHERE (start_s < {rules.hi} OR start_s IS NULL) AND (end_s >= {rules.lo} OR end_s IS NULL)"
+    cols = ", ".join(["rid", "jid", "state", "gpus", "st", "en", "sub", "t_st", "t_en", "t_sub", *extra])
     con.execute(
-        f"CREATE TEMP VIEW j AS SELECT *, {rules.derived('bad')} FROM {relation.format(where=inside)}"
+        f"""CREATE TEMP TABLE job_rows AS SELECT *, {rules.derived("bad")} FROM (
+            SELECT {cols} FROM {relation.format(where=inside)})"""
     )
+    con.execute("CREATE TEMP VIEW j AS SELECT * FROM job_rows")
+    con.execute(f"CREATE TEMP VIEW detail AS SELECT * FROM {relation.format(where=inside)}")
     filtered = _filtered_sql(rules.filters)
     everything, filtered_all = con.execute(
         f"SELECT count(*), count(*) FILTER (WHERE {filtered}) FROM {relation.format(where='')}"
@@ -494,14 +501,23 @@ def _convert_iso(con: duckdb.DuckDBPyConnection, rules: _Rules) -> None:
 
 
 def _check_rows(
-    con, max_gpus: int, prices: Optional[PriceTable], with_types: bool, src: "FileSource"
+    con, max_gpus: int, prices: Optional[PriceTable], with_types: bool, src: "FileSource", typed: bool
 ) -> Dict[str, int]:
     """Counts per class; :class:`NeedsReference` for any row the reference reports by line:
-    malformed or impossible, a garbage or impossible AllocTRES, an exact duplicate."""
+    malformed or impossible, a garbage or impossible AllocTRES, an exact duplicate. ``typed``:
+    ``j`` has the GPU count of each row (the archive) and the AllocTRES text only when the
+    report prices or splits by GPU type."""
     counts = dict(con.execute("SELECT cls, count(*) FROM j GROUP BY cls").fetchall())
     if counts.get("bad"):
         raise NeedsReference(f"{counts['bad']} malformed or impossible row(s): line numbers")
-    _tres_tables(con, max_gpus, prices, with_types)
+    if typed:
+        most = con.execute("SELECT max(gpus) FROM j WHERE cls = 'ok'").fetchone()[0]
+        if most is not None and most > max_gpus:
+            raise NeedsReference("more GPUs than report.max_gpus: line numbers")
+        if with_types or (prices and prices.enabled):
+            _tres_tables(con, "SELECT DISTINCT tres FROM j WHERE cls = 'ok'", max_gpus, prices, with_types)
+    else:
+        _tres_tables(con, "SELECT DISTINCT tres FROM j WHERE cls = 'ok'", max_gpus, prices, with_types)
     # A job with several attempts: grouping every JobIDRaw is the cost of this step (millions of
     # groups over a year), so the archive names its candidates (jobs with several rows anywhere).
     candidates = f"AND jid IN (SELECT jid FROM {src.multi})" if src.multi else ""
@@ -510,7 +526,7 @@ def _check_rows(
         SELECT jid, count(*) AS n, bool_or(state = 'REQUEUED') AND bool_or(state = 'FAILED') AS requeued
         FROM j WHERE cls = 'ok' {candidates} GROUP BY jid HAVING count(*) > 1"""
     )
-    if src.relation is not None:  # the archive: one row per (JobIDRaw, JobID, Start) by construction
+    if typed:  # the archive: one row per (JobIDRaw, JobID, Start) by construction
         return counts
     dups = con.execute(
         """SELECT coalesce(sum(n - 1), 0) FROM (
@@ -522,12 +538,14 @@ def _check_rows(
     return counts
 
 
-def _tres_tables(con, max_gpus: int, prices: Optional[PriceTable], with_types: bool) -> None:
+def _tres_tables(
+    con, distinct_sql: str, max_gpus: int, prices: Optional[PriceTable], with_types: bool, name: str = "tres"
+) -> None:
     """``tres(tres, gpus, pg, ord)``: GPU count, priced GPUs and the rank of the parsed value
-    (for the attempt order) of each AllocTRES of a counted row, by the reference's
+    (for the attempt order) of each AllocTRES ``distinct_sql`` names, by the reference's
     ``parse_gpu_tres``; for the ``gpu_type`` split, ``ts(tres, gtype, w, pw)``."""
     parsed = {}
-    for (t,) in con.execute("SELECT DISTINCT tres FROM j WHERE cls = 'ok'").fetchall():
+    for (t,) in con.execute(distinct_sql).fetchall():
         try:
             g = sacct.parse_gpu_tres((t or "").strip())
         except ParseError:
@@ -539,7 +557,7 @@ def _tres_tables(con, max_gpus: int, prices: Optional[PriceTable], with_types: b
     priced = bool(prices and prices.enabled)
     _table(
         con,
-        "tres",
+        name,
         ("tres", "gpus", "pg", "ord"),
         ("VARCHAR", "BIGINT", "DOUBLE", "BIGINT"),
         [(t, g[0], prices.priced_gpus(*g) if priced else 0.0, ranks[g]) for t, g in parsed.items()],
@@ -561,16 +579,28 @@ class _TypeView:
         self.gpus, self.gpu_types = gpus, gpu_types
 
 
-def _prolog(con, prolog_requeue_seconds: float) -> None:
+def _prolog(con, prolog_requeue_seconds: float, max_gpus: int) -> None:
     """Table ``prolog(rid)``: FAILED attempts right after a prolog-failure requeue of the same
-    job, in the order of :func:`slurmkit.report.lost._order` (the rule of ``find_lost``)."""
+    job, in the order of :func:`slurmkit.report.lost._order` (the rule of ``find_lost``). The
+    order's tie-breakers come from view ``detail`` (all columns), for these jobs' rows only."""
+    if not con.execute("SELECT count(*) FROM multi WHERE requeued").fetchone()[0]:
+        con.execute("CREATE TEMP TABLE prolog (rid BIGINT)")
+        return
+    con.execute(
+        """CREATE TEMP TABLE requeued AS
+        SELECT j.rid, j.jid, j.state, j.st, j.e, j.sub, d.reason, d.job_id, d.tres, d.nl, d.u, d.a, d.p
+        FROM j JOIN detail d ON d.rid = j.rid
+        WHERE j.cls = 'ok' AND j.jid IN (SELECT jid FROM multi WHERE requeued)"""
+    )
+    _tres_tables(con, "SELECT DISTINCT tres FROM requeued", max_gpus, None, False, name="tres_order")
+    # (JobName, the order's last text field, is left out: two attempts tied on everything
+    # before it are the same in every sum, whichever gets the cause)
     con.execute(
         f"""CREATE TEMP TABLE prolog AS
         WITH o AS (
-            SELECT j.rid, state, reason, lag(state) OVER w AS pstate, lag(reason) OVER w AS preason,
+            SELECT r.rid, state, reason, lag(state) OVER w AS pstate, lag(reason) OVER w AS preason,
                    lag(e - st) OVER w AS pdur
-            FROM j JOIN tres t ON t.tres = j.tres
-            WHERE cls = 'ok' AND jid IN (SELECT jid FROM multi WHERE requeued)
+            FROM requeued r JOIN tres_order t ON t.tres = r.tres
             WINDOW w AS (PARTITION BY jid ORDER BY st, e, state, reason, job_id, t.ord, nl, u, a, p,
                                                    coalesce(sub, -1)))
         SELECT rid FROM o
@@ -627,35 +657,62 @@ def run(
     now_i = int(now if now is not None else time.time())
     rules = _Rules(window.start, min(window.end, now_i), filters or Filters())
     stats = ParseStats()
+    typed = src.relation is not None
+    priced = bool(prices and prices.enabled)
     with session(threads) as con:
         if src.relation is None:
             _load_file(con, _Plan(src), rules, stats)
         else:
-            _load_relation(con, src.relation, rules, stats)
+            extra = _extra_columns(by, rules.filters, priced, bool(drains))
+            _load_relation(con, src.relation, rules, stats, extra)
         pruned = stats.outside_window + stats.filtered_out  # rows of the archive not read
-        counts = _check_rows(con, max_gpus, prices, "gpu_type" in by, src)
+        counts = _check_rows(con, max_gpus, prices, "gpu_type" in by, src, typed)
         stats.job_rows += sum(counts.values()) + pruned
         stats.rows += stats.step_rows + stats.job_rows
         stats.filtered_out += counts.get("filtered", 0)
         stats.not_started += counts.get("notstarted", 0)
         stats.outside_window += counts.get("outside", 0)
-        _prolog(con, prolog_requeue_seconds)
+        _prolog(con, prolog_requeue_seconds, max_gpus)
         if drains:
             _suspect(con, drains, lost_window_hours)
-        groups, total = _aggregate(con, by, rules, bool(prices and prices.enabled), bool(drains))
+        groups, total = _aggregate(con, by, rules, priced, bool(drains), typed)
     return groups, total, stats
 
 
-def _attempts_sql(lo: int, with_sus: bool) -> str:
+def _extra_columns(by: Sequence[str], filters: Filters, priced: bool, drains: bool) -> List[str]:
+    """The text columns a report over the archive reads beyond the typed ones."""
+    need = []
+    for col, dim, values in (
+        ("u", "user", filters.users),
+        ("a", "account", filters.accounts),
+        ("p", "partition", filters.partitions),
+    ):
+        if dim in by or values is not None:
+            need.append(col)
+    if "node" in by or drains:
+        need.append("nl")
+    if "gpu_type" in by or priced:
+        need.append("tres")
+    if filters.names is not None:
+        need.append("name")
+    return need
+
+
+def _attempts_sql(lo: int, with_sus: bool, typed: bool, priced: bool) -> str:
     """The counted attempts with their GPUs, priced GPUs, suspect flag, lost cause and the
     queue wait the reference counts (Start strictly inside the window, at or after Submit)."""
     sus = "sus.rid IS NOT NULL" if with_sus else "FALSE"
     join_sus = "LEFT JOIN sus ON sus.rid = j.rid" if with_sus else ""
-    return f"""SELECT j.jid, j.state, j.u, j.a, j.p, j.nl, j.tres, j.s, j.e, t.gpus, t.pg, {sus} AS sus,
+    if typed:  # the archive: j has the GPU count; AllocTRES only when priced or split by type
+        gpus, tres = "", "LEFT JOIN tres t ON t.tres = j.tres" if priced else ""
+        pg = "t.pg" if priced else "0.0"
+    else:
+        gpus, tres, pg = "t.gpus,", "JOIN tres t ON t.tres = j.tres", "t.pg"
+    return f"""SELECT j.*, {gpus} {pg} AS pg, {sus} AS sus,
            CASE WHEN j.sub IS NOT NULL AND j.st > {lo} AND j.st >= j.sub THEN j.st - j.sub END AS wait,
            CASE WHEN pr.rid IS NOT NULL THEN {_q(PROLOG_CAUSE)}
                 WHEN j.state IN {_in_list(LOST_STATES)} THEN j.state END AS cause
-        FROM j JOIN tres t ON t.tres = j.tres LEFT JOIN prolog pr ON pr.rid = j.rid {join_sus}
+        FROM j {tres} LEFT JOIN prolog pr ON pr.rid = j.rid {join_sus}
         WHERE j.cls = 'ok'"""
 
 
@@ -701,7 +758,7 @@ def _collect(rows, nk: int, groups: Dict[Tuple, _Acc], total: Optional[_Acc], fu
 
 
 def _aggregate(
-    con, by: Sequence[str], rules: _Rules, priced: bool, with_sus: bool
+    con, by: Sequence[str], rules: _Rules, priced: bool, with_sus: bool, typed: bool
 ) -> Tuple[Dict[Tuple, _Acc], _Acc]:
     """Groups and totals by ``GROUPING SETS``: each attempt in one group when grouping by row
     fields only (one query), else split into pieces by GPU type, node and period (a query
@@ -713,7 +770,7 @@ def _aggregate(
     fields = {"user": "a.u", "account": "a.a", "partition": "a.p", "state": "a.state"}
     whole = {"g": "a.gpus", "pc": "a.pg", "secs": "(a.e - a.s)", "first": "TRUE"}
     if all(d in FIELD_DIMS for d in by):
-        _aggregate_fields(con, [fields[d] for d in by], groups, total, lo, with_sus)
+        _aggregate_fields(con, [fields[d] for d in by], groups, total, lo, with_sus, typed, priced)
         return groups, total
     joins, keys = [], []
     g, pc = "CAST(a.gpus AS DOUBLE)", "a.pg"
@@ -739,7 +796,7 @@ def _aggregate(
     nk = len(keys)
     kcols = ", ".join(f"{k} AS k{i}" for i, k in enumerate(keys))
     kref = ", ".join(f"k{i}" for i in range(nk))
-    sql = f"""WITH a AS ({_attempts_sql(lo, with_sus)}),
+    sql = f"""WITH a AS ({_attempts_sql(lo, with_sus, typed, priced)}),
         pieces AS (
             SELECT {kcols}, a.state, a.cause, a.jid, a.sus, a.wait, {g} AS g, {pc} AS pc, {secs} AS secs,
                    {first} AS is_first
@@ -748,7 +805,7 @@ def _aggregate(
                {_SUMS.format(g="g", pc="pc", secs="secs", first="is_first")}
         FROM pieces GROUP BY GROUPING SETS (({kref}, state, cause), ({kref}))"""
     _collect(con.execute(sql).fetchall(), nk, groups, None, -1)
-    sql = f"""WITH a AS ({_attempts_sql(lo, with_sus)})
+    sql = f"""WITH a AS ({_attempts_sql(lo, with_sus, typed, priced)})
         SELECT GROUPING(state, cause), state, cause, {_SUMS.format(**whole)}
         FROM a GROUP BY GROUPING SETS ((state, cause), ())"""
     _collect(con.execute(sql).fetchall(), 0, {(): total}, None, 3)
@@ -756,14 +813,21 @@ def _aggregate(
 
 
 def _aggregate_fields(
-    con, keys: Sequence[str], groups: Dict[Tuple, _Acc], total: _Acc, lo: int, with_sus: bool
+    con,
+    keys: Sequence[str],
+    groups: Dict[Tuple, _Acc],
+    total: _Acc,
+    lo: int,
+    with_sus: bool,
+    typed: bool,
+    priced: bool,
 ) -> None:
     """Each attempt in one group: plain sums by (keys, state, cause). Distinct jobs are the
     attempts less the repeats of the jobs with several attempts in one group (table
     ``multi`` names those jobs: a few percent), which is cheaper than ``count(DISTINCT)``."""
     nk = len(keys)
     kcols = "".join(f"{k} AS k{i}, " for i, k in enumerate(keys))
-    sql = f"""WITH a AS ({_attempts_sql(lo, with_sus)})
+    sql = f"""WITH a AS ({_attempts_sql(lo, with_sus, typed, priced)})
         SELECT {kcols} state, cause, sum(gpus * (e - s)), sum(pg * (e - s)), count(*), sum(wait), count(wait),
                sum(gpus * (e - s)) FILTER (WHERE sus)
         FROM a GROUP BY ALL"""

@@ -160,3 +160,25 @@ def test_concurrent_ingest_waits_then_gives_a_clear_error(cli, fixture_path, tmp
         cli("report", "ingest", "--archive", str(arch), "--sacct-file", fixture_path("basic.txt")).exit_code
         == 0
     )
+
+
+def test_a_month_from_an_older_slurmkit_is_read_then_upgraded(cli, tmp_path):
+    """A month file with sacct's text only (slurmkit before the typed columns) is reported by
+    the reference path over its rows; the next ingest into that month gives it typed columns."""
+    import duckdb
+
+    head = "|".join(sacct.FIELDS) + "\n"
+    arch = tmp_path / "arch"
+    (arch / "month=2026-11").mkdir(parents=True)
+    old = "8|8|COMPLETED|gres/gpu=4|1795000000|1795000000|1795003600|3600|a|x|p|n1|None|j"
+    cols = ", ".join(f"'{v}' AS \"{c}\"" for c, v in zip(sacct.FIELDS, old.split("|")))
+    duckdb.execute(f"COPY (SELECT {cols}) TO '{arch}/month=2026-11/data.parquet' (FORMAT parquet)")
+    args = ["--json", "--month", "2026-11", "--now", "2026-12-01T00:00:00"]
+    data = json.loads(cli("report", "--archive", str(arch), *args).stdout)
+    assert data["meta"]["engine"]["name"] == "python" and data["totals"]["gpu_hours"] == 4.0
+    new = tmp_path / "new.txt"
+    new.write_text(head + "9|9|COMPLETED|gres/gpu=2|1795000000|1795000000|1795003600|3600|b|x|p|n2|None|k\n")
+    assert cli("report", "ingest", "--archive", str(arch), "--sacct-file", str(new)).exit_code == 0
+    data = json.loads(cli("report", "--archive", str(arch), *args).stdout)
+    assert data["meta"]["engine"]["name"] == "duckdb"
+    assert data["totals"]["gpu_hours"] == 6.0 and data["totals"]["jobs"] == 2

@@ -384,7 +384,7 @@ def test_archive_same_answer_as_reference_over_its_rows(
         health=drains is not None,
     )
     groups, total, stats = engine.run(
-        archive.source(str(tmp / "a"), names=name_filter),
+        archive.source(str(tmp / "a")),
         window=window,
         now=now,
         filters=filters,
