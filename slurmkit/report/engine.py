@@ -4,30 +4,33 @@ The pure-Python parser and aggregator (:mod:`.sacct`, :mod:`.aggregate`, :mod:`.
 are the reference: they define every rule. This engine gives the same answer faster and
 in bounded memory. It reads a saved dump **once**:
 
-1. **Load** (the only scan of the file): every row goes into a temporary table; a step
-   row keeps only the fact that it is one (for the row counts), a job row keeps the
-   columns the report needs as text, plus a hash of the whole row (exact duplicates).
-   DuckDB compresses it: about 100 MB per million job rows.
-2. **Look-ups** on that table: the distinct AllocTRES strings, ISO hours and NodeLists
-   are few; Python turns them into small tables with the reference's own functions
-   (``parse_gpu_tres``, ``expand_hostlist``, ``mktime`` through ``parse_time``, the
-   period splitter), so TRES parsing, hostlists, local time and DST are decided in
-   exactly one place.
-3. **Classify** each job row in SQL as the reference's parser does, in its order:
-   filtered, not started, malformed or impossible, outside the window, counted.
-4. **Rules over attempts** in SQL: the prolog-requeue cause by a window function over
-   the attempts of each requeued job in the reference's time order; suspect attempts by
-   a join of their nodes with the drain windows.
-5. **Aggregate**: one ``GROUPING SETS`` query per report (the group keys with state and
-   cause, and the keys alone for distinct jobs), one for the totals.
+1. **Load and classify** (the only scan of the file): the job rows go into a temporary
+   table ``j`` (step rows are only counted, from the file's line count, which a thread
+   reads meanwhile). Each keeps the columns the rules read, its times as epochs, a hash of
+   its other fields (for exact duplicates) and its class, decided in SQL in the reference
+   parser's order: filtered, not started, malformed or impossible, outside the window,
+   counted. ISO times are converted in a second step through their few distinct hours,
+   each converted by Python's ``mktime`` (local time and DST as the reference decides).
+2. **Look-ups**: the distinct AllocTRES strings and NodeLists are few; Python turns them
+   into small tables with the reference's own ``parse_gpu_tres``, ``_type_split`` and
+   ``expand_hostlist``, and the day/week/month bounds come from its period splitter, so
+   each rule lives in one place.
+3. **Rules over attempts** in SQL: the prolog-requeue cause by a window function over the
+   attempts of each requeued job in the reference's order; suspect attempts by joining
+   their nodes with the drain windows; the jobs with several attempts, for distinct-job
+   counts.
+4. **Aggregate**: one ``GROUP BY`` (keys, state, lost cause) when grouping by row fields,
+   else one over the pieces (GPU type x node x period) and one over the attempts for the
+   totals.
 
 A malformed or impossible row must be reported with its line number, which DuckDB's
 reader does not keep: when any row is one, :class:`NeedsReference` asks the caller to run
-the reference path, which reports them exactly. Rows DuckDB cannot decide (a surplus
-field before JobIDRaw, a time text in a form the SQL does not read) do the same.
+the reference path, which reports them exactly. Rows the SQL does not decide (a surplus
+field when JobName is not last, a time that is neither plain epoch digits nor ISO) do the
+same.
 
-The archive (:mod:`.archive`) stores typed columns, so its rows skip steps 1 to 3's text
-work and start at the classification.
+The archive (:mod:`.archive`) stores typed columns, so a report over it starts at step 1's
+classification, reading only the columns and row groups it needs.
 
 Sums of whole GPU-seconds are exact in both engines; splits by node or GPU type are
 floating point and may differ from the reference in the last bits.
