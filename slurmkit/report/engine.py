@@ -733,142 +733,136 @@ def _fold(acc: _Acc, state: str, cause: Optional[str], gs, cost, n, wsum, wn, sg
     acc.wait_n += wn
 
 
-_SUMS = """sum({g} * {secs}), sum({pc} * {secs}), count(*) FILTER (WHERE {first}),
-           sum(wait) FILTER (WHERE {first}), count(wait) FILTER (WHERE {first}),
-           sum({g} * {secs}) FILTER (WHERE sus), count(DISTINCT jid), count(*)"""
-
-
-def _collect(rows, nk: int, groups: Dict[Tuple, _Acc], total: Optional[_Acc], full: int) -> None:
-    """Fold grouping-set rows into accumulators: ``gid`` 0 is (keys, state, cause), 3 is
-    (keys): the distinct jobs; ``full`` and ``full ^ 3`` are the same for the totals."""
-    for row in rows:
-        gid = row[0]
-        state, cause, gs, cost, n, wsum, wn, sgs, jobs, pieces = row[1 + nk :]
-        if not pieces:  # the empty grouping set of an empty input
-            continue
-        if total is not None and gid in (full, full ^ 3):
-            acc = total
-        else:
-            key = tuple(row[1 : 1 + nk])
-            acc = groups.get(key)
-            if acc is None:
-                acc = groups[key] = _Acc()
-                acc.njobs = 0
-        if gid & 3 == 0:
-            _fold(acc, state, cause, gs, cost, n, wsum, wn, sgs)
-        else:
-            acc.njobs = jobs
-
-
 def _aggregate(
     con, by: Sequence[str], rules: _Rules, priced: bool, with_sus: bool, typed: bool
 ) -> Tuple[Dict[Tuple, _Acc], _Acc]:
-    """Groups and totals by ``GROUPING SETS``: each attempt in one group when grouping by row
-    fields only (one query), else split into pieces by GPU type, node and period (a query
-    over the pieces for the groups, one over the attempts for the totals)."""
+    """Groups and totals: each attempt in one group when grouping by row fields only, else
+    split into pieces by GPU type, node and period (a query over the pieces for the groups,
+    one over the attempts for the totals). Plain sums by (keys, state, lost cause); distinct
+    jobs are the pieces less their repeats (see :func:`_repeats`)."""
     groups: Dict[Tuple, _Acc] = {}
     total = _Acc()
     total.njobs = 0
     lo = rules.lo
+    attempts = _attempts_sql(lo, with_sus, typed, priced)
     fields = {"user": "a.u", "account": "a.a", "partition": "a.p", "state": "a.state"}
-    whole = {"g": "a.gpus", "pc": "a.pg", "secs": "(a.e - a.s)", "first": "TRUE"}
     if all(d in FIELD_DIMS for d in by):
-        _aggregate_fields(con, [fields[d] for d in by], groups, total, lo, with_sus, typed, priced)
-        return groups, total
-    joins, keys = [], []
-    g, pc = "CAST(a.gpus AS DOUBLE)", "a.pg"
-    secs, first = "(a.e - a.s)", "TRUE"
-    for d in by:
-        if d in FIELD_DIMS:
-            keys.append(fields[d])
-        elif d == "gpu_type":
-            joins.append("JOIN ts ON ts.tres = a.tres")
-            keys.append("ts.gtype")
-            ratio = f"(CASE WHEN a.gpus = 0 THEN 1.0 ELSE {g} / a.gpus END)"
-            g, pc = f"(ts.w * {ratio})", f"(ts.pw * {ratio})"
-        elif d == "node":
-            _node_table(con)
-            joins.append("JOIN nodes n ON n.nl = a.nl")
-            keys.append("n.node")
-            g, pc = f"({g} * n.share)", f"({pc} * n.share)"
-        else:
-            _period_table(con, d, rules)
-            joins.append("JOIN periods per ON per.hi > a.s AND per.lo < greatest(a.e, a.s + 1)")
-            keys.append("per.label")
-            secs, first = "(least(a.e, per.hi) - greatest(a.s, per.lo))", "(per.lo <= a.s)"
-    nk = len(keys)
-    kcols = ", ".join(f"{k} AS k{i}" for i, k in enumerate(keys))
-    kref = ", ".join(f"k{i}" for i in range(nk))
-    sql = f"""WITH a AS ({_attempts_sql(lo, with_sus, typed, priced)}),
-        pieces AS (
-            SELECT {kcols}, a.state, a.cause, a.jid, a.sus, a.wait, {g} AS g, {pc} AS pc, {secs} AS secs,
-                   {first} AS is_first
-            FROM a {" ".join(joins)})
-        SELECT GROUPING({kref}, state, cause), {kref}, state, cause,
-               {_SUMS.format(g="g", pc="pc", secs="secs", first="is_first")}
-        FROM pieces GROUP BY GROUPING SETS (({kref}, state, cause), ({kref}))"""
-    _collect(con.execute(sql).fetchall(), nk, groups, None, -1)
-    sql = f"""WITH a AS ({_attempts_sql(lo, with_sus, typed, priced)})
-        SELECT GROUPING(state, cause), state, cause, {_SUMS.format(**whole)}
-        FROM a GROUP BY GROUPING SETS ((state, cause), ())"""
-    _collect(con.execute(sql).fetchall(), 0, {(): total}, None, 3)
+        keys = [fields[d] for d in by]
+        _sum_groups(con, f"SELECT {_keys_sql(keys)} a.* FROM ({attempts}) a", len(keys), groups, total)
+        _repeats(
+            con,
+            f"SELECT {_keys_sql(keys)} a.jid FROM ({attempts}) a WHERE a.jid IN (SELECT jid FROM multi)",
+            len(keys),
+            groups,
+        )
+    else:
+        joins, keys, repeat = [], [], ["a.jid IN (SELECT jid FROM multi)"]
+        g, pc = "CAST(a.gpus AS DOUBLE)", "a.pg"
+        secs, first = "(a.e - a.s)", "TRUE"
+        for d in by:
+            if d in FIELD_DIMS:
+                keys.append(fields[d])
+            elif d == "gpu_type":
+                joins.append("JOIN ts ON ts.tres = a.tres")
+                keys.append("ts.gtype")
+                ratio = f"(CASE WHEN a.gpus = 0 THEN 1.0 ELSE {g} / a.gpus END)"
+                g, pc = f"(ts.w * {ratio})", f"(ts.pw * {ratio})"
+            elif d == "node":
+                _node_table(con)
+                joins.append("JOIN nodes n ON n.nl = a.nl")
+                keys.append("n.node")
+                g, pc = f"({g} * n.share)", f"({pc} * n.share)"
+                repeat.append("n.repeated")  # a NodeList naming a node twice: two pieces, one job
+            else:
+                _period_table(con, d, rules)
+                # the periods an attempt touches: from the one holding its start to the one
+                # holding its last second (a zero-length attempt: its start's), by two as-of
+                # joins on the sorted periods rather than a range join
+                joins.append(
+                    "ASOF JOIN periods p0 ON a.s >= p0.lo "
+                    "ASOF JOIN periods p1 ON greatest(a.e - 1, a.s) >= p1.lo "
+                    "CROSS JOIN LATERAL (SELECT unnest(range(p0.idx, p1.idx + 1)) AS pidx) x "
+                    "JOIN periods per ON per.idx = x.pidx"
+                )
+                keys.append("per.label")
+                secs, first = "(least(a.e, per.hi) - greatest(a.s, per.lo))", "(per.lo <= a.s)"
+        pieces = f"""SELECT {_keys_sql(keys)} a.state, a.cause, a.jid, a.sus, a.wait, {g} AS gpus,
+                {pc} AS pg, {secs} AS secs, {first} AS is_first, {" OR ".join(repeat)} AS maybe_repeated
+            FROM ({attempts}) a {" ".join(joins)}"""
+        con.execute(f"CREATE TEMP TABLE pieces AS {pieces}")
+        _sum_groups(con, "SELECT * FROM pieces", len(keys), groups, None, split=True)
+        _repeats(
+            con,
+            f"SELECT {_keys_sql([f'k{i}' for i in range(len(keys))])} jid FROM pieces WHERE maybe_repeated",
+            len(keys),
+            groups,
+        )
+        _sum_groups(con, f"SELECT a.* FROM ({attempts}) a", 0, {(): total}, None)
+    total.njobs = total.attempts - con.execute("SELECT coalesce(sum(n - 1), 0) FROM multi").fetchone()[0]
     return groups, total
 
 
-def _aggregate_fields(
-    con,
-    keys: Sequence[str],
-    groups: Dict[Tuple, _Acc],
-    total: _Acc,
-    lo: int,
-    with_sus: bool,
-    typed: bool,
-    priced: bool,
+def _keys_sql(keys: Sequence[str]) -> str:
+    return "".join(f"{k} AS k{i}, " for i, k in enumerate(keys))
+
+
+def _sum_groups(
+    con, rows_sql: str, nk: int, groups: Dict[Tuple, _Acc], total: Optional[_Acc], split: bool = False
 ) -> None:
-    """Each attempt in one group: plain sums by (keys, state, cause). Distinct jobs are the
-    attempts less the repeats of the jobs with several attempts in one group (table
-    ``multi`` names those jobs: a few percent), which is cheaper than ``count(DISTINCT)``."""
-    nk = len(keys)
-    kcols = "".join(f"{k} AS k{i}, " for i, k in enumerate(keys))
-    sql = f"""WITH a AS ({_attempts_sql(lo, with_sus, typed, priced)})
-        SELECT {kcols} state, cause, sum(gpus * (e - s)), sum(pg * (e - s)), count(*), sum(wait), count(wait),
-               sum(gpus * (e - s)) FILTER (WHERE sus)
-        FROM a GROUP BY ALL"""
+    """Sums by (k0..k{nk-1}, state, cause) of ``rows_sql`` (attempts, or pieces with ``split``:
+    their own ``secs`` and ``is_first``) into ``groups`` and, when given, ``total``. Each
+    group's ``njobs`` starts as its number of rows (see :func:`_repeats`)."""
+    kref = "".join(f"k{i}, " for i in range(nk))
+    secs, first = ("secs", "is_first") if split else ("(e - s)", "TRUE")
+    sql = f"""SELECT {kref} state, cause, sum(gpus * {secs}), sum(pg * {secs}), count(*) FILTER (WHERE {first}),
+               sum(wait) FILTER (WHERE {first}), count(wait) FILTER (WHERE {first}),
+               sum(gpus * {secs}) FILTER (WHERE sus), count(*)
+        FROM ({rows_sql}) GROUP BY ALL"""
     for row in con.execute(sql).fetchall():
         key = tuple(row[:nk])
         acc = groups.get(key)
         if acc is None:
             acc = groups[key] = _Acc()
             acc.njobs = 0
-        state, cause, gs, cost, n, wsum, wn, sgs = row[nk:]
-        for target in (acc, total):
-            _fold(target, state, cause, gs, cost, n, wsum, wn, sgs)
-        acc.njobs += n
-    total.njobs = total.attempts
+        state, cause, gs, cost, n, wsum, wn, sgs, rows = row[nk:]
+        _fold(acc, state, cause, gs, cost, n, wsum, wn, sgs)
+        acc.njobs += rows
+        if total is not None:
+            _fold(total, state, cause, gs, cost, n, wsum, wn, sgs)
+            total.njobs += rows
+
+
+def _repeats(con, rows_sql: str, nk: int, groups: Dict[Tuple, _Acc]) -> None:
+    """A job counts once per group: subtract, per group, the rows of a job beyond its first.
+    Only jobs with several attempts (table ``multi``) or several pieces in one group (a node
+    named twice in a NodeList) can repeat, so only their rows (``rows_sql``) are grouped by job."""
     kref = "".join(f"k{i}, " for i in range(nk))
-    repeats = f"""SELECT {kref} sum(n - 1) FROM (
-            SELECT {kcols} count(*) AS n FROM j a WHERE a.cls = 'ok' AND a.jid IN (SELECT jid FROM multi)
-            GROUP BY {kref} a.jid) GROUP BY ALL"""
-    for row in con.execute(repeats).fetchall():
+    sql = f"""SELECT {kref} sum(c - 1) FROM (
+            SELECT {kref} count(*) AS c FROM ({rows_sql}) GROUP BY {kref} jid) GROUP BY ALL"""
+    for row in con.execute(sql).fetchall():
         if row[nk]:
             groups[tuple(row[:nk])].njobs -= row[nk]
-    total.njobs -= con.execute("SELECT coalesce(sum(n - 1), 0) FROM multi").fetchone()[0]
 
 
 def _node_table(con) -> None:
-    """``nodes(nl, node, share)``: each NodeList's nodes (one row per occurrence) and the even
-    share of each, by the reference's own expansion."""
+    """``nodes(nl, node, share, repeated)``: each NodeList's nodes (one row per occurrence), the
+    even share of each, by the reference's own expansion, and whether it names a node twice."""
     rows = []
     cache: Dict[str, Tuple[str, ...]] = {}
     for (nl,) in con.execute("SELECT DISTINCT nl FROM j WHERE cls = 'ok'").fetchall():
         ns = _nodes_of(nl, cache)
-        rows.extend((nl, node, 1.0 / len(ns)) for node in ns)
-    _table(con, "nodes", ("nl", "node", "share"), ("VARCHAR", "VARCHAR", "DOUBLE"), rows)
+        repeated = len(set(ns)) < len(ns)
+        rows.extend((nl, node, 1.0 / len(ns), repeated) for node in ns)
+    _table(
+        con, "nodes", ("nl", "node", "share", "repeated"), ("VARCHAR", "VARCHAR", "DOUBLE", "BOOLEAN"), rows
+    )
 
 
 def _period_table(con, unit: str, rules: _Rules) -> None:
-    """``periods(label, lo, hi)``: the local days, weeks or months the counted attempts touch."""
+    """``periods(label, lo, hi, idx)``: the local days, weeks or months the counted attempts
+    touch, in order."""
     lo, hi = con.execute("SELECT min(s), max(e) FROM j WHERE cls = 'ok'").fetchone()
     lo = rules.lo if lo is None else lo
     hi = max(rules.hi if hi is None else hi, lo + 1)
-    _table(con, "periods", ("label", "lo", "hi"), ("VARCHAR", "BIGINT", "BIGINT"), _periods(unit, lo, hi))
+    rows = [(label, a, b, i) for i, (label, a, b) in enumerate(_periods(unit, lo, hi))]
+    _table(con, "periods", ("label", "lo", "hi", "idx"), ("VARCHAR", "BIGINT", "BIGINT", "BIGINT"), rows)
