@@ -214,8 +214,11 @@ def load_attempts(
     sacct_columns: Optional[str] = None,
     sacct_delimiter: Optional[str] = None,
     max_gpus: Optional[int] = None,
+    sink=None,
 ):
-    """Attempts from a saved file or a live sacct call; prints the malformed-row warning."""
+    """Attempts from a saved file or a live sacct call; prints the malformed-row warning.
+    With ``sink`` each attempt goes there as it is parsed and none is kept (see
+    :func:`slurmkit.report.sacct.parse_rows`)."""
     from slurmkit.report import sacct
 
     limits = {"max_gpus": max_gpus} if max_gpus is not None else {}
@@ -231,6 +234,7 @@ def load_attempts(
             need_columns=need_columns,
             columns=columns,
             delimiter=_delimiter(sacct_delimiter),
+            sink=sink,
             **limits,
         )
         source = sacct_file
@@ -242,7 +246,7 @@ def load_attempts(
         command = query.display(client.binary("sacct"))
         log.info("running %s", command)
         attempts, stats = sacct.run_query(
-            query, window=window, now=now, filters=filters, timeout=timeout, **limits
+            query, window=window, now=now, filters=filters, timeout=timeout, sink=sink, **limits
         )
         source = "sacct"
     warning = stats.warning(source)
@@ -441,10 +445,11 @@ def _run_usage(
     default_view: str = "usage",
 ) -> int:
     from slurmkit.report import sacct
-    from slurmkit.report.aggregate import aggregate, parse_by
+    from slurmkit.report.aggregate import finish, parse_by
     from slurmkit.report.cost import price_table
-    from slurmkit.report.lost import find_lost, find_suspect, read_health_log
+    from slurmkit.report.lost import read_health_log
     from slurmkit.report.render import render
+    from slurmkit.report.stream import StreamingAggregator
 
     setup_logging(verbose, quiet)
     cfg, rcfg, paths = _load(config_path)
@@ -530,7 +535,16 @@ def _run_usage(
             explicit=engine == "duckdb",
         )
     if report is None:
-        attempts, stats, command = load_attempts(
+        # the reference: rows are aggregated as they are parsed (slurmkit.report.stream)
+        agg = StreamingAggregator(
+            dims,
+            window_start=window.start,
+            prices=prices,
+            prolog_requeue_seconds=rcfg["prolog_requeue_seconds"],
+            drains=hl.events if hl is not None else None,
+            lost_window_hours=hours,
+        )
+        _, stats, command = load_attempts(
             window=window,
             now=now,
             filters=filters,
@@ -540,11 +554,16 @@ def _run_usage(
             sacct_columns=sacct_columns,
             sacct_delimiter=sacct_delimiter,
             max_gpus=rcfg["max_gpus"],
+            sink=agg.add,
         )
-        lost = find_lost(attempts, rcfg["prolog_requeue_seconds"])
-        suspect = find_suspect(attempts, hl.events, hours) if hl is not None else None
-        report = aggregate(
-            attempts, dims, window_start=window.start, lost=lost, suspect=suspect, prices=prices
+        groups, total = agg.result()
+        report = finish(
+            groups,
+            total,
+            dims,
+            priced=bool(prices and prices.enabled),
+            health=hl is not None,
+            currency=prices.currency if prices else "USD",
         )
     report.totals["excluded_rows"] = stats.malformed
     group = ", ".join(dims) if dims else "cluster"
