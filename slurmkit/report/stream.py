@@ -63,11 +63,20 @@ _STATE, _RAW_START, _END = _I["state"], _I["raw_start"], _I["end"]
 
 
 def _job_key(j: str) -> Any:
-    """JobIDRaw as the dict key: a canonical decimal number becomes an ``int`` (half the
-    memory of the string; ``"07"`` stays a string, so distinct strings stay distinct)."""
-    if len(j) < 19 and j.isdigit() and j.isascii() and (j[0] != "0" or len(j) == 1):
-        return int(j)
-    return j
+    """JobIDRaw as the dict key: a decimal number without a leading zero becomes an ``int``
+    (half the memory of the string; ``"07"`` and ``"0"`` stay strings, so distinct
+    strings stay distinct keys). Inlined in the sinks below."""
+    return int(j) if j.isascii() and j.isdigit() and j[0] != "0" and len(j) < 19 else j
+
+
+def _record(a: Attempt, h: int, info: int) -> Any:
+    """One attempt's compact record: ``h | info << 64 | Start << 96 | End << 136`` (one
+    ``int``), or ``(h, info, attempt)`` for the REQUEUED and FAILED attempts (and values
+    that do not fit the packing). Inlined in the sinks below."""
+    rs = a[_RAW_START]
+    if a[_STATE] in _KEEP or rs >> 40 or info >> 32:
+        return (h, info, a)
+    return h | info << 64 | rs << 96 | a[_END] << 136
 
 
 def _hash_of(rec: Any) -> int:
@@ -120,14 +129,9 @@ class StreamingAggregator:
     # ------------------------------------------------------------------ per attempt
 
     def _store(self, k: Any, old: Any, a: Attempt, h: int, info: int) -> None:
-        rs = a[_RAW_START]
-        if a[_STATE] in _KEEP or rs >> 40 or info >> 32:
-            rec: Any = (h, info, a)
-        else:
-            rec = h | info << 64 | rs << 96 | a[_END] << 136
-        if old is None:
-            self.jobs[k] = rec
-        elif type(old) is list:
+        """Another attempt of job ``k`` (whose record(s) are ``old``)."""
+        rec = _record(a, h, info)
+        if type(old) is list:
             old.append(rec)
         else:
             self.jobs[k] = [old, rec]
@@ -157,10 +161,11 @@ class StreamingAggregator:
         )
         prices = self.prices
         price_cache: Dict[Tuple[int, Tuple], float] = {}
-        job_key, is_dup = _job_key, _is_dup
+        is_dup, keep = _is_dup, _KEEP
 
         def add(a: Attempt, row_hash: int) -> bool:
-            k = job_key(a[jid_i])
+            j = a[jid_i]
+            k = int(j) if j.isascii() and j.isdigit() and j[0] != "0" and len(j) < 19 else j  # _job_key
             h = row_hash & _M64
             old = jobs.get(k)
             if old is not None and is_dup(old, h):
@@ -188,7 +193,15 @@ class StreamingAggregator:
                     acc[4] += 1
             if test is not None and test(a):
                 acc[5] += gs
-            store(k, old, a, h, acc[6])
+            info = acc[6]
+            if old is None:  # _record, inlined
+                rs = a[raw_start_i]
+                if key[-1] in keep or rs >> 40 or info >> 32:
+                    jobs[k] = (h, info, a)
+                else:
+                    jobs[k] = h | info << 64 | rs << 96 | a[end_i] << 136
+            else:
+                store(k, old, a, h, info)
             return True
 
         return add
@@ -212,10 +225,20 @@ class StreamingAggregator:
         infos, info_ids, jobs, store = self.infos, {}, self.jobs, self._store
         self._first_line: Dict[str, int] = {}  # each cause's first attempt: the list path's dict order
         first_line = self._first_line
-        job_key, is_dup = _job_key, _is_dup
+        is_dup, record = _is_dup, _record
+        # pieces_of reads only these fields: equal ones give equal pieces (a bounded cache)
+        read = sorted(
+            {FIELD_DIMS[d] for d in by if d in FIELD_DIMS}
+            | {_I["gpus"]}
+            | ({_I["gpu_types"]} if "gpu_type" in by or prices else set())
+            | ({_I["nodelist"]} if "node" in by else set())
+        )
+        shape = operator.itemgetter(*read, *read)  # twice: always a tuple
+        pieces_cache: Dict[Tuple, List[Tuple[Tuple, float, float]]] = {}
 
         def add(a: Attempt, row_hash: int) -> bool:
-            k = job_key(a.job_id_raw)
+            j = a.job_id_raw
+            k = int(j) if j.isascii() and j.isdigit() and j[0] != "0" and len(j) < 19 else j  # _job_key
             h = row_hash & _M64
             old = jobs.get(k)
             if old is not None and is_dup(old, h):
@@ -228,36 +251,52 @@ class StreamingAggregator:
             if cause is not None and cause not in total.lost_by_cause:
                 first_line[cause] = a.line
             total.add_sums(a, a.gpus * secs_total, tcost, cause, sus, True, lo)
-            pieces = pieces_of(a, by, prices, nodes_cache)
-            touched: Dict[Tuple, None] = {}
+            sk = shape(a)
+            pieces = pieces_cache.get(sk)
+            if pieces is None:
+                if len(pieces_cache) >= 100_000:
+                    pieces_cache.clear()
+                pieces = pieces_cache[sk] = pieces_of(a, by, prices, nodes_cache)
             if splitter is None:
-                for key, g, p in pieces:
-                    acc = groups.get(key)
-                    if acc is None:
-                        acc = groups[key] = _Acc()
-                        acc.njobs = 0
-                    acc.add_sums(a, g * secs_total, p * secs_total, cause, sus, True, lo)
-                    if key not in touched:
-                        touched[key] = None
-                        acc.njobs += 1
+                spans: Any = ((None, secs_total),)
             else:
-                for n_period, (label, secs) in enumerate(splitter.split(a.start, a.end)):
+                spans = splitter.split(a.start, a.end)
+            if len(pieces) == 1 and len(spans) == 1:  # the usual attempt: one group
+                key, g, p = pieces[0]
+                label, secs = spans[0]
+                if splitter is not None:
+                    key = key[:pos] + (label,) + key[pos + 1 :]
+                acc = groups.get(key)
+                if acc is None:
+                    acc = groups[key] = _Acc()
+                    acc.njobs = 0
+                acc.add_sums(a, g * secs, p * secs, cause, sus, True, lo)
+                acc.njobs += 1
+                ks: Tuple = (key,)
+            else:
+                touched: Dict[Tuple, _Acc] = {}
+                for n_period, (label, secs) in enumerate(spans):
                     for key, g, p in pieces:
-                        key = key[:pos] + (label,) + key[pos + 1 :]
+                        if splitter is not None:
+                            key = key[:pos] + (label,) + key[pos + 1 :]
                         acc = groups.get(key)
                         if acc is None:
                             acc = groups[key] = _Acc()
                             acc.njobs = 0
                         acc.add_sums(a, g * secs, p * secs, cause, sus, n_period == 0, lo)
                         if key not in touched:
-                            touched[key] = None
+                            touched[key] = acc
                             acc.njobs += 1
-            ik = (tuple(touched), st)
+                ks = tuple(touched)
+            ik = (ks, st)
             info = info_ids.get(ik)
             if info is None:
                 info = info_ids[ik] = len(infos)
                 infos.append(ik)
-            store(k, old, a, h, info)
+            if old is None:
+                jobs[k] = record(a, h, info)
+            else:
+                store(k, old, a, h, info)
             return True
 
         self._splitter, self._pos, self._nodes_cache = splitter, pos, nodes_cache
