@@ -363,8 +363,8 @@ def _run_archive(directory: str, *, window, now, filters, dims, prices, rcfg, hl
     from slurmkit.report import archive as arch
     from slurmkit.report import engine as eng
     from slurmkit.report import sacct
-    from slurmkit.report.aggregate import aggregate, finish
-    from slurmkit.report.lost import find_lost, find_suspect
+    from slurmkit.report.aggregate import finish
+    from slurmkit.report.stream import StreamingAggregator
 
     src = arch.source(directory)
     drains = hl.events if hl is not None else None
@@ -394,7 +394,15 @@ def _run_archive(directory: str, *, window, now, filters, dims, prices, rcfg, hl
             return report, stats, {"name": "duckdb"}
         except eng.NeedsReference as exc:
             why = str(exc)
-    attempts, stats = sacct.parse_rows(
+    agg = StreamingAggregator(
+        dims,
+        window_start=window.start,
+        prices=prices,
+        prolog_requeue_seconds=rcfg["prolog_requeue_seconds"],
+        drains=drains,
+        lost_window_hours=hours,
+    )
+    _, stats = sacct.parse_rows(
         arch.lines(directory),
         list(sacct.FIELDS),
         sep=arch.SEP,
@@ -402,13 +410,20 @@ def _run_archive(directory: str, *, window, now, filters, dims, prices, rcfg, hl
         now=now,
         filters=filters,
         max_gpus=rcfg["max_gpus"],
+        sink=agg.add,
     )
     warning = stats.warning(f"archive {directory} (row numbers)")
     if warning:
         click.echo(f"slurmkit: warning: {warning}", err=True)
-    suspect = find_suspect(attempts, drains, hours) if drains is not None else None
-    lost = find_lost(attempts, rcfg["prolog_requeue_seconds"])
-    report = aggregate(attempts, dims, window_start=window.start, lost=lost, suspect=suspect, prices=prices)
+    groups, total = agg.result()
+    report = finish(
+        groups,
+        total,
+        dims,
+        priced=bool(prices and prices.enabled),
+        health=drains is not None,
+        currency=prices.currency if prices else "USD",
+    )
     return report, stats, {"name": "python", "why": why}
 
 
