@@ -152,6 +152,27 @@ def test_multi_attempt_jobs_and_duplicates(tmp_path):
     assert {r["user"]: r["jobs"] for r in rep.rows} == {"alice": 6, "bob": 1}
 
 
+def test_tied_causes_keep_the_list_paths_order(tmp_path):
+    """Equal lost hours of two causes are listed (table columns) in the order the list path
+    first meets them: FAILED_AFTER_PROLOG_REQUEUE is settled at the end, yet in a split view
+    it comes before a TIMEOUT of the same hours that lies later in the file."""
+    t = 1_800_000_000
+    lines = [
+        _line(1, "REQUEUED", t, t + 5),
+        _line(1, "FAILED", t + 10, t + 1000),  # 2 GPUs x 990 s, FAILED_AFTER_PROLOG_REQUEUE
+        _line(9, "TIMEOUT", t + 10, t + 1000),  # 2 GPUs x 990 s, TIMEOUT: a tie
+    ]
+    path = _dump(tmp_path, lines)
+    window = resolve_window(default_unbounded=True)
+    for by in BYS:
+        ref = _same(path, window, t + 9000, by, None, None)
+        assert ref.causes[:2] == (
+            ["FAILED_AFTER_PROLOG_REQUEUE", "TIMEOUT"]
+            if any(d in ("day", "week", "month", "node", "gpu_type") for d in by)
+            else ["TIMEOUT", "FAILED_AFTER_PROLOG_REQUEUE"]  # the fields path adds the prolog cause last
+        )
+
+
 @settings(
     max_examples=150,
     deadline=None,
