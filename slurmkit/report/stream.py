@@ -62,20 +62,22 @@ _I = {name: i for i, name in enumerate(Attempt._fields)}
 _STATE, _RAW_START, _END = _I["state"], _I["raw_start"], _I["end"]
 
 
-def _job_key(j: str) -> Any:
-    """JobIDRaw as the dict key: a decimal number without a leading zero becomes an ``int``
-    (half the memory of the string; ``"07"`` and ``"0"`` stay strings, so distinct
-    strings stay distinct keys). Inlined in the sinks below."""
-    return int(j) if j.isascii() and j.isdigit() and j[0] != "0" and len(j) < 19 else j
+_SHARED = slice(_I["user"], _I["state"] + 1)  # the text fields that repeat across jobs
+_new = tuple.__new__
 
 
-def _record(a: Attempt, h: int, info: int) -> Any:
+def _record(a: Attempt, h: int, info: int, strings: Dict[str, str]) -> Any:
     """One attempt's compact record: ``h | info << 64 | Start << 96 | End << 136`` (one
     ``int``), or ``(h, info, attempt)`` for the REQUEUED and FAILED attempts (and values
-    that do not fit the packing). Inlined in the sinks below."""
+    that do not fit the packing), whose user, account, partition, node list, reason, name
+    and state strings are shared through ``strings`` (each row split made new ones), and
+    so are JobID and JobIDRaw when equal.
+    Inlined in the sinks below."""
     rs = a[_RAW_START]
     if a[_STATE] in _KEEP or rs >> 40 or info >> 32:
-        return (h, info, a)
+        shared = tuple(strings.setdefault(x, x) for x in a[_SHARED])
+        ids = (a[1], a[1]) if a[0] == a[1] else a[:2]  # fields 0, 1: JobID is JobIDRaw but for array tasks
+        return (h, info, _new(Attempt, ids + a[2 : _SHARED.start] + shared + a[_SHARED.stop :]))
     return h | info << 64 | rs << 96 | a[_END] << 136
 
 
@@ -111,9 +113,12 @@ class StreamingAggregator:
         self.prices = prices if self.priced else None
         self.prolog_requeue_seconds = prolog_requeue_seconds
         self.suspect = SuspectTest(drains, lost_window_hours) if drains else None
-        #: JobIDRaw -> one record, or a list of records for a job with several attempts.
+        #: JobIDRaw -> one record, or a list of records for a job with several attempts. JOB KEY:
+        #: a decimal JobIDRaw without a leading zero is stored as an ``int`` (half the memory of
+        #: the string); "07" and "0" stay strings, so distinct strings stay distinct keys.
         self.jobs: Dict[Any, Any] = {}
         self.multi: List[Any] = []  # keys of the jobs with several attempts
+        self.strings: Dict[str, str] = {}  # shared text of the attempts kept whole
         #: ``(group keys touched, state)`` by index; records name them by index.
         self.infos: List[Tuple[Tuple[Tuple, ...], str]] = []
         self.split = any(d in ("gpu_type", "node") or d in TIME_DIMS for d in by)
@@ -130,7 +135,7 @@ class StreamingAggregator:
 
     def _store(self, k: Any, old: Any, a: Attempt, h: int, info: int) -> None:
         """Another attempt of job ``k`` (whose record(s) are ``old``)."""
-        rec = _record(a, h, info)
+        rec = _record(a, h, info, self.strings)
         if type(old) is list:
             old.append(rec)
         else:
@@ -161,11 +166,11 @@ class StreamingAggregator:
         )
         prices = self.prices
         price_cache: Dict[Tuple[int, Tuple], float] = {}
-        is_dup, keep = _is_dup, _KEEP
+        is_dup, keep, record, strings = _is_dup, _KEEP, _record, self.strings
 
         def add(a: Attempt, row_hash: int) -> bool:
             j = a[jid_i]
-            k = int(j) if j.isascii() and j.isdigit() and j[0] != "0" and len(j) < 19 else j  # _job_key
+            k = int(j) if j.isascii() and j.isdigit() and j[0] != "0" and len(j) < 19 else j  # JOB KEY
             h = row_hash & _M64
             old = jobs.get(k)
             if old is not None and is_dup(old, h):
@@ -197,7 +202,7 @@ class StreamingAggregator:
             if old is None:  # _record, inlined
                 rs = a[raw_start_i]
                 if key[-1] in keep or rs >> 40 or info >> 32:
-                    jobs[k] = (h, info, a)
+                    jobs[k] = record(a, h, info, strings)
                 else:
                     jobs[k] = h | info << 64 | rs << 96 | a[end_i] << 136
             else:
@@ -225,7 +230,7 @@ class StreamingAggregator:
         infos, info_ids, jobs, store = self.infos, {}, self.jobs, self._store
         self._first_line: Dict[str, int] = {}  # each cause's first attempt: the list path's dict order
         first_line = self._first_line
-        is_dup, record = _is_dup, _record
+        is_dup, record, strings = _is_dup, _record, self.strings
         # pieces_of reads only these fields: equal ones give equal pieces (a bounded cache)
         read = sorted(
             {FIELD_DIMS[d] for d in by if d in FIELD_DIMS}
@@ -238,7 +243,7 @@ class StreamingAggregator:
 
         def add(a: Attempt, row_hash: int) -> bool:
             j = a.job_id_raw
-            k = int(j) if j.isascii() and j.isdigit() and j[0] != "0" and len(j) < 19 else j  # _job_key
+            k = int(j) if j.isascii() and j.isdigit() and j[0] != "0" and len(j) < 19 else j  # JOB KEY
             h = row_hash & _M64
             old = jobs.get(k)
             if old is not None and is_dup(old, h):
@@ -294,7 +299,7 @@ class StreamingAggregator:
                 info = info_ids[ik] = len(infos)
                 infos.append(ik)
             if old is None:
-                jobs[k] = record(a, h, info)
+                jobs[k] = record(a, h, info, strings)
             else:
                 store(k, old, a, h, info)
             return True
