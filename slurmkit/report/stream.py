@@ -230,7 +230,8 @@ class StreamingAggregator:
         infos, info_ids, jobs, store = self.infos, {}, self.jobs, self._store
         self._first_line: Dict[str, int] = {}  # each cause's first attempt: the list path's dict order
         first_line = self._first_line
-        is_dup, record, strings = _is_dup, _record, self.strings
+        is_dup, keep, record, strings = _is_dup, _KEEP, _record, self.strings
+        raw_start_i, end_i = _RAW_START, _END
         # pieces_of reads only these fields: equal ones give equal pieces (a bounded cache)
         read = sorted(
             {FIELD_DIMS[d] for d in by if d in FIELD_DIMS}
@@ -298,8 +299,12 @@ class StreamingAggregator:
             if info is None:
                 info = info_ids[ik] = len(infos)
                 infos.append(ik)
-            if old is None:
-                jobs[k] = record(a, h, info, strings)
+            if old is None:  # _record, inlined
+                rs = a[raw_start_i]
+                if st in keep or rs >> 40 or info >> 32:
+                    jobs[k] = record(a, h, info, strings)
+                else:
+                    jobs[k] = h | info << 64 | rs << 96 | a[end_i] << 136
             else:
                 store(k, old, a, h, info)
             return True
