@@ -91,6 +91,18 @@ def _is_dup(old: Any, h: int) -> bool:
     return _hash_of(old) == h
 
 
+class _GroupAcc(_Acc):
+    """A group of the split path; ``infos`` maps a final state to the record index of the
+    attempts that touched this group only (the usual case: no interned tuple per attempt)."""
+
+    __slots__ = ("infos",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.njobs = 0
+        self.infos: Dict[str, int] = {}
+
+
 class StreamingAggregator:
     """``add`` is the parser's sink (:func:`.sacct.parse_rows`); :meth:`result` gives the
     ``(groups, total)`` accumulators that :func:`.aggregate.accumulate` would give for the
@@ -123,7 +135,7 @@ class StreamingAggregator:
         self.infos: List[Tuple[Tuple[Tuple, ...], str]] = []
         self.split = any(d in ("gpu_type", "node") or d in TIME_DIMS for d in by)
         self.groups: Dict[Tuple, _Acc] = {}
-        self.total = _Acc()
+        self.total: _Acc = _GroupAcc() if self.split else _Acc()  # one type: add_sums stays specialised
         self._done = False
         if self.split:
             self.add = self._split_adder()
@@ -274,11 +286,13 @@ class StreamingAggregator:
                     key = key[:pos] + (label,) + key[pos + 1 :]
                 acc = groups.get(key)
                 if acc is None:
-                    acc = groups[key] = _Acc()
-                    acc.njobs = 0
+                    acc = groups[key] = _GroupAcc()
                 acc.add_sums(a, g * secs, p * secs, cause, sus, True, lo)
                 acc.njobs += 1
-                ks: Tuple = (key,)
+                info = acc.infos.get(st)
+                if info is None:
+                    info = acc.infos[st] = len(infos)
+                    infos.append(((key,), st))
             else:
                 touched: Dict[Tuple, _Acc] = {}
                 for n_period, (label, secs) in enumerate(spans):
@@ -287,18 +301,16 @@ class StreamingAggregator:
                             key = key[:pos] + (label,) + key[pos + 1 :]
                         acc = groups.get(key)
                         if acc is None:
-                            acc = groups[key] = _Acc()
-                            acc.njobs = 0
+                            acc = groups[key] = _GroupAcc()
                         acc.add_sums(a, g * secs, p * secs, cause, sus, n_period == 0, lo)
                         if key not in touched:
                             touched[key] = acc
                             acc.njobs += 1
-                ks = tuple(touched)
-            ik = (ks, st)
-            info = info_ids.get(ik)
-            if info is None:
-                info = info_ids[ik] = len(infos)
-                infos.append(ik)
+                ik = (tuple(touched), st)
+                info = info_ids.get(ik)
+                if info is None:
+                    info = info_ids[ik] = len(infos)
+                    infos.append(ik)
             if old is None:  # _record, inlined
                 rs = a[raw_start_i]
                 if st in keep or rs >> 40 or info >> 32:
