@@ -74,11 +74,11 @@ def _record(a: Attempt, h: int, info: int, strings: Dict[str, str]) -> Any:
     so are JobID and JobIDRaw when equal.
     Inlined in the sinks below."""
     rs = a[_RAW_START]
-    if a[_STATE] in _KEEP or rs >> 40 or info >> 32:
+    if a[_STATE] in _KEEP or rs > _M40 or info > _M32:
         shared = tuple(strings.setdefault(x, x) for x in a[_SHARED])
         ids = (a[1], a[1]) if a[0] == a[1] else a[:2]  # fields 0, 1: JobID is JobIDRaw but for array tasks
         return (h, info, _new(Attempt, ids + a[2 : _SHARED.start] + shared + a[_SHARED.stop :]))
-    return h | info << 64 | rs << 96 | a[_END] << 136
+    return h | info << 64 | (a[_END] << 40 | rs) << 96
 
 
 def _hash_of(rec: Any) -> int:
@@ -190,7 +190,7 @@ class StreamingAggregator:
             key = keyfn(a)
             acc = accs.get(key)
             if acc is None:
-                acc = accs[key] = [0, 0.0, 0, 0, 0, 0, len(infos)]
+                acc = accs[key] = [0, 0.0, 0, 0, 0, 0, len(infos), len(infos) << 64]
                 infos.append(((key[:-1],), key[-1]))
             secs = a[end_i] - a[start_i]
             gs = a[gpus_i] * secs
@@ -210,15 +210,14 @@ class StreamingAggregator:
                     acc[4] += 1
             if test is not None and test(a):
                 acc[5] += gs
-            info = acc[6]
-            if old is None:  # _record, inlined
+            if old is None:  # _record, inlined (acc[7] is acc[6] << 64)
                 rs = a[raw_start_i]
-                if key[-1] in keep or rs >> 40 or info >> 32:
-                    jobs[k] = record(a, h, info, strings)
+                if key[-1] in keep or rs > _M40 or acc[6] > _M32:
+                    jobs[k] = record(a, h, acc[6], strings)
                 else:
-                    jobs[k] = h | info << 64 | rs << 96 | a[end_i] << 136
+                    jobs[k] = h | acc[7] | (a[end_i] << 40 | rs) << 96
             else:
-                store(k, old, a, h, info)
+                store(k, old, a, h, acc[6])
             return True
 
         return add
@@ -313,10 +312,10 @@ class StreamingAggregator:
                     infos.append(ik)
             if old is None:  # _record, inlined
                 rs = a[raw_start_i]
-                if st in keep or rs >> 40 or info >> 32:
+                if st in keep or rs > _M40 or info > _M32:
                     jobs[k] = record(a, h, info, strings)
                 else:
-                    jobs[k] = h | info << 64 | rs << 96 | a[end_i] << 136
+                    jobs[k] = h | info << 64 | (a[end_i] << 40 | rs) << 96
             else:
                 store(k, old, a, h, info)
             return True
@@ -391,7 +390,7 @@ class StreamingAggregator:
         :func:`.aggregate._aggregate_fields` adds them."""
         groups, total = self.groups, self.total
         lost_states = frozenset(LOST_STATES)
-        for k, (gs, cost, n, wsum, wn, _sus, _info) in self.accs.items():
+        for k, (gs, cost, n, wsum, wn, _sus, _info, _shifted) in self.accs.items():
             gk = k[:-1]
             acc = groups.get(gk)
             if acc is None:
@@ -405,7 +404,7 @@ class StreamingAggregator:
                 target.wait_sum += wsum
                 target.wait_n += wn
             acc.njobs += n
-        for k, (gs, _cost, _n, _wsum, _wn, sus, _info) in self.accs.items():
+        for k, (gs, _cost, _n, _wsum, _wn, sus, _info, _shifted) in self.accs.items():
             cause = k[-1]
             if cause in lost_states:
                 for target in (groups[k[:-1]], total):
