@@ -214,8 +214,11 @@ def load_attempts(
     sacct_columns: Optional[str] = None,
     sacct_delimiter: Optional[str] = None,
     max_gpus: Optional[int] = None,
+    sink=None,
 ):
-    """Attempts from a saved file or a live sacct call; prints the malformed-row warning."""
+    """Attempts from a saved file or a live sacct call; prints the malformed-row warning.
+    With ``sink`` each attempt goes there as it is parsed and none is kept (see
+    :func:`slurmkit.report.sacct.parse_rows`)."""
     from slurmkit.report import sacct
 
     limits = {"max_gpus": max_gpus} if max_gpus is not None else {}
@@ -231,6 +234,7 @@ def load_attempts(
             need_columns=need_columns,
             columns=columns,
             delimiter=_delimiter(sacct_delimiter),
+            sink=sink,
             **limits,
         )
         source = sacct_file
@@ -242,7 +246,7 @@ def load_attempts(
         command = query.display(client.binary("sacct"))
         log.info("running %s", command)
         attempts, stats = sacct.run_query(
-            query, window=window, now=now, filters=filters, timeout=timeout, **limits
+            query, window=window, now=now, filters=filters, timeout=timeout, sink=sink, **limits
         )
         source = "sacct"
     warning = stats.warning(source)
@@ -257,8 +261,9 @@ def run_usage(**kwargs: Any) -> int:
 
 
 #: ``--engine auto`` uses DuckDB for saved files at least this large: below it the reference
-#: was faster and stays under 0.5 GiB; above it the reference's memory grows with the file
-#: (2.9 GiB at 10M rows) while DuckDB's stays under 0.5 GiB (docs/benchmarks.md).
+#: was faster and stays under 0.5 GiB; above it the reference's memory grows with the number of
+#: jobs (430 MiB at 10M rows since it streams; 2.9 GiB before) while DuckDB's stays under
+#: 0.5 GiB (docs/benchmarks.md).
 AUTO_ENGINE_BYTES = 256 << 20
 
 
@@ -359,8 +364,8 @@ def _run_archive(directory: str, *, window, now, filters, dims, prices, rcfg, hl
     from slurmkit.report import archive as arch
     from slurmkit.report import engine as eng
     from slurmkit.report import sacct
-    from slurmkit.report.aggregate import aggregate, finish
-    from slurmkit.report.lost import find_lost, find_suspect
+    from slurmkit.report.aggregate import finish
+    from slurmkit.report.stream import StreamingAggregator
 
     src = arch.source(directory)
     drains = hl.events if hl is not None else None
@@ -392,7 +397,15 @@ def _run_archive(directory: str, *, window, now, filters, dims, prices, rcfg, hl
             return report, stats, {"name": "duckdb"}
         except eng.NeedsReference as exc:
             why = str(exc)
-    attempts, stats = sacct.parse_rows(
+    agg = StreamingAggregator(
+        dims,
+        window_start=window.start,
+        prices=prices,
+        prolog_requeue_seconds=rcfg["prolog_requeue_seconds"],
+        drains=drains,
+        lost_window_hours=hours,
+    )
+    _, stats = sacct.parse_rows(
         arch.lines(directory),
         list(sacct.FIELDS),
         sep=arch.SEP,
@@ -400,13 +413,20 @@ def _run_archive(directory: str, *, window, now, filters, dims, prices, rcfg, hl
         now=now,
         filters=filters,
         max_gpus=rcfg["max_gpus"],
+        sink=agg.add,
     )
     warning = stats.warning(f"archive {directory} (row numbers)")
     if warning:
         click.echo(f"slurmkit: warning: {warning}", err=True)
-    suspect = find_suspect(attempts, drains, hours) if drains is not None else None
-    lost = find_lost(attempts, rcfg["prolog_requeue_seconds"])
-    report = aggregate(attempts, dims, window_start=window.start, lost=lost, suspect=suspect, prices=prices)
+    groups, total = agg.result()
+    report = finish(
+        groups,
+        total,
+        dims,
+        priced=bool(prices and prices.enabled),
+        health=drains is not None,
+        currency=prices.currency if prices else "USD",
+    )
     return report, stats, {"name": "python", "why": why}
 
 
@@ -443,10 +463,11 @@ def _run_usage(
     default_view: str = "usage",
 ) -> int:
     from slurmkit.report import sacct
-    from slurmkit.report.aggregate import aggregate, parse_by
+    from slurmkit.report.aggregate import finish, parse_by
     from slurmkit.report.cost import price_table
-    from slurmkit.report.lost import find_lost, find_suspect, read_health_log
+    from slurmkit.report.lost import read_health_log
     from slurmkit.report.render import render
+    from slurmkit.report.stream import StreamingAggregator
 
     setup_logging(verbose, quiet)
     cfg, rcfg, paths = _load(config_path)
@@ -532,7 +553,16 @@ def _run_usage(
             explicit=engine == "duckdb",
         )
     if report is None:
-        attempts, stats, command = load_attempts(
+        # the reference: rows are aggregated as they are parsed (slurmkit.report.stream)
+        agg = StreamingAggregator(
+            dims,
+            window_start=window.start,
+            prices=prices,
+            prolog_requeue_seconds=rcfg["prolog_requeue_seconds"],
+            drains=hl.events if hl is not None else None,
+            lost_window_hours=hours,
+        )
+        _, stats, command = load_attempts(
             window=window,
             now=now,
             filters=filters,
@@ -542,11 +572,16 @@ def _run_usage(
             sacct_columns=sacct_columns,
             sacct_delimiter=sacct_delimiter,
             max_gpus=rcfg["max_gpus"],
+            sink=agg.add,
         )
-        lost = find_lost(attempts, rcfg["prolog_requeue_seconds"])
-        suspect = find_suspect(attempts, hl.events, hours) if hl is not None else None
-        report = aggregate(
-            attempts, dims, window_start=window.start, lost=lost, suspect=suspect, prices=prices
+        groups, total = agg.result()
+        report = finish(
+            groups,
+            total,
+            dims,
+            priced=bool(prices and prices.enabled),
+            health=hl is not None,
+            currency=prices.currency if prices else "USD",
         )
     report.totals["excluded_rows"] = stats.malformed
     group = ", ".join(dims) if dims else "cluster"

@@ -172,6 +172,20 @@ class _Acc:
         count_wait: bool,
         lo: int,
     ) -> None:
+        self.add_sums(a, gpu_seconds, cost_seconds, cause, suspect, count_wait, lo)
+        self.jobs.add(a.job_id_raw)
+
+    def add_sums(
+        self,
+        a: Attempt,
+        gpu_seconds: float,
+        cost_seconds: float,
+        cause: Optional[str],
+        suspect: bool,
+        count_wait: bool,
+        lo: int,
+    ) -> None:
+        """:meth:`add` without the set of job ids (the streaming path counts jobs itself)."""
         self.gpu_seconds += gpu_seconds
         self.cost += cost_seconds
         st = a.state
@@ -181,7 +195,6 @@ class _Acc:
             self.lost_by_cause[cause] = self.lost_by_cause.get(cause, 0.0) + gpu_seconds
         if suspect:
             self.suspect += gpu_seconds
-        self.jobs.add(a.job_id_raw)
         if count_wait:
             self.attempts += 1
             sub = a.submit

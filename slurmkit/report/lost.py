@@ -198,31 +198,40 @@ def read_health_log(pattern: str) -> Optional[HealthLog]:
     return hl
 
 
-def find_suspect(attempts: Sequence[Attempt], events: Sequence[DrainEvent], hours: float) -> Set[int]:
-    """Indices of attempts that ran on a node within ``hours`` before it was drained."""
-    if not events:
-        return set()
-    span = hours * 3600.0
-    by_node: Dict[str, List[Tuple[float, float]]] = {}
-    for ev in events:
-        by_node.setdefault(ev.node, []).append((ev.timestamp - span, ev.timestamp))
-    first = min(a for lst in by_node.values() for a, _ in lst)
-    last = max(b for lst in by_node.values() for _, b in lst)
-    expanded: Dict[str, Tuple[str, ...]] = {}
-    out: Set[int] = set()
-    for i, a in enumerate(attempts):
-        if a.end < first or a.raw_start > last:
-            continue
-        nodes = expanded.get(a.nodelist)
+class SuspectTest:
+    """Whether one attempt ran on a node within ``hours`` before that node was drained:
+    the per-attempt rule of :func:`find_suspect`, usable while rows stream past (an
+    attempt is tested alone; node lists are expanded once per distinct string)."""
+
+    def __init__(self, events: Sequence[DrainEvent], hours: float):
+        span = hours * 3600.0
+        self.by_node: Dict[str, List[Tuple[float, float]]] = {}
+        for ev in events:
+            self.by_node.setdefault(ev.node, []).append((ev.timestamp - span, ev.timestamp))
+        self.first = min((a for lst in self.by_node.values() for a, _ in lst), default=0.0)
+        self.last = max((b for lst in self.by_node.values() for _, b in lst), default=-1.0)
+        self.expanded: Dict[str, Tuple[str, ...]] = {}
+
+    def __call__(self, a: Attempt) -> bool:
+        if not self.by_node or a.end < self.first or a.raw_start > self.last:
+            return False
+        nodes = self.expanded.get(a.nodelist)
         if nodes is None:
             try:
                 nodes = tuple(expand_hostlist(a.nodelist))
             except ParseError:
                 nodes = ()
-            expanded[a.nodelist] = nodes
+            self.expanded[a.nodelist] = nodes
         for node in nodes:
-            windows = by_node.get(node)
+            windows = self.by_node.get(node)
             if windows and any(a.raw_start <= b and a.end >= lo for lo, b in windows):
-                out.add(i)
-                break
-    return out
+                return True
+        return False
+
+
+def find_suspect(attempts: Sequence[Attempt], events: Sequence[DrainEvent], hours: float) -> Set[int]:
+    """Indices of attempts that ran on a node within ``hours`` before it was drained."""
+    if not events:
+        return set()
+    test = SuspectTest(events, hours)
+    return {i for i, a in enumerate(attempts) if test(a)}

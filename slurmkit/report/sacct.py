@@ -38,7 +38,7 @@ import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Dict, FrozenSet, Iterable, Iterator, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Callable, Dict, FrozenSet, Iterable, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 from slurmkit.errors import ExternalCommandError, SlurmCommandError, UsageError
 from slurmkit.report.window import Window, iso_local
@@ -130,6 +130,10 @@ class Attempt(NamedTuple):
 
 
 _new_attempt = tuple.__new__  # C-level constructor: NamedTuple's own __new__ is a Python function
+
+#: Receives each attempt as it is parsed, with the hash of its row; returns ``False`` when the
+#: row is an exact duplicate of an earlier one of the same job (see :func:`parse_rows`).
+Sink = Callable[[Attempt, int], bool]
 
 
 @dataclass
@@ -290,6 +294,7 @@ def parse_rows(
     first_line: int = 1,
     stats: Optional[ParseStats] = None,
     max_gpus: int = DEFAULT_MAX_GPUS,
+    sink: Optional[Sink] = None,
 ) -> Tuple[List[Attempt], ParseStats]:
     """Parse ``--parsable2`` data rows (no header) into attempts inside ``window``.
 
@@ -302,6 +307,11 @@ def parse_rows(
     Rows that parse but cannot be true are skipped and counted with the malformed
     ones under reasons starting ``impossible:``: a time before 2000, an End before
     its Start, more GPUs than ``max_gpus``, an exact duplicate of an earlier job row.
+
+    With ``sink`` no list is kept: each attempt goes to ``sink(attempt, row_hash)`` as it is
+    parsed (the streaming report, :mod:`.stream`), which decides about duplicates (an exact
+    duplicate has the same JobIDRaw, so the sink compares hashes within one job), and the
+    returned list is empty.
     """
     was_enabled = gc.isenabled()
     gc.disable()
@@ -316,6 +326,7 @@ def parse_rows(
             first_line=first_line,
             stats=stats,
             max_gpus=max_gpus,
+            sink=sink,
         )
     finally:
         if was_enabled:
@@ -333,6 +344,7 @@ def _parse_rows(
     first_line: int,
     stats: Optional[ParseStats],
     max_gpus: int,
+    sink: Optional[Sink] = None,
 ) -> Tuple[List[Attempt], ParseStats]:
     """The hot loop of the report: no per-row datetime, no regular expression,
     step rows rejected before splitting, AllocTRES parses cached per distinct string.
@@ -521,6 +533,15 @@ def _parse_rows(
             bad(line_no, "garbage AllocTRES" if g is False else IMPOSSIBLE + "more GPUs than report.max_gpus")
             continue
         row_hash = hash(line.rstrip("\r\n"))
+        if sink is not None:
+            if not sink(
+                new_attempt(
+                    Attempt, text_fields(f) + (state, g[0], g[1], submit, s, e, start, line_no, running)
+                ),
+                row_hash,
+            ):
+                bad(line_no, IMPOSSIBLE + "exact duplicate of an earlier row")
+            continue
         if row_hash in seen_rows:
             bad(line_no, IMPOSSIBLE + "exact duplicate of an earlier row")
             continue
@@ -610,6 +631,7 @@ def read_sacct_file(
     columns: Optional[Sequence[str]] = None,
     delimiter: Optional[str] = None,
     max_gpus: int = DEFAULT_MAX_GPUS,
+    sink: Optional[Sink] = None,
 ) -> Tuple[List[Attempt], ParseStats, List[str]]:
     """Parse a saved ``sacct --parsable2`` file, streaming.
     ``-`` reads standard input (``sacct ... | slurmkit report --sacct-file -``).
@@ -619,6 +641,7 @@ def read_sacct_file(
     is sacct's ``--delimiter`` (default: the unit separator or ``|``, recognised).
     ``--parsable`` output (a delimiter after the last field) is recognised too: from
     the header, or for a header-less dump from its first row having one more field.
+    ``sink``: see :func:`parse_rows`.
     """
     try:
         if path == "-":
@@ -662,6 +685,7 @@ def read_sacct_file(
             filters=filters,
             first_line=first_row,
             max_gpus=max_gpus,
+            sink=sink,
         )
     return attempts, stats, cols
 
@@ -729,8 +753,9 @@ def run_query(
     filters: Optional[Filters] = None,
     timeout: Optional[float] = None,
     max_gpus: int = DEFAULT_MAX_GPUS,
+    sink: Optional[Sink] = None,
 ) -> Tuple[List[Attempt], ParseStats]:
-    """Run sacct through the shared runner and parse its output.
+    """Run sacct through the shared runner and parse its output (``sink``: see :func:`parse_rows`).
 
     A missing sacct or an unreachable slurmdbd raises an exit-3 error that says so.
     """
@@ -767,4 +792,5 @@ def run_query(
         now=now,
         filters=filters,
         max_gpus=max_gpus,
+        sink=sink,
     )
