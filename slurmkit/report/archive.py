@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import tempfile
 from typing import Dict, Iterator, List, Optional, Tuple
 
@@ -51,6 +52,7 @@ from slurmkit.report.engine import (
     _q,
     _state_sql,
     _table,
+    _tres_tables,
     epoch_sql,
     hour_key,
     hour_table,
@@ -63,8 +65,8 @@ KEY = ("JobIDRaw", "JobID", "Start")
 #: typed columns written next to the text ones (see the module docstring); ``rid`` numbers
 #: the rows of the whole archive (the month in its high 32 bits, the row in its low ones)
 TYPED = ("start_s", "end_s", "submit_s", "gpus", "jid_i", "state_n")
-#: the JobIDRaw of every job with more than one row anywhere in the archive, and the month
-#: files (size, mtime) it was computed from: a report groups only those jobs' rows
+#: the rows of the jobs with more than one row anywhere in the archive (see _write_multi), and
+#: the month files (size, mtime) it was computed from
 MULTI, MULTI_STAMP = "multi.parquet", "multi.json"
 #: how long an ingest waits for another one to finish (cron runs may overlap)
 LOCK_TIMEOUT = 300.0
@@ -149,11 +151,32 @@ def _multi(directory: str) -> Optional[str]:
 
 
 def _write_multi(con: duckdb.DuckDBPyConnection, directory: str) -> None:
+    """``multi.parquet``: every row of the jobs with more than one row in the archive, with what
+    the engine's rules over a job's attempts need from its text columns (``tie_rank``, the
+    row's place in the job by :func:`slurmkit.report.lost._order` after Start and End;
+    ``pflag``/``lflag``, its Reason naming a launch failure or the prolog / a launch), so that
+    a report reads no text column and groups no job ids; ``multi.json``: the month files
+    (size, mtime) it was computed from."""
+    files_sql = _files(directory)
+    con.execute(
+        f"""CREATE OR REPLACE TEMP TABLE mr AS
+        SELECT rid, jid_i AS jid, state_n AS state,
+               CASE WHEN state_n IN ('REQUEUED', 'FAILED') THEN "Reason" END AS reason,
+               "JobID" AS job_id, "AllocTRES" AS tres, "NodeList" AS nl, "User" AS u, "Account" AS a,
+               "Partition" AS p, submit_s AS sub
+        FROM {files_sql} WHERE jid_i IN (SELECT jid_i FROM {files_sql} GROUP BY 1 HAVING count(*) > 1)"""
+    )
+    _tres_tables(con, "SELECT DISTINCT tres FROM mr", sys.maxsize, None, False, name="tres_order")
     fd, tmp = tempfile.mkstemp(prefix=".multi-", suffix=".parquet", dir=directory)
     os.close(fd)
+    # (the same order as the engine's for a saved dump, engine._multi_rows)
     con.execute(
-        f"COPY (SELECT jid_i AS jid FROM {_files(directory)} GROUP BY 1 HAVING count(*) > 1) "
-        f"TO {_q(tmp)} (FORMAT parquet)"
+        f"""COPY (SELECT rid, jid,
+               row_number() OVER (PARTITION BY jid ORDER BY state, reason, job_id, t.ord, nl, u, a, p,
+                                                             coalesce(sub, -1)) AS tie_rank,
+               contains(lower(reason), 'launch_failed') OR contains(lower(reason), 'prolog') AS pflag,
+               contains(lower(reason), 'launch') AS lflag
+            FROM mr JOIN tres_order t ON t.tres = mr.tres) TO {_q(tmp)} (FORMAT parquet)"""
     )
     os.replace(tmp, os.path.join(directory, MULTI))
     files.write_json_atomic(os.path.join(directory, MULTI_STAMP), {"files": _fingerprint(directory)})

@@ -81,8 +81,8 @@ class FileSource:
     #: SQL of the archive's typed relation (see :func:`slurmkit.report.archive.source`);
     #: None: read ``path`` as CSV
     relation: Optional[str] = None
-    #: SQL of a relation whose ``jid`` column names every job that may have several rows
-    #: (the archive keeps that list); None: find them by grouping all rows
+    #: the archive's rows of jobs with several rows (``rid, jid, tie_rank, pflag, lflag``, see
+    #: ``archive._write_multi``); None for a dump, or when out of date
     multi: Optional[str] = None
 
 
@@ -379,37 +379,29 @@ def _load_file(con: duckdb.DuckDBPyConnection, plan: _Plan, rules: _Rules, stats
         _convert_iso(con, rules)
     con.execute("ALTER TABLE j RENAME TO job_rows")
     con.execute("CREATE TEMP VIEW j AS SELECT rowid AS rid, * FROM job_rows")
-    con.execute("CREATE TEMP VIEW detail AS SELECT * FROM j")
 
 
 def _load_relation(
-    con: duckdb.DuckDBPyConnection, relation: str, rules: _Rules, stats: ParseStats, extra: Sequence[str]
-) -> None:
-    """Table ``j`` from a typed relation (the archive, :func:`slurmkit.report.archive.source`):
+    con: duckdb.DuckDBPyConnection, relation: str, rules: _Rules, extra: Sequence[str]
+) -> Tuple[int, int]:
+    """View ``j`` over a typed relation (the archive, :func:`slurmkit.report.archive.source`):
     the typed columns and only the ``extra`` text columns this report needs, of only the rows
     that can touch the window (DuckDB skips the other row groups by their Start and End
-    statistics). The rows not read are counted as the reference would count them, outside
-    the window or filtered out (the filter comes first)."""
+    statistics). A view, not a table: reading and classifying the typed columns again in
+    each query costs less than materialising millions of rows once. Returns the archive's
+    number of rows and of rows the filters leave out, to count the rows never read."""
     inside = f"WHERE (start_s < {rules.hi} OR start_s IS NULL) AND (end_s >= {rules.lo} OR end_s IS NULL)"
     cols = ", ".join(["rid", "jid", "state", "gpus", "st", "en", "sub", "t_st", "t_en", "t_sub", *extra])
     con.execute(
-        f"""CREATE TEMP TABLE job_rows AS SELECT *, {rules.derived("bad")} FROM (
+        f"""CREATE TEMP VIEW j AS SELECT *, {rules.derived("bad")} FROM (
             SELECT {cols} FROM {relation.format(where=inside)})"""
     )
-    con.execute("CREATE TEMP VIEW j AS SELECT * FROM job_rows")
-    con.execute(f"CREATE TEMP VIEW detail AS SELECT * FROM {relation.format(where=inside)}")
     filtered = _filtered_sql(rules.filters)
-    everything, filtered_all = con.execute(
+    return con.execute(
         f"SELECT count(*), count(*) FILTER (WHERE {filtered}) FROM {relation.format(where='')}"
         if filtered != "FALSE"
         else f"SELECT count(*), 0 FROM {relation.format(where='')}"
     ).fetchone()
-    scanned, filtered_in = con.execute(
-        "SELECT count(*), count(*) FILTER (WHERE cls = 'filtered') FROM j"
-    ).fetchone()
-    pruned_filtered = filtered_all - filtered_in
-    stats.filtered_out += pruned_filtered
-    stats.outside_window += everything - scanned - pruned_filtered
 
 
 class _LineCounter(threading.Thread):
@@ -510,35 +502,63 @@ def _check_rows(
     malformed or impossible, a garbage or impossible AllocTRES, an exact duplicate. ``typed``:
     ``j`` has the GPU count of each row (the archive) and the AllocTRES text only when the
     report prices or splits by GPU type."""
-    counts = dict(con.execute("SELECT cls, count(*) FROM j GROUP BY cls").fetchall())
+    rows = con.execute(
+        f"SELECT cls, count(*), {'max(gpus)' if typed else 'NULL'} FROM j GROUP BY cls"
+    ).fetchall()
+    counts = {cls: n for cls, n, _ in rows}
     if counts.get("bad"):
         raise NeedsReference(f"{counts['bad']} malformed or impossible row(s): line numbers")
-    if typed:
-        most = con.execute("SELECT max(gpus) FROM j WHERE cls = 'ok'").fetchone()[0]
-        if most is not None and most > max_gpus:
-            raise NeedsReference("more GPUs than report.max_gpus: line numbers")
-        if with_types or (prices and prices.enabled):
-            _tres_tables(con, "SELECT DISTINCT tres FROM j WHERE cls = 'ok'", max_gpus, prices, with_types)
-    else:
+    most = max((m for cls, _, m in rows if cls == "ok" and m is not None), default=None)
+    if most is not None and most > max_gpus:
+        raise NeedsReference("more GPUs than report.max_gpus: line numbers")
+    if not typed or with_types or (prices and prices.enabled):
         _tres_tables(con, "SELECT DISTINCT tres FROM j WHERE cls = 'ok'", max_gpus, prices, with_types)
-    # A job with several attempts: grouping every JobIDRaw is the cost of this step (millions of
-    # groups over a year), so the archive names its candidates (jobs with several rows anywhere).
-    candidates = f"AND jid IN (SELECT jid FROM {src.multi})" if src.multi else ""
-    con.execute(
-        f"""CREATE TEMP TABLE multi AS
-        SELECT jid, count(*) AS n, bool_or(state = 'REQUEUED') AND bool_or(state = 'FAILED') AS requeued
-        FROM j WHERE cls = 'ok' {candidates} GROUP BY jid HAVING count(*) > 1"""
-    )
+    _multi_rows(con, src, typed)
     if typed:  # the archive: one row per (JobIDRaw, JobID, Start) by construction
         return counts
     dups = con.execute(
         """SELECT coalesce(sum(n - 1), 0) FROM (
-            SELECT count(*) AS n FROM j WHERE cls = 'ok' AND jid IN (SELECT jid FROM multi)
+            SELECT count(*) AS n FROM mrows
             GROUP BY jid, job_id, state, tres, u, a, p, nl, reason, h, st, en, sub, t_st, t_en, t_sub)"""
     ).fetchone()[0]
     if dups:
         raise NeedsReference(f"{dups} exact duplicate row(s): line numbers")
     return counts
+
+
+def _multi_rows(con, src: "FileSource", typed: bool) -> None:
+    """Table ``mrows``: the counted rows of the jobs with several of them, which all rules over a
+    job's attempts need (distinct jobs, the prolog-requeue rule, duplicates), with
+    ``tie_rank`` (the job's rows in the order of :func:`slurmkit.report.lost._order` after
+    Start and End), ``pflag`` (a Reason naming a launch failure or the prolog) and ``lflag``
+    (a Reason naming a launch); table ``multi(jid, n, requeued)``. The archive keeps these
+    for its jobs with several rows (``src.multi``), so a report over it groups no job ids."""
+    if typed:
+        if src.multi is None:
+            raise NeedsReference(
+                "the archive's list of jobs with several rows is out of date (run report ingest)"
+            )
+        con.execute(
+            f"""CREATE TEMP TABLE mrows AS SELECT j.*, m.tie_rank, m.pflag, m.lflag
+            FROM j JOIN {src.multi} m ON m.rid = j.rid WHERE j.cls = 'ok'"""
+        )
+    else:
+        # (JobName, the order's last text field, is left out: two attempts tied on everything
+        # before it are the same in every sum, whichever comes first)
+        con.execute(
+            """CREATE TEMP TABLE mrows AS
+            SELECT j.*, contains(lower(reason), 'launch_failed') OR contains(lower(reason), 'prolog') AS pflag,
+                   contains(lower(reason), 'launch') AS lflag,
+                   row_number() OVER (PARTITION BY jid ORDER BY state, reason, job_id, t.ord, nl, u, a, p,
+                                                               coalesce(sub, -1)) AS tie_rank
+            FROM j JOIN tres t ON t.tres = j.tres
+            WHERE j.cls = 'ok' AND jid IN (SELECT jid FROM j WHERE cls = 'ok' GROUP BY jid HAVING count(*) > 1)"""
+        )
+    con.execute(
+        """CREATE TEMP TABLE multi AS
+        SELECT jid, count(*) AS n, bool_or(state = 'REQUEUED') AND bool_or(state = 'FAILED') AS requeued
+        FROM mrows GROUP BY jid HAVING count(*) > 1"""
+    )
 
 
 def _tres_tables(
@@ -568,9 +588,15 @@ def _tres_tables(
     if with_types:
         rows = []
         for t, (gpus, types) in parsed.items():
-            for gtype, n in _type_split(_TypeView(gpus, types)):  # type: ignore[arg-type]
-                rows.append((t, gtype, float(n), n * (prices.price(gtype) if priced else 0.0)))
-        _table(con, "ts", ("tres", "gtype", "w", "pw"), ("VARCHAR", "VARCHAR", "DOUBLE", "DOUBLE"), rows)
+            for i, (gtype, n) in enumerate(_type_split(_TypeView(gpus, types))):  # type: ignore[arg-type]
+                rows.append((t, gtype, float(n), n * (prices.price(gtype) if priced else 0.0), i == 0))
+        _table(
+            con,
+            "ts",
+            ("tres", "gtype", "w", "pw", "first"),
+            ("VARCHAR", "VARCHAR", "DOUBLE", "DOUBLE", "BOOLEAN"),
+            rows,
+        )
 
 
 class _TypeView:
@@ -582,34 +608,19 @@ class _TypeView:
         self.gpus, self.gpu_types = gpus, gpu_types
 
 
-def _prolog(con, prolog_requeue_seconds: float, max_gpus: int) -> None:
+def _prolog(con, prolog_requeue_seconds: float) -> None:
     """Table ``prolog(rid)``: FAILED attempts right after a prolog-failure requeue of the same
-    job, in the order of :func:`slurmkit.report.lost._order` (the rule of ``find_lost``). The
-    order's tie-breakers come from view ``detail`` (all columns), for these jobs' rows only."""
-    if not con.execute("SELECT count(*) FROM multi WHERE requeued").fetchone()[0]:
-        con.execute("CREATE TEMP TABLE prolog (rid BIGINT)")
-        return
-    con.execute(
-        """CREATE TEMP TABLE requeued AS
-        SELECT j.rid, j.jid, j.state, j.st, j.e, j.sub, d.reason, d.job_id, d.tres, d.nl, d.u, d.a, d.p
-        FROM j JOIN detail d ON d.rid = j.rid
-        WHERE j.cls = 'ok' AND j.jid IN (SELECT jid FROM multi WHERE requeued)"""
-    )
-    _tres_tables(con, "SELECT DISTINCT tres FROM requeued", max_gpus, None, False, name="tres_order")
-    # (JobName, the order's last text field, is left out: two attempts tied on everything
-    # before it are the same in every sum, whichever gets the cause)
+    job, in the order of :func:`slurmkit.report.lost._order` (the rule of ``find_lost``)."""
     con.execute(
         f"""CREATE TEMP TABLE prolog AS
         WITH o AS (
-            SELECT r.rid, state, reason, lag(state) OVER w AS pstate, lag(reason) OVER w AS preason,
+            SELECT rid, state, lflag, lag(state) OVER w AS pstate, lag(pflag) OVER w AS ppflag,
                    lag(e - st) OVER w AS pdur
-            FROM requeued r JOIN tres_order t ON t.tres = r.tres
-            WINDOW w AS (PARTITION BY jid ORDER BY st, e, state, reason, job_id, t.ord, nl, u, a, p,
-                                                   coalesce(sub, -1)))
+            FROM mrows WHERE jid IN (SELECT jid FROM multi WHERE requeued)
+            WINDOW w AS (PARTITION BY jid ORDER BY st, e, tie_rank))
         SELECT rid FROM o
         WHERE state = 'FAILED' AND pstate = 'REQUEUED'
-          AND (contains(lower(preason), 'launch_failed') OR contains(lower(preason), 'prolog')
-               OR pdur <= {float(prolog_requeue_seconds)!r} OR contains(lower(reason), 'launch'))"""
+          AND (ppflag OR pdur <= {float(prolog_requeue_seconds)!r} OR lflag)"""
     )
 
 
@@ -667,15 +678,18 @@ def run(
             _load_file(con, _Plan(src), rules, stats)
         else:
             extra = _extra_columns(by, rules.filters, priced, bool(drains))
-            _load_relation(con, src.relation, rules, stats, extra)
-        pruned = stats.outside_window + stats.filtered_out  # rows of the archive not read
+            everything, filtered_all = _load_relation(con, src.relation, rules, extra)
         counts = _check_rows(con, max_gpus, prices, "gpu_type" in by, src, typed)
-        stats.job_rows += sum(counts.values()) + pruned
+        if typed:  # the archive's rows outside the window were not read: count them as the reference
+            pruned_filtered = filtered_all - counts.get("filtered", 0)
+            stats.filtered_out += pruned_filtered
+            stats.outside_window += everything - sum(counts.values()) - pruned_filtered
+        stats.job_rows += sum(counts.values()) + stats.outside_window + stats.filtered_out
         stats.rows += stats.step_rows + stats.job_rows
         stats.filtered_out += counts.get("filtered", 0)
         stats.not_started += counts.get("notstarted", 0)
         stats.outside_window += counts.get("outside", 0)
-        _prolog(con, prolog_requeue_seconds, max_gpus)
+        _prolog(con, prolog_requeue_seconds)
         if drains:
             _suspect(con, drains, lost_window_hours)
         groups, total = _aggregate(con, by, rules, priced, bool(drains), typed)
@@ -701,9 +715,11 @@ def _extra_columns(by: Sequence[str], filters: Filters, priced: bool, drains: bo
     return need
 
 
-def _attempts_sql(lo: int, with_sus: bool, typed: bool, priced: bool) -> str:
-    """The counted attempts with their GPUs, priced GPUs, suspect flag, lost cause and the
-    queue wait the reference counts (Start strictly inside the window, at or after Submit)."""
+def _attempts_sql(lo: int, with_sus: bool, typed: bool, priced: bool, table: str = "j") -> str:
+    """The counted attempts of ``table`` with their GPUs, priced GPUs, suspect flag, the lost
+    cause their final state gives (the prolog-requeue cause is added afterwards, see
+    :func:`_aggregate`) and the queue wait the reference counts (Start strictly inside the
+    window, at or after Submit)."""
     sus = "sus.rid IS NOT NULL" if with_sus else "FALSE"
     join_sus = "LEFT JOIN sus ON sus.rid = j.rid" if with_sus else ""
     if typed:  # the archive: j has the GPU count; AllocTRES only when priced or split by type
@@ -713,9 +729,8 @@ def _attempts_sql(lo: int, with_sus: bool, typed: bool, priced: bool) -> str:
         gpus, tres, pg = "t.gpus,", "JOIN tres t ON t.tres = j.tres", "t.pg"
     return f"""SELECT j.*, {gpus} {pg} AS pg, {sus} AS sus,
            CASE WHEN j.sub IS NOT NULL AND j.st > {lo} AND j.st >= j.sub THEN j.st - j.sub END AS wait,
-           CASE WHEN pr.rid IS NOT NULL THEN {_q(PROLOG_CAUSE)}
-                WHEN j.state IN {_in_list(LOST_STATES)} THEN j.state END AS cause
-        FROM j {tres} LEFT JOIN prolog pr ON pr.rid = j.rid {join_sus}
+           CASE WHEN j.state IN {_in_list(LOST_STATES)} THEN j.state END AS cause
+        FROM {table} j {tres} {join_sus}
         WHERE j.cls = 'ok'"""
 
 
@@ -736,133 +751,175 @@ def _fold(acc: _Acc, state: str, cause: Optional[str], gs, cost, n, wsum, wn, sg
 def _aggregate(
     con, by: Sequence[str], rules: _Rules, priced: bool, with_sus: bool, typed: bool
 ) -> Tuple[Dict[Tuple, _Acc], _Acc]:
-    """Groups and totals: each attempt in one group when grouping by row fields only, else
-    split into pieces by GPU type, node and period (a query over the pieces for the groups,
-    one over the attempts for the totals). Plain sums by (keys, state, lost cause); distinct
-    jobs are the pieces less their repeats (see :func:`_repeats`)."""
+    """Groups and totals in one pass over the counted attempts: each attempt in one group
+    when grouping by row fields only, else split into pieces by GPU type, node and period;
+    plain sums by (keys, state, lost cause). Then two corrections from the few rows of jobs
+    with several attempts (table ``mrows``): a job counts once per group (:func:`_repeats`),
+    and a FAILED attempt after a prolog-failure requeue is lost (:func:`_prolog`)."""
     groups: Dict[Tuple, _Acc] = {}
     total = _Acc()
     total.njobs = 0
-    lo = rules.lo
-    attempts = _attempts_sql(lo, with_sus, typed, priced)
-    fields = {"user": "a.u", "account": "a.a", "partition": "a.p", "state": "a.state"}
-    if all(d in FIELD_DIMS for d in by):
-        keys = [fields[d] for d in by]
-        _sum_groups(con, f"SELECT {_keys_sql(keys)} a.* FROM ({attempts}) a", len(keys), groups, total)
-        _repeats(
-            con,
-            f"SELECT {_keys_sql(keys)} a.jid FROM ({attempts}) a WHERE a.jid IN (SELECT jid FROM multi)",
-            len(keys),
-            groups,
-        )
-    else:
-        joins, keys, repeat = [], [], ["a.jid IN (SELECT jid FROM multi)"]
-        g, pc = "CAST(a.gpus AS DOUBLE)", "a.pg"
-        secs, first = "(a.e - a.s)", "TRUE"
-        for d in by:
-            if d in FIELD_DIMS:
-                keys.append(fields[d])
-            elif d == "gpu_type":
-                joins.append("JOIN ts ON ts.tres = a.tres")
-                keys.append("ts.gtype")
-                ratio = f"(CASE WHEN a.gpus = 0 THEN 1.0 ELSE {g} / a.gpus END)"
-                g, pc = f"(ts.w * {ratio})", f"(ts.pw * {ratio})"
-            elif d == "node":
-                _node_table(con)
-                joins.append("JOIN nodes n ON n.nl = a.nl")
-                keys.append("n.node")
-                g, pc = f"({g} * n.share)", f"({pc} * n.share)"
-                repeat.append("n.repeated")  # a NodeList naming a node twice: two pieces, one job
-            else:
-                _period_table(con, d, rules)
-                # the periods an attempt touches: from the one holding its start to the one
-                # holding its last second (a zero-length attempt: its start's), by two as-of
-                # joins on the sorted periods rather than a range join
-                joins.append(
-                    "ASOF JOIN periods p0 ON a.s >= p0.lo "
-                    "ASOF JOIN periods p1 ON greatest(a.e - 1, a.s) >= p1.lo "
-                    "CROSS JOIN LATERAL (SELECT unnest(range(p0.idx, p1.idx + 1)) AS pidx) x "
-                    "JOIN periods per ON per.idx = x.pidx"
-                )
-                keys.append("per.label")
-                secs, first = "(least(a.e, per.hi) - greatest(a.s, per.lo))", "(per.lo <= a.s)"
-        pieces = f"""SELECT {_keys_sql(keys)} a.state, a.cause, a.jid, a.sus, a.wait, {g} AS gpus,
-                {pc} AS pg, {secs} AS secs, {first} AS is_first, {" OR ".join(repeat)} AS maybe_repeated
-            FROM ({attempts}) a {" ".join(joins)}"""
-        con.execute(f"CREATE TEMP TABLE pieces AS {pieces}")
-        _sum_groups(con, "SELECT * FROM pieces", len(keys), groups, None, split=True)
-        _repeats(
-            con,
-            f"SELECT {_keys_sql([f'k{i}' for i in range(len(keys))])} jid FROM pieces WHERE maybe_repeated",
-            len(keys),
-            groups,
-        )
-        _sum_groups(con, f"SELECT a.* FROM ({attempts}) a", 0, {(): total}, None)
+
+    def attempts(table: str) -> str:
+        return _attempts_sql(rules.lo, with_sus, typed, priced, table)
+
+    pieces = _pieces_sql(con, by, rules)
+    main = pieces.format(attempts=attempts("j"))
+    repeated = pieces.format(attempts=attempts("mrows") + " AND j.jid IN (SELECT jid FROM multi)")
+    _sum_groups(con, main, len(pieces.keys), groups, total)
+    _repeats(con, repeated, len(pieces.keys), groups)
+    if pieces.node_repeats:  # a NodeList naming a node twice: two pieces of one job in one group
+        _repeats(con, f"SELECT * FROM ({main}) WHERE node_repeated", len(pieces.keys), groups)
     total.njobs = total.attempts - con.execute("SELECT coalesce(sum(n - 1), 0) FROM multi").fetchone()[0]
+    # the prolog-requeue cause: these FAILED attempts were summed with no cause
+    marked = pieces.format(attempts=attempts("mrows") + " AND j.rid IN (SELECT rid FROM prolog)")
+    late = _Acc()
+    for row in _sum_rows(con, marked, len(pieces.keys)):
+        key, gs, tgs = tuple(row[: len(pieces.keys)]), row[len(pieces.keys) + 2] or 0, row[-6] or 0
+        for acc, value in ((groups[key], gs), (late, tgs)):
+            acc.lost += value
+            acc.lost_by_cause[PROLOG_CAUSE] = acc.lost_by_cause.get(PROLOG_CAUSE, 0.0) + value
+    if late.lost_by_cause:
+        total.lost += late.lost
+        total.lost_by_cause[PROLOG_CAUSE] = total.lost_by_cause.get(PROLOG_CAUSE, 0.0) + late.lost
     return groups, total
+
+
+class _Pieces(str):
+    """SQL of the pieces of ``{attempts}``, with its group keys ``k0..``; ``whole`` marks one
+    piece per attempt (its first period, first node, first GPU type), which carries the
+    attempt's own totals (``wgs``, ``wpg``)."""
+
+    keys: Sequence[str] = ()
+    node_repeats: bool = False
+
+
+def _pieces_sql(con, by: Sequence[str], rules: _Rules) -> _Pieces:
+    fields = {"user": "a.u", "account": "a.a", "partition": "a.p", "state": "a.state"}
+    joins, keys, whole = [], [], ["TRUE"]
+    g, pc = "CAST(a.gpus AS DOUBLE)", "a.pg"
+    secs, first = "(a.e - a.s)", "TRUE"
+    source = "({attempts}) a"
+    node_repeats = False
+    split = not all(d in FIELD_DIMS for d in by)
+    if not split:
+        g = "a.gpus"
+    for d in by:
+        if d in FIELD_DIMS:
+            keys.append(fields[d])
+        elif d == "gpu_type":
+            joins.append("JOIN ts ON ts.tres = a.tres")
+            keys.append("ts.gtype")
+            whole.append("ts.first")
+            ratio = f"(CASE WHEN a.gpus = 0 THEN 1.0 ELSE {g} / a.gpus END)"
+            g, pc = f"(ts.w * {ratio})", f"(ts.pw * {ratio})"
+        elif d == "node":
+            node_repeats = _node_table(con)
+            joins.append("JOIN nodes n ON n.nl = a.nl")
+            keys.append("n.node")
+            whole.append("n.first")
+            g, pc = f"({g} * n.share)", f"({pc} * n.share)"
+        else:
+            _period_table(con, d, rules)
+            # the periods an attempt touches: from the one holding its start to the one holding
+            # its last second (a zero-length attempt: its start's), found by the 15-minute
+            # bucket of each (every UTC offset in use is a multiple of 15 minutes, so a bucket
+            # lies in one period; PeriodSplitter relies on it too)
+            source = (
+                "(SELECT *, unnest(range(i0, i1 + 1)) AS pidx FROM (SELECT a.*, b0.idx AS i0, b1.idx AS i1 "
+                "FROM ({attempts}) a JOIN buckets b0 ON b0.b = a.s // 900 "
+                "JOIN buckets b1 ON b1.b = greatest(a.e - 1, a.s) // 900)) a"
+            )
+            joins.append("JOIN periods per ON per.idx = a.pidx")
+            keys.append("per.label")
+            secs, first = "(least(a.e, per.hi) - greatest(a.s, per.lo))", "(per.lo <= a.s)"
+            whole.append("(per.lo <= a.s)")
+    sql = _Pieces(
+        f"""SELECT {_keys_sql(keys)} a.state, a.cause, a.jid, a.sus, a.wait, {g} AS gpus, {pc} AS pg,
+               {secs} AS secs, {first} AS is_first, {" AND ".join(whole)} AS whole,
+               a.gpus * (a.e - a.s) AS wgs, a.pg * (a.e - a.s) AS wpg,
+               {"n.repeated" if node_repeats else "FALSE"} AS node_repeated
+            FROM {source} {" ".join(joins)}"""
+    )
+    sql.keys, sql.node_repeats = keys, node_repeats
+    return sql
 
 
 def _keys_sql(keys: Sequence[str]) -> str:
     return "".join(f"{k} AS k{i}, " for i, k in enumerate(keys))
 
 
-def _sum_groups(
-    con, rows_sql: str, nk: int, groups: Dict[Tuple, _Acc], total: Optional[_Acc], split: bool = False
-) -> None:
-    """Sums by (k0..k{nk-1}, state, cause) of ``rows_sql`` (attempts, or pieces with ``split``:
-    their own ``secs`` and ``is_first``) into ``groups`` and, when given, ``total``. Each
-    group's ``njobs`` starts as its number of rows (see :func:`_repeats`)."""
+def _sum_rows(con, pieces_sql: str, nk: int) -> List[Tuple]:
+    """Per (k0.., state, cause): the pieces' GPU-seconds, cost, attempts, waits, suspect
+    GPU-seconds and row count, then the same for whole attempts (the totals)."""
     kref = "".join(f"k{i}, " for i in range(nk))
-    secs, first = ("secs", "is_first") if split else ("(e - s)", "TRUE")
-    sql = f"""SELECT {kref} state, cause, sum(gpus * {secs}), sum(pg * {secs}), count(*) FILTER (WHERE {first}),
-               sum(wait) FILTER (WHERE {first}), count(wait) FILTER (WHERE {first}),
-               sum(gpus * {secs}) FILTER (WHERE sus), count(*)
-        FROM ({rows_sql}) GROUP BY ALL"""
-    for row in con.execute(sql).fetchall():
+    return con.execute(
+        f"""SELECT {kref} state, cause, sum(gpus * secs), sum(pg * secs), count(*) FILTER (WHERE is_first),
+               sum(wait) FILTER (WHERE is_first), count(wait) FILTER (WHERE is_first),
+               sum(gpus * secs) FILTER (WHERE sus), count(*),
+               sum(wgs) FILTER (WHERE whole), sum(wpg) FILTER (WHERE whole), count(*) FILTER (WHERE whole),
+               sum(wait) FILTER (WHERE whole), count(wait) FILTER (WHERE whole),
+               sum(wgs) FILTER (WHERE whole AND sus)
+        FROM ({pieces_sql}) GROUP BY ALL"""
+    ).fetchall()
+
+
+def _sum_groups(con, pieces_sql: str, nk: int, groups: Dict[Tuple, _Acc], total: _Acc) -> None:
+    """Fold :func:`_sum_rows` into ``groups`` and ``total``; each group's ``njobs`` starts as
+    its number of pieces (see :func:`_repeats`)."""
+    for row in _sum_rows(con, pieces_sql, nk):
         key = tuple(row[:nk])
         acc = groups.get(key)
         if acc is None:
             acc = groups[key] = _Acc()
             acc.njobs = 0
-        state, cause, gs, cost, n, wsum, wn, sgs, rows = row[nk:]
+        state, cause, gs, cost, n, wsum, wn, sgs, rows, tgs, tcost, tn, twsum, twn, tsgs = row[nk:]
         _fold(acc, state, cause, gs, cost, n, wsum, wn, sgs)
         acc.njobs += rows
-        if total is not None:
-            _fold(total, state, cause, gs, cost, n, wsum, wn, sgs)
-            total.njobs += rows
+        _fold(total, state, cause, tgs, tcost, tn, twsum, twn, tsgs)
 
 
-def _repeats(con, rows_sql: str, nk: int, groups: Dict[Tuple, _Acc]) -> None:
-    """A job counts once per group: subtract, per group, the rows of a job beyond its first.
-    Only jobs with several attempts (table ``multi``) or several pieces in one group (a node
-    named twice in a NodeList) can repeat, so only their rows (``rows_sql``) are grouped by job."""
+def _repeats(con, pieces_sql: str, nk: int, groups: Dict[Tuple, _Acc]) -> None:
+    """A job counts once per group: subtract, per group, the pieces of a job beyond its first
+    (``pieces_sql`` holds the pieces of the only jobs that can repeat)."""
     kref = "".join(f"k{i}, " for i in range(nk))
     sql = f"""SELECT {kref} sum(c - 1) FROM (
-            SELECT {kref} count(*) AS c FROM ({rows_sql}) GROUP BY {kref} jid) GROUP BY ALL"""
+            SELECT {kref} count(*) AS c FROM ({pieces_sql}) GROUP BY {kref} jid) GROUP BY ALL"""
     for row in con.execute(sql).fetchall():
         if row[nk]:
             groups[tuple(row[:nk])].njobs -= row[nk]
 
 
-def _node_table(con) -> None:
-    """``nodes(nl, node, share, repeated)``: each NodeList's nodes (one row per occurrence), the
-    even share of each, by the reference's own expansion, and whether it names a node twice."""
+def _node_table(con) -> bool:
+    """``nodes(nl, node, share, repeated, first)``: each NodeList's nodes (one row per
+    occurrence) and the even share of each, by the reference's own expansion, whether it names
+    a node twice, and its first node. Returns whether any NodeList names a node twice."""
     rows = []
+    any_repeated = False
     cache: Dict[str, Tuple[str, ...]] = {}
     for (nl,) in con.execute("SELECT DISTINCT nl FROM j WHERE cls = 'ok'").fetchall():
         ns = _nodes_of(nl, cache)
         repeated = len(set(ns)) < len(ns)
-        rows.extend((nl, node, 1.0 / len(ns), repeated) for node in ns)
+        any_repeated = any_repeated or repeated
+        rows.extend((nl, node, 1.0 / len(ns), repeated, i == 0) for i, node in enumerate(ns))
     _table(
-        con, "nodes", ("nl", "node", "share", "repeated"), ("VARCHAR", "VARCHAR", "DOUBLE", "BOOLEAN"), rows
+        con,
+        "nodes",
+        ("nl", "node", "share", "repeated", "first"),
+        ("VARCHAR", "VARCHAR", "DOUBLE", "BOOLEAN", "BOOLEAN"),
+        rows,
     )
+    return any_repeated
 
 
 def _period_table(con, unit: str, rules: _Rules) -> None:
     """``periods(label, lo, hi, idx)``: the local days, weeks or months the counted attempts
-    touch, in order."""
+    touch, in order; ``buckets(b, idx)``: the period of each 15-minute bucket (``t // 900``)."""
     lo, hi = con.execute("SELECT min(s), max(e) FROM j WHERE cls = 'ok'").fetchone()
     lo = rules.lo if lo is None else lo
     hi = max(rules.hi if hi is None else hi, lo + 1)
     rows = [(label, a, b, i) for i, (label, a, b) in enumerate(_periods(unit, lo, hi))]
     _table(con, "periods", ("label", "lo", "hi", "idx"), ("VARCHAR", "BIGINT", "BIGINT", "BIGINT"), rows)
+    con.execute(
+        "CREATE TEMP TABLE buckets AS SELECT unnest(range(lo // 900, hi // 900)) AS b, idx FROM periods"
+    )
