@@ -769,7 +769,9 @@ def _aggregate(
     _sum_groups(con, main, len(pieces.keys), groups, total)
     _repeats(con, repeated, len(pieces.keys), groups)
     if pieces.node_repeats:  # a NodeList naming a node twice: two pieces of one job in one group
-        _repeats(con, f"SELECT * FROM ({main}) WHERE node_repeated", len(pieces.keys), groups)
+        # (jobs with several attempts were counted back above, all their pieces together)
+        single = f"SELECT * FROM ({main}) WHERE node_repeated AND jid NOT IN (SELECT jid FROM multi)"
+        _repeats(con, single, len(pieces.keys), groups)
     total.njobs = total.attempts - con.execute("SELECT coalesce(sum(n - 1), 0) FROM multi").fetchone()[0]
     # the prolog-requeue cause: these FAILED attempts were summed with no cause
     marked = pieces.format(attempts=attempts("mrows") + " AND j.rid IN (SELECT rid FROM prolog)")
