@@ -100,11 +100,24 @@ def source(directory: str) -> FileSource:
             f"--archive {directory}: no archive there (run `slurmkit report ingest --archive "
             f"{directory}` first)"
         )
-    # Rows written before the typed columns existed have NULL ones: their Start is marked
-    # unreadable, so the engine hands the report to the reference (over :func:`lines`). A
-    # NULL End or Submit means sacct had none (ingest keeps no other).
+    return FileSource(
+        directory,
+        list(sacct.FIELDS),
+        SEP,
+        False,
+        1,
+        relation=_relation(_files(directory)),
+        multi=_multi(directory),
+    )
+
+
+def _relation(files_sql: str, extra: str = "") -> str:
+    """The engine's columns from the archive's (``{where}``: the engine's window test).
+    Rows written before the typed columns existed have NULL ones: their Start is marked
+    unreadable, so the engine hands the report to the reference (over :func:`lines`). A NULL
+    End or Submit means sacct had none (ingest keeps no other)."""
     unreadable = "start_s IS NULL OR jid_i IS NULL OR state_n IS NULL"
-    rel = (
+    return (
         "(SELECT rid, jid_i AS jid, state_n AS state, gpus, start_s AS st, end_s AS en, submit_s AS sub, "
         f"CASE WHEN {unreadable} THEN 'unreadable' END AS t_st, "
         "CASE WHEN end_s IS NULL THEN 'Unknown' END AS t_en, "
@@ -112,9 +125,8 @@ def source(directory: str) -> FileSource:
         '"JobID" AS job_id, "AllocTRES" AS tres, "User" AS u, "Account" AS a, "Partition" AS p, '
         '"NodeList" AS nl, "JobName" AS name, '
         """CASE WHEN state_n IN ('REQUEUED', 'FAILED') THEN "Reason" END AS reason, 0 AS h """
-        f"FROM {_files(directory)} {{where}})"
+        f"{extra} FROM {files_sql} {{where}})"
     )
-    return FileSource(directory, list(sacct.FIELDS), SEP, False, 1, relation=rel, multi=_multi(directory))
 
 
 def typed(directory: str) -> bool:
@@ -147,36 +159,33 @@ def _multi(directory: str) -> Optional[str]:
         return None
     if not isinstance(stamp, dict) or stamp.get("files") != _fingerprint(directory):
         return None
-    return f"read_parquet({_q(os.path.join(directory, MULTI))})"
+    return _relation(f"read_parquet({_q(os.path.join(directory, MULTI))})", ", tie_rank, pflag, lflag")
 
 
 def _write_multi(con: duckdb.DuckDBPyConnection, directory: str) -> None:
-    """``multi.parquet``: every row of the jobs with more than one row in the archive, with what
-    the engine's rules over a job's attempts need from its text columns (``tie_rank``, the
-    row's place in the job by :func:`slurmkit.report.lost._order` after Start and End;
-    ``pflag``/``lflag``, its Reason naming a launch failure or the prolog / a launch), so that
-    a report reads no text column and groups no job ids; ``multi.json``: the month files
-    (size, mtime) it was computed from."""
+    """``multi.parquet``: every row of the jobs with more than one row in the archive (a few
+    percent), with what the engine's rules over a job's attempts need from its text columns
+    (``tie_rank``, the row's place in the job by :func:`slurmkit.report.lost._order` after
+    Start and End; ``pflag``/``lflag``, its Reason naming a launch failure or the prolog / a
+    launch), so that a report reads no Reason and groups no job ids over the whole archive;
+    ``multi.json``: the month files (size, mtime) it was computed from."""
     files_sql = _files(directory)
     con.execute(
         f"""CREATE OR REPLACE TEMP TABLE mr AS
-        SELECT rid, jid_i AS jid, state_n AS state,
-               CASE WHEN state_n IN ('REQUEUED', 'FAILED') THEN "Reason" END AS reason,
-               "JobID" AS job_id, "AllocTRES" AS tres, "NodeList" AS nl, "User" AS u, "Account" AS a,
-               "Partition" AS p, submit_s AS sub
-        FROM {files_sql} WHERE jid_i IN (SELECT jid_i FROM {files_sql} GROUP BY 1 HAVING count(*) > 1)"""
+        SELECT * FROM {files_sql} WHERE jid_i IN (SELECT jid_i FROM {files_sql} GROUP BY 1 HAVING count(*) > 1)"""
     )
-    _tres_tables(con, "SELECT DISTINCT tres FROM mr", sys.maxsize, None, False, name="tres_order")
+    _tres_tables(con, 'SELECT DISTINCT "AllocTRES" FROM mr', sys.maxsize, None, False, name="tres_order")
     fd, tmp = tempfile.mkstemp(prefix=".multi-", suffix=".parquet", dir=directory)
     os.close(fd)
     # (the same order as the engine's for a saved dump, engine._multi_rows)
+    reason = """CASE WHEN state_n IN ('REQUEUED', 'FAILED') THEN "Reason" END"""
     con.execute(
-        f"""COPY (SELECT rid, jid,
-               row_number() OVER (PARTITION BY jid ORDER BY state, reason, job_id, t.ord, nl, u, a, p,
-                                                             coalesce(sub, -1)) AS tie_rank,
-               contains(lower(reason), 'launch_failed') OR contains(lower(reason), 'prolog') AS pflag,
-               contains(lower(reason), 'launch') AS lflag
-            FROM mr JOIN tres_order t ON t.tres = mr.tres) TO {_q(tmp)} (FORMAT parquet)"""
+        f"""COPY (SELECT mr.*,
+               row_number() OVER (PARTITION BY jid_i ORDER BY state_n, {reason}, "JobID", t.ord, "NodeList",
+                                  "User", "Account", "Partition", coalesce(submit_s, -1)) AS tie_rank,
+               contains(lower({reason}), 'launch_failed') OR contains(lower({reason}), 'prolog') AS pflag,
+               contains(lower({reason}), 'launch') AS lflag
+            FROM mr JOIN tres_order t ON t.tres = mr."AllocTRES") TO {_q(tmp)} (FORMAT parquet)"""
     )
     os.replace(tmp, os.path.join(directory, MULTI))
     files.write_json_atomic(os.path.join(directory, MULTI_STAMP), {"files": _fingerprint(directory)})

@@ -287,6 +287,13 @@ class _Rules:
     lo: int
     hi: int
     filters: Filters
+    #: (first clipped Start, last clipped End) of the counted rows, once classified
+    span: Optional[Tuple[int, int]] = None
+
+    def inside(self) -> str:
+        """The archive's rows that can touch the window (by the typed columns; Parquet row groups
+        whose statistics fail it are skipped)."""
+        return f"WHERE (start_s < {self.hi} OR start_s IS NULL) AND (end_s >= {self.lo} OR end_s IS NULL)"
 
     def derived(self, undecided: str) -> str:
         """SQL columns computed from ``st``/``en``/``sub`` (epochs, NULL when the text was not
@@ -390,7 +397,7 @@ def _load_relation(
     statistics). A view, not a table: reading and classifying the typed columns again in
     each query costs less than materialising millions of rows once. Returns the archive's
     number of rows and of rows the filters leave out, to count the rows never read."""
-    inside = f"WHERE (start_s < {rules.hi} OR start_s IS NULL) AND (end_s >= {rules.lo} OR end_s IS NULL)"
+    inside = rules.inside()
     cols = ", ".join(["rid", "jid", "state", "gpus", "st", "en", "sub", "t_st", "t_en", "t_sub", *extra])
     con.execute(
         f"""CREATE TEMP VIEW j AS SELECT *, {rules.derived("bad")} FROM (
@@ -496,24 +503,31 @@ def _convert_iso(con: duckdb.DuckDBPyConnection, rules: _Rules) -> None:
 
 
 def _check_rows(
-    con, max_gpus: int, prices: Optional[PriceTable], with_types: bool, src: "FileSource", typed: bool
+    con,
+    max_gpus: int,
+    prices: Optional[PriceTable],
+    with_types: bool,
+    src: "FileSource",
+    typed: bool,
+    rules: "_Rules",
 ) -> Dict[str, int]:
     """Counts per class; :class:`NeedsReference` for any row the reference reports by line:
     malformed or impossible, a garbage or impossible AllocTRES, an exact duplicate. ``typed``:
     ``j`` has the GPU count of each row (the archive) and the AllocTRES text only when the
     report prices or splits by GPU type."""
     rows = con.execute(
-        f"SELECT cls, count(*), {'max(gpus)' if typed else 'NULL'} FROM j GROUP BY cls"
+        f"SELECT cls, count(*), {'max(gpus)' if typed else 'NULL'}, min(s), max(e) FROM j GROUP BY cls"
     ).fetchall()
-    counts = {cls: n for cls, n, _ in rows}
+    counts = {cls: n for cls, n, *_ in rows}
+    rules.span = next(((lo, hi) for cls, _, _, lo, hi in rows if cls == "ok"), None)
     if counts.get("bad"):
         raise NeedsReference(f"{counts['bad']} malformed or impossible row(s): line numbers")
-    most = max((m for cls, _, m in rows if cls == "ok" and m is not None), default=None)
+    most = max((m for cls, _, m, *_ in rows if cls == "ok" and m is not None), default=None)
     if most is not None and most > max_gpus:
         raise NeedsReference("more GPUs than report.max_gpus: line numbers")
     if not typed or with_types or (prices and prices.enabled):
         _tres_tables(con, "SELECT DISTINCT tres FROM j WHERE cls = 'ok'", max_gpus, prices, with_types)
-    _multi_rows(con, src, typed)
+    _multi_rows(con, src, typed, rules)
     if typed:  # the archive: one row per (JobIDRaw, JobID, Start) by construction
         return counts
     dups = con.execute(
@@ -526,7 +540,7 @@ def _check_rows(
     return counts
 
 
-def _multi_rows(con, src: "FileSource", typed: bool) -> None:
+def _multi_rows(con, src: "FileSource", typed: bool, rules: "_Rules") -> None:
     """Table ``mrows``: the counted rows of the jobs with several of them, which all rules over a
     job's attempts need (distinct jobs, the prolog-requeue rule, duplicates), with
     ``tie_rank`` (the job's rows in the order of :func:`slurmkit.report.lost._order` after
@@ -539,8 +553,8 @@ def _multi_rows(con, src: "FileSource", typed: bool) -> None:
                 "the archive's list of jobs with several rows is out of date (run report ingest)"
             )
         con.execute(
-            f"""CREATE TEMP TABLE mrows AS SELECT j.*, m.tie_rank, m.pflag, m.lflag
-            FROM j JOIN {src.multi} m ON m.rid = j.rid WHERE j.cls = 'ok'"""
+            f"""CREATE TEMP TABLE mrows AS SELECT * FROM (
+                SELECT *, {rules.derived("bad")} FROM {src.multi.format(where=rules.inside())}) WHERE cls = 'ok'"""
         )
     else:
         # (JobName, the order's last text field, is left out: two attempts tied on everything
@@ -679,7 +693,7 @@ def run(
         else:
             extra = _extra_columns(by, rules.filters, priced, bool(drains))
             everything, filtered_all = _load_relation(con, src.relation, rules, extra)
-        counts = _check_rows(con, max_gpus, prices, "gpu_type" in by, src, typed)
+        counts = _check_rows(con, max_gpus, prices, "gpu_type" in by, src, typed, rules)
         if typed:  # the archive's rows outside the window were not read: count them as the reference
             pruned_filtered = filtered_all - counts.get("filtered", 0)
             stats.filtered_out += pruned_filtered
@@ -766,7 +780,7 @@ def _aggregate(
     pieces = _pieces_sql(con, by, rules)
     main = pieces.format(attempts=attempts("j"))
     repeated = pieces.format(attempts=attempts("mrows") + " AND j.jid IN (SELECT jid FROM multi)")
-    _sum_groups(con, main, len(pieces.keys), groups, total)
+    _sum_groups(con, main, len(pieces.keys), groups, total, pieces.split)
     _repeats(con, repeated, len(pieces.keys), groups)
     if pieces.node_repeats:  # a NodeList naming a node twice: two pieces of one job in one group
         # (jobs with several attempts were counted back above, all their pieces together)
@@ -776,7 +790,7 @@ def _aggregate(
     # the prolog-requeue cause: these FAILED attempts were summed with no cause
     marked = pieces.format(attempts=attempts("mrows") + " AND j.rid IN (SELECT rid FROM prolog)")
     late = _Acc()
-    for row in _sum_rows(con, marked, len(pieces.keys)):
+    for row in _sum_rows(con, marked, len(pieces.keys), pieces.split):
         key, gs, tgs = tuple(row[: len(pieces.keys)]), row[len(pieces.keys) + 2] or 0, row[-6] or 0
         for acc, value in ((groups[key], gs), (late, tgs)):
             acc.lost += value
@@ -794,6 +808,7 @@ class _Pieces(str):
 
     keys: Sequence[str] = ()
     node_repeats: bool = False
+    split: bool = True
 
 
 def _pieces_sql(con, by: Sequence[str], rules: _Rules) -> _Pieces:
@@ -843,7 +858,7 @@ def _pieces_sql(con, by: Sequence[str], rules: _Rules) -> _Pieces:
                {"n.repeated" if node_repeats else "FALSE"} AS node_repeated
             FROM {source} {" ".join(joins)}"""
     )
-    sql.keys, sql.node_repeats = keys, node_repeats
+    sql.keys, sql.node_repeats, sql.split = keys, node_repeats, split
     return sql
 
 
@@ -851,10 +866,20 @@ def _keys_sql(keys: Sequence[str]) -> str:
     return "".join(f"{k} AS k{i}, " for i, k in enumerate(keys))
 
 
-def _sum_rows(con, pieces_sql: str, nk: int) -> List[Tuple]:
+def _sum_rows(con, pieces_sql: str, nk: int, split: bool = True) -> List[Tuple]:
     """Per (k0.., state, cause): the pieces' GPU-seconds, cost, attempts, waits, suspect
-    GPU-seconds and row count, then the same for whole attempts (the totals)."""
+    GPU-seconds and row count, then the same for whole attempts (the totals; without
+    ``split`` each attempt is one piece and the same sums serve)."""
     kref = "".join(f"k{i}, " for i in range(nk))
+    if not split:
+        return [
+            row + row[nk + 2 : nk + 7] + (row[nk + 7],)
+            for row in con.execute(
+                f"""SELECT {kref} state, cause, sum(gpus * secs), sum(pg * secs), count(*), sum(wait),
+                       count(wait), sum(gpus * secs) FILTER (WHERE sus), count(*)
+                FROM ({pieces_sql}) GROUP BY ALL"""
+            ).fetchall()
+        ]
     return con.execute(
         f"""SELECT {kref} state, cause, sum(gpus * secs), sum(pg * secs), count(*) FILTER (WHERE is_first),
                sum(wait) FILTER (WHERE is_first), count(wait) FILTER (WHERE is_first),
@@ -866,10 +891,12 @@ def _sum_rows(con, pieces_sql: str, nk: int) -> List[Tuple]:
     ).fetchall()
 
 
-def _sum_groups(con, pieces_sql: str, nk: int, groups: Dict[Tuple, _Acc], total: _Acc) -> None:
+def _sum_groups(
+    con, pieces_sql: str, nk: int, groups: Dict[Tuple, _Acc], total: _Acc, split: bool = True
+) -> None:
     """Fold :func:`_sum_rows` into ``groups`` and ``total``; each group's ``njobs`` starts as
     its number of pieces (see :func:`_repeats`)."""
-    for row in _sum_rows(con, pieces_sql, nk):
+    for row in _sum_rows(con, pieces_sql, nk, split):
         key = tuple(row[:nk])
         acc = groups.get(key)
         if acc is None:
@@ -917,9 +944,8 @@ def _node_table(con) -> bool:
 def _period_table(con, unit: str, rules: _Rules) -> None:
     """``periods(label, lo, hi, idx)``: the local days, weeks or months the counted attempts
     touch, in order; ``buckets(b, idx)``: the period of each 15-minute bucket (``t // 900``)."""
-    lo, hi = con.execute("SELECT min(s), max(e) FROM j WHERE cls = 'ok'").fetchone()
-    lo = rules.lo if lo is None else lo
-    hi = max(rules.hi if hi is None else hi, lo + 1)
+    lo, hi = rules.span or (rules.lo, rules.hi)
+    hi = max(hi, lo + 1)
     rows = [(label, a, b, i) for i, (label, a, b) in enumerate(_periods(unit, lo, hi))]
     _table(con, "periods", ("label", "lo", "hi", "idx"), ("VARCHAR", "BIGINT", "BIGINT", "BIGINT"), rows)
     con.execute(
