@@ -510,14 +510,19 @@ def _check_rows(
     src: "FileSource",
     typed: bool,
     rules: "_Rules",
+    classes: Optional[List[Tuple]] = None,
 ) -> Dict[str, int]:
     """Counts per class; :class:`NeedsReference` for any row the reference reports by line:
     malformed or impossible, a garbage or impossible AllocTRES, an exact duplicate. ``typed``:
     ``j`` has the GPU count of each row (the archive) and the AllocTRES text only when the
-    report prices or splits by GPU type."""
-    rows = con.execute(
-        f"SELECT cls, count(*), {'max(gpus)' if typed else 'NULL'}, min(s), max(e) FROM j GROUP BY cls"
-    ).fetchall()
+    report prices or splits by GPU type. ``classes``: ``(cls, rows, max GPUs, first s, last
+    e)`` when the aggregation already counted them."""
+    rows = (
+        classes
+        or con.execute(
+            f"SELECT cls, count(*), {'max(gpus)' if typed else 'NULL'}, min(s), max(e) FROM j GROUP BY cls"
+        ).fetchall()
+    )
     counts = {cls: n for cls, n, *_ in rows}
     rules.span = next(((lo, hi) for cls, _, _, lo, hi in rows if cls == "ok"), None)
     if counts.get("bad"):
@@ -525,7 +530,9 @@ def _check_rows(
     most = max((m for cls, _, m, *_ in rows if cls == "ok" and m is not None), default=None)
     if most is not None and most > max_gpus:
         raise NeedsReference("more GPUs than report.max_gpus: line numbers")
-    if not typed or with_types or (prices and prices.enabled):
+    if (not typed or with_types or (prices and prices.enabled)) and not con.execute(
+        "SELECT count(*) FROM duckdb_tables() WHERE table_name = 'tres'"
+    ).fetchone()[0]:
         _tres_tables(con, "SELECT DISTINCT tres FROM j WHERE cls = 'ok'", max_gpus, prices, with_types)
     _multi_rows(con, src, typed, rules)
     if typed:  # the archive: one row per (JobIDRaw, JobID, Start) by construction
@@ -552,8 +559,10 @@ def _multi_rows(con, src: "FileSource", typed: bool, rules: "_Rules") -> None:
             raise NeedsReference(
                 "the archive's list of jobs with several rows is out of date (run report ingest)"
             )
+        cols = con.execute("SELECT * FROM j LIMIT 0").description
+        keep = ", ".join([d[0] for d in cols] + ["tie_rank", "pflag", "lflag"])
         con.execute(
-            f"""CREATE TEMP TABLE mrows AS SELECT * FROM (
+            f"""CREATE TEMP TABLE mrows AS SELECT {keep} FROM (
                 SELECT *, {rules.derived("bad")} FROM {src.multi.format(where=rules.inside())}) WHERE cls = 'ok'"""
         )
     else:
@@ -693,7 +702,19 @@ def run(
         else:
             extra = _extra_columns(by, rules.filters, priced, bool(drains))
             everything, filtered_all = _load_relation(con, src.relation, rules, extra)
-        counts = _check_rows(con, max_gpus, prices, "gpu_type" in by, src, typed, rules)
+        fused = typed and all(d in FIELD_DIMS for d in by)
+        partial = None
+        if fused:
+            # the archive, grouped by row fields: one pass over its rows gives the class counts
+            # and the sums; the checks that may hand the report to the reference follow it
+            if priced:
+                _tres_tables(con, "SELECT DISTINCT tres FROM j WHERE cls = 'ok'", max_gpus, prices, False)
+            if drains:
+                _suspect(con, drains, lost_window_hours)
+            partial = _first_pass(con, by, rules, priced, bool(drains))
+        counts = _check_rows(
+            con, max_gpus, prices, "gpu_type" in by, src, typed, rules, partial.classes if partial else None
+        )
         if typed:  # the archive's rows outside the window were not read: count them as the reference
             pruned_filtered = filtered_all - counts.get("filtered", 0)
             stats.filtered_out += pruned_filtered
@@ -704,9 +725,9 @@ def run(
         stats.not_started += counts.get("notstarted", 0)
         stats.outside_window += counts.get("outside", 0)
         _prolog(con, prolog_requeue_seconds)
-        if drains:
+        if drains and not fused:
             _suspect(con, drains, lost_window_hours)
-        groups, total = _aggregate(con, by, rules, priced, bool(drains), typed)
+        groups, total = _aggregate(con, by, rules, priced, bool(drains), typed, partial)
     return groups, total, stats
 
 
@@ -729,7 +750,9 @@ def _extra_columns(by: Sequence[str], filters: Filters, priced: bool, drains: bo
     return need
 
 
-def _attempts_sql(lo: int, with_sus: bool, typed: bool, priced: bool, table: str = "j") -> str:
+def _attempts_sql(
+    lo: int, with_sus: bool, typed: bool, priced: bool, table: str = "j", only_counted: bool = True
+) -> str:
     """The counted attempts of ``table`` with their GPUs, priced GPUs, suspect flag, the lost
     cause their final state gives (the prolog-requeue cause is added afterwards, see
     :func:`_aggregate`) and the queue wait the reference counts (Start strictly inside the
@@ -745,7 +768,7 @@ def _attempts_sql(lo: int, with_sus: bool, typed: bool, priced: bool, table: str
            CASE WHEN j.sub IS NOT NULL AND j.st > {lo} AND j.st >= j.sub THEN j.st - j.sub END AS wait,
            CASE WHEN j.state IN {_in_list(LOST_STATES)} THEN j.state END AS cause
         FROM {table} j {tres} {join_sus}
-        WHERE j.cls = 'ok'"""
+        WHERE {"j.cls = 'ok'" if only_counted else "TRUE"}"""
 
 
 def _fold(acc: _Acc, state: str, cause: Optional[str], gs, cost, n, wsum, wn, sgs) -> None:
@@ -763,24 +786,33 @@ def _fold(acc: _Acc, state: str, cause: Optional[str], gs, cost, n, wsum, wn, sg
 
 
 def _aggregate(
-    con, by: Sequence[str], rules: _Rules, priced: bool, with_sus: bool, typed: bool
+    con,
+    by: Sequence[str],
+    rules: _Rules,
+    priced: bool,
+    with_sus: bool,
+    typed: bool,
+    partial: Optional["_FirstPass"] = None,
 ) -> Tuple[Dict[Tuple, _Acc], _Acc]:
     """Groups and totals in one pass over the counted attempts: each attempt in one group
     when grouping by row fields only, else split into pieces by GPU type, node and period;
     plain sums by (keys, state, lost cause). Then two corrections from the few rows of jobs
     with several attempts (table ``mrows``): a job counts once per group (:func:`_repeats`),
     and a FAILED attempt after a prolog-failure requeue is lost (:func:`_prolog`)."""
-    groups: Dict[Tuple, _Acc] = {}
-    total = _Acc()
-    total.njobs = 0
 
     def attempts(table: str) -> str:
         return _attempts_sql(rules.lo, with_sus, typed, priced, table)
 
-    pieces = _pieces_sql(con, by, rules)
-    main = pieces.format(attempts=attempts("j"))
+    if partial is not None:
+        groups, total, pieces = partial.groups, partial.total, partial.pieces
+        main = pieces.format(attempts=attempts("j"))
+    else:
+        groups, total = {}, _Acc()
+        total.njobs = 0
+        pieces = _pieces_sql(con, by, rules)
+        main = pieces.format(attempts=attempts("j"))
+        _sum_groups(con, main, len(pieces.keys), groups, total, pieces.split)
     repeated = pieces.format(attempts=attempts("mrows") + " AND j.jid IN (SELECT jid FROM multi)")
-    _sum_groups(con, main, len(pieces.keys), groups, total, pieces.split)
     _repeats(con, repeated, len(pieces.keys), groups)
     if pieces.node_repeats:  # a NodeList naming a node twice: two pieces of one job in one group
         # (jobs with several attempts were counted back above, all their pieces together)
@@ -799,6 +831,51 @@ def _aggregate(
         total.lost += late.lost
         total.lost_by_cause[PROLOG_CAUSE] = total.lost_by_cause.get(PROLOG_CAUSE, 0.0) + late.lost
     return groups, total
+
+
+@dataclass
+class _FirstPass:
+    """Sums of the counted rows and the class counts of all rows, from one pass over ``j``."""
+
+    groups: Dict[Tuple, _Acc]
+    total: _Acc
+    pieces: "_Pieces"
+    classes: List[Tuple]
+
+
+def _first_pass(con, by: Sequence[str], rules: _Rules, priced: bool, with_sus: bool) -> _FirstPass:
+    """Sums by (keys, state, cause) of the counted rows and the count of every class, in one
+    pass over the archive's rows (grouping by row fields only: each attempt is one piece)."""
+    pieces = _pieces_sql(con, by, rules)
+    nk = len(pieces.keys)
+    everything = _attempts_sql(rules.lo, with_sus, True, priced, "j", only_counted=False)
+    kref = "".join(f"k{i}, " for i in range(nk))
+    groups: Dict[Tuple, _Acc] = {}
+    total = _Acc()
+    total.njobs = 0
+    classes: Dict[str, List] = {}
+    for row in con.execute(
+        f"""SELECT cls, {kref} state, cause, sum(gpus * secs), sum(pg * secs), count(*), sum(wait),
+               count(wait), sum(gpus * secs) FILTER (WHERE sus), max(gpus), min(s), max(e)
+        FROM ({pieces.format(attempts=everything)}) GROUP BY ALL"""
+    ).fetchall():
+        cls, key = row[0], tuple(row[1 : 1 + nk])
+        state, cause, gs, cost, n, wsum, wn, sgs, most, lo, hi = row[1 + nk :]
+        c = classes.setdefault(cls, [cls, 0, None, None, None])
+        c[1] += n
+        if cls != "ok":
+            continue
+        c[2] = most if c[2] is None else max(c[2], most)
+        c[3] = lo if c[3] is None else min(c[3], lo)
+        c[4] = hi if c[4] is None else max(c[4], hi)
+        acc = groups.get(key)
+        if acc is None:
+            acc = groups[key] = _Acc()
+            acc.njobs = 0
+        for target in (acc, total):
+            _fold(target, state, cause, gs, cost, n, wsum, wn, sgs)
+        acc.njobs += n
+    return _FirstPass(groups, total, pieces, [tuple(c) for c in classes.values()])
 
 
 class _Pieces(str):
@@ -852,7 +929,7 @@ def _pieces_sql(con, by: Sequence[str], rules: _Rules) -> _Pieces:
             secs, first = "(least(a.e, per.hi) - greatest(a.s, per.lo))", "(per.lo <= a.s)"
             whole.append("(per.lo <= a.s)")
     sql = _Pieces(
-        f"""SELECT {_keys_sql(keys)} a.state, a.cause, a.jid, a.sus, a.wait, {g} AS gpus, {pc} AS pg,
+        f"""SELECT {_keys_sql(keys)} a.cls, a.s, a.e, a.state, a.cause, a.jid, a.sus, a.wait, {g} AS gpus, {pc} AS pg,
                {secs} AS secs, {first} AS is_first, {" AND ".join(whole)} AS whole,
                a.gpus * (a.e - a.s) AS wgs, a.pg * (a.e - a.s) AS wpg,
                {"n.repeated" if node_repeats else "FALSE"} AS node_repeated

@@ -342,9 +342,10 @@ def test_auto_engine_by_file_size(cli, fixture_path, monkeypatch):
     windowed=st.booleans(),
     drained=st.booleans(),
     name_filter=st.booleans(),
+    priced=st.booleans(),
 )
 def test_archive_same_answer_as_reference_over_its_rows(
-    tmp_path_factory, monkeypatch, data, iso, by, windowed, drained, name_filter
+    tmp_path_factory, monkeypatch, data, iso, by, windowed, drained, name_filter, priced
 ):
     """The engine over the archive (typed columns, row groups skipped by the window) gives the
     reference's answer over the archive's rows, statistics included: rows outside the window
@@ -366,6 +367,7 @@ def test_archive_same_answer_as_reference_over_its_rows(
         Window(BASE + 3600, BASE + 2 * 86400 + 7, "w") if windowed else resolve_window(default_unbounded=True)
     )
     drains = [DrainEvent("node2", BASE + 86400)] if drained else None
+    prices = PriceTable({"h100": 2.5}, 1.25) if priced else None
     filters = sacct.Filters(names=frozenset({"train"})) if name_filter else None
     attempts, ref_stats = sacct.parse_rows(
         archive.lines(str(tmp / "a")),
@@ -378,9 +380,9 @@ def test_archive_same_answer_as_reference_over_its_rows(
     lost = find_lost(attempts, 120)
     suspect = find_suspect(attempts, drains, 6.0) if drains is not None else None
     ref = finish(
-        *accumulate(attempts, by, window_start=window.start, lost=lost, suspect=suspect),
+        *accumulate(attempts, by, window_start=window.start, lost=lost, suspect=suspect, prices=prices),
         by,
-        priced=False,
+        priced=priced,
         health=drains is not None,
     )
     groups, total, stats = engine.run(
@@ -389,14 +391,14 @@ def test_archive_same_answer_as_reference_over_its_rows(
         now=now,
         filters=filters,
         by=by,
-        prices=None,
+        prices=prices,
         max_gpus=sacct.DEFAULT_MAX_GPUS,
         prolog_requeue_seconds=120,
         drains=drains,
     )
-    got = finish(groups, total, by, priced=False, health=drains is not None)
+    got = finish(groups, total, by, priced=priced, health=drains is not None)
     assert stats.to_dict() == ref_stats.to_dict()
-    tol = 1e-6 if any(d in ("node", "gpu_type") for d in by) else 0
+    tol = 1e-6 if any(d in ("node", "gpu_type") for d in by) or priced else 0
     a = {tuple(r[d] for d in by): r for r in ref.rows}
     b = {tuple(r[d] for d in by): r for r in got.rows}
     assert a.keys() == b.keys()
