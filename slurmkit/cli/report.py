@@ -16,6 +16,7 @@ import io
 import logging
 import math
 import os
+import stat
 import sys
 import time
 from typing import Any, Callable, Dict, FrozenSet, List, Optional, Tuple
@@ -281,12 +282,15 @@ def _use_engine(choice: str, sacct_file: Optional[str]) -> bool:
         if choice == "duckdb":
             raise UsageError("--engine duckdb needs the report extra: pip install 'slurmkit[report]'")
         return False
-    if choice == "auto":
-        try:
-            return os.path.getsize(sacct_file) >= AUTO_ENGINE_BYTES
-        except OSError:
-            return False  # the reference reports the missing file
-    return True
+    try:
+        st = os.stat(sacct_file)
+    except OSError:
+        return False  # the reference reports the missing file
+    if not stat.S_ISREG(st.st_mode):  # a pipe cannot be read twice (the engine counts its lines too)
+        if choice == "duckdb":
+            raise UsageError(f"--engine duckdb reads a regular file: {sacct_file} is not one")
+        return False
+    return choice != "auto" or st.st_size >= AUTO_ENGINE_BYTES
 
 
 def _run_engine(

@@ -423,3 +423,12 @@ def test_session_spills_to_a_private_directory_it_removes(tmp_path, monkeypatch)
         assert os.listdir(spill)  # the table did not fit in 20 MB: it spilled there
     assert not Path(spill).exists()
     assert not (tmp_path / ".tmp").exists()
+
+
+def test_engine_refuses_a_pipe(cli, tmp_path):
+    """The engine reads the file twice at once (DuckDB, and a thread counting its lines): a named
+    pipe gets a clear error, not two readers splitting its data."""
+    fifo = tmp_path / "dump.fifo"
+    os.mkfifo(fifo)
+    res = cli("report", "--sacct-file", str(fifo), "--engine", "duckdb", "--json")
+    assert res.exit_code == 2 and "reads a regular file" in res.stderr
