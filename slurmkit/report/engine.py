@@ -761,7 +761,7 @@ def _attempts_sql(
     join_sus = "LEFT JOIN sus ON sus.rid = j.rid" if with_sus else ""
     if typed:  # the archive: j has the GPU count; AllocTRES only when priced or split by type
         gpus, tres = "", "LEFT JOIN tres t ON t.tres = j.tres" if priced else ""
-        pg = "t.pg" if priced else "0.0"
+        pg = "t.pg" if priced else "CAST(0 AS DOUBLE)"
     else:
         gpus, tres, pg = "t.gpus,", "JOIN tres t ON t.tres = j.tres", "t.pg"
     return f"""SELECT j.*, {gpus} {pg} AS pg, {sus} AS sus,
@@ -850,32 +850,63 @@ def _first_pass(con, by: Sequence[str], rules: _Rules, priced: bool, with_sus: b
     nk = len(pieces.keys)
     everything = _attempts_sql(rules.lo, with_sus, True, priced, "j", only_counted=False)
     kref = "".join(f"k{i}, " for i in range(nk))
-    groups: Dict[Tuple, _Acc] = {}
-    total = _Acc()
-    total.njobs = 0
-    classes: Dict[str, List] = {}
-    for row in con.execute(
-        f"""SELECT cls, {kref} state, cause, sum(gpus * secs), sum(pg * secs), count(*), sum(wait),
-               count(wait), sum(gpus * secs) FILTER (WHERE sus), max(gpus), min(s), max(e)
+    con.execute(
+        f"""CREATE TEMP TABLE first_pass AS
+        SELECT cls, {kref} state, cause, CAST(sum(gpus * secs) AS BIGINT) AS gs, sum(pg * secs) AS cost,
+               count(*) AS n, CAST(sum(wait) AS BIGINT) AS wsum, count(wait) AS wn,
+               CAST(sum(gpus * secs) FILTER (WHERE sus) AS BIGINT) AS sgs,
+               max(gpus) AS most, min(s) AS lo, max(e) AS hi
         FROM ({pieces.format(attempts=everything)}) GROUP BY ALL"""
-    ).fetchall():
-        cls, key = row[0], tuple(row[1 : 1 + nk])
-        state, cause, gs, cost, n, wsum, wn, sgs, most, lo, hi = row[1 + nk :]
-        c = classes.setdefault(cls, [cls, 0, None, None, None])
-        c[1] += n
-        if cls != "ok":
-            continue
-        c[2] = most if c[2] is None else max(c[2], most)
-        c[3] = lo if c[3] is None else min(c[3], lo)
-        c[4] = hi if c[4] is None else max(c[4], hi)
-        acc = groups.get(key)
+    )
+    classes = con.execute(
+        "SELECT cls, sum(n), max(most), min(lo), max(hi) FROM first_pass GROUP BY cls"
+    ).fetchall()
+    groups: Dict[Tuple, _Acc] = {}
+    # (BIGINT sums: Python converts them faster than DuckDB's 128-bit ones; a sum that does not
+    # fit fails the query, and the reference answers)
+    rows = con.execute(
+        f"SELECT {kref} state, cause, gs, coalesce(cost, 0), n, coalesce(wsum, 0), wn, coalesce(sgs, 0) "
+        "FROM first_pass WHERE cls = 'ok'"
+    ).fetchall()
+    get = groups.get
+    for row in rows:  # (a tight loop: a year's report by account and user is ~60,000 rows)
+        key = row[:nk]
+        state, cause, gs, cost, n, wsum, wn, sgs = row[nk:]
+        acc = get(key)
         if acc is None:
             acc = groups[key] = _Acc()
             acc.njobs = 0
-        for target in (acc, total):
-            _fold(target, state, cause, gs, cost, n, wsum, wn, sgs)
+        acc.gpu_seconds += gs
+        acc.cost += cost
+        by_state = acc.by_state
+        by_state[state] = by_state.get(state, 0.0) + gs
+        if cause is not None:
+            acc.lost += gs
+            acc.lost_by_cause[cause] = acc.lost_by_cause.get(cause, 0.0) + gs
+        acc.suspect += sgs
+        acc.attempts += n
         acc.njobs += n
-    return _FirstPass(groups, total, pieces, [tuple(c) for c in classes.values()])
+        acc.wait_sum += wsum
+        acc.wait_n += wn
+    total = _Acc()
+    total.njobs = 0
+    for acc in groups.values():
+        _merge_acc(total, acc)
+    return _FirstPass(groups, total, pieces, classes)
+
+
+def _merge_acc(into: _Acc, acc: _Acc) -> None:
+    into.gpu_seconds += acc.gpu_seconds
+    into.cost += acc.cost
+    into.lost += acc.lost
+    into.suspect += acc.suspect
+    into.attempts += acc.attempts
+    into.wait_sum += acc.wait_sum
+    into.wait_n += acc.wait_n
+    for k, v in acc.by_state.items():
+        into.by_state[k] = into.by_state.get(k, 0.0) + v
+    for k, v in acc.lost_by_cause.items():
+        into.lost_by_cause[k] = into.lost_by_cause.get(k, 0.0) + v
 
 
 class _Pieces(str):
