@@ -35,27 +35,32 @@ def main() -> None:
     ap.add_argument("--since", default="2026-09-01")
     ap.add_argument("--until", default="2027-09-01")
     ap.add_argument("--views", default=" ".join(VIEWS), help="space-separated --by values")
+    ap.add_argument("--reuse", action="store_true", help="time the views of an archive already ingested")
     args = ap.parse_args()
     py = sys.executable
     with open("/proc/loadavg") as fh:
         load_before = fh.read().split()[:3]
-    shutil.rmtree(args.archive, ignore_errors=True)
-    wall, rss, _ = timed(
-        [
-            py,
-            "-m",
-            "slurmkit.cli.main",
-            "report",
-            "ingest",
-            "--archive",
-            args.archive,
-            "--sacct-file",
-            args.file,
-        ],
-        args.timeout,
-    )
-    size = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(args.archive) for f in fs) / 1e6
-    print(f"ingest {args.file}: {wall:.1f} s, peak RSS {rss:.0f} MiB, archive {size:.0f} MB")
+    if not args.reuse:
+        shutil.rmtree(args.archive, ignore_errors=True)
+        wall, rss, _ = timed(
+            [
+                py,
+                "-m",
+                "slurmkit.cli.main",
+                "report",
+                "ingest",
+                "--archive",
+                args.archive,
+                "--sacct-file",
+                args.file,
+            ],
+            args.timeout,
+        )
+        size = (
+            sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(args.archive) for f in fs) / 1e6
+        )
+        print(f"ingest {args.file}: {wall:.1f} s, peak RSS {rss:.0f} MiB, archive {size:.0f} MB")
+
     views = args.views.split()
     samples = {v: [] for v in views}
     totals = {}

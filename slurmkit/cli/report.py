@@ -374,7 +374,7 @@ def _run_archive(directory: str, *, window, now, filters, dims, prices, rcfg, hl
     src = arch.source(directory)
     drains = hl.events if hl is not None else None
     why = "--engine python"
-    if not arch.typed(directory):
+    if src.multi is None and not arch.typed(directory):  # (an archive of this slurmkit has src.multi)
         why = "months written before the typed columns (ingest them again)"
     elif engine != "python":
         try:
