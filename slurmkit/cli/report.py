@@ -314,7 +314,6 @@ def _run_engine(
     import duckdb
 
     from slurmkit.report import engine, sacct
-    from slurmkit.report.aggregate import finish
 
     columns = sacct.parse_column_list(sacct_columns) if sacct_columns is not None else None
     src = engine.probe_file(sacct_file, columns, _delimiter(sacct_delimiter))
@@ -348,15 +347,22 @@ def _run_engine(
             ) from None
         log.info("duckdb engine failed (%s); using the reference path", str(exc).splitlines()[0])
         return None, None, {"name": "python", "why": "duckdb: " + str(exc).splitlines()[0]}
-    report = finish(
+    report = _finish(groups, total, dims, prices, health=drains is not None)
+    return report, stats, {"name": "duckdb", "version": duckdb.__version__}
+
+
+def _finish(groups, total, dims, prices, *, health: bool):
+    """The report from accumulators (every engine's last step)."""
+    from slurmkit.report.aggregate import finish
+
+    return finish(
         groups,
         total,
         dims,
         priced=bool(prices and prices.enabled),
-        health=drains is not None,
+        health=health,
         currency=prices.currency if prices else "USD",
     )
-    return report, stats, {"name": "duckdb", "version": duckdb.__version__}
 
 
 def _run_archive(directory: str, *, window, now, filters, dims, prices, rcfg, hl, hours, engine: str):
@@ -368,7 +374,6 @@ def _run_archive(directory: str, *, window, now, filters, dims, prices, rcfg, hl
     from slurmkit.report import archive as arch
     from slurmkit.report import engine as eng
     from slurmkit.report import sacct
-    from slurmkit.report.aggregate import finish
     from slurmkit.report.stream import StreamingAggregator
 
     src = arch.source(directory)
@@ -390,14 +395,7 @@ def _run_archive(directory: str, *, window, now, filters, dims, prices, rcfg, hl
                 drains=drains,
                 lost_window_hours=hours,
             )
-            report = finish(
-                groups,
-                total,
-                dims,
-                priced=bool(prices and prices.enabled),
-                health=drains is not None,
-                currency=prices.currency if prices else "USD",
-            )
+            report = _finish(groups, total, dims, prices, health=drains is not None)
             return report, stats, {"name": "duckdb"}
         except eng.NeedsReference as exc:
             why = str(exc)
@@ -423,14 +421,7 @@ def _run_archive(directory: str, *, window, now, filters, dims, prices, rcfg, hl
     if warning:
         click.echo(f"slurmkit: warning: {warning}", err=True)
     groups, total = agg.result()
-    report = finish(
-        groups,
-        total,
-        dims,
-        priced=bool(prices and prices.enabled),
-        health=drains is not None,
-        currency=prices.currency if prices else "USD",
-    )
+    report = _finish(groups, total, dims, prices, health=drains is not None)
     return report, stats, {"name": "python", "why": why}
 
 
@@ -467,7 +458,7 @@ def _run_usage(
     default_view: str = "usage",
 ) -> int:
     from slurmkit.report import sacct
-    from slurmkit.report.aggregate import finish, parse_by
+    from slurmkit.report.aggregate import parse_by
     from slurmkit.report.cost import price_table
     from slurmkit.report.lost import read_health_log
     from slurmkit.report.render import render
@@ -579,14 +570,7 @@ def _run_usage(
             sink=agg.add,
         )
         groups, total = agg.result()
-        report = finish(
-            groups,
-            total,
-            dims,
-            priced=bool(prices and prices.enabled),
-            health=hl is not None,
-            currency=prices.currency if prices else "USD",
-        )
+        report = _finish(groups, total, dims, prices, health=hl is not None)
     report.totals["excluded_rows"] = stats.malformed
     group = ", ".join(dims) if dims else "cluster"
     report.meta = {

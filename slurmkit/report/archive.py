@@ -55,7 +55,7 @@ from slurmkit.report.engine import (
     _tres_tables,
     epoch_sql,
     hour_key,
-    hour_table,
+    hours_table,
     session,
 )
 from slurmkit.slurm.parse import ParseError
@@ -321,14 +321,7 @@ def _typed_columns(con: duckdb.DuckDBPyConnection) -> None:
     ISO text, from the hour looked up by Python (:func:`sacct.parse_time`: local time and DST
     as the reference decides them); the GPU count by :func:`sacct.parse_gpu_tres`."""
     times = (("Start", "start_s"), ("End", "end_s"), ("Submit", "submit_s"))
-    hours = " UNION ".join(f"SELECT DISTINCT {hour_key(_ident(t))} AS k FROM new" for t, _ in times)
-    _table(
-        con,
-        "hours",
-        ("key", "epoch"),
-        ("VARCHAR", "BIGINT"),
-        hour_table(k for (k,) in con.execute(hours).fetchall()),
-    )
+    hours_table(con, [f"SELECT {hour_key(_ident(t))} FROM new" for t, _ in times])
     gpus: List[Tuple[str, int]] = []
     for (t,) in con.execute('SELECT DISTINCT "AllocTRES" FROM new').fetchall():
         try:

@@ -216,6 +216,14 @@ def _table(
     con.execute(f"CREATE OR REPLACE TEMP TABLE {name} AS SELECT {select}", lists)
 
 
+def hours_table(con: duckdb.DuckDBPyConnection, queries: Sequence[str]) -> None:
+    """Table ``hours(key, epoch)``: the distinct ISO hours the ``queries`` select, each
+    converted by the reference's ``parse_time`` (local time and DST as it decides them)."""
+    union = " UNION ".join(f"SELECT DISTINCT * FROM ({q})" for q in queries)
+    keys = [k for (k,) in con.execute(union).fetchall()]
+    _table(con, "hours", ("key", "epoch"), ("VARCHAR", "BIGINT"), hour_table(keys))
+
+
 def hour_table(keys: Iterable[Optional[str]]) -> List[Tuple[str, int]]:
     """``[(ISO hour, epoch)]`` for the hours ``parse_time`` accepts."""
     rows = []
@@ -470,16 +478,7 @@ class _LineCounter(threading.Thread):
 def _convert_iso(con: duckdb.DuckDBPyConnection, rules: _Rules) -> None:
     """Rows whose times are ISO text: epochs from the looked-up hours (Python's ``mktime``,
     so local time and DST are the reference's), then classified again."""
-    hours = " UNION ".join(
-        f"SELECT DISTINCT {hour_key(t)} AS k FROM j WHERE cls = 'iso'" for t in ("t_st", "t_en", "t_sub")
-    )
-    _table(
-        con,
-        "hours",
-        ("key", "epoch"),
-        ("VARCHAR", "BIGINT"),
-        hour_table(k for (k,) in con.execute(hours).fetchall()),
-    )
+    hours_table(con, [f"SELECT {hour_key(t)} FROM j WHERE cls = 'iso'" for t in ("t_st", "t_en", "t_sub")])
     typed = ", ".join(
         f"coalesce(j.{k}, {epoch_sql('j.t_' + k, f'h{i}.epoch')}) AS {k}"
         for i, k in enumerate(("st", "en", "sub"))
