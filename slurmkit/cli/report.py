@@ -325,18 +325,7 @@ def _run_engine(
             f"--sacct-file {sacct_file}: missing column(s) {', '.join(lacking)}; {sacct.recommended_hint()}"
         )
     try:
-        groups, total, stats = engine.run(
-            src,
-            window=window,
-            now=now,
-            filters=filters,
-            by=dims,
-            prices=prices,
-            max_gpus=rcfg["max_gpus"],
-            prolog_requeue_seconds=rcfg["prolog_requeue_seconds"],
-            drains=drains,
-            lost_window_hours=hours,
-        )
+        report, stats = _engine_report(src, window, now, filters, dims, prices, rcfg, drains, hours)
     except engine.NeedsReference as exc:
         log.info("duckdb engine: %s; using the reference path", exc)
         return None, None, {"name": "python", "why": str(exc)}
@@ -347,8 +336,26 @@ def _run_engine(
             ) from None
         log.info("duckdb engine failed (%s); using the reference path", str(exc).splitlines()[0])
         return None, None, {"name": "python", "why": "duckdb: " + str(exc).splitlines()[0]}
-    report = _finish(groups, total, dims, prices, health=drains is not None)
     return report, stats, {"name": "duckdb", "version": duckdb.__version__}
+
+
+def _engine_report(src, window, now, filters, dims, prices, rcfg, drains, hours):
+    """``(report, stats)`` from the DuckDB engine (raises ``NeedsReference``, ``duckdb.Error``)."""
+    from slurmkit.report import engine
+
+    groups, total, stats = engine.run(
+        src,
+        window=window,
+        now=now,
+        filters=filters,
+        by=dims,
+        prices=prices,
+        max_gpus=rcfg["max_gpus"],
+        prolog_requeue_seconds=rcfg["prolog_requeue_seconds"],
+        drains=drains,
+        lost_window_hours=hours,
+    )
+    return _finish(groups, total, dims, prices, health=drains is not None), stats
 
 
 def _finish(groups, total, dims, prices, *, health: bool):
@@ -383,19 +390,7 @@ def _run_archive(directory: str, *, window, now, filters, dims, prices, rcfg, hl
         why = "months written before the typed columns (ingest them again)"
     elif engine != "python":
         try:
-            groups, total, stats = eng.run(
-                src,
-                window=window,
-                now=now,
-                filters=filters,
-                by=dims,
-                prices=prices,
-                max_gpus=rcfg["max_gpus"],
-                prolog_requeue_seconds=rcfg["prolog_requeue_seconds"],
-                drains=drains,
-                lost_window_hours=hours,
-            )
-            report = _finish(groups, total, dims, prices, health=drains is not None)
+            report, stats = _engine_report(src, window, now, filters, dims, prices, rcfg, drains, hours)
             return report, stats, {"name": "duckdb"}
         except eng.NeedsReference as exc:
             why = str(exc)
