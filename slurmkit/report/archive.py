@@ -67,7 +67,7 @@ KEY = ("JobIDRaw", "JobID", "Start")
 TYPED = ("start_s", "end_s", "submit_s", "gpus", "jid_i", "state_n")
 #: the rows of the jobs with more than one row anywhere in the archive (see _write_multi), and
 #: the month files (size, mtime) it was computed from
-MULTI, MULTI_STAMP = "multi.parquet", "multi.json"
+MULTI, MULTI_STAMP = "_multi.parquet", "_multi.json"  # "_": Spark and Hive skip it
 #: how long an ingest waits for another one to finish (cron runs may overlap)
 LOCK_TIMEOUT = 300.0
 
@@ -163,12 +163,12 @@ def _multi(directory: str) -> Optional[str]:
 
 
 def _write_multi(con: duckdb.DuckDBPyConnection, directory: str) -> None:
-    """``multi.parquet``: every row of the jobs with more than one row in the archive (a few
+    """``_multi.parquet``: every row of the jobs with more than one row in the archive (a few
     percent), with what the engine's rules over a job's attempts need from its text columns
     (``tie_rank``, the row's place in the job by :func:`slurmkit.report.lost._order` after
     Start and End; ``pflag``/``lflag``, its Reason naming a launch failure or the prolog / a
     launch), so that a report reads no Reason and groups no job ids over the whole archive;
-    ``multi.json``: the month files (size, mtime) it was computed from."""
+    ``_multi.json``: the month files (size, mtime) it was computed from."""
     files_sql = _files(directory)
     con.execute(
         f"""CREATE OR REPLACE TEMP TABLE mr AS
