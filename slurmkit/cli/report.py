@@ -752,12 +752,22 @@ def _warn_malformed(path: str, src, label: Optional[str] = None) -> None:
         for _ in range(src.first_row - 1):
             next(lines, None)
         rows = sacct._strip_trailing(lines, src.sep) if src.trailing else lines
+        seen: set = set()
+
+        def count_only(_attempt, row_hash: int) -> bool:
+            # keep no attempt (a dump may hold millions), only what tells an exact duplicate
+            if row_hash in seen:
+                return False
+            seen.add(row_hash)
+            return True
+
         _, stats = sacct.parse_rows(
             rows,
             src.columns,
             sep=src.sep,
             window=resolve_window(default_unbounded=True),
             first_line=src.first_row,
+            sink=count_only,
         )
     warning = stats.warning(label or path)
     if warning:

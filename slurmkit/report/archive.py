@@ -249,7 +249,7 @@ def _ingest(directory: str, src: FileSource, plan: _Plan, select: List[str]) -> 
         con.execute(f"""CREATE TEMP TABLE new AS
             SELECT {", ".join(select)}, coalesce({plan.count_ok}, FALSE) AND NOT {plan.surplus} AS ok
             FROM {plan.reader()} WHERE NOT coalesce({plan.step}, FALSE) AND NOT (f1 IS NULL AND trim(f0) = '')""")
-        _typed_columns(con)
+        _typed_columns(con, "new")
         # the reference's rules: what it would skip as not started, malformed or impossible
         running = _in_list(sacct.RUNNING_STATES)
         state = _state_sql('"State"')
@@ -290,7 +290,7 @@ def _ingest(directory: str, src: FileSource, plan: _Plan, select: List[str]) -> 
                 con.execute(
                     f"CREATE OR REPLACE TEMP TABLE old AS SELECT {text} FROM read_parquet({_q(target)})"
                 )
-                _upgrade(con)
+                _typed_columns(con, "old")
                 old = (
                     f"UNION ALL SELECT {cols} FROM old o WHERE NOT EXISTS ("
                     f"SELECT 1 FROM fresh f WHERE f.month = {_q(m)} AND "
@@ -316,14 +316,14 @@ def _ingest(directory: str, src: FileSource, plan: _Plan, select: List[str]) -> 
     return out
 
 
-def _typed_columns(con: duckdb.DuckDBPyConnection) -> None:
-    """Add :data:`TYPED` to table ``new`` (sacct text columns): epochs from epoch text or, for
+def _typed_columns(con: duckdb.DuckDBPyConnection, table: str) -> None:
+    """Add :data:`TYPED` to ``table`` (sacct text columns): epochs from epoch text or, for
     ISO text, from the hour looked up by Python (:func:`sacct.parse_time`: local time and DST
     as the reference decides them); the GPU count by :func:`sacct.parse_gpu_tres`."""
     times = (("Start", "start_s"), ("End", "end_s"), ("Submit", "submit_s"))
-    hours_table(con, [f"SELECT {hour_key(_ident(t))} FROM new" for t, _ in times])
+    hours_table(con, [f"SELECT {hour_key(_ident(t))} FROM {table}" for t, _ in times])
     gpus: List[Tuple[str, int]] = []
-    for (t,) in con.execute('SELECT DISTINCT "AllocTRES" FROM new').fetchall():
+    for (t,) in con.execute(f'SELECT DISTINCT "AllocTRES" FROM {table}').fetchall():
         try:
             gpus.append((t, sacct.parse_gpu_tres((t or "").strip())[0]))
         except ParseError:
@@ -340,19 +340,10 @@ def _typed_columns(con: duckdb.DuckDBPyConnection) -> None:
         f"CREATE TEMP TABLE typed AS SELECT n.*, {epochs}, t.gpus, "
         f"CASE WHEN {_digits(raw)} THEN CAST({raw} AS BIGINT) END AS jid_i, "
         f"""{_state_sql('n."State"')} AS state_n """
-        f'FROM new n {joins} LEFT JOIN tres t ON t.tres = n."AllocTRES"'
+        f'FROM {table} n {joins} LEFT JOIN tres t ON t.tres = n."AllocTRES"'
     )
-    con.execute("DROP TABLE new")
-    con.execute("ALTER TABLE typed RENAME TO new")
-
-
-def _upgrade(con: duckdb.DuckDBPyConnection) -> None:
-    """Give table ``old`` (a month's text columns) its typed columns."""
-    con.execute("ALTER TABLE new RENAME TO new_kept")
-    con.execute("ALTER TABLE old RENAME TO new")
-    _typed_columns(con)
-    con.execute("ALTER TABLE new RENAME TO old")
-    con.execute("ALTER TABLE new_kept RENAME TO new")
+    con.execute(f"DROP TABLE {table}")
+    con.execute(f"ALTER TABLE typed RENAME TO {table}")
 
 
 def sql(directory: Optional[str], query: str):

@@ -428,9 +428,9 @@ class _LineCounter(threading.Thread):
         super().__init__(daemon=True)
         self.path = path
         self.lines = 0
-        self.empty = 0
         self.unusual = False  # a lone carriage return: its line breaks are not counted the same way
         self.error: Optional[BaseException] = None
+        self.empty_at: List[int] = []  # numbers of the empty lines (DuckDB's reader skips them)
 
     def run(self) -> None:
         try:
@@ -454,8 +454,8 @@ class _LineCounter(threading.Thread):
             self.error = exc
 
     def _exact(self) -> None:
-        self.lines = self.empty = 0
-        self._empty_at: List[int] = []
+        self.lines = 0
+        self.empty_at = []
         with open(self.path, "rb") as fh:
             for raw in fh:
                 if b"\r" in raw.rstrip(b"\r\n") or raw.count(b"\r") > 1:
@@ -463,7 +463,7 @@ class _LineCounter(threading.Thread):
                     return
                 self.lines += 1
                 if raw in (b"\n", b"\r\n"):
-                    self._empty_at.append(self.lines)
+                    self.empty_at.append(self.lines)
 
     def result(self, skipped: int) -> int:
         """Non-empty lines after the first ``skipped``."""
@@ -471,7 +471,7 @@ class _LineCounter(threading.Thread):
             raise NeedsReference(f"line count: {self.error}")
         if self.unusual:
             raise NeedsReference("carriage returns inside lines")
-        empty = sum(1 for n in getattr(self, "_empty_at", ()) if n > skipped)
+        empty = sum(1 for n in self.empty_at if n > skipped)
         return self.lines - skipped - empty
 
 
@@ -529,9 +529,8 @@ def _check_rows(
     most = max((m for cls, _, m, *_ in rows if cls == "ok" and m is not None), default=None)
     if most is not None and most > max_gpus:
         raise NeedsReference("more GPUs than report.max_gpus: line numbers")
-    if (not typed or with_types or (prices and prices.enabled)) and not con.execute(
-        "SELECT count(*) FROM duckdb_tables() WHERE table_name = 'tres'"
-    ).fetchone()[0]:
+    if classes is None and (not typed or with_types or (prices and prices.enabled)):
+        # (with ``classes``, the first pass made the table it needed already)
         _tres_tables(con, "SELECT DISTINCT tres FROM j WHERE cls = 'ok'", max_gpus, prices, with_types)
     _multi_rows(con, src, typed, rules)
     if typed:  # the archive: one row per (JobIDRaw, JobID, Start) by construction
