@@ -47,6 +47,7 @@ from slurmkit.report.engine import (
     _UNKNOWN_SQL,
     FileSource,
     _digits,
+    _flags_sql,
     _in_list,
     _Plan,
     _q,
@@ -177,14 +178,14 @@ def _write_multi(con: duckdb.DuckDBPyConnection, directory: str) -> None:
     _tres_tables(con, 'SELECT DISTINCT "AllocTRES" FROM mr', sys.maxsize, None, False, name="tres_order")
     fd, tmp = tempfile.mkstemp(prefix=".multi-", suffix=".parquet", dir=directory)
     os.close(fd)
-    # (the same order as the engine's for a saved dump, engine._multi_rows)
+    # (lost._order after Start and End; JobName, its last text field, is left out: two
+    # attempts tied on everything before it are the same in every sum, whichever comes first)
     reason = """CASE WHEN state_n IN ('REQUEUED', 'FAILED') THEN "Reason" END"""
     con.execute(
         f"""COPY (SELECT mr.*,
                row_number() OVER (PARTITION BY jid_i ORDER BY state_n, {reason}, "JobID", t.ord, "NodeList",
                                   "User", "Account", "Partition", coalesce(submit_s, -1)) AS tie_rank,
-               contains(lower({reason}), 'launch_failed') OR contains(lower({reason}), 'prolog') AS pflag,
-               contains(lower({reason}), 'launch') AS lflag
+               {_flags_sql(reason)}
             FROM mr JOIN tres_order t ON t.tres = mr."AllocTRES") TO {_q(tmp)} (FORMAT parquet)"""
     )
     os.replace(tmp, os.path.join(directory, MULTI))

@@ -5,18 +5,21 @@ are the reference: they define every rule. This engine gives the same answer fas
 in bounded memory. It reads a saved dump **once**:
 
 1. **Load and classify** (the only scan of the file): the job rows go into a temporary
-   table ``j`` (step rows are only counted, from the file's line count, which a thread
-   reads meanwhile). Each keeps the columns the rules read, its times as epochs, a hash of
-   its other fields (for exact duplicates) and its class, decided in SQL in the reference
-   parser's order: filtered, not started, malformed or impossible, outside the window,
-   counted. ISO times are converted in a second step through their few distinct hours,
-   each converted by Python's ``mktime`` (local time and DST as the reference decides).
+   table ``j`` (step rows are only counted, by DuckDB's profile of the scan). Each keeps
+   only the columns this report's rules read: JobIDRaw as a number, its times as epochs,
+   and its class, decided in SQL in the reference parser's order: filtered, not started,
+   malformed or impossible, outside the window, counted. ISO times are converted in a
+   second step through their few distinct hours, each converted by Python's ``mktime``
+   (local time and DST as the reference decides). A dump whose rows of one job tie in
+   Start and End (exact duplicates do), or whose JobIDRaw is not a plain number, is read
+   again keeping every text field (slower, and rare in real data).
 2. **Look-ups**: the distinct AllocTRES strings and NodeLists are few; Python turns them
    into small tables with the reference's own ``parse_gpu_tres``, ``_type_split`` and
    ``expand_hostlist``, and the day/week/month bounds come from its period splitter, so
    each rule lives in one place.
 3. **Rules over attempts** in SQL: the prolog-requeue cause by a window function over the
-   attempts of each requeued job in the reference's order; suspect attempts by joining
+   attempts of each requeued job in the reference's order (by Start and End, then, in the
+   second reading, by content); suspect attempts by joining
    their nodes with the drain windows; the jobs with several attempts, for distinct-job
    counts.
 4. **Aggregate**: one ``GROUP BY`` (keys, state, lost cause) when grouping by row fields,
@@ -39,9 +42,9 @@ floating point and may differ from the reference in the last bits.
 from __future__ import annotations
 
 import contextlib
+import json
 import shutil
 import tempfile
-import threading
 import time
 from dataclasses import dataclass
 from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
@@ -66,6 +69,11 @@ _UNKNOWN_SQL = "('Unknown', 'None', '', 'N/A')"
 
 class NeedsReference(Exception):
     """The input has rows only the reference path can report (line numbers) or read."""
+
+
+class _NeedsText(Exception):
+    """A dump is read again with all its text fields: rows of one job tie in Start and End,
+    or a JobIDRaw is not a plain number."""
 
 
 @dataclass
@@ -328,66 +336,82 @@ class _Rules:
 
 def _state_sql(expr: str) -> str:
     """``CANCELLED by 0`` → ``CANCELLED``."""
-    return f"(CASE WHEN contains({expr}, ' ') THEN split_part({expr}, ' ', 1) ELSE {expr} END)"
+    return f"split_part({expr}, ' ', 1)"
 
 
-def _load_file(con: duckdb.DuckDBPyConnection, plan: _Plan, rules: _Rules, stats: ParseStats) -> None:
+def _fast_int(expr: str, shortest: int, longest: int) -> str:
+    """SQL: the value of a text of ``shortest`` to ``longest`` plain ASCII digits without a
+    leading zero, else NULL (left to the slower, exact rules). Cheaper than :func:`_digits`:
+    DuckDB's cast also takes ``" 12"``, ``"+12"``, ``"1_2"``, ``"1.5"`` or ``"0x1f"``, each
+    of which has fewer digits in its value than characters, and ``"1e9"``, which has an ``e``."""
+    v = f"TRY_CAST({expr} AS BIGINT)"
+    plain = f"{v} >= CAST(10 AS BIGINT) ** (length({expr}) - 1) AND NOT contains({expr}, 'e') AND NOT contains({expr}, 'E')"
+    return f"(CASE WHEN length({expr}) BETWEEN {shortest} AND {longest} THEN (CASE WHEN {plain} THEN {v} END) END)"
+
+
+def _load_file(
+    con: duckdb.DuckDBPyConnection,
+    plan: _Plan,
+    rules: _Rules,
+    stats: ParseStats,
+    extra: Sequence[str],
+    full: bool = False,
+) -> None:
     """Scan the dump once into table ``j``: the job rows, classified; the step rows are
-    counted from the file's line count (read meanwhile by a thread).
+    counted, not kept.
 
-    ``j`` keeps what the rules read: the group keys, AllocTRES, NodeList, the times (epochs,
-    or their text where they are not one), the Reason of REQUEUED and FAILED rows (the
-    prolog-requeue rule) and ``h``, a hash of every other field, so that two rows are exact
-    duplicates exactly when all of these are equal."""
-    counter = _LineCounter(plan.src.path)
-    counter.start()
-    state = _state_sql(plan.state_raw)
-    kept = {plan.raw, plan.jobid, plan.tres, plan.user, plan.account, plan.partition, plan.nodelist}
-    kept |= {plan.start, plan.end, plan.submit}
-    others = [n for n in plan.names if n not in kept]
-    text = {
-        "jid": plan.raw,
-        "job_id": plan.jobid,
-        "state": state,
-        "tres": plan.tres,
-        "u": plan.user,
-        "a": plan.account,
-        "p": plan.partition,
-        "nl": plan.nodelist,
-        "r_reason": plan.reason,
-        "h": "hash(" + ", ".join(others) + ")" if others else "0",
-    }
-    if rules.filters.names is not None:
-        text["name"] = plan.name
+    ``j`` keeps only what this report's rules read, so that millions of rows fit in memory:
+    JobIDRaw, the normalised State, AllocTRES, the ``extra`` text columns (see
+    :func:`_extra_columns`), the times (epochs, or their text where they are not one) and the
+    Reason of REQUEUED and FAILED rows (the prolog-requeue rule). With ``full``, also every
+    text field the order of a job's attempts reads and ``h``, a hash of the others, so that
+    two rows are exact duplicates exactly when all of these are equal: a dump whose rows of
+    one job tie in Start and End is read so (:class:`_NeedsText`; exact duplicates are such a
+    tie)."""
+    columns = {"u": plan.user, "a": plan.account, "p": plan.partition, "nl": plan.nodelist, "name": plan.name}
+    # (JobIDRaw as a number: a fifth less to store and group than its text)
+    text = {"jid": plan.raw if full else _fast_int(plan.raw, 1, 18)}
+    text.update(state=_state_sql(plan.state_raw), tres=plan.tres)
+    text.update((k, columns[k]) for k in extra if k in columns)
+    if full:
+        text.update((k, columns[k]) for k in ("u", "a", "p", "nl"))
+        text["job_id"] = plan.jobid
+        kept = {plan.raw, plan.jobid, plan.tres, plan.user, plan.account, plan.partition, plan.nodelist}
+        others = [n for n in plan.names if n not in kept | {plan.start, plan.end, plan.submit}]
+        text["h"] = "hash(" + ", ".join(others) + ")" if others else "0"
+    text["r_reason"] = plan.reason
     times = {"st": plan.start, "en": plan.end, "sub": plan.submit or "''"}
     inner = ", ".join(f"{v} AS {k}" for k, v in text.items())
-    inner += ", " + ", ".join(
-        f"CASE WHEN {_digits(v)} THEN CAST({v} AS BIGINT) END AS {k}, {v} AS r_{k}" for k, v in times.items()
-    )
+    # (epochs of 9 or 10 digits, 1973 to 2286: any other time text is decided by the exact rules)
+    inner += ", " + ", ".join(f"{_fast_int(v, 9, 10)} AS {k}, {v} AS r_{k}" for k, v in times.items())
     shape = (
         f"CASE WHEN {plan.overflow} THEN 3 WHEN f1 IS NULL AND trim(f0) = '' THEN 4 "
         f"WHEN {plan.surplus} THEN 2 WHEN NOT coalesce({plan.count_ok}, FALSE) THEN 1 ELSE 0 END"
     )
     texts = ", ".join(f"CASE WHEN {k} IS NULL THEN r_{k} END AS t_{k}" for k in times)
+    # (the profile counts the rows read, so the step rows are counted without being kept)
+    con.execute("PRAGMA enable_profiling = 'no_output'")
     con.execute(
         f"""CREATE TEMP TABLE j AS
         SELECT *, {rules.derived("iso")} FROM (
             SELECT * EXCLUDE (r_st, r_en, r_sub, r_reason), {texts},
                    CASE WHEN state IN ('REQUEUED', 'FAILED') THEN r_reason END AS reason FROM (
-                SELECT {inner}, {shape} AS shape
+                SELECT {inner}, CAST({shape} AS UTINYINT) AS shape
                 FROM {plan.reader()} WHERE NOT coalesce({plan.step}, FALSE)))"""
     )
-    counter.join()
-    wrong, surplus, blank_n, rows_n = con.execute(
+    rows_read = _rows_read(con)
+    con.execute("PRAGMA disable_profiling")
+    wrong, surplus, blank_n, rows_n, no_jid = con.execute(
         """SELECT count(*) FILTER (WHERE shape = 1), count(*) FILTER (WHERE shape IN (2, 3)),
-                  count(*) FILTER (WHERE shape = 4), count(*) FROM j"""
+                  count(*) FILTER (WHERE shape = 4), count(*), count(*) FILTER (WHERE jid IS NULL) FROM j"""
     ).fetchone()
     if surplus:
         raise NeedsReference("rows with surplus fields")
     if wrong:
         raise NeedsReference(f"{wrong} malformed row(s): line numbers")
-    lines = counter.result(plan.src.first_row - 1)
-    stats.step_rows += lines - rows_n
+    if no_jid > blank_n:
+        raise _NeedsText
+    stats.step_rows += rows_read - rows_n
     if blank_n:
         con.execute("DELETE FROM j WHERE shape = 4")
     if con.execute("SELECT count(*) FROM j WHERE cls = 'iso'").fetchone()[0]:
@@ -419,60 +443,26 @@ def _load_relation(
     ).fetchone()
 
 
-class _LineCounter(threading.Thread):
-    """Counts the lines of a file as Python's universal-newline reader yields them, minus the
-    empty ones (DuckDB's CSV reader skips those); runs while DuckDB scans the file (both
-    release the GIL on their big work)."""
+def _rows_read(con: duckdb.DuckDBPyConnection) -> int:
+    """The rows DuckDB's CSV reader read in the last query, from its profile: the dump's
+    non-empty lines after the header (the reader, like Python's, breaks lines at ``\n``,
+    ``\r\n`` and a lone ``\r``, and skips empty ones, as the reference does)."""
+    found: List[int] = []
 
-    def __init__(self, path: str):
-        super().__init__(daemon=True)
-        self.path = path
-        self.lines = 0
-        self.unusual = False  # a lone carriage return: its line breaks are not counted the same way
-        self.error: Optional[BaseException] = None
-        self.empty_at: List[int] = []  # numbers of the empty lines (DuckDB's reader skips them)
+    def walk(node: object) -> None:
+        if isinstance(node, dict):
+            if node.get("name") == "READ_CSV" and isinstance(node.get("rows_scanned"), int):
+                found.append(node["rows_scanned"])
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
 
-    def run(self) -> None:
-        try:
-            with open(self.path, "rb") as fh:
-                last = b"\n"
-                newlines = 0
-                simple = True
-                while True:
-                    chunk = fh.read(1 << 23)
-                    if not chunk:
-                        break
-                    newlines += chunk.count(b"\n")
-                    if b"\r" in chunk or b"\n\n" in chunk or (last == b"\n" and chunk[:1] == b"\n"):
-                        simple = False
-                    last = chunk[-1:]
-                if simple:
-                    self.lines = newlines + (last != b"\n")
-                    return
-            self._exact()
-        except BaseException as exc:  # noqa: BLE001  (re-raised by result())
-            self.error = exc
-
-    def _exact(self) -> None:
-        self.lines = 0
-        self.empty_at = []
-        with open(self.path, "rb") as fh:
-            for raw in fh:
-                if b"\r" in raw.rstrip(b"\r\n") or raw.count(b"\r") > 1:
-                    self.unusual = True
-                    return
-                self.lines += 1
-                if raw in (b"\n", b"\r\n"):
-                    self.empty_at.append(self.lines)
-
-    def result(self, skipped: int) -> int:
-        """Non-empty lines after the first ``skipped``."""
-        if self.error is not None:
-            raise NeedsReference(f"line count: {self.error}")
-        if self.unusual:
-            raise NeedsReference("carriage returns inside lines")
-        empty = sum(1 for n in self.empty_at if n > skipped)
-        return self.lines - skipped - empty
+    walk(json.loads(con.get_profiling_information(format="json")))
+    if len(found) != 1:
+        raise NeedsReference("DuckDB's profile does not give the rows its CSV reader read")
+    return found[0]
 
 
 def _convert_iso(con: duckdb.DuckDBPyConnection, rules: _Rules) -> None:
@@ -510,6 +500,7 @@ def _check_rows(
     typed: bool,
     rules: "_Rules",
     classes: Optional[List[Tuple]] = None,
+    full: bool = False,
 ) -> Dict[str, int]:
     """Counts per class; :class:`NeedsReference` for any row the reference reports by line:
     malformed or impossible, a garbage or impossible AllocTRES, an exact duplicate. ``typed``:
@@ -532,26 +523,31 @@ def _check_rows(
     if classes is None and (not typed or with_types or (prices and prices.enabled)):
         # (with ``classes``, the first pass made the table it needed already)
         _tres_tables(con, "SELECT DISTINCT tres FROM j WHERE cls = 'ok'", max_gpus, prices, with_types)
-    _multi_rows(con, src, typed, rules)
-    if typed:  # the archive: one row per (JobIDRaw, JobID, Start) by construction
-        return counts
-    dups = con.execute(
-        """SELECT coalesce(sum(n - 1), 0) FROM (
-            SELECT count(*) AS n FROM mrows
-            GROUP BY jid, job_id, state, tres, u, a, p, nl, reason, h, st, en, sub, t_st, t_en, t_sub)"""
-    ).fetchone()[0]
-    if dups:
-        raise NeedsReference(f"{dups} exact duplicate row(s): line numbers")
+    _multi_rows(con, src, typed, rules, full)
     return counts
 
 
-def _multi_rows(con, src: "FileSource", typed: bool, rules: "_Rules") -> None:
+def _flags_sql(reason: str) -> str:
+    """SQL: ``pflag`` (the Reason names a launch failure or the prolog) and ``lflag`` (it names
+    a launch), the two Reason tests of the prolog-requeue rule (:func:`.lost.is_prolog_requeue`
+    and :func:`.lost.find_lost`)."""
+    low = f"lower({reason})"
+    return (
+        f"contains({low}, 'launch_failed') OR contains({low}, 'prolog') AS pflag, "
+        f"contains({low}, 'launch') AS lflag"
+    )
+
+
+def _multi_rows(con, src: "FileSource", typed: bool, rules: "_Rules", full: bool) -> None:
     """Table ``mrows``: the counted rows of the jobs with several of them, which all rules over a
     job's attempts need (distinct jobs, the prolog-requeue rule, duplicates), with
     ``tie_rank`` (the job's rows in the order of :func:`slurmkit.report.lost._order` after
     Start and End), ``pflag`` (a Reason naming a launch failure or the prolog) and ``lflag``
     (a Reason naming a launch); table ``multi(jid, n, requeued)``. The archive keeps these
-    for its jobs with several rows (``src.multi``), so a report over it groups no job ids."""
+    for its jobs with several rows (``src.multi``), so a report over it groups no job ids.
+    A dump's rows are put in order by Start and End; :class:`_NeedsText` when that does not
+    decide it, unless ``full`` (the dump was read with all its text fields, see
+    :func:`_load_file`)."""
     if typed:
         if src.multi is None:
             raise NeedsReference(
@@ -564,17 +560,40 @@ def _multi_rows(con, src: "FileSource", typed: bool, rules: "_Rules") -> None:
                 SELECT *, {rules.derived("bad")} FROM {src.multi.format(where=rules.inside())}) WHERE cls = 'ok'"""
         )
     else:
-        # (JobName, the order's last text field, is left out: two attempts tied on everything
-        # before it are the same in every sum, whichever comes first)
+        # the ids of jobs with several counted rows, found by sorting the ids (faster than
+        # grouping millions of them), then their rows by a join (a semi join reads every column)
         con.execute(
-            """CREATE TEMP TABLE mrows AS
-            SELECT j.*, contains(lower(reason), 'launch_failed') OR contains(lower(reason), 'prolog') AS pflag,
-                   contains(lower(reason), 'launch') AS lflag,
-                   row_number() OVER (PARTITION BY jid ORDER BY state, reason, job_id, t.ord, nl, u, a, p,
-                                                               coalesce(sub, -1)) AS tie_rank
-            FROM j JOIN tres t ON t.tres = j.tres
-            WHERE j.cls = 'ok' AND jid IN (SELECT jid FROM j WHERE cls = 'ok' GROUP BY jid HAVING count(*) > 1)"""
+            """CREATE TEMP TABLE several AS SELECT DISTINCT jid FROM (
+                SELECT jid, lag(jid) OVER (ORDER BY jid) AS previous FROM j WHERE cls = 'ok') WHERE jid = previous"""
         )
+        several = "JOIN several USING (jid) WHERE j.cls = 'ok'"
+        if not full:
+            con.execute(
+                f"CREATE TEMP TABLE mrows AS SELECT j.*, {_flags_sql('reason')}, 0 AS tie_rank FROM j {several}"
+            )
+            # Rows of one job tied in Start and End are put in order by their content (see
+            # lost._order), which this table does not keep; exact duplicates are such a tie.
+            if con.execute(
+                "SELECT count(*) FROM mrows GROUP BY jid, st, e HAVING count(*) > 1 LIMIT 1"
+            ).fetchall():
+                raise _NeedsText
+        else:
+            # (JobName, the order's last text field, is left out: two attempts tied on everything
+            # before it are the same in every sum, whichever comes first)
+            con.execute(
+                f"""CREATE TEMP TABLE mrows AS
+                SELECT j.*, {_flags_sql("reason")},
+                       row_number() OVER (PARTITION BY jid ORDER BY state, reason, job_id, t.ord, nl, u, a, p,
+                                                                   coalesce(sub, -1)) AS tie_rank
+                FROM j JOIN tres t ON t.tres = j.tres {several}"""
+            )
+            dups = con.execute(
+                """SELECT coalesce(sum(n - 1), 0) FROM (
+                    SELECT count(*) AS n FROM mrows
+                    GROUP BY jid, job_id, state, tres, u, a, p, nl, reason, h, st, en, sub, t_st, t_en, t_sub)"""
+            ).fetchone()[0]
+            if dups:
+                raise NeedsReference(f"{dups} exact duplicate row(s): line numbers")
     con.execute(
         """CREATE TEMP TABLE multi AS
         SELECT jid, count(*) AS n, bool_or(state = 'REQUEUED') AND bool_or(state = 'FAILED') AS requeued
@@ -690,28 +709,54 @@ def run(
 ) -> Tuple[Dict[Tuple, _Acc], _Acc, ParseStats]:
     """The report's accumulators and parse statistics for a saved dump or the archive."""
     now_i = int(now if now is not None else time.time())
-    rules = _Rules(window.start, min(window.end, now_i), filters or Filters())
+    args = (src, by, prices, max_gpus, prolog_requeue_seconds, drains, lost_window_hours, threads)
+    try:
+        return _run(_Rules(window.start, min(window.end, now_i), filters or Filters()), *args)
+    except _NeedsText:  # (only real in odd or hostile data: read the dump again, whole)
+        return _run(_Rules(window.start, min(window.end, now_i), filters or Filters()), *args, full=True)
+
+
+def _run(
+    rules: _Rules,
+    src: FileSource,
+    by: Sequence[str],
+    prices: Optional[PriceTable],
+    max_gpus: int,
+    prolog_requeue_seconds: float,
+    drains: Optional[Sequence[DrainEvent]],
+    lost_window_hours: float,
+    threads: Optional[int],
+    full: bool = False,
+) -> Tuple[Dict[Tuple, _Acc], _Acc, ParseStats]:
     stats = ParseStats()
     typed = src.relation is not None
     priced = bool(prices and prices.enabled)
     with session(threads) as con:
+        extra = _extra_columns(by, rules.filters, priced, bool(drains))
         if src.relation is None:
-            _load_file(con, _Plan(src), rules, stats)
+            _load_file(con, _Plan(src), rules, stats, extra, full)
         else:
-            extra = _extra_columns(by, rules.filters, priced, bool(drains))
             everything, filtered_all = _load_relation(con, src.relation, rules, extra)
-        fused = typed and all(d in FIELD_DIMS for d in by)
+        fused = all(d in FIELD_DIMS for d in by)
         partial = None
         if fused:
-            # the archive, grouped by row fields: one pass over its rows gives the class counts
-            # and the sums; the checks that may hand the report to the reference follow it
-            if priced:
+            # grouped by row fields: one pass over the rows gives the class counts and the
+            # sums; the checks that may hand the report to the reference follow it
+            if priced or not typed:
                 _tres_tables(con, "SELECT DISTINCT tres FROM j WHERE cls = 'ok'", max_gpus, prices, False)
             if drains:
                 _suspect(con, drains, lost_window_hours)
-            partial = _first_pass(con, by, rules, priced, bool(drains))
+            partial = _first_pass(con, by, rules, priced, bool(drains), typed)
         counts = _check_rows(
-            con, max_gpus, prices, "gpu_type" in by, src, typed, rules, partial.classes if partial else None
+            con,
+            max_gpus,
+            prices,
+            "gpu_type" in by,
+            src,
+            typed,
+            rules,
+            partial.classes if partial else None,
+            full,
         )
         if typed:  # the archive's rows outside the window were not read: count them as the reference
             pruned_filtered = filtered_all - counts.get("filtered", 0)
@@ -730,7 +775,8 @@ def run(
 
 
 def _extra_columns(by: Sequence[str], filters: Filters, priced: bool, drains: bool) -> List[str]:
-    """The text columns a report over the archive reads beyond the typed ones."""
+    """The text columns a report reads beyond the ones every report reads (JobIDRaw, State,
+    the times, AllocTRES for a dump and the GPU count for the archive)."""
     need = []
     for col, dim, values in (
         ("u", "user", filters.users),
@@ -761,7 +807,9 @@ def _attempts_sql(
         gpus, tres = "", "LEFT JOIN tres t ON t.tres = j.tres" if priced else ""
         pg = "t.pg" if priced else "CAST(0 AS DOUBLE)"
     else:
-        gpus, tres, pg = "t.gpus,", "JOIN tres t ON t.tres = j.tres", "t.pg"
+        # (LEFT: the table has the AllocTRES of the counted rows, and the first pass also
+        # counts the others)
+        gpus, tres, pg = "t.gpus,", "LEFT JOIN tres t ON t.tres = j.tres", "t.pg"
     return f"""SELECT j.*, {gpus} {pg} AS pg, {sus} AS sus,
            CASE WHEN j.sub IS NOT NULL AND j.st > {lo} AND j.st >= j.sub THEN j.st - j.sub END AS wait,
            CASE WHEN j.state IN {_in_list(LOST_STATES)} THEN j.state END AS cause
@@ -841,12 +889,14 @@ class _FirstPass:
     classes: List[Tuple]
 
 
-def _first_pass(con, by: Sequence[str], rules: _Rules, priced: bool, with_sus: bool) -> _FirstPass:
+def _first_pass(
+    con, by: Sequence[str], rules: _Rules, priced: bool, with_sus: bool, typed: bool
+) -> _FirstPass:
     """Sums by (keys, state, cause) of the counted rows and the count of every class, in one
-    pass over the archive's rows (grouping by row fields only: each attempt is one piece)."""
+    pass over the rows (grouping by row fields only: each attempt is one piece)."""
     pieces = _pieces_sql(con, by, rules)
     nk = len(pieces.keys)
-    everything = _attempts_sql(rules.lo, with_sus, True, priced, "j", only_counted=False)
+    everything = _attempts_sql(rules.lo, with_sus, typed, priced, "j", only_counted=False)
     kref = "".join(f"k{i}, " for i in range(nk))
     con.execute(
         f"""CREATE TEMP TABLE first_pass AS
