@@ -21,7 +21,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from report_engines import timed  # noqa: E402
+from report_engines import compile_package, timed  # noqa: E402
 
 VIEWS = ["user", "account,user", "state", "partition", "gpu_type", "node", "day", "week", "month"]
 
@@ -37,6 +37,7 @@ def main() -> None:
     ap.add_argument("--views", default=" ".join(VIEWS), help="space-separated --by values")
     ap.add_argument("--reuse", action="store_true", help="time the views of an archive already ingested")
     args = ap.parse_args()
+    compile_package()
     py = sys.executable
     with open("/proc/loadavg") as fh:
         load_before = fh.read().split()[:3]

@@ -175,7 +175,8 @@ def _write_multi(con: duckdb.DuckDBPyConnection, directory: str) -> None:
         f"""CREATE OR REPLACE TEMP TABLE mr AS
         SELECT * FROM {files_sql} WHERE jid_i IN (SELECT jid_i FROM {files_sql} GROUP BY 1 HAVING count(*) > 1)"""
     )
-    _tres_tables(con, 'SELECT DISTINCT "AllocTRES" FROM mr', sys.maxsize, None, False, name="tres_order")
+    distinct = [t for (t,) in con.execute('SELECT DISTINCT "AllocTRES" FROM mr').fetchall()]
+    _tres_tables(con, distinct, sys.maxsize, None, False, name="tres_order")
     fd, tmp = tempfile.mkstemp(prefix=".multi-", suffix=".parquet", dir=directory)
     os.close(fd)
     # (lost._order after Start and End; JobName, its last text field, is left out: two

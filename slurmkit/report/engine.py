@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import shutil
 import tempfile
 import time
@@ -63,6 +64,7 @@ from slurmkit.slurm.parse import ParseError, expand_hostlist
 #: Columns read beyond the expected ones: a trailing delimiter and surplus fields
 #: (a ``|`` in a job name). A row that fills the last one may have lost fields.
 EXTRA = 3
+log = logging.getLogger("slurmkit.report")
 _NULL = "\u0000slurmkit-no-null\u0001"  # DuckDB's nullstr: no field ever equals it
 _UNKNOWN_SQL = "('Unknown', 'None', '', 'N/A')"
 
@@ -305,6 +307,8 @@ class _Rules:
     filters: Filters
     #: (first clipped Start, last clipped End) of the counted rows, once classified
     span: Optional[Tuple[int, int]] = None
+    #: the distinct NodeLists of the counted rows, when the class count listed them
+    nodelists: Optional[List[str]] = None
 
     def inside(self) -> str:
         """The archive's rows that can touch the window (by the typed columns; Parquet row groups
@@ -410,7 +414,7 @@ def _load_file(
     if wrong:
         raise NeedsReference(f"{wrong} malformed row(s): line numbers")
     if no_jid > blank_n:
-        raise _NeedsText
+        raise _NeedsText(f"{no_jid - blank_n} JobIDRaw value(s) that are not plain numbers")
     stats.step_rows += rows_read - rows_n
     if blank_n:
         con.execute("DELETE FROM j WHERE shape = 4")
@@ -501,18 +505,30 @@ def _check_rows(
     rules: "_Rules",
     classes: Optional[List[Tuple]] = None,
     full: bool = False,
+    with_nodes: bool = False,
 ) -> Dict[str, int]:
     """Counts per class; :class:`NeedsReference` for any row the reference reports by line:
     malformed or impossible, a garbage or impossible AllocTRES, an exact duplicate. ``typed``:
     ``j`` has the GPU count of each row (the archive) and the AllocTRES text only when the
     report prices or splits by GPU type. ``classes``: ``(cls, rows, max GPUs, first s, last
-    e)`` when the aggregation already counted them."""
-    rows = (
-        classes
-        or con.execute(
-            f"SELECT cls, count(*), {'max(gpus)' if typed else 'NULL'}, min(s), max(e) FROM j GROUP BY cls"
+    e)`` when the aggregation already counted them. ``with_nodes``: the report splits by node
+    (the distinct NodeLists are listed in the same pass, see :func:`_node_table`)."""
+    need_tres = classes is None and (not typed or with_types or bool(prices and prices.enabled))
+    if classes is None:
+        # (the same pass lists the AllocTRES and NodeList values the look-up tables need)
+        lists = [
+            "list(DISTINCT tres) FILTER (WHERE cls = 'ok')" if need_tres else "NULL",
+            "list(DISTINCT nl) FILTER (WHERE cls = 'ok')" if with_nodes else "NULL",
+        ]
+        found = con.execute(
+            f"SELECT cls, count(*), {'max(gpus)' if typed else 'NULL'}, min(s), max(e), {', '.join(lists)} "
+            "FROM j GROUP BY cls"
         ).fetchall()
-    )
+        rows = [r[:5] for r in found]
+        ok = next((r for r in found if r[0] == "ok"), None)
+        tres_values, rules.nodelists = (ok[5] or [], ok[6] or []) if ok else ([], [])
+    else:
+        rows = classes
     counts = {cls: n for cls, n, *_ in rows}
     rules.span = next(((lo, hi) for cls, _, _, lo, hi in rows if cls == "ok"), None)
     if counts.get("bad"):
@@ -520,9 +536,8 @@ def _check_rows(
     most = max((m for cls, _, m, *_ in rows if cls == "ok" and m is not None), default=None)
     if most is not None and most > max_gpus:
         raise NeedsReference("more GPUs than report.max_gpus: line numbers")
-    if classes is None and (not typed or with_types or (prices and prices.enabled)):
-        # (with ``classes``, the first pass made the table it needed already)
-        _tres_tables(con, "SELECT DISTINCT tres FROM j WHERE cls = 'ok'", max_gpus, prices, with_types)
+    if need_tres:  # (with ``classes``, the first pass made the table it needed already)
+        _tres_tables(con, tres_values, max_gpus, prices, with_types)
     _multi_rows(con, src, typed, rules, full)
     return counts
 
@@ -576,7 +591,7 @@ def _multi_rows(con, src: "FileSource", typed: bool, rules: "_Rules", full: bool
             if con.execute(
                 "SELECT count(*) FROM mrows GROUP BY jid, st, e HAVING count(*) > 1 LIMIT 1"
             ).fetchall():
-                raise _NeedsText
+                raise _NeedsText("rows of one job tied in Start and End")
         else:
             # (JobName, the order's last text field, is left out: two attempts tied on everything
             # before it are the same in every sum, whichever comes first)
@@ -601,14 +616,24 @@ def _multi_rows(con, src: "FileSource", typed: bool, rules: "_Rules", full: bool
     )
 
 
+def _distinct(con, column: str) -> List[Optional[str]]:
+    """The distinct values of ``column`` over the counted rows of ``j``."""
+    return [v for (v,) in con.execute(f"SELECT DISTINCT {column} FROM j WHERE cls = 'ok'").fetchall()]
+
+
 def _tres_tables(
-    con, distinct_sql: str, max_gpus: int, prices: Optional[PriceTable], with_types: bool, name: str = "tres"
+    con,
+    values: Iterable[Optional[str]],
+    max_gpus: int,
+    prices: Optional[PriceTable],
+    with_types: bool,
+    name: str = "tres",
 ) -> None:
     """``tres(tres, gpus, pg, ord)``: GPU count, priced GPUs and the rank of the parsed value
-    (for the attempt order) of each AllocTRES ``distinct_sql`` names, by the reference's
+    (for the attempt order) of each distinct AllocTRES in ``values``, by the reference's
     ``parse_gpu_tres``; for the ``gpu_type`` split, ``ts(tres, gtype, w, pw)``."""
     parsed = {}
-    for (t,) in con.execute(distinct_sql).fetchall():
+    for t in values:
         try:
             g = sacct.parse_gpu_tres((t or "").strip())
         except ParseError:
@@ -712,7 +737,8 @@ def run(
     args = (src, by, prices, max_gpus, prolog_requeue_seconds, drains, lost_window_hours, threads)
     try:
         return _run(_Rules(window.start, min(window.end, now_i), filters or Filters()), *args)
-    except _NeedsText:  # (only real in odd or hostile data: read the dump again, whole)
+    except _NeedsText as exc:  # (rare in real data)
+        log.info("duckdb engine: %s; reading the dump again with every text field", exc)
         return _run(_Rules(window.start, min(window.end, now_i), filters or Filters()), *args, full=True)
 
 
@@ -743,7 +769,7 @@ def _run(
             # grouped by row fields: one pass over the rows gives the class counts and the
             # sums; the checks that may hand the report to the reference follow it
             if priced or not typed:
-                _tres_tables(con, "SELECT DISTINCT tres FROM j WHERE cls = 'ok'", max_gpus, prices, False)
+                _tres_tables(con, _distinct(con, "tres"), max_gpus, prices, False)
             if drains:
                 _suspect(con, drains, lost_window_hours)
             partial = _first_pass(con, by, rules, priced, bool(drains), typed)
@@ -757,6 +783,7 @@ def _run(
             rules,
             partial.classes if partial else None,
             full,
+            with_nodes="node" in by,
         )
         if typed:  # the archive's rows outside the window were not read: count them as the reference
             pruned_filtered = filtered_all - counts.get("filtered", 0)
@@ -987,7 +1014,7 @@ def _pieces_sql(con, by: Sequence[str], rules: _Rules) -> _Pieces:
             ratio = f"(CASE WHEN a.gpus = 0 THEN 1.0 ELSE {g} / a.gpus END)"
             g, pc = f"(ts.w * {ratio})", f"(ts.pw * {ratio})"
         elif d == "node":
-            node_repeats = _node_table(con)
+            node_repeats = _node_table(con, rules.nodelists)
             joins.append("JOIN nodes n ON n.nl = a.nl")
             keys.append("n.node")
             whole.append("n.first")
@@ -1075,14 +1102,14 @@ def _repeats(con, pieces_sql: str, nk: int, groups: Dict[Tuple, _Acc]) -> None:
             groups[tuple(row[:nk])].njobs -= row[nk]
 
 
-def _node_table(con) -> bool:
+def _node_table(con, nodelists: Optional[List[str]]) -> bool:
     """``nodes(nl, node, share, repeated, first)``: each NodeList's nodes (one row per
     occurrence) and the even share of each, by the reference's own expansion, whether it names
     a node twice, and its first node. Returns whether any NodeList names a node twice."""
     rows = []
     any_repeated = False
     cache: Dict[str, Tuple[str, ...]] = {}
-    for (nl,) in con.execute("SELECT DISTINCT nl FROM j WHERE cls = 'ok'").fetchall():
+    for nl in nodelists if nodelists is not None else _distinct(con, "nl"):
         ns = _nodes_of(nl, cache)
         repeated = len(set(ns)) < len(ns)
         any_repeated = any_repeated or repeated

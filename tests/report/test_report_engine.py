@@ -432,3 +432,113 @@ def test_engine_refuses_a_pipe(cli, tmp_path):
     os.mkfifo(fifo)
     res = cli("report", "--sacct-file", str(fifo), "--engine", "duckdb", "--json")
     assert res.exit_code == 2 and "reads a regular file" in res.stderr
+
+
+# --------------------------------------------------------------------------- the narrow table and its second reading
+
+_HEADER = "|".join(sacct.FIELDS) + "\n"
+
+
+def _row_text(jid="7", state="COMPLETED", start=str(BASE), end=str(BASE + 3600), name="train", job_id=None):
+    fields = dict.fromkeys(sacct.FIELDS, "")
+    fields.update(
+        JobID=job_id or jid,
+        JobIDRaw=jid,
+        State=state,
+        AllocTRES="gres/gpu=2",
+        Submit=str(BASE - 60),
+        Start=start,
+        End=end,
+        ElapsedRaw="3600",
+        User="alice",
+        Account="research",
+        Partition="gpu",
+        NodeList="node1",
+        Reason="None",
+        JobName=name,
+    )
+    return "|".join(fields[f] for f in sacct.FIELDS) + "\n"
+
+
+def _both(tmp_path, text, by=("user",), monkeypatch=None):
+    """(reference report, engine report, the engine's readings: False = narrow, True = whole)."""
+    path = tmp_path / "dump.txt"
+    path.write_text(text, newline="")
+    window = resolve_window(default_unbounded=True)
+    now = BASE + 3 * 86400
+    ref, ref_stats = _reference(str(path), window, now, list(by), None, None)
+    readings = []
+    real_run = engine._run
+
+    def spy(*args, full=False):
+        readings.append(full)
+        return real_run(*args, full=full)
+
+    monkeypatch.setattr(engine, "_run", spy)
+    groups, total, stats = engine.run(
+        engine.probe_file(str(path)),
+        window=window,
+        now=now,
+        filters=None,
+        by=list(by),
+        prices=None,
+        max_gpus=sacct.DEFAULT_MAX_GPUS,
+        prolog_requeue_seconds=120,
+    )
+    assert stats.to_dict() == ref_stats.to_dict()
+    got = finish(groups, total, list(by), priced=False, health=False)
+    return ref, got, readings
+
+
+def test_rows_of_one_job_tied_in_time_are_read_again_whole(tmp_path, monkeypatch):
+    """Two attempts of job 7 with the same Start and End but different names are two attempts, not
+    duplicates: the narrow table cannot order them, so the dump is read again with every field."""
+    text = _HEADER + _row_text(name="a") + _row_text(name="b") + _row_text(jid="8")
+    ref, got, readings = _both(tmp_path, text, monkeypatch=monkeypatch)
+    assert readings == [False, True]
+    assert got.totals == ref.totals and got.rows == ref.rows
+    assert got.totals["jobs"] == 2 and got.totals["gpu_hours"] == pytest.approx(6.0)
+
+
+def test_exact_duplicate_rows_go_to_the_reference(tmp_path, monkeypatch):
+    text = _HEADER + _row_text() + _row_text() + _row_text(jid="8")
+    with pytest.raises(engine.NeedsReference, match="duplicate"):
+        _both(tmp_path, text, monkeypatch=monkeypatch)
+
+
+def test_job_ids_that_are_not_plain_numbers_are_read_as_text(tmp_path, monkeypatch):
+    """JobIDRaw "0123" and "123" are two jobs to the reference; as numbers they would be one."""
+    text = _HEADER + _row_text(jid="123") + _row_text(jid="0123", start=str(BASE + 10))
+    ref, got, readings = _both(tmp_path, text, monkeypatch=monkeypatch)
+    assert readings == [False, True]
+    assert got.totals == ref.totals and got.totals["jobs"] == 2
+
+
+def test_plain_dump_is_read_once_narrow(tmp_path, monkeypatch):
+    text = _HEADER + _row_text() + _row_text(jid="8", state="REQUEUED", end=str(BASE + 60))
+    text += _row_text(jid="8", state="FAILED", start=str(BASE + 120), end=str(BASE + 180))
+    ref, got, readings = _both(tmp_path, text, by=("user", "state"), monkeypatch=monkeypatch)
+    assert readings == [False]
+    assert got.totals == ref.totals and got.rows == ref.rows
+
+
+@pytest.mark.parametrize(
+    "start", ["1234567e03", "+179280000", " 179280000", "1_79280000", "0179280000", "1.79280e9"]
+)
+def test_times_the_cast_takes_but_the_reference_does_not(tmp_path, monkeypatch, start):
+    """DuckDB's cast to BIGINT takes these; the reference's parser calls them bad times (line numbers)."""
+    text = _HEADER + _row_text(start=start) + _row_text(jid="8")
+    with pytest.raises(engine.NeedsReference):
+        _both(tmp_path, text, monkeypatch=monkeypatch)
+
+
+@pytest.mark.parametrize("newline", ["\r\n", "\r", "\n"])
+def test_line_breaks_and_empty_lines_count_as_the_reference_does(tmp_path, monkeypatch, newline):
+    """Step rows are counted from the rows DuckDB's reader read; it breaks lines where Python's
+    universal newlines do and skips empty lines, which the reference does not count either."""
+    step = _row_text(jid="7.batch", job_id="7.batch")
+    lines = [_HEADER, _row_text(), step, "\n", "  \n", step, _row_text(jid="8"), "\n"]
+    text = "".join(line.replace("\n", newline) for line in lines)
+    ref, got, readings = _both(tmp_path, text, monkeypatch=monkeypatch)
+    assert readings == [False]
+    assert got.totals == ref.totals
