@@ -373,8 +373,9 @@ def _load_file(
     one job tie in Start and End is read so (:class:`_NeedsText`; exact duplicates are such a
     tie)."""
     columns = {"u": plan.user, "a": plan.account, "p": plan.partition, "nl": plan.nodelist, "name": plan.name}
-    # (JobIDRaw as a number: a fifth less to store and group than its text)
-    text = {"jid": plan.raw if full else _fast_int(plan.raw, 1, 18)}
+    # (JobIDRaw as a number: a fifth less to store and group than its text; a file without
+    # JobIDRaw has JobID there, whose array tasks, 123_4, are text)
+    text = {"jid": plan.raw if full or plan.raw == plan.jobid else _fast_int(plan.raw, 1, 18)}
     text.update(state=_state_sql(plan.state_raw), tres=plan.tres)
     text.update((k, columns[k]) for k in extra if k in columns)
     if full:
