@@ -343,14 +343,22 @@ def _state_sql(expr: str) -> str:
     return f"split_part({expr}, ' ', 1)"
 
 
-def _fast_int(expr: str, shortest: int, longest: int) -> str:
-    """SQL: the value of a text of ``shortest`` to ``longest`` plain ASCII digits without a
-    leading zero, else NULL (left to the slower, exact rules). Cheaper than :func:`_digits`:
-    DuckDB's cast also takes ``" 12"``, ``"+12"``, ``"1_2"``, ``"1.5"`` or ``"0x1f"``, each
-    of which has fewer digits in its value than characters, and ``"1e9"``, which has an ``e``."""
-    v = f"TRY_CAST({expr} AS BIGINT)"
-    plain = f"{v} >= CAST(10 AS BIGINT) ** (length({expr}) - 1) AND NOT contains({expr}, 'e') AND NOT contains({expr}, 'E')"
-    return f"(CASE WHEN length({expr}) BETWEEN {shortest} AND {longest} THEN (CASE WHEN {plain} THEN {v} END) END)"
+def _plain_int(name: str, shortest: int, longest: int) -> str:
+    """SQL: the value of text ``r_{name}`` when it is ``shortest`` to ``longest`` plain ASCII
+    digits without a leading zero, else NULL (left to the slower, exact rules); ``v_{name}``
+    is its ``TRY_CAST`` to BIGINT and ``l_{name}`` its length, computed once beforehand.
+
+    DuckDB's cast also takes ``" 12"``, ``"+12"``, ``"1_2"``, ``"1.5"``, ``"0x1f"`` and
+    ``"12e2"``. The first four have fewer digits in their value than characters; hex, octal
+    and binary start with ``0``; an exponent form with as many digits in its value as
+    characters has an exponent of at least 2 more than its decimals, so its value ends in
+    ``00``. Only those values are compared as text (turning every value back into text, as
+    :func:`_digits` does, costs a fifth of the scan)."""
+    v, n, text = f"v_{name}", f"l_{name}", f"r_{name}"
+    return (
+        f"CASE WHEN {n} BETWEEN {shortest} AND {longest} AND {v} >= CAST(10 AS BIGINT) ** ({n} - 1) "
+        f"AND NOT starts_with({text}, '0') AND ({v} % 100 <> 0 OR CAST({v} AS VARCHAR) = {text}) THEN {v} END"
+    )
 
 
 def _load_file(
@@ -360,9 +368,10 @@ def _load_file(
     stats: ParseStats,
     extra: Sequence[str],
     full: bool = False,
-) -> None:
+) -> Optional[List[str]]:
     """Scan the dump once into table ``j``: the job rows, classified; the step rows are
-    counted, not kept.
+    counted, not kept. Returns the distinct AllocTRES of the counted rows (None when ISO
+    times were converted afterwards: the classes changed).
 
     ``j`` keeps only what this report's rules read, so that millions of rows fit in memory:
     JobIDRaw, the normalised State, AllocTRES, the ``extra`` text columns (see
@@ -373,10 +382,15 @@ def _load_file(
     one job tie in Start and End is read so (:class:`_NeedsText`; exact duplicates are such a
     tie)."""
     columns = {"u": plan.user, "a": plan.account, "p": plan.partition, "nl": plan.nodelist, "name": plan.name}
-    # (JobIDRaw as a number: a fifth less to store and group than its text; a file without
-    # JobIDRaw has JobID there, whose array tasks, 123_4, are text)
-    text = {"jid": plan.raw if full or plan.raw == plan.jobid else _fast_int(plan.raw, 1, 18)}
-    text.update(state=_state_sql(plan.state_raw), tres=plan.tres)
+    # numbers: the times, epochs of 9 or 10 digits (1973 to 2286; any other text is decided by
+    # the exact rules), and JobIDRaw (a fifth less to store and group than its text; a file
+    # without JobIDRaw has JobID there, whose array tasks, 123_4, are text)
+    numbers = {"st": (plan.start, 9, 10), "en": (plan.end, 9, 10), "sub": (plan.submit or "''", 9, 10)}
+    text = {"state": _state_sql(plan.state_raw), "tres": plan.tres}
+    if full or plan.raw == plan.jobid:
+        text["jid"] = plan.raw
+    else:
+        numbers["jid"] = (plan.raw, 1, 18)
     text.update((k, columns[k]) for k in extra if k in columns)
     if full:
         text.update((k, columns[k]) for k in ("u", "a", "p", "nl"))
@@ -385,10 +399,15 @@ def _load_file(
         others = [n for n in plan.names if n not in kept | {plan.start, plan.end, plan.submit}]
         text["h"] = "hash(" + ", ".join(others) + ")" if others else "0"
     text["r_reason"] = plan.reason
-    times = {"st": plan.start, "en": plan.end, "sub": plan.submit or "''"}
     inner = ", ".join(f"{v} AS {k}" for k, v in text.items())
-    # (epochs of 9 or 10 digits, 1973 to 2286: any other time text is decided by the exact rules)
-    inner += ", " + ", ".join(f"{_fast_int(v, 9, 10)} AS {k}, {v} AS r_{k}" for k, v in times.items())
+    inner += "".join(
+        f", TRY_CAST({v} AS BIGINT) AS v_{k}, length({v}) AS l_{k}, {v} AS r_{k}"
+        for k, (v, _, _) in numbers.items()
+    )
+    parts = ", ".join(f"v_{k}, l_{k}" for k in numbers)
+    checked = ", ".join(f"{_plain_int(k, lo, hi)} AS {k}" for k, (_, lo, hi) in numbers.items())
+    times = ("st", "en", "sub")
+    texts_used = ", ".join(f"r_{k}" for k in numbers)
     shape = (
         f"CASE WHEN {plan.overflow} THEN 3 WHEN f1 IS NULL AND trim(f0) = '' THEN 4 "
         f"WHEN {plan.surplus} THEN 2 WHEN NOT coalesce({plan.count_ok}, FALSE) THEN 1 ELSE 0 END"
@@ -399,16 +418,19 @@ def _load_file(
     con.execute(
         f"""CREATE TEMP TABLE j AS
         SELECT *, {rules.derived("iso")} FROM (
-            SELECT * EXCLUDE (r_st, r_en, r_sub, r_reason), {texts},
+            SELECT * EXCLUDE ({texts_used}, r_reason), {texts},
                    CASE WHEN state IN ('REQUEUED', 'FAILED') THEN r_reason END AS reason FROM (
-                SELECT {inner}, CAST({shape} AS UTINYINT) AS shape
-                FROM {plan.reader()} WHERE NOT coalesce({plan.step}, FALSE)))"""
+                SELECT * EXCLUDE ({parts}), {checked} FROM (
+                    SELECT {inner}, CAST({shape} AS UTINYINT) AS shape
+                    FROM {plan.reader()} WHERE NOT coalesce({plan.step}, FALSE))))"""
     )
     rows_read = _rows_read(con)
     con.execute("PRAGMA disable_profiling")
-    wrong, surplus, blank_n, rows_n, no_jid = con.execute(
+    wrong, surplus, blank_n, rows_n, no_jid, iso, tres = con.execute(
         """SELECT count(*) FILTER (WHERE shape = 1), count(*) FILTER (WHERE shape IN (2, 3)),
-                  count(*) FILTER (WHERE shape = 4), count(*), count(*) FILTER (WHERE jid IS NULL) FROM j"""
+                  count(*) FILTER (WHERE shape = 4), count(*), count(*) FILTER (WHERE jid IS NULL),
+                  count(*) FILTER (WHERE cls = 'iso' AND shape <> 4),
+                  list(DISTINCT tres) FILTER (WHERE cls = 'ok') FROM j"""
     ).fetchone()
     if surplus:
         raise NeedsReference("rows with surplus fields")
@@ -419,10 +441,11 @@ def _load_file(
     stats.step_rows += rows_read - rows_n
     if blank_n:
         con.execute("DELETE FROM j WHERE shape = 4")
-    if con.execute("SELECT count(*) FROM j WHERE cls = 'iso'").fetchone()[0]:
+    if iso:
         _convert_iso(con, rules)
     con.execute("ALTER TABLE j RENAME TO job_rows")
     con.execute("CREATE TEMP VIEW j AS SELECT rowid AS rid, * FROM job_rows")
+    return None if iso else (tres or [])
 
 
 def _load_relation(
@@ -760,8 +783,9 @@ def _run(
     priced = bool(prices and prices.enabled)
     with session(threads) as con:
         extra = _extra_columns(by, rules.filters, priced, bool(drains))
+        tres_values: Optional[List[str]] = None
         if src.relation is None:
-            _load_file(con, _Plan(src), rules, stats, extra, full)
+            tres_values = _load_file(con, _Plan(src), rules, stats, extra, full)
         else:
             everything, filtered_all = _load_relation(con, src.relation, rules, extra)
         fused = all(d in FIELD_DIMS for d in by)
@@ -770,7 +794,8 @@ def _run(
             # grouped by row fields: one pass over the rows gives the class counts and the
             # sums; the checks that may hand the report to the reference follow it
             if priced or not typed:
-                _tres_tables(con, _distinct(con, "tres"), max_gpus, prices, False)
+                values = tres_values if tres_values is not None else _distinct(con, "tres")
+                _tres_tables(con, values, max_gpus, prices, False)
             if drains:
                 _suspect(con, drains, lost_window_hours)
             partial = _first_pass(con, by, rules, priced, bool(drains), typed)

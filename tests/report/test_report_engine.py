@@ -542,3 +542,32 @@ def test_line_breaks_and_empty_lines_count_as_the_reference_does(tmp_path, monke
     ref, got, readings = _both(tmp_path, text, monkeypatch=monkeypatch)
     assert readings == [False]
     assert got.totals == ref.totals
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.text(alphabet="0123456789eE+-._ xXbBoO\t", min_size=1, max_size=12),
+            st.integers(min_value=0, max_value=10**12).map(str),
+            st.builds(lambda m, e: f"{m}e{e}", st.integers(1, 10**9), st.integers(0, 12)),
+            st.text(min_size=1, max_size=12),
+        ),
+        min_size=1,
+        max_size=50,
+    )
+)
+def test_plain_int_takes_exactly_plain_digits(texts):
+    """The engine's cheap number test agrees with the reference's rule (ASCII digits only) on every
+    text it takes, and takes every plain number of the lengths asked for, without a leading zero."""
+    con = duckdb.connect()
+    for shortest, longest in ((9, 10), (1, 18)):  # epochs, JobIDRaw
+        got = con.execute(
+            f"""SELECT r_x, {engine._plain_int("x", shortest, longest)} FROM (
+                SELECT r_x, TRY_CAST(r_x AS BIGINT) AS v_x, length(r_x) AS l_x FROM (SELECT unnest(?) AS r_x))""",
+            [texts],
+        ).fetchall()
+        for text, value in got:
+            plain = text.isascii() and text.isdigit() and not text.startswith("0")
+            plain = plain and shortest <= len(text) <= longest
+            assert value == (int(text) if plain else None), text
