@@ -60,11 +60,12 @@ def main() -> None:
     ap.add_argument("--by", default="user")
     ap.add_argument("--timeout", type=float, default=300, help="seconds per command run")
     ap.add_argument("--engines", default="duckdb,python")
+    ap.add_argument("--awks", default="mawk,gawk", help="the awks to time (mawk is the baseline)")
     args = ap.parse_args()
     compile_package()
     py = sys.executable
     commands = {}
-    for awk in ("mawk", "gawk"):
+    for awk in args.awks.split(","):
         if shutil.which(awk):
             commands[awk] = [awk, "-F", "|", AWK, args.file]
     for eng in args.engines.split(","):
