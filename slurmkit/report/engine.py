@@ -436,7 +436,7 @@ def _load_file(
         raise NeedsReference("rows with surplus fields")
     if wrong:
         raise NeedsReference(f"{wrong} malformed row(s): line numbers")
-    if no_jid > blank_n:
+    if no_jid > blank_n and not full:
         raise _NeedsText(f"{no_jid - blank_n} JobIDRaw value(s) that are not plain numbers")
     stats.step_rows += rows_read - rows_n
     if blank_n:
