@@ -235,6 +235,20 @@ def _compare(a, b, tol):
             assert a[k] == b[k], k
 
 
+def _same_report(ref, got, by, tol):
+    """The same rows (by their group keys; ranks may differ only among equal inexact values) and
+    totals, to ``tol`` where values are floating point."""
+    a = {tuple(r[d] for d in by): r for r in ref.rows}
+    b = {tuple(r[d] for d in by): r for r in got.rows}
+    assert a.keys() == b.keys()
+    for k in a:
+        ra, rb = dict(a[k]), dict(b[k])
+        if tol:
+            ra.pop("rank"), rb.pop("rank")
+        _compare(ra, rb, tol)
+    _compare(ref.totals, got.totals, tol)
+
+
 @settings(
     max_examples=150,
     deadline=None,
@@ -307,15 +321,7 @@ def test_generated_dumps_same_answer(
     assert [tuple(r[d] for d in by) for r in got.rows] == [
         tuple(r[d] for d in by) for r in ref.rows
     ] or tol  # equal-hours ties may order differently only when values are inexact
-    a = {tuple(r[d] for d in by): r for r in ref.rows}
-    b = {tuple(r[d] for d in by): r for r in got.rows}
-    assert a.keys() == b.keys()
-    for k in a:
-        ra, rb = dict(a[k]), dict(b[k])
-        if tol:
-            ra.pop("rank"), rb.pop("rank")
-        _compare(ra, rb, tol)
-    _compare(ref.totals, got.totals, tol)
+    _same_report(ref, got, by, tol)
 
 
 def test_auto_engine_by_file_size(cli, fixture_path, monkeypatch):
@@ -399,14 +405,7 @@ def test_archive_same_answer_as_reference_over_its_rows(
     got = finish(groups, total, by, priced=priced, health=drains is not None)
     assert stats.to_dict() == ref_stats.to_dict()
     tol = 1e-6 if any(d in ("node", "gpu_type") for d in by) or priced else 0
-    a = {tuple(r[d] for d in by): r for r in ref.rows}
-    b = {tuple(r[d] for d in by): r for r in got.rows}
-    assert a.keys() == b.keys()
-    for k in a:
-        ra, rb = dict(a[k]), dict(b[k])
-        ra.pop("rank"), rb.pop("rank")
-        _compare(ra, rb, tol)
-    _compare(ref.totals, got.totals, tol)
+    _same_report(ref, got, by, tol)
 
 
 def test_session_spills_to_a_private_directory_it_removes(tmp_path, monkeypatch):
@@ -609,12 +608,4 @@ def test_attempt_chains_same_answer_in_one_narrow_reading(tmp_path_factory, monk
     with monkeypatch.context() as m:
         ref, got, readings = _both(tmp_path_factory.mktemp("chains"), text, by=by, monkeypatch=m)
     assert readings == [False]
-    tol = 1e-6 if "node" in by else 0  # (a 2-node job's halves are floating point)
-    _compare(ref.totals, got.totals, tol)
-    a = {tuple(r[d] for d in by): r for r in ref.rows}
-    b = {tuple(r[d] for d in by): r for r in got.rows}
-    assert a.keys() == b.keys()
-    for k in a:
-        ra, rb = dict(a[k]), dict(b[k])
-        ra.pop("rank"), rb.pop("rank")
-        _compare(ra, rb, tol)
+    _same_report(ref, got, by, 1e-6 if "node" in by else 0)  # (a 2-node job's halves are floats)
