@@ -22,9 +22,13 @@ in bounded memory. It reads a saved dump **once**:
    second reading, by content); suspect attempts by joining
    their nodes with the drain windows; the jobs with several attempts, for distinct-job
    counts.
-4. **Aggregate**: one ``GROUP BY`` (keys, state, lost cause) when grouping by row fields,
-   else one over the pieces (GPU type x node x period) and one over the attempts for the
-   totals.
+4. **Aggregate**: one ``GROUP BY`` that also counts the classes. By row fields, one group
+   per (keys, state). By a period, the attempts are grouped by the periods of their Start
+   and last second, and Python spreads each group's sums over the periods between (a
+   piece's GPU-seconds are linear in its attempt's times). By node or GPU type, they are
+   grouped by NodeList or AllocTRES, and the grouped sums are split by the look-up tables.
+   Only a view by a period *and* by node or GPU type splits every attempt into pieces in
+   SQL, after a pass that counts the classes.
 
 A malformed or impossible row must be reported with its line number, which DuckDB's
 reader does not keep: when any row is one, :class:`NeedsReference` asks the caller to run
@@ -54,7 +58,7 @@ import duckdb
 
 from slurmkit.errors import UsageError
 from slurmkit.report import sacct
-from slurmkit.report.aggregate import FIELD_DIMS, PeriodSplitter, _Acc, _nodes_of, _type_split
+from slurmkit.report.aggregate import FIELD_DIMS, TIME_DIMS, PeriodSplitter, _Acc, _nodes_of, _type_split
 from slurmkit.report.cost import PriceTable
 from slurmkit.report.lost import LOST_STATES, PROLOG_CAUSE, DrainEvent
 from slurmkit.report.sacct import Filters, ParseStats
@@ -640,9 +644,9 @@ def _multi_rows(con, src: "FileSource", typed: bool, rules: "_Rules", full: bool
     )
 
 
-def _distinct(con, column: str) -> List[Optional[str]]:
-    """The distinct values of ``column`` over the counted rows of ``j``."""
-    return [v for (v,) in con.execute(f"SELECT DISTINCT {column} FROM j WHERE cls = 'ok'").fetchall()]
+def _distinct(con, column: str, table: str = "j") -> List[Optional[str]]:
+    """The distinct values of ``column`` over the counted rows of ``table``."""
+    return [v for (v,) in con.execute(f"SELECT DISTINCT {column} FROM {table} WHERE cls = 'ok'").fetchall()]
 
 
 def _tres_tables(
@@ -788,17 +792,19 @@ def _run(
             tres_values = _load_file(con, _Plan(src), rules, stats, extra, full)
         else:
             everything, filtered_all = _load_relation(con, src.relation, rules, extra)
-        fused = all(d in FIELD_DIMS for d in by)
+        # one pass over the rows gives the class counts and the sums (see _one_pass); the
+        # checks that may hand the report to the reference follow it
+        fused = _one_pass(by)
         partial = None
         if fused:
-            # grouped by row fields: one pass over the rows gives the class counts and the
-            # sums; the checks that may hand the report to the reference follow it
+            if any(d in TIME_DIMS for d in by):
+                rules.span = _span_bound(con, rules, src)
             if priced or not typed:
                 values = tres_values if tres_values is not None else _distinct(con, "tres")
                 _tres_tables(con, values, max_gpus, prices, False)
             if drains:
                 _suspect(con, drains, lost_window_hours)
-            partial = _first_pass(con, by, rules, priced, bool(drains), typed)
+            partial = _first_pass(con, by, rules, priced, bool(drains), typed, max_gpus, prices)
         counts = _check_rows(
             con,
             max_gpus,
@@ -825,6 +831,38 @@ def _run(
             _suspect(con, drains, lost_window_hours)
         groups, total = _aggregate(con, by, rules, priced, bool(drains), typed, partial)
     return groups, total, stats
+
+
+def _one_pass(by: Sequence[str]) -> bool:
+    """Whether :func:`_first_pass` answers the view in one pass over the rows: by row fields,
+    and either one period or the GPU type and/or the node. (A view by a period and by the GPU
+    type or the node splits each attempt both ways, pieces by the look-up tables, after a
+    pass that counts the classes and lists the values the tables need.)"""
+    periods = sum(d in TIME_DIMS for d in by)
+    looked_up = any(d in _LOOKUPS for d in by)
+    return all(d in FIELD_DIMS or d in TIME_DIMS or d in _LOOKUPS for d in by) and not (periods and looked_up)
+
+
+#: the dimensions an attempt is split by through a look-up table of its AllocTRES or NodeList
+_LOOKUPS = ("gpu_type", "node")
+
+
+#: a window up to this long bounds the period tables as it is (no query for the rows' own span)
+_SPAN_AS_WINDOW = 2 * 366 * 86400
+
+
+def _span_bound(con, rules: _Rules, src: FileSource) -> Tuple[int, int]:
+    """Bounds of the counted rows' clipped times before their classes are counted (for the
+    period tables): the window when it is up to two years long; else a dump's from its table,
+    the archive's from the earliest Start of the row groups read (one column) and the window's
+    end."""
+    if rules.hi - rules.lo <= _SPAN_AS_WINDOW:
+        return rules.lo, rules.hi
+    if src.relation is not None:
+        first = con.execute(f"SELECT min(st) FROM {src.relation.format(where=rules.inside())}").fetchone()[0]
+        return (max(rules.lo, first) if first is not None else rules.hi - 1), rules.hi
+    lo, hi = con.execute("SELECT min(s), max(e) FROM j WHERE cls = 'ok'").fetchone()
+    return (lo, hi) if lo is not None else (rules.hi - 1, rules.hi)
 
 
 def _extra_columns(by: Sequence[str], filters: Filters, priced: bool, drains: bool) -> List[str]:
@@ -868,6 +906,10 @@ def _attempts_sql(
            CASE WHEN j.state IN {_in_list(LOST_STATES)} THEN j.state END AS cause
         FROM {table} j {tres} {join_sus}
         WHERE {"j.cls = 'ok'" if only_counted else "TRUE"}"""
+
+
+#: the states whose GPU time is lost (the cause of :func:`_attempts_sql`)
+_LOST = frozenset(LOST_STATES)
 
 
 def _fold(acc: _Acc, state: str, cause: Optional[str], gs, cost, n, wsum, wn, sgs) -> None:
@@ -943,17 +985,29 @@ class _FirstPass:
 
 
 def _first_pass(
-    con, by: Sequence[str], rules: _Rules, priced: bool, with_sus: bool, typed: bool
+    con,
+    by: Sequence[str],
+    rules: _Rules,
+    priced: bool,
+    with_sus: bool,
+    typed: bool,
+    max_gpus: int,
+    prices: Optional[PriceTable],
 ) -> _FirstPass:
-    """Sums by (keys, state, cause) of the counted rows and the count of every class, in one
-    pass over the rows (grouping by row fields only: each attempt is one piece)."""
+    """Sums by (keys, state) of the counted rows and the count of every class, in one pass over
+    the rows (a state's lost cause is the state, see :data:`_LOST`): grouping by row fields (each attempt is one piece), or by row fields
+    and a period (see :func:`_period_first_pass`)."""
+    everything = _attempts_sql(rules.lo, with_sus, typed, priced, "j", only_counted=False)
+    if any(d in _LOOKUPS for d in by):
+        return _lookup_first_pass(con, by, rules, everything, priced, with_sus, max_gpus, prices)
     pieces = _pieces_sql(con, by, rules)
     nk = len(pieces.keys)
-    everything = _attempts_sql(rules.lo, with_sus, typed, priced, "j", only_counted=False)
+    if pieces.split:
+        return _period_first_pass(con, by, rules, pieces, everything, priced, with_sus)
     kref = "".join(f"k{i}, " for i in range(nk))
     con.execute(
         f"""CREATE TEMP TABLE first_pass AS
-        SELECT cls, {kref} state, cause, CAST(sum(gpus * secs) AS BIGINT) AS gs, sum(pg * secs) AS cost,
+        SELECT cls, {kref} state, CAST(sum(gpus * secs) AS BIGINT) AS gs, sum(pg * secs) AS cost,
                count(*) AS n, CAST(sum(wait) AS BIGINT) AS wsum, count(wait) AS wn,
                CAST(sum(gpus * secs) FILTER (WHERE sus) AS BIGINT) AS sgs,
                max(gpus) AS most, min(s) AS lo, max(e) AS hi
@@ -966,13 +1020,15 @@ def _first_pass(
     # (BIGINT sums: Python converts them faster than DuckDB's 128-bit ones; a sum that does not
     # fit fails the query, and the reference answers)
     rows = con.execute(
-        f"SELECT {kref} state, cause, gs, coalesce(cost, 0), n, coalesce(wsum, 0), wn, coalesce(sgs, 0) "
+        f"SELECT {kref} state, gs, coalesce(cost, 0), n, coalesce(wsum, 0), wn, coalesce(sgs, 0) "
         "FROM first_pass WHERE cls = 'ok'"
     ).fetchall()
     get = groups.get
+    lost = _LOST
     for row in rows:  # (a tight loop: a year's report by account and user is ~60,000 rows)
         key = row[:nk]
-        state, cause, gs, cost, n, wsum, wn, sgs = row[nk:]
+        state, gs, cost, n, wsum, wn, sgs = row[nk:]
+        cause = state if state in lost else None  # (as _attempts_sql; not a group key: cheaper)
         acc = get(key)
         if acc is None:
             acc = groups[key] = _Acc()
@@ -993,6 +1049,182 @@ def _first_pass(
     total.njobs = 0
     for acc in groups.values():
         _merge_acc(total, acc)
+    return _FirstPass(groups, total, pieces, classes)
+
+
+def _period_first_pass(
+    con, by: Sequence[str], rules: _Rules, pieces: "_Pieces", everything: str, priced: bool, with_sus: bool
+) -> _FirstPass:
+    """The first pass of a view by row fields and a period, without splitting any attempt in
+    SQL (making each attempt's list of periods and joining their bounds cost most of the pass).
+
+    Attempts are grouped by their keys, state and the periods ``i0`` of their Start and
+    ``i1`` of their last second. An attempt in one period is one piece. One over several
+    periods has a piece in each: ``[s, hi(i0))``, the whole periods between, ``[lo(i1), e)``.
+    The sums of such pieces are linear in the attempts' sums: ``sum(g * (hi - s)) = hi *
+    sum(g) - sum(g * s)``, so the pass sums ``g``, ``g * s`` and ``g * e`` (times measured from
+    the span's start, to keep them small; whole GPU-seconds stay integers and so exact) and
+    Python spreads them over the periods. Queue waits and attempts count in the period of
+    the Start, as in the reference."""
+    nk = len(pieces.keys)
+    at = next(i for i, d in enumerate(by) if d in TIME_DIMS)
+    fields = {"user": "a.u", "account": "a.a", "partition": "a.p", "state": "a.state"}
+    keys = "".join(f"{fields[d]} AS k{i}, " for i, d in enumerate(by) if i != at)
+    origin = (rules.span or (rules.lo, rules.hi))[0]
+
+    def sums(name: str, value: Optional[str], only: str = "") -> str:
+        """``{name}``: the sum over whole attempts; ``{name}0/s/e``: of ``value``, ``value * s``
+        and ``value * e`` (NULL when the report does not need it: no prices, no drains)."""
+        if value is None:
+            return f"NULL AS {name}, NULL AS {name}0, NULL AS {name}s, NULL AS {name}e"
+        return (
+            f"sum({value} * (e - s)){only} AS {name}, sum({value}){only} AS {name}0, "
+            f"sum({value} * (s - {origin})){only} AS {name}s, sum({value} * (e - {origin})){only} AS {name}e"
+        )
+
+    ok = "CASE WHEN a.cls = 'ok' THEN {} END"
+    con.execute(
+        f"""CREATE TEMP TABLE first_pass AS
+        SELECT cls, {keys} i0, i1, state, count(*) AS n, sum(wait) AS wsum, count(wait) AS wn,
+               {sums("g", "gpus")}, {sums("c", "pg" if priced else None)},
+               {sums("u", "gpus" if with_sus else None, " FILTER (WHERE sus)")},
+               max(gpus) AS most, min(s) AS lo, max(e) AS hi
+        FROM (SELECT a.*, b0.idx AS i0, b1.idx AS i1 FROM ({everything}) a
+              LEFT JOIN buckets b0 ON b0.b = {ok.format("a.s // 900")}
+              LEFT JOIN buckets b1 ON b1.b = {ok.format("greatest(a.e - 1, a.s) // 900")}) a
+        GROUP BY ALL"""
+    )
+    classes = con.execute(
+        "SELECT cls, sum(n), max(most), min(lo), max(hi) FROM first_pass GROUP BY cls"
+    ).fetchall()
+    periods = {
+        i: (label, lo - origin, hi - origin)
+        for i, label, lo, hi in con.execute("SELECT idx, label, lo, hi FROM periods").fetchall()
+    }
+    groups: Dict[Tuple, _Acc] = {}
+    total = _Acc()
+    total.njobs = 0
+    rows = con.execute("SELECT * EXCLUDE (cls, most, lo, hi) FROM first_pass WHERE cls = 'ok'").fetchall()
+    for row in rows:
+        i0, i1, state, n, wsum, wn, *linear = row[nk - 1 :]
+        g, g0, gs, ge, c, c0, cs, ce, u, u0, us, ue = (v or 0 for v in linear)
+        head = row[: nk - 1]
+        cause = state if state in _LOST else None
+        _fold(total, state, cause, g, c, n, wsum, wn, u)
+        if i0 == i1:
+            parts = [(i0, g, c, u)]
+        else:
+            first_hi, last_lo = periods[i0][2], periods[i1][1]
+            parts = [(i0, first_hi * g0 - gs, first_hi * c0 - cs, first_hi * u0 - us)]
+            for i in range(i0 + 1, i1):
+                span = periods[i][2] - periods[i][1]
+                parts.append((i, span * g0, span * c0, span * u0))
+            parts.append((i1, ge - last_lo * g0, ce - last_lo * c0, ue - last_lo * u0))
+        for i, piece_gs, piece_cost, piece_sgs in parts:
+            key = (*head[:at], periods[i][0], *head[at:])
+            acc = groups.get(key)
+            if acc is None:
+                acc = groups[key] = _Acc()
+                acc.njobs = 0
+            first = i == i0
+            _fold(
+                acc,
+                state,
+                cause,
+                piece_gs,
+                piece_cost,
+                n if first else 0,
+                wsum if first else 0,
+                wn if first else 0,
+                piece_sgs,
+            )
+            acc.njobs += n
+    return _FirstPass(groups, total, pieces, classes)
+
+
+def _lookup_first_pass(
+    con,
+    by: Sequence[str],
+    rules: _Rules,
+    everything: str,
+    priced: bool,
+    with_sus: bool,
+    max_gpus: int,
+    prices: Optional[PriceTable],
+) -> _FirstPass:
+    """The first pass of a view by row fields and the GPU type and/or the node, without
+    splitting any attempt row by row (the join with the look-up tables multiplies the rows).
+
+    Attempts are grouped by their keys, state and AllocTRES and/or NodeList: a few distinct
+    values, which are all the look-up tables need. A piece's GPU-seconds are its share of
+    its attempt's (the node's even share, the type's GPUs), so each group's sums are split
+    by joining the small grouped table with the look-up tables."""
+    fields = {"user": "a.u", "account": "a.a", "partition": "a.p", "state": "a.state"}
+    keys = [f"{fields[d]} AS f{i}" for i, d in enumerate(by) if d in FIELD_DIMS]
+    typed_split, node_split = "gpu_type" in by, "node" in by
+    if typed_split:
+        keys.append("a.tres AS tres")
+    if node_split:
+        keys.append("a.nl AS nl")
+
+    def sums(name: str, value: Optional[str]) -> str:
+        """``{name}``: the sum of ``value`` over whole attempts, ``{name}_sus``: over the suspect ones."""
+        if value is None:
+            return f"NULL AS {name}, NULL AS {name}_sus"
+        sus = f"sum({value}) FILTER (WHERE sus)" if with_sus else "NULL"
+        return f"sum({value}) AS {name}, {sus} AS {name}_sus"
+
+    con.execute(
+        f"""CREATE TEMP TABLE first_pass AS
+        SELECT cls, {", ".join(keys)}, state, count(*) AS n, sum(wait) AS wsum, count(wait) AS wn,
+               {sums("g", "gpus * (e - s)")}, {sums("c", "pg * (e - s)" if priced else None)},
+               {sums("t", "e - s" if typed_split else None)},
+               max(gpus) AS most, min(s) AS lo, max(e) AS hi
+        FROM ({everything}) a GROUP BY ALL"""
+    )
+    classes = con.execute(
+        "SELECT cls, sum(n), max(most), min(lo), max(hi) FROM first_pass GROUP BY cls"
+    ).fetchall()
+    if typed_split:
+        _tres_tables(con, _distinct(con, "tres", "first_pass"), max_gpus, prices, True)
+    if node_split:
+        rules.nodelists = _distinct(con, "nl", "first_pass")
+    pieces = _pieces_sql(con, by, rules)
+    # a piece's share of its attempt: of the type's GPUs (of all its time; a job with no GPU
+    # is one piece of no GPU), and/or the node's even share
+    joins, share, gsecs = [], "1.0", "g"
+    if typed_split:
+        joins.append("JOIN ts ON ts.tres = a.tres")
+        share, gsecs = "ts.w", "t"
+    if node_split:
+        joins.append("JOIN nodes n ON n.nl = a.nl")
+        share = f"{share} * n.share"
+    cost = "ts.pw * n.share" if typed_split and node_split else "ts.pw" if typed_split else None
+    piece_keys = ", ".join(
+        f"f{i} AS k{i}" if d in FIELD_DIMS else f"{'ts.gtype' if d == 'gpu_type' else 'n.node'} AS k{i}"
+        for i, d in enumerate(by)
+    )
+    groups: Dict[Tuple, _Acc] = {}
+    nk = len(by)
+    for row in con.execute(
+        f"""SELECT {piece_keys}, state, sum({share} * {gsecs}), sum({f"{cost} * t" if cost else f"{share} * c"}),
+               sum(n), sum(wsum), sum(wn), sum({share} * {gsecs}_sus), sum(n)
+        FROM first_pass a {" ".join(joins)} WHERE cls = 'ok' GROUP BY ALL"""
+    ).fetchall():
+        key, (state, gs, cost_sum, n, wsum, wn, sgs, pieces_n) = row[:nk], row[nk:]
+        acc = groups.get(key)
+        if acc is None:
+            acc = groups[key] = _Acc()
+            acc.njobs = 0
+        _fold(acc, state, state if state in _LOST else None, gs, cost_sum, n, wsum, wn, sgs)
+        acc.njobs += pieces_n
+    total = _Acc()
+    total.njobs = 0
+    for state, gs, cost_sum, n, wsum, wn, sgs in con.execute(
+        "SELECT state, sum(g), sum(c), sum(n), sum(wsum), sum(wn), sum(g_sus) FROM first_pass WHERE cls = 'ok' "
+        "GROUP BY state"
+    ).fetchall():
+        _fold(total, state, state if state in _LOST else None, gs, cost_sum, n, wsum, wn, sgs)
     return _FirstPass(groups, total, pieces, classes)
 
 

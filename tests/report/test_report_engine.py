@@ -270,6 +270,7 @@ def _same_report(ref, got, by, tol):
             ["gpu_type"],
             ["user", "gpu_type", "day"],
             ["partition", "node", "month"],
+            ["account", "gpu_type", "node"],
         ]
     ),
     windowed=st.booleans(),
@@ -343,7 +344,16 @@ def test_auto_engine_by_file_size(cli, fixture_path, monkeypatch):
     data=st.data(),
     iso=st.booleans(),
     by=st.sampled_from(
-        [[], ["user"], ["account", "user"], ["day"], ["node"], ["gpu_type"], ["state", "week"]]
+        [
+            [],
+            ["user"],
+            ["account", "user"],
+            ["day"],
+            ["node"],
+            ["gpu_type"],
+            ["state", "week"],
+            ["user", "node"],
+        ]
     ),
     windowed=st.booleans(),
     drained=st.booleans(),
@@ -609,3 +619,123 @@ def test_attempt_chains_same_answer_in_one_narrow_reading(tmp_path_factory, monk
         ref, got, readings = _both(tmp_path_factory.mktemp("chains"), text, by=by, monkeypatch=m)
     assert readings == [False]
     _same_report(ref, got, by, 1e-6 if "node" in by else 0)  # (a 2-node job's halves are floats)
+
+
+# --------------------------------------------------------------------------- attempts over many periods
+
+
+@st.composite
+def _long_attempts(draw):
+    """Dump text of attempts from none to ten weeks long, over two month ends and the Europe/Berlin
+    DST change, some still running: the day, week and month views split most of them."""
+    lines = [_HEADER]
+    for jid in range(1, draw(st.integers(1, 10)) + 1):
+        start = BASE - 60 * 86400 + draw(st.integers(0, 63 * 86400))
+        for _ in range(draw(st.integers(1, 3))):
+            duration = draw(
+                st.sampled_from([0, 1, 900, 86399, 86400, 86401, 7 * 86400, 35 * 86400])
+                | st.integers(0, 70 * 86400)
+            )
+            state = draw(st.sampled_from(["COMPLETED", "FAILED", "REQUEUED", "NODE_FAIL", "RUNNING"]))
+            end = "Unknown" if state == "RUNNING" and draw(st.booleans()) else str(start + duration)
+            fields = _row_text(jid=str(jid), state=state, start=str(start), end=end).rstrip("\n").split("|")
+            fields[sacct.FIELDS.index("Submit")] = str(start - draw(st.integers(-60, 7200)))
+            fields[sacct.FIELDS.index("AllocTRES")] = draw(st.sampled_from(_GOOD_TRES))
+            fields[sacct.FIELDS.index("User")] = draw(st.sampled_from(["alice", "bob"]))
+            fields[sacct.FIELDS.index("Account")] = draw(st.sampled_from(["research", "ops"]))
+            fields[sacct.FIELDS.index("NodeList")] = draw(st.sampled_from(["node1", "node2", "node[1-2]"]))
+            lines.append("|".join(fields) + "\n")
+            start += duration + draw(st.integers(1, 86400))
+    return "".join(lines)
+
+
+@settings(
+    max_examples=120,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(
+    text=_long_attempts(),
+    by=st.sampled_from(
+        [("day",), ("week",), ("month",), ("user", "day"), ("month", "account"), ("state", "week")]
+    ),
+    windowed=st.booleans(),
+    priced=st.booleans(),
+    drained=st.booleans(),
+)
+def test_attempts_over_many_periods_same_answer(
+    tmp_path_factory, monkeypatch, text, by, windowed, priced, drained
+):
+    """A view by period sums each attempt's pieces from per-group sums (``_period_first_pass``):
+    attempts over many days, weeks and months, cut by the window, equal the reference's pieces."""
+    monkeypatch.setenv("TZ", "Europe/Berlin")
+    time.tzset()
+    sacct.clear_time_caches()
+    path = tmp_path_factory.mktemp("long") / "dump.txt"
+    path.write_text(text)
+    now = BASE + 3 * 86400
+    window = (
+        Window(BASE - 30 * 86400 + 12345, BASE + 2 * 86400 + 7, "w")
+        if windowed
+        else resolve_window(default_unbounded=True)
+    )
+    prices = PriceTable({"h100": 2.5}, 1.25) if priced else None
+    drains = [DrainEvent("node2", BASE - 20 * 86400), DrainEvent("node1", BASE + 86400)] if drained else None
+    ref, ref_stats = _reference(str(path), window, now, list(by), prices, drains)
+    groups, total, stats = engine.run(
+        engine.probe_file(str(path)),
+        window=window,
+        now=now,
+        filters=None,
+        by=list(by),
+        prices=prices,
+        max_gpus=sacct.DEFAULT_MAX_GPUS,
+        prolog_requeue_seconds=120,
+        drains=drains,
+    )
+    got = finish(groups, total, list(by), priced=priced, health=drains is not None)
+    assert stats.to_dict() == ref_stats.to_dict()
+    _same_report(ref, got, list(by), 1e-6 if priced else 0)  # (whole GPU-seconds are exact)
+
+
+@pytest.mark.parametrize("by", [("node",), ("gpu_type",), ("gpu_type", "node"), ("user", "node")])
+def test_split_by_lookup_shares_suspect_hours(tmp_path, by):
+    """A view by node or GPU type splits each group's sums by the look-up tables
+    (``_lookup_first_pass``): suspect hours split like the rest. Job 1 ran on node[1-2] and job 2 on
+    node2 before node2 was drained (both suspect); job 3 on node1 only."""
+
+    def row(jid, nodes, tres, start, end):
+        fields = _row_text(jid=jid, start=str(start), end=str(end)).rstrip("\n").split("|")
+        fields[sacct.FIELDS.index("NodeList")] = nodes
+        fields[sacct.FIELDS.index("AllocTRES")] = tres
+        return "|".join(fields) + "\n"
+
+    path = tmp_path / "dump.txt"
+    path.write_text(
+        _HEADER
+        + row("1", "node[1-2]", "gres/gpu=4", BASE, BASE + 3600)
+        + row("2", "node2", "gres/gpu:a100=2,gres/gpu:h100=2,gres/gpu=4", BASE + 1800, BASE + 5400)
+        + row("3", "node1", "gres/gpu=1", BASE, BASE + 3600)
+    )
+    window, now = resolve_window(default_unbounded=True), BASE + 3 * 86400
+    drains = [DrainEvent("node2", BASE + 7200)]
+    ref, _ = _reference(str(path), window, now, list(by), None, drains)
+    groups, total, _ = engine.run(
+        engine.probe_file(str(path)),
+        window=window,
+        now=now,
+        filters=None,
+        by=list(by),
+        prices=None,
+        max_gpus=sacct.DEFAULT_MAX_GPUS,
+        prolog_requeue_seconds=120,
+        drains=drains,
+    )
+    got = finish(groups, total, list(by), priced=False, health=True)
+    _same_report(ref, got, list(by), 1e-9)
+    if by == ("node",):  # by hand: node1 2 + 1 GPU-hours (2 suspect), node2 2 + 4 (all suspect)
+        rows = {r["node"]: (r["gpu_hours"], r["suspect_gpu_hours"]) for r in got.rows}
+        assert rows == {"node1": (3.0, 2.0), "node2": (6.0, 6.0)}
+    if by == ("gpu_type",):
+        rows = {r["gpu_type"]: r["suspect_gpu_hours"] for r in got.rows}
+        assert rows["a100"] == rows["h100"] == 2.0
