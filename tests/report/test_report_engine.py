@@ -448,7 +448,10 @@ def test_engine_refuses_a_pipe(cli, tmp_path):
 _HEADER = "|".join(sacct.FIELDS) + "\n"
 
 
-def _row_text(jid="7", state="COMPLETED", start=str(BASE), end=str(BASE + 3600), name="train", job_id=None):
+def _row_text(
+    jid="7", state="COMPLETED", start=str(BASE), end=str(BASE + 3600), name="train", job_id=None, **more
+):
+    """One job row; ``more``: other fields by their sacct name (``NodeList="node[1-2]"``)."""
     fields = dict.fromkeys(sacct.FIELDS, "")
     fields.update(
         JobID=job_id or jid,
@@ -466,6 +469,7 @@ def _row_text(jid="7", state="COMPLETED", start=str(BASE), end=str(BASE + 3600),
         Reason="None",
         JobName=name,
     )
+    fields.update(more)
     return "|".join(fields[f] for f in sacct.FIELDS) + "\n"
 
 
@@ -593,12 +597,17 @@ def _attempt_chains(draw):
         for _ in range(draw(st.integers(1, 4))):
             duration = draw(st.sampled_from([0, 60, 119, 120, 121, 600, 7200]))
             state = draw(st.sampled_from(["REQUEUED", "FAILED", "COMPLETED", "NODE_FAIL", "PREEMPTED"]))
-            row = _row_text(jid=str(jid), state=state, start=str(start), end=str(start + duration))
-            fields = row.rstrip("\n").split("|")
-            fields[sacct.FIELDS.index("Reason")] = draw(_reason)
-            fields[sacct.FIELDS.index("User")] = draw(st.sampled_from(["alice", "bob"]))
-            fields[sacct.FIELDS.index("NodeList")] = draw(st.sampled_from(["node1", "node[1-2]"]))
-            lines.append("|".join(fields) + "\n")
+            lines.append(
+                _row_text(
+                    jid=str(jid),
+                    state=state,
+                    start=str(start),
+                    end=str(start + duration),
+                    Reason=draw(_reason),
+                    User=draw(st.sampled_from(["alice", "bob"])),
+                    NodeList=draw(st.sampled_from(["node1", "node[1-2]"])),
+                )
+            )
             start += duration + draw(st.integers(1, 3600))
     return "".join(lines)
 
@@ -638,13 +647,19 @@ def _long_attempts(draw):
             )
             state = draw(st.sampled_from(["COMPLETED", "FAILED", "REQUEUED", "NODE_FAIL", "RUNNING"]))
             end = "Unknown" if state == "RUNNING" and draw(st.booleans()) else str(start + duration)
-            fields = _row_text(jid=str(jid), state=state, start=str(start), end=end).rstrip("\n").split("|")
-            fields[sacct.FIELDS.index("Submit")] = str(start - draw(st.integers(-60, 7200)))
-            fields[sacct.FIELDS.index("AllocTRES")] = draw(st.sampled_from(_GOOD_TRES))
-            fields[sacct.FIELDS.index("User")] = draw(st.sampled_from(["alice", "bob"]))
-            fields[sacct.FIELDS.index("Account")] = draw(st.sampled_from(["research", "ops"]))
-            fields[sacct.FIELDS.index("NodeList")] = draw(st.sampled_from(["node1", "node2", "node[1-2]"]))
-            lines.append("|".join(fields) + "\n")
+            lines.append(
+                _row_text(
+                    jid=str(jid),
+                    state=state,
+                    start=str(start),
+                    end=end,
+                    Submit=str(start - draw(st.integers(-60, 7200))),
+                    AllocTRES=draw(st.sampled_from(_GOOD_TRES)),
+                    User=draw(st.sampled_from(["alice", "bob"])),
+                    Account=draw(st.sampled_from(["research", "ops"])),
+                    NodeList=draw(st.sampled_from(["node1", "node2", "node[1-2]"])),
+                )
+            )
             start += duration + draw(st.integers(1, 86400))
     return "".join(lines)
 
@@ -705,10 +720,7 @@ def test_split_by_lookup_shares_suspect_hours(tmp_path, by):
     node2 before node2 was drained (both suspect); job 3 on node1 only."""
 
     def row(jid, nodes, tres, start, end):
-        fields = _row_text(jid=jid, start=str(start), end=str(end)).rstrip("\n").split("|")
-        fields[sacct.FIELDS.index("NodeList")] = nodes
-        fields[sacct.FIELDS.index("AllocTRES")] = tres
-        return "|".join(fields) + "\n"
+        return _row_text(jid=jid, start=str(start), end=str(end), NodeList=nodes, AllocTRES=tres)
 
     path = tmp_path / "dump.txt"
     path.write_text(
