@@ -835,9 +835,9 @@ def _run(
 
 def _one_pass(by: Sequence[str]) -> bool:
     """Whether :func:`_first_pass` answers the view in one pass over the rows: by row fields,
-    and either one period or the GPU type and/or the node. (A view by a period and by the GPU
-    type or the node splits each attempt both ways, pieces by the look-up tables, after a
-    pass that counts the classes and lists the values the tables need.)"""
+    and either one period or the GPU type and/or the node. A view by a period and by the GPU
+    type or the node is split attempt by attempt in SQL, after a pass that counts the classes
+    and lists the values the look-up tables need."""
     periods = sum(d in TIME_DIMS for d in by)
     looked_up = any(d in _LOOKUPS for d in by)
     return all(d in FIELD_DIMS or d in TIME_DIMS or d in _LOOKUPS for d in by) and not (periods and looked_up)
@@ -908,6 +908,8 @@ def _attempts_sql(
         WHERE {"j.cls = 'ok'" if only_counted else "TRUE"}"""
 
 
+#: the row fields a view groups by, in the attempts of :func:`_attempts_sql`
+_FIELD_SQL = {"user": "a.u", "account": "a.a", "partition": "a.p", "state": "a.state"}
 #: the states whose GPU time is lost (the cause of :func:`_attempts_sql`)
 _LOST = frozenset(LOST_STATES)
 
@@ -994,9 +996,10 @@ def _first_pass(
     max_gpus: int,
     prices: Optional[PriceTable],
 ) -> _FirstPass:
-    """Sums by (keys, state) of the counted rows and the count of every class, in one pass over
-    the rows (a state's lost cause is the state, see :data:`_LOST`): grouping by row fields (each attempt is one piece), or by row fields
-    and a period (see :func:`_period_first_pass`)."""
+    """Sums by (keys, state) of the counted rows and the count of every class, in one pass
+    over the rows (a state's lost cause is the state, see :data:`_LOST`): by row fields (each
+    attempt is one piece), by row fields and a period (:func:`_period_first_pass`), or by
+    row fields and the GPU type and/or the node (:func:`_lookup_first_pass`)."""
     everything = _attempts_sql(rules.lo, with_sus, typed, priced, "j", only_counted=False)
     if any(d in _LOOKUPS for d in by):
         return _lookup_first_pass(con, by, rules, everything, priced, with_sus, max_gpus, prices)
@@ -1068,8 +1071,7 @@ def _period_first_pass(
     the Start, as in the reference."""
     nk = len(pieces.keys)
     at = next(i for i, d in enumerate(by) if d in TIME_DIMS)
-    fields = {"user": "a.u", "account": "a.a", "partition": "a.p", "state": "a.state"}
-    keys = "".join(f"{fields[d]} AS k{i}, " for i, d in enumerate(by) if i != at)
+    keys = "".join(f"{_FIELD_SQL[d]} AS k{i}, " for i, d in enumerate(by) if i != at)
     origin = (rules.span or (rules.lo, rules.hi))[0]
 
     def sums(name: str, value: Optional[str], only: str = "") -> str:
@@ -1159,8 +1161,7 @@ def _lookup_first_pass(
     values, which are all the look-up tables need. A piece's GPU-seconds are its share of
     its attempt's (the node's even share, the type's GPUs), so each group's sums are split
     by joining the small grouped table with the look-up tables."""
-    fields = {"user": "a.u", "account": "a.a", "partition": "a.p", "state": "a.state"}
-    keys = [f"{fields[d]} AS f{i}" for i, d in enumerate(by) if d in FIELD_DIMS]
+    keys = [f"{_FIELD_SQL[d]} AS f{i}" for i, d in enumerate(by) if d in FIELD_DIMS]
     typed_split, node_split = "gpu_type" in by, "node" in by
     if typed_split:
         keys.append("a.tres AS tres")
@@ -1208,16 +1209,16 @@ def _lookup_first_pass(
     nk = len(by)
     for row in con.execute(
         f"""SELECT {piece_keys}, state, sum({share} * {gsecs}), sum({f"{cost} * t" if cost else f"{share} * c"}),
-               sum(n), sum(wsum), sum(wn), sum({share} * {gsecs}_sus), sum(n)
+               sum(n), sum(wsum), sum(wn), sum({share} * {gsecs}_sus)
         FROM first_pass a {" ".join(joins)} WHERE cls = 'ok' GROUP BY ALL"""
     ).fetchall():
-        key, (state, gs, cost_sum, n, wsum, wn, sgs, pieces_n) = row[:nk], row[nk:]
+        key, (state, gs, cost_sum, n, wsum, wn, sgs) = row[:nk], row[nk:]
         acc = groups.get(key)
         if acc is None:
             acc = groups[key] = _Acc()
             acc.njobs = 0
         _fold(acc, state, state if state in _LOST else None, gs, cost_sum, n, wsum, wn, sgs)
-        acc.njobs += pieces_n
+        acc.njobs += n  # (each piece is one attempt in its group; see _repeats)
     total = _Acc()
     total.njobs = 0
     for state, gs, cost_sum, n, wsum, wn, sgs in con.execute(
@@ -1253,7 +1254,6 @@ class _Pieces(str):
 
 
 def _pieces_sql(con, by: Sequence[str], rules: _Rules) -> _Pieces:
-    fields = {"user": "a.u", "account": "a.a", "partition": "a.p", "state": "a.state"}
     joins, keys, whole = [], [], ["TRUE"]
     g, pc = "CAST(a.gpus AS DOUBLE)", "a.pg"
     secs, first = "(a.e - a.s)", "TRUE"
@@ -1264,7 +1264,7 @@ def _pieces_sql(con, by: Sequence[str], rules: _Rules) -> _Pieces:
         g = "a.gpus"
     for d in by:
         if d in FIELD_DIMS:
-            keys.append(fields[d])
+            keys.append(_FIELD_SQL[d])
         elif d == "gpu_type":
             joins.append("JOIN ts ON ts.tres = a.tres")
             keys.append("ts.gtype")
