@@ -311,9 +311,8 @@ def _run_engine(
 ):
     """``(report, stats, engine meta)`` from the DuckDB engine, or ``(None, None, meta)``
     when the input needs the reference path (rows to report with line numbers)."""
-    import duckdb
-
     from slurmkit.report import engine, sacct
+    from slurmkit.report.duck import duckdb
 
     columns = sacct.parse_column_list(sacct_columns) if sacct_columns is not None else None
     src = engine.probe_file(sacct_file, columns, _delimiter(sacct_delimiter))

@@ -38,11 +38,10 @@ import sys
 import tempfile
 from typing import Dict, Iterator, List, Optional, Tuple
 
-import duckdb
-
 from slurmkit.core import files, trust
 from slurmkit.errors import UsageError
 from slurmkit.report import sacct
+from slurmkit.report.duck import duckdb
 from slurmkit.report.engine import (
     _UNKNOWN_SQL,
     FileSource,

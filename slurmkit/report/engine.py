@@ -54,12 +54,11 @@ import time
 from dataclasses import dataclass
 from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
-import duckdb
-
 from slurmkit.errors import UsageError
 from slurmkit.report import sacct
 from slurmkit.report.aggregate import FIELD_DIMS, TIME_DIMS, PeriodSplitter, _Acc, _nodes_of, _type_split
 from slurmkit.report.cost import PriceTable
+from slurmkit.report.duck import duckdb
 from slurmkit.report.lost import LOST_STATES, PROLOG_CAUSE, DrainEvent
 from slurmkit.report.sacct import Filters, ParseStats
 from slurmkit.report.window import Window
@@ -319,19 +318,33 @@ class _Rules:
         whose statistics fail it are skipped)."""
         return f"WHERE (start_s < {self.hi} OR start_s IS NULL) AND (end_s >= {self.lo} OR end_s IS NULL)"
 
-    def derived(self, undecided: str) -> str:
+    def derived(self, undecided: str, typed: bool = False) -> str:
         """SQL columns computed from ``st``/``en``/``sub`` (epochs, NULL when the text was not
         one) and ``t_st``/``t_en``/``t_sub`` (the text where it was not an epoch): the class of
         the row in the reference parser's order, and the clipped ``s``/``e``. A time text that is not an epoch is
-        ``undecided`` (``'iso'``: converted in a second step) or ``'bad'``."""
+        ``undecided`` (``'iso'``: converted in a second step) or ``'bad'``.
+
+        ``typed``: the columns of the archive's relation (:func:`slurmkit.report.archive._relation`),
+        whose texts only say that an epoch is missing: ``t_en`` and ``t_sub`` are ``'Unknown'``
+        exactly when ``en`` and ``sub`` are NULL, and ``t_st`` is never an unknown word. The
+        tests on the texts are then tests on NULL, the same classes for a tenth less of the
+        first pass's time."""
         lo, hi, earliest = self.lo, self.hi, sacct.EARLIEST_TIME
-        running = f"(t_en IN {_UNKNOWN_SQL} AND state IN {_in_list(sacct.RUNNING_STATES)})"
+        if typed:
+            not_started, unknown_end = "FALSE", "en IS NULL"
+            undecided_sql = "st IS NULL"
+        else:
+            not_started, unknown_end = f"t_st IN {_UNKNOWN_SQL}", f"t_en IN {_UNKNOWN_SQL}"
+            undecided_sql = (
+                f"st IS NULL OR (en IS NULL AND t_en NOT IN {_UNKNOWN_SQL})"
+                f" OR (sub IS NULL AND t_sub NOT IN {_UNKNOWN_SQL})"
+            )
+        running = f"({unknown_end} AND state IN {_in_list(sacct.RUNNING_STATES)})"
         en_eff = f"(CASE WHEN {running} THEN {hi} ELSE en END)"
         cls = f"""CASE
             WHEN {_filtered_sql(self.filters)} THEN 'filtered'
-            WHEN t_st IN {_UNKNOWN_SQL} THEN 'notstarted'
-            WHEN st IS NULL OR (en IS NULL AND t_en NOT IN {_UNKNOWN_SQL})
-                 OR (sub IS NULL AND t_sub NOT IN {_UNKNOWN_SQL}) THEN {_q(undecided)}
+            WHEN {not_started} THEN 'notstarted'
+            WHEN {undecided_sql} THEN {_q(undecided)}
             WHEN en IS NULL AND NOT {running} THEN 'bad'
             WHEN st < {earliest} OR en < {earliest} OR sub < {earliest} OR en < st THEN 'bad'
             WHEN least({en_eff}, {hi}) <= greatest(st, {lo})
@@ -464,7 +477,7 @@ def _load_relation(
     inside = rules.inside()
     cols = ", ".join(["rid", "jid", "state", "gpus", "st", "en", "sub", "t_st", "t_en", "t_sub", *extra])
     con.execute(
-        f"""CREATE TEMP VIEW j AS SELECT *, {rules.derived("bad")} FROM (
+        f"""CREATE TEMP VIEW j AS SELECT *, {rules.derived("bad", typed=True)} FROM (
             SELECT {cols} FROM {relation.format(where=inside)})"""
     )
     filtered = _filtered_sql(rules.filters)
@@ -600,7 +613,8 @@ def _multi_rows(con, src: "FileSource", typed: bool, rules: "_Rules", full: bool
         keep = ", ".join([d[0] for d in cols] + ["tie_rank", "pflag", "lflag"])
         con.execute(
             f"""CREATE TEMP TABLE mrows AS SELECT {keep} FROM (
-                SELECT *, {rules.derived("bad")} FROM {src.multi.format(where=rules.inside())}) WHERE cls = 'ok'"""
+                SELECT *, {rules.derived("bad", typed=True)} FROM {src.multi.format(where=rules.inside())})
+                WHERE cls = 'ok'"""
         )
     else:
         # the ids of jobs with several counted rows, found by sorting the ids (faster than

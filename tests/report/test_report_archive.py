@@ -90,6 +90,32 @@ def test_a_running_job_is_updated_not_doubled(cli, tmp_path):
     assert t["gpu_hours"] == 2.0 and t["jobs"] == 1
 
 
+def test_running_jobs_and_unknown_submits_are_read_by_the_engine(cli, tmp_path):
+    """A running job (End Unknown: NULL ``end_s``) and a Submit sacct did not know are
+    counted by the engine itself, not handed to the reference as unreadable rows."""
+    dump = tmp_path / "d.txt"
+    dump.write_text(
+        "|".join(sacct.FIELDS)
+        + "\n"
+        + "7|7|RUNNING|gres/gpu=2|1795000000|1795000000|Unknown|0|a|x|p|n1|None|j\n"
+        + "8|8|COMPLETED|gres/gpu=2|Unknown|1795000000|1795003600|3600|a|x|p|n1|None|j\n"
+        + "9|9|COMPLETED|gres/gpu=1|1794999400|1795000000|1795003600|3600|b|x|p|n2|None|j\n"
+    )
+    arch = str(tmp_path / "arch")
+    assert cli("report", "ingest", "--archive", arch, "--sacct-file", str(dump)).exit_code == 0
+    args = ["--month", "2026-11", "--now", "1795007200", "--json"]  # two hours after the Starts
+    res = cli("report", "--archive", arch, *args)
+    assert json.loads(res.stdout)["meta"]["engine"] == {"name": "duckdb"}
+    got = _json(res)
+    # job 7: 2 GPUs until now, 4 h, no wait; job 8: 2 GPUs for 1 h, wait unknown (not averaged);
+    # job 9: 1 GPU for 1 h after a 600 s wait
+    assert got["totals"]["gpu_hours"] == 7.0 and got["totals"]["attempts"] == 3
+    assert got["totals"]["gpu_hours_by_state"] == {"COMPLETED": 3.0, "RUNNING": 4.0}
+    assert got["totals"]["mean_wait_s"] == 300.0
+    reference = _json(cli("report", "--sacct-file", str(dump), "--engine", "python", *args))
+    assert got["rows"] == reference["rows"] and got["totals"] == reference["totals"]
+
+
 def test_ingest_skips_malformed_rows_with_line_numbers(cli, fixture_path, tmp_path):
     """Rows the reference would not count are not archived: ingest reports them by line, and
     the archive's report is the file's (the DuckDB engine, nothing left to report by line)."""
