@@ -113,15 +113,12 @@ def source(directory: str) -> FileSource:
 
 def _relation(files_sql: str, extra: str = "") -> str:
     """The engine's columns from the archive's (``{where}``: the engine's window test).
-    Rows written before the typed columns existed have NULL ones: their Start is marked
-    unreadable, so the engine hands the report to the reference (over :func:`lines`). A NULL
-    End or Submit means sacct had none (ingest keeps no other)."""
-    unreadable = "start_s IS NULL OR jid_i IS NULL OR state_n IS NULL"
+    A NULL End or Submit means sacct had none (ingest keeps no other), so the engine's typed
+    classification needs no time texts (``engine._Rules.derived``). Rows written before the
+    typed columns existed have a NULL Start: the engine hands the report to the reference
+    (over :func:`lines`)."""
     return (
         "(SELECT rid, jid_i AS jid, state_n AS state, gpus, start_s AS st, end_s AS en, submit_s AS sub, "
-        f"CASE WHEN {unreadable} THEN 'unreadable' END AS t_st, "
-        "CASE WHEN end_s IS NULL THEN 'Unknown' END AS t_en, "
-        "CASE WHEN submit_s IS NULL THEN 'Unknown' END AS t_sub, "
         '"JobID" AS job_id, "AllocTRES" AS tres, "User" AS u, "Account" AS a, "Partition" AS p, '
         '"NodeList" AS nl, "JobName" AS name, '
         """CASE WHEN state_n IN ('REQUEUED', 'FAILED') THEN "Reason" END AS reason, 0 AS h """
