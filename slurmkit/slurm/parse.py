@@ -82,11 +82,19 @@ def _expand_ranges(body: str, whole: str) -> List[str]:
     return out
 
 
+_BRACKET_RE = re.compile(r"\[([^\[\]]*)\]")
+
+
 def _expand_one(pattern: str, whole: str, budget: int) -> List[str]:
-    m = re.search(r"\[([^\[\]]*)\]", pattern)
+    m = _BRACKET_RE.search(pattern)
     if not m:
         return [pattern]
     head, tail = pattern[: m.start()], pattern[m.end() :]
+    if "[" not in tail and "]" not in tail and "[" not in head:  # one bracket: no recursion
+        results = [head + value + tail for value in _expand_ranges(m.group(1), whole)]
+        if len(results) > budget:
+            raise ParseError(f"hostlist {whole!r} names more than {MAX_HOSTS} hosts")
+        return results
     results: List[str] = []
     for value in _expand_ranges(m.group(1), whole):
         results.extend(_expand_one(head + value + tail, whole, budget - len(results)))

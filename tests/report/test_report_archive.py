@@ -208,3 +208,42 @@ def test_a_month_from_an_older_slurmkit_is_read_then_upgraded(cli, tmp_path):
     data = json.loads(cli("report", "--archive", str(arch), *args).stdout)
     assert data["meta"]["engine"]["name"] == "duckdb"
     assert data["totals"]["gpu_hours"] == 6.0 and data["totals"]["jobs"] == 2
+
+
+def _encodings(path: str) -> dict:
+    import duckdb
+
+    rows = duckdb.execute(f"SELECT path_in_schema, encodings FROM parquet_metadata('{path}')").fetchall()
+    return dict(rows)
+
+
+def test_months_are_delta_encoded_and_read_beside_plain_ones(cli, tmp_path):
+    """Ingest writes Parquet's version 2 encodings (the epochs as deltas); a month written
+    with plain encodings (an earlier slurmkit) is read by the engine beside them."""
+    import duckdb
+
+    head = "|".join(sacct.FIELDS) + "\n"
+    october, november = tmp_path / "oct.txt", tmp_path / "nov.txt"
+    october.write_text(
+        head + "5|5|COMPLETED|gres/gpu=4|1792000000|1792000000|1792003600|3600|a|x|p|n1|None|j\n"
+    )
+    november.write_text(
+        head + "9|9|COMPLETED|gres/gpu=2|1795000000|1795000000|1795003600|3600|b|x|p|n2|None|k\n"
+    )
+    arch = tmp_path / "arch"
+    assert cli("report", "ingest", "--archive", str(arch), "--sacct-file", str(october)).exit_code == 0
+    oct_file = str(arch / "month=2026-10" / "data.parquet")
+    assert _encodings(oct_file)["start_s"] == "DELTA_BINARY_PACKED"
+    plain = str(tmp_path / "plain.parquet")
+    duckdb.execute(f"COPY (SELECT * FROM '{oct_file}') TO '{plain}' (FORMAT parquet, COMPRESSION zstd)")
+    os.replace(plain, oct_file)
+    assert _encodings(oct_file)["start_s"] == "PLAIN"
+    # the next ingest (another month) writes the list of jobs with several rows again
+    assert cli("report", "ingest", "--archive", str(arch), "--sacct-file", str(november)).exit_code == 0
+    assert _encodings(str(arch / "month=2026-11" / "data.parquet"))["end_s"] == "DELTA_BINARY_PACKED"
+    res = cli(
+        "report", "--archive", str(arch), "--json", "--since", "2026-10-01", "--until", "2026-12-01", *NOW
+    )
+    data = json.loads(res.stdout)
+    assert data["meta"]["engine"] == {"name": "duckdb"}
+    assert data["totals"]["gpu_hours"] == 6.0 and data["totals"]["jobs"] == 2

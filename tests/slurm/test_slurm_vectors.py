@@ -205,6 +205,9 @@ def test_slurms_range_limit_is_enforced_with_a_clear_error():
     # several brackets multiply: bounded too, in well under a second
     with pytest.raises(ParseError, match="more than"):
         expand_hostlist("a[1-60000]b[1-60000]")
+    # and so do many ranges side by side, each within Slurm's limit
+    with pytest.raises(ParseError, match="more than"):
+        expand_hostlist(",".join(f"p{i}[1-{MAX_RANGE}]" for i in range(17)))
 
 
 @settings(max_examples=400, deadline=None)
