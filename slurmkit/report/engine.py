@@ -312,6 +312,8 @@ class _Rules:
     span: Optional[Tuple[int, int]] = None
     #: the distinct NodeLists of the counted rows, when the class count listed them
     nodelists: Optional[List[str]] = None
+    #: SQL of the index in ``periods`` of the instant ``{t}`` (see :func:`_period_table`)
+    period_index: str = ""
 
     def inside(self) -> str:
         """The archive's rows that can touch the window (by the typed columns; Parquet row groups
@@ -1095,16 +1097,13 @@ def _period_first_pass(
             f"sum({value} * (s - {origin})){only} AS {name}s, sum({value} * (e - {origin})){only} AS {name}e"
         )
 
-    ok = "CASE WHEN a.cls = 'ok' THEN {} END"
     con.execute(
         f"""CREATE TEMP TABLE first_pass AS
         SELECT cls, {keys} i0, i1, state, count(*) AS n, sum(wait) AS wsum, count(wait) AS wn,
                {sums("g", "gpus")}, {sums("c", "pg" if priced else None)},
                {sums("u", "gpus" if with_sus else None, " FILTER (WHERE sus)")},
                max(gpus) AS most, min(s) AS lo, max(e) AS hi
-        FROM (SELECT a.*, b0.idx AS i0, b1.idx AS i1 FROM ({everything}) a
-              LEFT JOIN buckets b0 ON b0.b = {ok.format("a.s // 900")}
-              LEFT JOIN buckets b1 ON b1.b = {ok.format("greatest(a.e - 1, a.s) // 900")}) a
+        FROM ({_with_periods(rules, everything, counted_only=True)}) a
         GROUP BY ALL"""
     )
     classes = con.execute(
@@ -1277,13 +1276,11 @@ def _pieces_sql(con, by: Sequence[str], rules: _Rules) -> _Pieces:
         else:
             _period_table(con, d, rules)
             # the periods an attempt touches: from the one holding its start to the one holding
-            # its last second (a zero-length attempt: its start's), found by the 15-minute
-            # bucket of each (every UTC offset in use is a multiple of 15 minutes, so a bucket
-            # lies in one period; PeriodSplitter relies on it too)
+            # its last second
             source = (
-                "(SELECT *, unnest(range(i0, i1 + 1)) AS pidx FROM (SELECT a.*, b0.idx AS i0, b1.idx AS i1 "
-                "FROM ({attempts}) a JOIN buckets b0 ON b0.b = a.s // 900 "
-                "JOIN buckets b1 ON b1.b = greatest(a.e - 1, a.s) // 900)) a"
+                "(SELECT *, unnest(range(i0, i1 + 1)) AS pidx FROM ("
+                + _with_periods(rules, "{attempts}", counted_only=False)
+                + ")) a"
             )
             joins.append("JOIN periods per ON per.idx = a.pidx")
             keys.append("per.label")
@@ -1379,13 +1376,55 @@ def _node_table(con, nodelists: Optional[List[str]]) -> bool:
     return any_repeated
 
 
+#: more runs of equal periods than this (many DST changes or months in the span): a look-up
+MAX_PERIOD_RUNS = 40
+
+
 def _period_table(con, unit: str, rules: _Rules) -> None:
     """``periods(label, lo, hi, idx)``: the local days, weeks or months the counted attempts
-    touch, in order; ``buckets(b, idx)``: the period of each 15-minute bucket (``t // 900``)."""
+    touch, in order, and ``rules.period_index``: SQL of the index of the period holding an
+    instant ``{t}`` of the span.
+
+    The periods are contiguous. Consecutive ones of one length (the days between two DST
+    changes, the weeks, a single month) form a run, in which the index is arithmetic:
+    ``idx0 + (t - lo0) // length``, so a year of days in a zone with DST is five runs and in
+    UTC one. That costs a fraction of a join per row; past :data:`MAX_PERIOD_RUNS` runs the
+    index comes from ``buckets(b, idx)``, the period of each 15-minute bucket (``t // 900``:
+    every UTC offset in use is a multiple of 15 minutes, so a bucket lies in one period;
+    PeriodSplitter relies on it too)."""
     lo, hi = rules.span or (rules.lo, rules.hi)
     hi = max(hi, lo + 1)
     rows = [(label, a, b, i) for i, (label, a, b) in enumerate(_periods(unit, lo, hi))]
     _table(con, "periods", ("label", "lo", "hi", "idx"), ("VARCHAR", "BIGINT", "BIGINT", "BIGINT"), rows)
+    runs: List[Tuple[int, int, int]] = []  # (first lo, length, first idx)
+    for _, a, b, i in rows:
+        if not runs or b - a != runs[-1][1]:
+            runs.append((a, b - a, i))
+    if len(runs) <= MAX_PERIOD_RUNS:
+        arms = [f"{i} + ({{t}} - {a}) // {length}" for a, length, i in runs]
+        rules.period_index = (
+            "".join(f"CASE WHEN {{t}} < {nxt[0]} THEN {arm} ELSE " for arm, nxt in zip(arms, runs[1:]))
+            + arms[-1]
+            + " END" * (len(runs) - 1)
+        )
+        return
+    rules.period_index = ""
     con.execute(
         "CREATE TEMP TABLE buckets AS SELECT unnest(range(lo // 900, hi // 900)) AS b, idx FROM periods"
     )
+
+
+def _with_periods(rules: _Rules, source: str, counted_only: bool) -> str:
+    """``source`` with ``i0`` and ``i1``: the indexes in ``periods`` of each attempt's start
+    and last second (a zero-length attempt: its start's), NULL for rows not counted when
+    ``counted_only`` (:func:`_period_table` says how they are found)."""
+    ends = (("b0", "i0", "a.s"), ("b1", "i1", "greatest(a.e - 1, a.s)"))
+
+    def only(sql: str) -> str:
+        return f"CASE WHEN a.cls = 'ok' THEN {sql} END" if counted_only else sql
+
+    if rules.period_index:
+        cols = ", ".join(f"{only(rules.period_index.format(t=t))} AS {i}" for _, i, t in ends)
+        return f"SELECT a.*, {cols} FROM ({source}) a"
+    joins = " ".join(f"LEFT JOIN buckets {b} ON {b}.b = {only(f'{t} // 900')}" for b, _, t in ends)
+    return f"SELECT a.*, b0.idx AS i0, b1.idx AS i1 FROM ({source}) a {joins}"

@@ -639,8 +639,18 @@ def _long_attempts(draw):
     """Dump text of attempts from none to ten weeks long, over two month ends and the Europe/Berlin
     DST change, some still running: the day, week and month views split most of them."""
     lines = [_HEADER]
+    first_day = BASE - BASE % 86400 - 60 * 86400  # a UTC midnight
+    # or a second before, at or after a local midnight: every offset is a multiple of 900 s;
+    # those of the test's zones (Berlin 23:00 and 22:00 UTC, St John's 03:30 and 02:30 UTC,
+    # Kathmandu 18:15 UTC) and UTC's own
+    at_midnight = st.builds(
+        lambda day, quarter, second: first_day + day * 86400 + quarter * 900 + second,
+        st.integers(0, 63),
+        st.sampled_from([0, 92, 88, 14, 10, 73]),
+        st.sampled_from([-1, 0, 1]),
+    )
     for jid in range(1, draw(st.integers(1, 10)) + 1):
-        start = BASE - 60 * 86400 + draw(st.integers(0, 63 * 86400))
+        start = draw(st.integers(0, 63 * 86400).map(lambda x: BASE - 60 * 86400 + x) | at_midnight)
         for _ in range(draw(st.integers(1, 3))):
             duration = draw(
                 st.sampled_from([0, 1, 900, 86399, 86400, 86401, 7 * 86400, 35 * 86400])
@@ -661,7 +671,7 @@ def _long_attempts(draw):
                     NodeList=draw(st.sampled_from(["node1", "node2", "node[1-2]"])),
                 )
             )
-            start += duration + draw(st.integers(1, 86400))
+            start += duration + draw(st.integers(1, 86400) | st.sampled_from([0, 1]))
     return "".join(lines)
 
 
@@ -678,13 +688,19 @@ def _long_attempts(draw):
     windowed=st.booleans(),
     priced=st.booleans(),
     drained=st.booleans(),
+    zone=st.sampled_from(["Europe/Berlin", "UTC", "America/St_Johns", "Asia/Kathmandu"]),
+    max_runs=st.sampled_from([engine.MAX_PERIOD_RUNS, 1, 0]),
 )
 def test_attempts_over_many_periods_same_answer(
-    tmp_path_factory, monkeypatch, text, by, windowed, priced, drained
+    tmp_path_factory, monkeypatch, text, by, windowed, priced, drained, zone, max_runs
 ):
     """A view by period sums each attempt's pieces from per-group sums (``_period_first_pass``):
-    attempts over many days, weeks and months, cut by the window, equal the reference's pieces."""
-    monkeypatch.setenv("TZ", "Europe/Berlin")
+    attempts over many days, weeks and months, cut by the window, equal the reference's pieces.
+    Zones with DST changes in the span, none, and offsets of half and three quarters of an
+    hour; the period of an instant computed from runs of equal periods or, past ``max_runs``
+    of them, looked up by its 15-minute bucket."""
+    monkeypatch.setattr(engine, "MAX_PERIOD_RUNS", max_runs)
+    monkeypatch.setenv("TZ", zone)
     time.tzset()
     sacct.clear_time_caches()
     path = tmp_path_factory.mktemp("long") / "dump.txt"
