@@ -40,9 +40,11 @@ def compile_package() -> None:
     subprocess.run([sys.executable, "-m", "compileall", "-q", os.path.join(root, "slurmkit")], check=True)
 
 
-def timed(argv, timeout):
+def timed(argv, timeout, cwd=None):
     """``(wall s, peak RSS MiB, stdout)`` of one run under /usr/bin/time -v."""
-    proc = subprocess.run(["/usr/bin/time", "-v", *argv], capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(
+        ["/usr/bin/time", "-v", *argv], capture_output=True, text=True, timeout=timeout, cwd=cwd
+    )
     if proc.returncode != 0:
         raise SystemExit(f"{argv[0]} failed ({proc.returncode}): {proc.stderr[-800:]}")
     wall = re.search(
