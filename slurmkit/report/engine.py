@@ -1393,8 +1393,9 @@ def _period_table(con, unit: str, rules: _Rules) -> None:
     every UTC offset in use is a multiple of 15 minutes, so a bucket lies in one period;
     PeriodSplitter relies on it too)."""
     lo, hi = rules.span or (rules.lo, rules.hi)
-    hi = max(hi, lo + 1)
-    rows = [(label, a, b, i) for i, (label, a, b) in enumerate(_periods(unit, lo, hi))]
+    # through hi itself: a span read from the data ends at the last End, and a zero-length
+    # attempt there has its instant (its one piece) at hi, the first second of a period
+    rows = [(label, a, b, i) for i, (label, a, b) in enumerate(_periods(unit, lo, hi + 1))]
     _table(con, "periods", ("label", "lo", "hi", "idx"), ("VARCHAR", "BIGINT", "BIGINT", "BIGINT"), rows)
     runs: List[Tuple[int, int, int]] = []  # (first lo, length, first idx)
     for _, a, b, i in rows:

@@ -730,6 +730,44 @@ def test_attempts_over_many_periods_same_answer(
     _same_report(ref, got, list(by), 1e-6 if priced else 0)  # (whole GPU-seconds are exact)
 
 
+@pytest.mark.parametrize("by", [("day",), ("week",), ("month",), ("user", "day")])
+@pytest.mark.parametrize("zone", ["UTC", "Europe/Berlin"])
+def test_a_zero_length_attempt_at_the_last_end_has_its_period(tmp_path, monkeypatch, by, zone):
+    """Over a window longer than two years the periods span the data: first Start to last End.
+    The last attempt takes no time and starts at that End, a local midnight (a month's first):
+    its one piece is in the period that starts there, which the periods must include."""
+    monkeypatch.setenv("TZ", zone)
+    time.tzset()
+    sacct.clear_time_caches()
+    midnight = int(time.mktime((2026, 11, 1, 0, 0, 0, 0, 0, -1)))
+    path = tmp_path / "dump.txt"
+    path.write_text(
+        _HEADER
+        + _row_text(jid="1", start=str(midnight - 7200), end=str(midnight))
+        + _row_text(jid="2", start=str(midnight), end=str(midnight))
+    )
+    window = resolve_window(default_unbounded=True)
+    ref, _ = _reference(str(path), window, midnight + 86400, list(by), None, None)
+    groups, total, _ = engine.run(
+        engine.probe_file(str(path)),
+        window=window,
+        now=midnight + 86400,
+        filters=None,
+        by=list(by),
+        prices=None,
+        max_gpus=sacct.DEFAULT_MAX_GPUS,
+        prolog_requeue_seconds=120,
+    )
+    got = finish(groups, total, list(by), priced=False, health=False)
+    _same_report(ref, got, list(by), 0)
+    assert got.totals["attempts"] == 2 and got.totals["gpu_hours"] == 4.0
+    period = by[-1]
+    assert [(r[period], r["attempts"]) for r in got.rows][-1] == (
+        {"day": "2026-11-01", "week": "2026-W44", "month": "2026-11"}[period],
+        1 if period != "week" else 2,
+    )
+
+
 @pytest.mark.parametrize("by", [("node",), ("gpu_type",), ("gpu_type", "node"), ("user", "node")])
 def test_split_by_lookup_shares_suspect_hours(tmp_path, by):
     """A view by node or GPU type splits each group's sums by the look-up tables
