@@ -1057,15 +1057,21 @@ def _first_pass(
         if not lost.isdisjoint(states):  # (a state's lost cause is the state, see _attempts_sql)
             acc.lost_by_cause = {s: v for s, v in acc.by_state.items() if s in lost}
             acc.lost = sum(acc.lost_by_cause.values())
+    return _FirstPass(groups, _first_pass_total(con, "gs", "cost", "sgs"), pieces, classes)
+
+
+def _first_pass_total(con, gsecs: str, cost: str, suspect: str) -> _Acc:
+    """The totals of the counted rows of ``first_pass``, by state (``gsecs``, ``cost``,
+    ``suspect``: its columns of the whole attempts' GPU-seconds, cost and suspect GPU-seconds;
+    the distinct jobs are counted afterwards, see :func:`_aggregate`)."""
     total = _Acc()
     total.njobs = 0
-    for state, gs, cost, n, wsum, wn, sgs in con.execute(
-        "SELECT state, sum(gs), sum(cost), sum(n), sum(wsum), sum(wn), sum(sgs) FROM first_pass "
-        "WHERE cls = 'ok' GROUP BY state"
+    for state, gs, cost_sum, n, wsum, wn, sgs in con.execute(
+        f"SELECT state, sum({gsecs}), sum({cost}), sum(n), sum(wsum), sum(wn), sum({suspect}) "
+        "FROM first_pass WHERE cls = 'ok' GROUP BY state"
     ).fetchall():
-        _fold(total, state, state if state in lost else None, gs, cost, n, wsum, wn, sgs)
-        total.njobs += n
-    return _FirstPass(groups, total, pieces, classes)
+        _fold(total, state, state if state in _LOST else None, gs, cost_sum, n, wsum, wn, sgs)
+    return total
 
 
 def _period_first_pass(
@@ -1229,14 +1235,7 @@ def _lookup_first_pass(
             acc.njobs = 0
         _fold(acc, state, state if state in _LOST else None, gs, cost_sum, n, wsum, wn, sgs)
         acc.njobs += n  # (each piece is one attempt in its group; see _repeats)
-    total = _Acc()
-    total.njobs = 0
-    for state, gs, cost_sum, n, wsum, wn, sgs in con.execute(
-        "SELECT state, sum(g), sum(c), sum(n), sum(wsum), sum(wn), sum(g_sus) FROM first_pass WHERE cls = 'ok' "
-        "GROUP BY state"
-    ).fetchall():
-        _fold(total, state, state if state in _LOST else None, gs, cost_sum, n, wsum, wn, sgs)
-    return _FirstPass(groups, total, pieces, classes)
+    return _FirstPass(groups, _first_pass_total(con, "g", "c", "g_sus"), pieces, classes)
 
 
 class _Pieces(str):
