@@ -8,9 +8,8 @@ mappings are :class:`LineDict`, a ``dict`` with a ``lines`` attribute
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Dict, Optional
-
-import yaml
 
 from slurmkit.errors import ConfigError
 
@@ -31,11 +30,20 @@ class LineDict(dict):
         self.line: Optional[int] = None
 
 
-class _LineLoader(yaml.SafeLoader):
-    """SafeLoader (no arbitrary objects) that builds LineDicts."""
+@functools.lru_cache(maxsize=None)
+def _yaml():
+    """PyYAML and the loader class, imported on first use: importing PyYAML costs ~25 ms,
+    which every command would pay at start although most read no YAML (no site config)."""
+    import yaml
+
+    class LineLoader(yaml.SafeLoader):
+        """SafeLoader (no arbitrary objects) that builds LineDicts."""
+
+    LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+    return yaml, LineLoader
 
 
-def _construct_mapping(loader: _LineLoader, node: yaml.MappingNode) -> LineDict:
+def _construct_mapping(loader, node) -> LineDict:
     loader.flatten_mapping(node)
     result = LineDict()
     result.line = node.start_mark.line + 1
@@ -58,9 +66,6 @@ def _construct_mapping(loader: _LineLoader, node: yaml.MappingNode) -> LineDict:
         result[key] = loader.construct_object(value_node, deep=True)
         result.lines[key] = key_node.start_mark.line + 1
     return result
-
-
-_LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 
 
 def _check_shape(data: Any, path: str) -> None:
@@ -90,8 +95,9 @@ def load_yaml_text(text: str, path: str = "<string>") -> Any:
     if "\0" in text:
         line = text.count("\n", 0, text.index("\0")) + 1
         raise ConfigError("contains a NUL byte", path=path, line=line)
+    yaml, line_loader = _yaml()
     try:
-        loader = _LineLoader(text)  # the reader already refuses control characters here
+        loader = line_loader(text)  # the reader already refuses control characters here
     except yaml.YAMLError as exc:
         raise ConfigError(f"invalid YAML: {' '.join(str(exc).split())}", path=path) from None
     loader._sk_path = path  # type: ignore[attr-defined]

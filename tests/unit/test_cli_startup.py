@@ -46,3 +46,19 @@ def test_config_error_exit_code_and_one_line(tmp_path):
         res.stderr.strip()
         == f"slurmkit: error: {cfg}:2: slurm.timeout: expected a number, got a string 'fast'"
     )
+
+
+def test_yaml_is_imported_only_to_read_yaml(tmp_path):
+    """PyYAML costs ~25 ms to import: a command that reads no YAML file does not pay it."""
+    cfg = tmp_path / "site.yaml"
+    cfg.write_text("report:\n  max_gpus: 64\n")
+    code = (
+        "import sys\n"
+        "import slurmkit.cli.main, slurmkit.cli.ssubmit, slurmkit.config as c\n"
+        "before = 'yaml' in sys.modules\n"
+        f"cfg = c.load_site_config({str(cfg)!r})\n"
+        "print(before, 'yaml' in sys.modules, cfg.section('report')['max_gpus'])"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split() == ["False", "True", "64"]
