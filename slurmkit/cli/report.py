@@ -340,9 +340,16 @@ def _run_engine(
 
 def _engine_report(src, window, now, filters, dims, prices, rcfg, drains, hours):
     """``(report, stats)`` from the DuckDB engine (raises ``NeedsReference``, ``duckdb.Error``)."""
+    groups, total, stats = _engine_sums(src, window, now, filters, dims, prices, rcfg, drains, hours)
+    return _finish(groups, total, dims, prices, health=drains is not None), stats
+
+
+def _engine_sums(src, window, now, filters, dims, prices, rcfg, drains, hours):
+    """``(groups, total, stats)``: the DuckDB engine's accumulators (raises ``NeedsReference``,
+    ``duckdb.Error``)."""
     from slurmkit.report import engine
 
-    groups, total, stats = engine.run(
+    return engine.run(
         src,
         window=window,
         now=now,
@@ -354,7 +361,6 @@ def _engine_report(src, window, now, filters, dims, prices, rcfg, drains, hours)
         drains=drains,
         lost_window_hours=hours,
     )
-    return _finish(groups, total, dims, prices, health=drains is not None), stats
 
 
 def _finish(groups, total, dims, prices, *, health: bool):
@@ -372,7 +378,27 @@ def _finish(groups, total, dims, prices, *, health: bool):
 
 
 def _run_archive(directory: str, *, window, now, filters, dims, prices, rcfg, hl, hours, engine: str):
-    """The report from the archive: the DuckDB engine, or the reference over its rows."""
+    """``(report, stats, engine meta)`` from the archive (see :func:`_archive_sums`)."""
+    drains = hl.events if hl is not None else None
+    groups, total, stats, meta = _archive_sums(
+        directory,
+        window=window,
+        now=now,
+        filters=filters,
+        dims=dims,
+        prices=prices,
+        rcfg=rcfg,
+        drains=drains,
+        hours=hours,
+        engine=engine,
+    )
+    return _finish(groups, total, dims, prices, health=drains is not None), stats, meta
+
+
+def _archive_sums(directory: str, *, window, now, filters, dims, prices, rcfg, drains, hours, engine: str):
+    """``(groups, total, stats, engine meta)``: the accumulators of the archive's attempts, from
+    the DuckDB engine, or from the reference over its rows (``--engine python``, or a report
+    the engine hands over)."""
     import importlib.util
 
     if importlib.util.find_spec("duckdb") is None:
@@ -383,14 +409,13 @@ def _run_archive(directory: str, *, window, now, filters, dims, prices, rcfg, hl
     from slurmkit.report.stream import StreamingAggregator
 
     src = arch.source(directory)
-    drains = hl.events if hl is not None else None
     why = "--engine python"
     if src.multi is None and not arch.typed(directory):  # (an archive of this slurmkit has src.multi)
         why = "months written before the typed columns (ingest them again)"
     elif engine != "python":
         try:
-            report, stats = _engine_report(src, window, now, filters, dims, prices, rcfg, drains, hours)
-            return report, stats, {"name": "duckdb"}
+            groups, total, stats = _engine_sums(src, window, now, filters, dims, prices, rcfg, drains, hours)
+            return groups, total, stats, {"name": "duckdb"}
         except eng.NeedsReference as exc:
             why = str(exc)
     agg = StreamingAggregator(
@@ -415,8 +440,7 @@ def _run_archive(directory: str, *, window, now, filters, dims, prices, rcfg, hl
     if warning:
         click.echo(f"slurmkit: warning: {warning}", err=True)
     groups, total = agg.result()
-    report = _finish(groups, total, dims, prices, health=drains is not None)
-    return report, stats, {"name": "python", "why": why}
+    return groups, total, stats, {"name": "python", "why": why}
 
 
 def _run_usage(
@@ -849,6 +873,11 @@ def report_sql(query, archive, fmt, as_json, verbose, quiet) -> None:
     show_default=True,
 )
 @click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
+@click.option(
+    "--archive",
+    type=click.Path(file_okay=False),
+    help="Read the jobs from the accounting archive made by `slurmkit report ingest` instead of sacct.",
+)
 def report_capacity(
     config_path,
     verbose,
@@ -864,12 +893,16 @@ def report_capacity(
     gpus_override,
     fmt,
     as_json,
+    archive=None,
     sacct_columns=None,
     sacct_delimiter=None,
 ) -> None:
-    """Fraction of the installed GPU-hours (sinfo GPU counts x window) that jobs used."""
+    """Fraction of the installed GPU-hours (sinfo GPU counts x window) that jobs used.
+
+    The used GPU-hours of a group are those of `slurmkit report --by partition` (or
+    gpu_type) over the same window: each attempt clipped to it."""
     from slurmkit.report import sacct
-    from slurmkit.report.capacity import capacity_rows, render_capacity
+    from slurmkit.report.capacity import capacity_rows, render_capacity, used_from_usage, used_seconds
 
     setup_logging(verbose, quiet)
     cfg, rcfg, _ = _load(config_path)
@@ -878,6 +911,8 @@ def report_capacity(
         raise UsageError("capacity needs a bounded window: give --since, --month or --last")
     if gpus_override is not None and by != "total":
         raise UsageError("--gpus gives only a cluster total; use it with --by total")
+    if archive and (sacct_file or sacct_columns or sacct_delimiter):
+        raise UsageError("--archive and --sacct-file are two sources: give one")
     parts = _csv_set(partitions)
     if gpus_override is not None:
         inventory = None
@@ -887,21 +922,48 @@ def report_capacity(
 
         inventory = node_inventory(client.nodes())
     filters = sacct.Filters(partitions=parts)
+    command, engine_meta = None, {"name": "python"}
     with gc_paused():
-        attempts, stats, command = load_attempts(
-            window=window,
-            now=now,
-            filters=filters,
-            sacct_file=sacct_file,
-            timeout=rcfg["sacct_timeout"],
-            sacct_columns=sacct_columns,
-            sacct_delimiter=sacct_delimiter,
-            max_gpus=rcfg["max_gpus"],
-        )
+        if archive:
+            groups, total, stats, engine_meta = _archive_sums(
+                archive,
+                window=window,
+                now=now,
+                filters=filters,
+                dims=[] if by == "total" else [by],
+                prices=None,
+                rcfg=rcfg,
+                drains=None,
+                hours=rcfg["lost_window_hours"],
+                engine="auto",
+            )
+            used, used_total = used_from_usage(groups, total, by)
+        else:
+            attempts, stats, command = load_attempts(
+                window=window,
+                now=now,
+                filters=filters,
+                sacct_file=sacct_file,
+                timeout=rcfg["sacct_timeout"],
+                sacct_columns=sacct_columns,
+                sacct_delimiter=sacct_delimiter,
+                max_gpus=rcfg["max_gpus"],
+            )
+            used, used_total = used_seconds(attempts, by)
     data = capacity_rows(
-        attempts, window, by=by, inventory=inventory, gpus_override=gpus_override, partitions=parts, now=now
+        used,
+        used_total,
+        window,
+        by=by,
+        inventory=inventory,
+        gpus_override=gpus_override,
+        partitions=parts,
+        now=now,
     )
     data["meta"]["sacct_command"] = command
+    data["meta"]["jobs"] = sacct_file or (f"archive {archive}" if archive else "sacct")
+    data["meta"]["engine"] = engine_meta
+    data["meta"]["excluded_rows"] = stats.malformed  # (malformed or impossible: not counted)
     fmt = "json" if as_json else fmt
     if fmt == "json":
         print_json(data)

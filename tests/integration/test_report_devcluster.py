@@ -300,6 +300,35 @@ def test_report_matches_requested_gpu_seconds(devcluster, tmp_path):
     }
     assert archived["totals"]["attempts"] == data["totals"]["attempts"]
 
+    # capacity: the used GPU-hours from the archive are those from sacct
+    capacities = []
+    for source in ([], ["--archive", str(arch)]):
+        cap = devcluster.run(
+            [
+                sys.executable,
+                "-m",
+                "slurmkit.cli.main",
+                "report",
+                "capacity",
+                "--since",
+                _iso(since),
+                "--until",
+                _iso(until),
+                "--by",
+                "partition",
+                "--json",
+                *source,
+            ],
+            env=env,
+        )
+        assert cap.returncode == 0, cap.stderr
+        capacities.append(json.loads(cap.stdout))
+    for c in capacities:
+        for k in ("jobs", "engine", "sacct_command"):
+            c["meta"].pop(k)
+    assert capacities[0] == capacities[1]
+    assert capacities[1]["totals"]["used_gpu_hours"] > 0
+
 
 def test_report_capacity_on_devcluster(devcluster):
     """sinfo's Gres column of the devcluster (2 nodes x gpu:h100:8) is the capacity."""

@@ -345,6 +345,31 @@ def test_capacity_gpus_override_and_table(cli, fixture_path):
     assert last[:4] == ["TOTAL", "4", "2,880.00", "62.00"]
 
 
+@pytest.mark.parametrize("by", ["total", "partition", "gpu_type"])
+def test_capacity_from_the_archive_equals_capacity_from_the_file(
+    cli, fixture_path, fake_runner, tmp_path, by
+):
+    pytest.importorskip("duckdb")
+    answers, _ = fake_runner
+    answers["sinfo"] = ok(SINFO)
+    arch = str(tmp_path / "arch")
+    assert (
+        cli("report", "ingest", "--archive", arch, "--sacct-file", fixture_path("basic.txt")).exit_code == 0
+    )
+    args = ["report", "capacity", *NOV, "--by", by, "--json"]
+    got = {}
+    for source in (["--sacct-file", fixture_path("basic.txt")], ["--archive", arch]):
+        res = cli(*args, *source)
+        assert res.exit_code == 0, res.stderr
+        got[source[0]] = data = json.loads(res.stdout)
+        assert data["meta"].pop("jobs") == ("archive " + arch if source[0] == "--archive" else source[1])
+        assert data["meta"].pop("engine")["name"] == ("duckdb" if source[0] == "--archive" else "python")
+    assert got["--archive"] == got["--sacct-file"]
+    assert got["--archive"]["totals"]["used_gpu_hours"] == 62.0  # as test_capacity_from_sinfo
+    two = cli(*args, "--archive", arch, "--sacct-file", fixture_path("basic.txt"))
+    assert two.exit_code == 2 and "two sources" in two.stderr
+
+
 def test_capacity_needs_bounded_window(cli, fixture_path):
     res = cli("report", "capacity", "--sacct-file", fixture_path("basic.txt"), "--gpus", "4")
     assert res.exit_code == 2 and "bounded window" in res.stderr

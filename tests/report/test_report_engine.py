@@ -419,6 +419,63 @@ def test_archive_same_answer_as_reference_over_its_rows(
     _same_report(ref, got, by, tol)
 
 
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(
+    data=st.data(),
+    by=st.sampled_from(["total", "partition", "gpu_type"]),
+    windowed=st.booleans(),
+    partition_filter=st.booleans(),
+)
+def test_capacity_from_the_archive_uses_what_its_attempts_give(
+    tmp_path_factory, data, by, windowed, partition_filter
+):
+    """``report capacity --archive`` takes each group's used GPU-seconds from the engine's usage
+    sums (``used_from_usage``): the same groups and seconds as summing the attempts the
+    reference reads from the archive's rows (``used_seconds``), attempts without GPUs, zero
+    seconds and GPU types split or scaled included."""
+    from slurmkit.report import archive
+    from slurmkit.report.capacity import used_from_usage, used_seconds
+
+    rows = data.draw(st.lists(_row(False, True), max_size=40))
+    tmp = tmp_path_factory.mktemp("cap")
+    path = tmp / "dump.txt"
+    lines = list(dict.fromkeys(line for group in rows for line in group))
+    path.write_text("|".join(sacct.FIELDS) + "\n" + "".join(line + "\n" for line in lines))
+    if archive.ingest(str(tmp / "a"), engine.probe_file(str(path)))["rows"] == 0:
+        return
+    now = BASE + 3 * 86400
+    window = Window(BASE + 3600, BASE + 2 * 86400 + 7, "w") if windowed else Window(BASE, now, "w")
+    filters = sacct.Filters(partitions=frozenset({"gpu"})) if partition_filter else None
+    attempts, _ = sacct.parse_rows(
+        archive.lines(str(tmp / "a")),
+        list(sacct.FIELDS),
+        sep=archive.SEP,
+        window=window,
+        now=now,
+        filters=filters,
+    )
+    want, want_total = used_seconds(attempts, by)
+    groups, total, _ = engine.run(
+        archive.source(str(tmp / "a")),
+        window=window,
+        now=now,
+        filters=filters,
+        by=[] if by == "total" else [by],
+        prices=None,
+        max_gpus=sacct.DEFAULT_MAX_GPUS,
+        prolog_requeue_seconds=120,
+    )
+    got, got_total = used_from_usage(groups, total, by)
+    assert got.keys() == want.keys()
+    for key, seconds in want.items():
+        assert got[key] == pytest.approx(seconds, abs=1e-6), key
+    assert got_total == pytest.approx(want_total, abs=1e-6)
+
+
 def test_session_spills_to_a_private_directory_it_removes(tmp_path, monkeypatch):
     """DuckDB's default spill directory for an in-memory database is ``.tmp`` in the working
     directory: the engine gives it a private one and removes it."""
