@@ -221,7 +221,21 @@ class Report:
         return {"meta": self.meta, "by": self.by, "rows": self.rows, "totals": self.totals}
 
 
+#: whole seconds below this (5.5e11, 150 million GPU-hours) are rounded in integers by _hours
+_EXACT_SECONDS = 1 << 39
+
+
 def _hours(seconds: float) -> float:
+    """``round(seconds / 3600, 6)``: the same float, twice as fast for whole seconds (a year's
+    report by account and user rounds ~55,000 values). For whole ``s`` with ``|s| <``
+    :data:`_EXACT_SECONDS`, ``s / 3600`` is ``2500 s / 9`` millionths, a ninth away from a
+    whole number and so never within 1/18 of a half, and the double that ``round`` rounds is
+    within 2^-25 of it: both round to the same ``q`` millionths, and ``q / 1e6`` is the float
+    nearest ``q`` millionths, which ``round`` returns. (0.0 keeps ``round``: -0.0 stays.)"""
+    if type(seconds) is float and seconds and seconds.is_integer():
+        seconds = int(seconds)
+    if type(seconds) is int and -_EXACT_SECONDS < seconds < _EXACT_SECONDS:
+        return (seconds * 5000 + 9) // 18 / 1e6
     return round(seconds / 3600.0, 6)
 
 

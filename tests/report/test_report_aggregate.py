@@ -7,10 +7,12 @@ import json
 import time
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from slurmkit.errors import UsageError
 from slurmkit.report import sacct
-from slurmkit.report.aggregate import PeriodSplitter, aggregate, parse_by
+from slurmkit.report.aggregate import PeriodSplitter, _hours, aggregate, parse_by
 from slurmkit.report.cost import PriceTable
 from slurmkit.report.lost import find_lost, find_suspect, read_health_log
 from slurmkit.report.window import resolve_window
@@ -263,3 +265,27 @@ def test_wait_of_a_start_truncated_by_T_is_not_counted():
     rep = aggregate(attempts, ["user"], window_start=w.start)
     assert rep.rows[0]["mean_wait_s"] == 300.0
     assert rep.rows[0]["gpu_hours"] == pytest.approx((3600 + 100) / 3600)
+
+
+_LIMIT = 1 << 39
+
+
+@settings(max_examples=3000, deadline=None)
+@given(
+    st.one_of(
+        st.integers(-_LIMIT - 10, _LIMIT + 10),
+        st.integers(-(1 << 55), 1 << 55),
+        st.integers(0, 10**7),
+        # near a rounding boundary: s / 3600 within a few seconds of k + 1/2 millionths
+        st.integers(0, 10**9)
+        .map(lambda k: (2 * k + 1) * 9 // 5000)
+        .flatmap(lambda s: st.integers(s - 3, s + 3)),
+        st.floats(allow_nan=False, allow_infinity=False, min_value=-1e15, max_value=1e15),
+        st.integers(-(1 << 52), 1 << 52).map(float),
+        st.sampled_from([0, 0.0, -0.0, 1, 1799, 1800, 3600, _LIMIT - 1, -_LIMIT + 1, 2**53, 0.5, 1e-300]),
+    )
+)
+def test_hours_rounds_as_round_does(seconds):
+    """aggregate._hours is round(s / 3600, 6) to the bit (its integer path included)."""
+    got, want = _hours(seconds), round(seconds / 3600.0, 6)
+    assert repr(got) == repr(want)
