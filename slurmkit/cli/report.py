@@ -78,6 +78,17 @@ def dump_format_options(f: Callable) -> Callable:
     return f
 
 
+#: ``--engine``: usage, lost and capacity reports read saved files (and the archive) with it
+engine_option = click.option(
+    "--engine",
+    type=click.Choice(["auto", "duckdb", "python"]),
+    default="auto",
+    show_default=True,
+    help="Saved files: duckdb (the slurmkit[report] extra; auto uses it for files of "
+    "48 MiB or more) or the pure-Python reference.",
+)
+
+
 def usage_options(f: Callable) -> Callable:
     for opt in reversed(
         [
@@ -146,14 +157,7 @@ def usage_options(f: Callable) -> Callable:
                 type=click.Path(file_okay=False),
                 help="Read the accounting archive made by `slurmkit report ingest` instead of sacct.",
             ),
-            click.option(
-                "--engine",
-                type=click.Choice(["auto", "duckdb", "python"]),
-                default="auto",
-                show_default=True,
-                help="Saved files: duckdb (the slurmkit[report] extra; auto uses it for files of "
-                "48 MiB or more) or the pure-Python reference.",
-            ),
+            engine_option,
         ]
     ):
         f = opt(f)
@@ -293,7 +297,7 @@ def _use_engine(choice: str, sacct_file: Optional[str]) -> bool:
     return choice != "auto" or st.st_size >= AUTO_ENGINE_BYTES
 
 
-def _run_engine(
+def _file_sums(
     sacct_file: str,
     *,
     sacct_columns,
@@ -309,39 +313,34 @@ def _run_engine(
     hours,
     explicit: bool,
 ):
-    """``(report, stats, engine meta)`` from the DuckDB engine, or ``(None, None, meta)``
-    when the input needs the reference path (rows to report with line numbers)."""
+    """``(groups, total, stats, engine meta)``: the DuckDB engine's accumulators of a saved
+    file, or ``(None, None, None, meta)`` when the input needs the reference path (rows to
+    report with line numbers)."""
     from slurmkit.report import engine, sacct
     from slurmkit.report.duck import duckdb
 
     columns = sacct.parse_column_list(sacct_columns) if sacct_columns is not None else None
     src = engine.probe_file(sacct_file, columns, _delimiter(sacct_delimiter))
     if src is None:
-        return None, None, {"name": "python", "why": "empty file"}
+        return None, None, None, {"name": "python", "why": "empty file"}
     lacking = sacct.missing_columns(src.columns, list(sacct.REQUIRED_COLUMNS) + list(need))
     if lacking:
         raise UsageError(
             f"--sacct-file {sacct_file}: missing column(s) {', '.join(lacking)}; {sacct.recommended_hint()}"
         )
     try:
-        report, stats = _engine_report(src, window, now, filters, dims, prices, rcfg, drains, hours)
+        groups, total, stats = _engine_sums(src, window, now, filters, dims, prices, rcfg, drains, hours)
     except engine.NeedsReference as exc:
         log.info("duckdb engine: %s; using the reference path", exc)
-        return None, None, {"name": "python", "why": str(exc)}
+        return None, None, None, {"name": "python", "why": str(exc)}
     except duckdb.Error as exc:
         if explicit:
             raise UsageError(
                 f"--sacct-file {sacct_file}: DuckDB could not read it: {str(exc).splitlines()[0]}"
             ) from None
         log.info("duckdb engine failed (%s); using the reference path", str(exc).splitlines()[0])
-        return None, None, {"name": "python", "why": "duckdb: " + str(exc).splitlines()[0]}
-    return report, stats, {"name": "duckdb", "version": duckdb.__version__}
-
-
-def _engine_report(src, window, now, filters, dims, prices, rcfg, drains, hours):
-    """``(report, stats)`` from the DuckDB engine (raises ``NeedsReference``, ``duckdb.Error``)."""
-    groups, total, stats = _engine_sums(src, window, now, filters, dims, prices, rcfg, drains, hours)
-    return _finish(groups, total, dims, prices, health=drains is not None), stats
+        return None, None, None, {"name": "python", "why": "duckdb: " + str(exc).splitlines()[0]}
+    return groups, total, stats, {"name": "duckdb", "version": duckdb.__version__}
 
 
 def _engine_sums(src, window, now, filters, dims, prices, rcfg, drains, hours):
@@ -550,7 +549,7 @@ def _run_usage(
             engine=engine,
         )
     elif _use_engine(engine, sacct_file):
-        report, stats, engine_meta = _run_engine(
+        groups, total, stats, engine_meta = _file_sums(
             sacct_file,
             sacct_columns=sacct_columns,
             sacct_delimiter=sacct_delimiter,
@@ -565,6 +564,8 @@ def _run_usage(
             hours=hours,
             explicit=engine == "duckdb",
         )
+        if groups is not None:
+            report = _finish(groups, total, dims, prices, health=hl is not None)
     if report is None:
         # the reference: rows are aggregated as they are parsed (slurmkit.report.stream)
         agg = StreamingAggregator(
@@ -878,6 +879,7 @@ def report_sql(query, archive, fmt, as_json, verbose, quiet) -> None:
     type=click.Path(file_okay=False),
     help="Read the jobs from the accounting archive made by `slurmkit report ingest` instead of sacct.",
 )
+@engine_option
 def report_capacity(
     config_path,
     verbose,
@@ -894,6 +896,7 @@ def report_capacity(
     fmt,
     as_json,
     archive=None,
+    engine="auto",
     sacct_columns=None,
     sacct_delimiter=None,
 ) -> None:
@@ -922,21 +925,40 @@ def report_capacity(
 
         inventory = node_inventory(client.nodes())
     filters = sacct.Filters(partitions=parts)
-    command, engine_meta = None, {"name": "python"}
+    command, engine_meta, groups = None, {"name": "python"}, None
+    dims = [] if by == "total" else [by]
     with gc_paused():
+        # the used GPU-seconds are the usage report's: the engine's sums where it reads the jobs
         if archive:
             groups, total, stats, engine_meta = _archive_sums(
                 archive,
                 window=window,
                 now=now,
                 filters=filters,
-                dims=[] if by == "total" else [by],
+                dims=dims,
                 prices=None,
                 rcfg=rcfg,
                 drains=None,
                 hours=rcfg["lost_window_hours"],
-                engine="auto",
+                engine=engine,
             )
+        elif _use_engine(engine, sacct_file):
+            groups, total, stats, engine_meta = _file_sums(
+                sacct_file,
+                sacct_columns=sacct_columns,
+                sacct_delimiter=sacct_delimiter,
+                window=window,
+                now=now,
+                filters=filters,
+                dims=dims,
+                prices=None,
+                rcfg=rcfg,
+                need=["Partition"] if by == "partition" or parts else [],
+                drains=None,
+                hours=rcfg["lost_window_hours"],
+                explicit=engine == "duckdb",
+            )
+        if groups is not None:
             used, used_total = used_from_usage(groups, total, by)
         else:
             attempts, stats, command = load_attempts(

@@ -349,24 +349,30 @@ def test_capacity_gpus_override_and_table(cli, fixture_path):
 def test_capacity_from_the_archive_equals_capacity_from_the_file(
     cli, fixture_path, fake_runner, tmp_path, by
 ):
+    """The used GPU-hours are the same from the file and the archive, by either engine."""
     pytest.importorskip("duckdb")
     answers, _ = fake_runner
     answers["sinfo"] = ok(SINFO)
+    dump = fixture_path("basic.txt")
     arch = str(tmp_path / "arch")
-    assert (
-        cli("report", "ingest", "--archive", arch, "--sacct-file", fixture_path("basic.txt")).exit_code == 0
-    )
+    assert cli("report", "ingest", "--archive", arch, "--sacct-file", dump).exit_code == 0
     args = ["report", "capacity", *NOV, "--by", by, "--json"]
+    sources = {  # (arguments, meta.jobs, meta.engine.name)
+        "file": (["--sacct-file", dump], dump, "python"),
+        "file, duckdb": (["--sacct-file", dump, "--engine", "duckdb"], dump, "duckdb"),
+        "archive": (["--archive", arch], "archive " + arch, "duckdb"),
+        "archive, python": (["--archive", arch, "--engine", "python"], "archive " + arch, "python"),
+    }
     got = {}
-    for source in (["--sacct-file", fixture_path("basic.txt")], ["--archive", arch]):
+    for name, (source, jobs, engine) in sources.items():
         res = cli(*args, *source)
         assert res.exit_code == 0, res.stderr
-        got[source[0]] = data = json.loads(res.stdout)
-        assert data["meta"].pop("jobs") == ("archive " + arch if source[0] == "--archive" else source[1])
-        assert data["meta"].pop("engine")["name"] == ("duckdb" if source[0] == "--archive" else "python")
-    assert got["--archive"] == got["--sacct-file"]
-    assert got["--archive"]["totals"]["used_gpu_hours"] == 62.0  # as test_capacity_from_sinfo
-    two = cli(*args, "--archive", arch, "--sacct-file", fixture_path("basic.txt"))
+        got[name] = data = json.loads(res.stdout)
+        assert data["meta"].pop("jobs") == jobs
+        assert data["meta"].pop("engine")["name"] == engine, name
+    assert got["file, duckdb"] == got["archive"] == got["archive, python"] == got["file"]
+    assert got["archive"]["totals"]["used_gpu_hours"] == 62.0  # as test_capacity_from_sinfo
+    two = cli(*args, "--archive", arch, "--sacct-file", dump)
     assert two.exit_code == 2 and "two sources" in two.stderr
 
 
