@@ -160,3 +160,24 @@ def test_headerless_dump_without_columns_is_one_line_error(cli):
 def test_bad_column_list_is_usage_error(cli):
     res = cli("report", "--sacct-file", DUMP, "--sacct-columns", "JobName,User", "--now", NOW)
     assert res.exit_code == 2 and "JobID" in res.stderr
+
+
+@pytest.mark.parametrize("engine", ["python", "duckdb"])
+def test_real_dump_capacity(cli, amsterdam, engine):
+    """capacity over the real dump: 784,831 GPU-s used (above) = 218.009 GPU-hours, of 100 GPUs
+    from April 1 00:00 to the pinned now, April 19 12:00 (18.5 days = 444 h): 44,400 GPU-hours,
+    0.49 %. Both engines read it."""
+    if engine == "duckdb":
+        pytest.importorskip("duckdb")
+    args = [a for a in ARGS if a != "--no-health-log"]  # (capacity joins no health log)
+    res = cli("report", "capacity", *args, "--gpus", "100", "--engine", engine)
+    assert res.exit_code == 0, res.stderr
+    data = json.loads(res.stdout)
+    assert data["meta"]["engine"]["name"] == engine
+    assert data["totals"] == {
+        "group": "TOTAL",
+        "gpus": 100,
+        "available_gpu_hours": 44400.0,
+        "used_gpu_hours": 218.009,
+        "used_pct": 0.49,
+    }
