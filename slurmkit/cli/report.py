@@ -376,22 +376,59 @@ def _finish(groups, total, dims, prices, *, health: bool):
     )
 
 
-def _run_archive(directory: str, *, window, now, filters, dims, prices, rcfg, hl, hours, engine: str):
-    """``(report, stats, engine meta)`` from the archive (see :func:`_archive_sums`)."""
-    drains = hl.events if hl is not None else None
-    groups, total, stats, meta = _archive_sums(
-        directory,
-        window=window,
-        now=now,
-        filters=filters,
-        dims=dims,
-        prices=prices,
-        rcfg=rcfg,
-        drains=drains,
-        hours=hours,
-        engine=engine,
-    )
-    return _finish(groups, total, dims, prices, health=drains is not None), stats, meta
+def _sums(
+    *,
+    archive,
+    sacct_file,
+    sacct_columns,
+    sacct_delimiter,
+    engine,
+    window,
+    now,
+    filters,
+    dims,
+    prices,
+    rcfg,
+    need,
+    drains,
+    hours,
+):
+    """``(groups, total, stats, engine meta)``: the accumulators of the archive (see
+    :func:`_archive_sums`) or, where the DuckDB engine takes it, of a saved file (see
+    :func:`_file_sums`); ``groups`` is None where the caller reads the file or sacct with
+    the reference."""
+    if archive:
+        if sacct_file or sacct_columns or sacct_delimiter:
+            raise UsageError("--archive and --sacct-file are two sources: give one")
+        return _archive_sums(
+            archive,
+            window=window,
+            now=now,
+            filters=filters,
+            dims=dims,
+            prices=prices,
+            rcfg=rcfg,
+            drains=drains,
+            hours=hours,
+            engine=engine,
+        )
+    if _use_engine(engine, sacct_file):
+        return _file_sums(
+            sacct_file,
+            sacct_columns=sacct_columns,
+            sacct_delimiter=sacct_delimiter,
+            window=window,
+            now=now,
+            filters=filters,
+            dims=dims,
+            prices=prices,
+            rcfg=rcfg,
+            need=need,
+            drains=drains,
+            hours=hours,
+            explicit=engine == "duckdb",
+        )
+    return None, None, None, {"name": "python"}
 
 
 def _archive_sums(directory: str, *, window, now, filters, dims, prices, rcfg, drains, hours, engine: str):
@@ -532,40 +569,25 @@ def _run_usage(
             }
         elif health_log:
             raise UsageError(f"--health-log {health_log}: no such file")
-    report, stats, command, engine_meta = None, None, None, {"name": "python"}
-    if archive:
-        if sacct_file:
-            raise UsageError("--archive and --sacct-file are two sources: give one")
-        report, stats, engine_meta = _run_archive(
-            archive,
-            window=window,
-            now=now,
-            filters=filters,
-            dims=dims,
-            prices=prices,
-            rcfg=rcfg,
-            hl=hl,
-            hours=hours,
-            engine=engine,
-        )
-    elif _use_engine(engine, sacct_file):
-        groups, total, stats, engine_meta = _file_sums(
-            sacct_file,
-            sacct_columns=sacct_columns,
-            sacct_delimiter=sacct_delimiter,
-            window=window,
-            now=now,
-            filters=filters,
-            dims=dims,
-            prices=prices,
-            rcfg=rcfg,
-            need=need,
-            drains=hl.events if hl is not None else None,
-            hours=hours,
-            explicit=engine == "duckdb",
-        )
-        if groups is not None:
-            report = _finish(groups, total, dims, prices, health=hl is not None)
+    report, command = None, None
+    groups, total, stats, engine_meta = _sums(
+        archive=archive,
+        sacct_file=sacct_file,
+        sacct_columns=sacct_columns,
+        sacct_delimiter=sacct_delimiter,
+        engine=engine,
+        window=window,
+        now=now,
+        filters=filters,
+        dims=dims,
+        prices=prices,
+        rcfg=rcfg,
+        need=need,
+        drains=hl.events if hl is not None else None,
+        hours=hours,
+    )
+    if groups is not None:
+        report = _finish(groups, total, dims, prices, health=hl is not None)
     if report is None:
         # the reference: rows are aggregated as they are parsed (slurmkit.report.stream)
         agg = StreamingAggregator(
@@ -914,50 +936,27 @@ def report_capacity(
         raise UsageError("capacity needs a bounded window: give --since, --month or --last")
     if gpus_override is not None and by != "total":
         raise UsageError("--gpus gives only a cluster total; use it with --by total")
-    if archive and (sacct_file or sacct_columns or sacct_delimiter):
-        raise UsageError("--archive and --sacct-file are two sources: give one")
     parts = _csv_set(partitions)
-    if gpus_override is not None:
-        inventory = None
-    else:
-        from slurmkit.report.cost import node_inventory
-        from slurmkit.slurm import client
-
-        inventory = node_inventory(client.nodes())
     filters = sacct.Filters(partitions=parts)
-    command, engine_meta, groups = None, {"name": "python"}, None
-    dims = [] if by == "total" else [by]
+    command = None
     with gc_paused():
         # the used GPU-seconds are the usage report's: the engine's sums where it reads the jobs
-        if archive:
-            groups, total, stats, engine_meta = _archive_sums(
-                archive,
-                window=window,
-                now=now,
-                filters=filters,
-                dims=dims,
-                prices=None,
-                rcfg=rcfg,
-                drains=None,
-                hours=rcfg["lost_window_hours"],
-                engine=engine,
-            )
-        elif _use_engine(engine, sacct_file):
-            groups, total, stats, engine_meta = _file_sums(
-                sacct_file,
-                sacct_columns=sacct_columns,
-                sacct_delimiter=sacct_delimiter,
-                window=window,
-                now=now,
-                filters=filters,
-                dims=dims,
-                prices=None,
-                rcfg=rcfg,
-                need=["Partition"] if by == "partition" or parts else [],
-                drains=None,
-                hours=rcfg["lost_window_hours"],
-                explicit=engine == "duckdb",
-            )
+        groups, total, stats, engine_meta = _sums(
+            archive=archive,
+            sacct_file=sacct_file,
+            sacct_columns=sacct_columns,
+            sacct_delimiter=sacct_delimiter,
+            engine=engine,
+            window=window,
+            now=now,
+            filters=filters,
+            dims=[] if by == "total" else [by],
+            prices=None,
+            rcfg=rcfg,
+            need=["Partition"] if by == "partition" or parts else [],
+            drains=None,
+            hours=rcfg["lost_window_hours"],
+        )
         if groups is not None:
             used, used_total = used_from_usage(groups, total, by)
         else:
@@ -972,6 +971,13 @@ def report_capacity(
                 max_gpus=rcfg["max_gpus"],
             )
             used, used_total = used_seconds(attempts, by)
+    if gpus_override is not None:
+        inventory = None
+    else:
+        from slurmkit.report.cost import node_inventory
+        from slurmkit.slurm import client
+
+        inventory = node_inventory(client.nodes())
     data = capacity_rows(
         used,
         used_total,
