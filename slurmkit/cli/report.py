@@ -19,6 +19,7 @@ import os
 import stat
 import sys
 import time
+from dataclasses import dataclass
 from typing import Any, Callable, Dict, FrozenSet, List, Optional, Tuple
 
 import click
@@ -297,22 +298,68 @@ def _use_engine(choice: str, sacct_file: Optional[str]) -> bool:
     return choice != "auto" or st.st_size >= AUTO_ENGINE_BYTES
 
 
-def _file_sums(
-    sacct_file: str,
-    *,
-    sacct_columns,
-    sacct_delimiter,
-    window,
-    now,
-    filters,
-    dims,
-    prices,
-    rcfg,
-    need,
-    drains,
-    hours,
-    explicit: bool,
-):
+@dataclass(frozen=True)
+class _Query:
+    """What a report asks of the attempts, whichever engine and source answer it: the window,
+    filters and grouping, prices, the health log's drains (None: not joined) and the report
+    config (``rcfg``)."""
+
+    window: Any
+    now: Optional[float]
+    filters: Any
+    dims: List[str]
+    prices: Any
+    rcfg: Dict[str, Any]
+    drains: Optional[list]
+    hours: float
+
+    def engine_sums(self, src):
+        """``(groups, total, stats)`` from the DuckDB engine (raises ``NeedsReference``,
+        ``duckdb.Error``)."""
+        from slurmkit.report import engine
+
+        return engine.run(
+            src,
+            window=self.window,
+            now=self.now,
+            filters=self.filters,
+            by=self.dims,
+            prices=self.prices,
+            max_gpus=self.rcfg["max_gpus"],
+            prolog_requeue_seconds=self.rcfg["prolog_requeue_seconds"],
+            drains=self.drains,
+            lost_window_hours=self.hours,
+        )
+
+    def aggregator(self):
+        """The reference's aggregator, fed attempts as they are parsed (slurmkit.report.stream)."""
+        from slurmkit.report.stream import StreamingAggregator
+
+        return StreamingAggregator(
+            self.dims,
+            window_start=self.window.start,
+            prices=self.prices,
+            prolog_requeue_seconds=self.rcfg["prolog_requeue_seconds"],
+            drains=self.drains,
+            lost_window_hours=self.hours,
+        )
+
+
+def _sums(q: _Query, *, archive, sacct_file, sacct_columns, sacct_delimiter, engine: str, need):
+    """``(groups, total, stats, engine meta)``: the accumulators of the archive (see
+    :func:`_archive_sums`) or, where the DuckDB engine takes it, of a saved file (see
+    :func:`_file_sums`); ``groups`` is None where the caller reads the file or sacct with
+    the reference."""
+    if archive:
+        if sacct_file or sacct_columns or sacct_delimiter:
+            raise UsageError("--archive and --sacct-file are two sources: give one")
+        return _archive_sums(q, archive, engine)
+    if _use_engine(engine, sacct_file):
+        return _file_sums(q, sacct_file, sacct_columns, sacct_delimiter, need, explicit=engine == "duckdb")
+    return None, None, None, {"name": "python"}
+
+
+def _file_sums(q: _Query, sacct_file: str, sacct_columns, sacct_delimiter, need, *, explicit: bool):
     """``(groups, total, stats, engine meta)``: the DuckDB engine's accumulators of a saved
     file, or ``(None, None, None, meta)`` when the input needs the reference path (rows to
     report with line numbers)."""
@@ -329,7 +376,7 @@ def _file_sums(
             f"--sacct-file {sacct_file}: missing column(s) {', '.join(lacking)}; {sacct.recommended_hint()}"
         )
     try:
-        groups, total, stats = _engine_sums(src, window, now, filters, dims, prices, rcfg, drains, hours)
+        groups, total, stats = q.engine_sums(src)
     except engine.NeedsReference as exc:
         log.info("duckdb engine: %s; using the reference path", exc)
         return None, None, None, {"name": "python", "why": str(exc)}
@@ -343,23 +390,44 @@ def _file_sums(
     return groups, total, stats, {"name": "duckdb", "version": duckdb.__version__}
 
 
-def _engine_sums(src, window, now, filters, dims, prices, rcfg, drains, hours):
-    """``(groups, total, stats)``: the DuckDB engine's accumulators (raises ``NeedsReference``,
-    ``duckdb.Error``)."""
-    from slurmkit.report import engine
+def _archive_sums(q: _Query, directory: str, engine: str):
+    """``(groups, total, stats, engine meta)``: the accumulators of the archive's attempts, from
+    the DuckDB engine, or from the reference over its rows (``--engine python``, or a report
+    the engine hands over)."""
+    import importlib.util
 
-    return engine.run(
-        src,
-        window=window,
-        now=now,
-        filters=filters,
-        by=dims,
-        prices=prices,
-        max_gpus=rcfg["max_gpus"],
-        prolog_requeue_seconds=rcfg["prolog_requeue_seconds"],
-        drains=drains,
-        lost_window_hours=hours,
+    if importlib.util.find_spec("duckdb") is None:
+        raise UsageError("--archive needs the report extra: pip install 'slurmkit[report]'")
+    from slurmkit.report import archive as arch
+    from slurmkit.report import engine as eng
+    from slurmkit.report import sacct
+
+    src = arch.source(directory)
+    why = "--engine python"
+    if src.multi is None and not arch.typed(directory):  # (an archive of this slurmkit has src.multi)
+        why = "months written before the typed columns (ingest them again)"
+    elif engine != "python":
+        try:
+            groups, total, stats = q.engine_sums(src)
+            return groups, total, stats, {"name": "duckdb"}
+        except eng.NeedsReference as exc:
+            why = str(exc)
+    agg = q.aggregator()
+    _, stats = sacct.parse_rows(
+        arch.lines(directory),
+        list(sacct.FIELDS),
+        sep=arch.SEP,
+        window=q.window,
+        now=q.now,
+        filters=q.filters,
+        max_gpus=q.rcfg["max_gpus"],
+        sink=agg.add,
     )
+    warning = stats.warning(f"archive {directory} (row numbers)")
+    if warning:
+        click.echo(f"slurmkit: warning: {warning}", err=True)
+    groups, total = agg.result()
+    return groups, total, stats, {"name": "python", "why": why}
 
 
 def _finish(groups, total, dims, prices, *, health: bool):
@@ -374,109 +442,6 @@ def _finish(groups, total, dims, prices, *, health: bool):
         health=health,
         currency=prices.currency if prices else "USD",
     )
-
-
-def _sums(
-    *,
-    archive,
-    sacct_file,
-    sacct_columns,
-    sacct_delimiter,
-    engine,
-    window,
-    now,
-    filters,
-    dims,
-    prices,
-    rcfg,
-    need,
-    drains,
-    hours,
-):
-    """``(groups, total, stats, engine meta)``: the accumulators of the archive (see
-    :func:`_archive_sums`) or, where the DuckDB engine takes it, of a saved file (see
-    :func:`_file_sums`); ``groups`` is None where the caller reads the file or sacct with
-    the reference."""
-    if archive:
-        if sacct_file or sacct_columns or sacct_delimiter:
-            raise UsageError("--archive and --sacct-file are two sources: give one")
-        return _archive_sums(
-            archive,
-            window=window,
-            now=now,
-            filters=filters,
-            dims=dims,
-            prices=prices,
-            rcfg=rcfg,
-            drains=drains,
-            hours=hours,
-            engine=engine,
-        )
-    if _use_engine(engine, sacct_file):
-        return _file_sums(
-            sacct_file,
-            sacct_columns=sacct_columns,
-            sacct_delimiter=sacct_delimiter,
-            window=window,
-            now=now,
-            filters=filters,
-            dims=dims,
-            prices=prices,
-            rcfg=rcfg,
-            need=need,
-            drains=drains,
-            hours=hours,
-            explicit=engine == "duckdb",
-        )
-    return None, None, None, {"name": "python"}
-
-
-def _archive_sums(directory: str, *, window, now, filters, dims, prices, rcfg, drains, hours, engine: str):
-    """``(groups, total, stats, engine meta)``: the accumulators of the archive's attempts, from
-    the DuckDB engine, or from the reference over its rows (``--engine python``, or a report
-    the engine hands over)."""
-    import importlib.util
-
-    if importlib.util.find_spec("duckdb") is None:
-        raise UsageError("--archive needs the report extra: pip install 'slurmkit[report]'")
-    from slurmkit.report import archive as arch
-    from slurmkit.report import engine as eng
-    from slurmkit.report import sacct
-    from slurmkit.report.stream import StreamingAggregator
-
-    src = arch.source(directory)
-    why = "--engine python"
-    if src.multi is None and not arch.typed(directory):  # (an archive of this slurmkit has src.multi)
-        why = "months written before the typed columns (ingest them again)"
-    elif engine != "python":
-        try:
-            groups, total, stats = _engine_sums(src, window, now, filters, dims, prices, rcfg, drains, hours)
-            return groups, total, stats, {"name": "duckdb"}
-        except eng.NeedsReference as exc:
-            why = str(exc)
-    agg = StreamingAggregator(
-        dims,
-        window_start=window.start,
-        prices=prices,
-        prolog_requeue_seconds=rcfg["prolog_requeue_seconds"],
-        drains=drains,
-        lost_window_hours=hours,
-    )
-    _, stats = sacct.parse_rows(
-        arch.lines(directory),
-        list(sacct.FIELDS),
-        sep=arch.SEP,
-        window=window,
-        now=now,
-        filters=filters,
-        max_gpus=rcfg["max_gpus"],
-        sink=agg.add,
-    )
-    warning = stats.warning(f"archive {directory} (row numbers)")
-    if warning:
-        click.echo(f"slurmkit: warning: {warning}", err=True)
-    groups, total = agg.result()
-    return groups, total, stats, {"name": "python", "why": why}
 
 
 def _run_usage(
@@ -516,7 +481,6 @@ def _run_usage(
     from slurmkit.report.cost import price_table
     from slurmkit.report.lost import read_health_log
     from slurmkit.report.render import render
-    from slurmkit.report.stream import StreamingAggregator
 
     setup_logging(verbose, quiet)
     cfg, rcfg, paths = _load(config_path)
@@ -569,35 +533,19 @@ def _run_usage(
             }
         elif health_log:
             raise UsageError(f"--health-log {health_log}: no such file")
-    report, command = None, None
+    command = None
+    q = _Query(window, now, filters, dims, prices, rcfg, hl.events if hl is not None else None, hours)
     groups, total, stats, engine_meta = _sums(
+        q,
         archive=archive,
         sacct_file=sacct_file,
         sacct_columns=sacct_columns,
         sacct_delimiter=sacct_delimiter,
         engine=engine,
-        window=window,
-        now=now,
-        filters=filters,
-        dims=dims,
-        prices=prices,
-        rcfg=rcfg,
         need=need,
-        drains=hl.events if hl is not None else None,
-        hours=hours,
     )
-    if groups is not None:
-        report = _finish(groups, total, dims, prices, health=hl is not None)
-    if report is None:
-        # the reference: rows are aggregated as they are parsed (slurmkit.report.stream)
-        agg = StreamingAggregator(
-            dims,
-            window_start=window.start,
-            prices=prices,
-            prolog_requeue_seconds=rcfg["prolog_requeue_seconds"],
-            drains=hl.events if hl is not None else None,
-            lost_window_hours=hours,
-        )
+    if groups is None:  # the reference: rows are aggregated as they are parsed
+        agg = q.aggregator()
         _, stats, command = load_attempts(
             window=window,
             now=now,
@@ -611,7 +559,7 @@ def _run_usage(
             sink=agg.add,
         )
         groups, total = agg.result()
-        report = _finish(groups, total, dims, prices, health=hl is not None)
+    report = _finish(groups, total, dims, prices, health=hl is not None)
     report.totals["excluded_rows"] = stats.malformed
     group = ", ".join(dims) if dims else "cluster"
     report.meta = {
@@ -941,21 +889,17 @@ def report_capacity(
     command = None
     with gc_paused():
         # the used GPU-seconds are the usage report's: the engine's sums where it reads the jobs
+        q = _Query(
+            window, now, filters, [] if by == "total" else [by], None, rcfg, None, rcfg["lost_window_hours"]
+        )
         groups, total, stats, engine_meta = _sums(
+            q,
             archive=archive,
             sacct_file=sacct_file,
             sacct_columns=sacct_columns,
             sacct_delimiter=sacct_delimiter,
             engine=engine,
-            window=window,
-            now=now,
-            filters=filters,
-            dims=[] if by == "total" else [by],
-            prices=None,
-            rcfg=rcfg,
             need=["Partition"] if by == "partition" or parts else [],
-            drains=None,
-            hours=rcfg["lost_window_hours"],
         )
         if groups is not None:
             used, used_total = used_from_usage(groups, total, by)

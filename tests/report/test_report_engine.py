@@ -336,6 +336,19 @@ def test_auto_engine_by_file_size(cli, fixture_path, monkeypatch):
     assert json.loads(cli(*args).stdout)["meta"]["engine"]["name"] == "duckdb"
 
 
+def _generated_archive(data, tmp_path_factory, iso: bool):
+    """A directory whose ``a`` is the archive of a generated dump of clean rows (None when
+    no row was ingested)."""
+    from slurmkit.report import archive
+
+    rows = data.draw(st.lists(_row(iso, True), max_size=40))
+    tmp = tmp_path_factory.mktemp("arch")
+    path = tmp / "dump.txt"
+    lines = list(dict.fromkeys(line for group in rows for line in group))
+    path.write_text("|".join(sacct.FIELDS) + "\n" + "".join(line + "\n" for line in lines))
+    return None if archive.ingest(str(tmp / "a"), engine.probe_file(str(path)))["rows"] == 0 else tmp
+
+
 @settings(
     max_examples=60,
     deadline=None,
@@ -372,12 +385,8 @@ def test_archive_same_answer_as_reference_over_its_rows(
     monkeypatch.setenv("TZ", "Europe/Berlin")
     time.tzset()
     sacct.clear_time_caches()
-    rows = data.draw(st.lists(_row(iso, True), max_size=40))
-    tmp = tmp_path_factory.mktemp("arch")
-    path = tmp / "dump.txt"
-    lines = list(dict.fromkeys(line for group in rows for line in group))
-    path.write_text("|".join(sacct.FIELDS) + "\n" + "".join(line + "\n" for line in lines))
-    if archive.ingest(str(tmp / "a"), engine.probe_file(str(path)))["rows"] == 0:
+    tmp = _generated_archive(data, tmp_path_factory, iso)
+    if tmp is None:
         return
     now = BASE + 3 * 86400
     window = (
@@ -440,12 +449,8 @@ def test_capacity_from_the_archive_uses_what_its_attempts_give(
     from slurmkit.report import archive
     from slurmkit.report.capacity import used_from_usage, used_seconds
 
-    rows = data.draw(st.lists(_row(False, True), max_size=40))
-    tmp = tmp_path_factory.mktemp("cap")
-    path = tmp / "dump.txt"
-    lines = list(dict.fromkeys(line for group in rows for line in group))
-    path.write_text("|".join(sacct.FIELDS) + "\n" + "".join(line + "\n" for line in lines))
-    if archive.ingest(str(tmp / "a"), engine.probe_file(str(path)))["rows"] == 0:
+    tmp = _generated_archive(data, tmp_path_factory, iso=False)
+    if tmp is None:
         return
     now = BASE + 3 * 86400
     window = Window(BASE + 3600, BASE + 2 * 86400 + 7, "w") if windowed else Window(BASE, now, "w")
