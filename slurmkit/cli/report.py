@@ -346,17 +346,36 @@ class _Query:
 
 
 def _sums(q: _Query, *, archive, sacct_file, sacct_columns, sacct_delimiter, engine: str, need):
-    """``(groups, total, stats, engine meta)``: the accumulators of the archive (see
-    :func:`_archive_sums`) or, where the DuckDB engine takes it, of a saved file (see
-    :func:`_file_sums`); ``groups`` is None where the caller reads the file or sacct with
-    the reference."""
+    """``(groups, total, stats, engine meta, sacct command)``: the accumulators of the attempts
+    of the archive (see :func:`_archive_sums`), of a saved file (the DuckDB engine where it
+    takes the file, see :func:`_file_sums`) or of a live sacct call; the reference
+    aggregates what the engine does not read, rows as they are parsed."""
     if archive:
         if sacct_file or sacct_columns or sacct_delimiter:
             raise UsageError("--archive and --sacct-file are two sources: give one")
-        return _archive_sums(q, archive, engine)
+        return (*_archive_sums(q, archive, engine), None)
+    meta: Dict[str, Any] = {"name": "python"}
     if _use_engine(engine, sacct_file):
-        return _file_sums(q, sacct_file, sacct_columns, sacct_delimiter, need, explicit=engine == "duckdb")
-    return None, None, None, {"name": "python"}
+        groups, total, stats, meta = _file_sums(
+            q, sacct_file, sacct_columns, sacct_delimiter, need, explicit=engine == "duckdb"
+        )
+        if groups is not None:
+            return groups, total, stats, meta, None
+    agg = q.aggregator()
+    _, stats, command = load_attempts(
+        window=q.window,
+        now=q.now,
+        filters=q.filters,
+        sacct_file=sacct_file,
+        need_columns=need,
+        timeout=q.rcfg["sacct_timeout"],
+        sacct_columns=sacct_columns,
+        sacct_delimiter=sacct_delimiter,
+        max_gpus=q.rcfg["max_gpus"],
+        sink=agg.add,
+    )
+    groups, total = agg.result()
+    return groups, total, stats, meta, command
 
 
 def _file_sums(q: _Query, sacct_file: str, sacct_columns, sacct_delimiter, need, *, explicit: bool):
@@ -533,9 +552,8 @@ def _run_usage(
             }
         elif health_log:
             raise UsageError(f"--health-log {health_log}: no such file")
-    command = None
     q = _Query(window, now, filters, dims, prices, rcfg, hl.events if hl is not None else None, hours)
-    groups, total, stats, engine_meta = _sums(
+    groups, total, stats, engine_meta, command = _sums(
         q,
         archive=archive,
         sacct_file=sacct_file,
@@ -544,21 +562,6 @@ def _run_usage(
         engine=engine,
         need=need,
     )
-    if groups is None:  # the reference: rows are aggregated as they are parsed
-        agg = q.aggregator()
-        _, stats, command = load_attempts(
-            window=window,
-            now=now,
-            filters=filters,
-            sacct_file=sacct_file,
-            need_columns=need,
-            timeout=rcfg["sacct_timeout"],
-            sacct_columns=sacct_columns,
-            sacct_delimiter=sacct_delimiter,
-            max_gpus=rcfg["max_gpus"],
-            sink=agg.add,
-        )
-        groups, total = agg.result()
     report = _finish(groups, total, dims, prices, health=hl is not None)
     report.totals["excluded_rows"] = stats.malformed
     group = ", ".join(dims) if dims else "cluster"
@@ -875,7 +878,7 @@ def report_capacity(
     The used GPU-hours of a group are those of `slurmkit report --by partition` (or
     gpu_type) over the same window: each attempt clipped to it."""
     from slurmkit.report import sacct
-    from slurmkit.report.capacity import capacity_rows, render_capacity, used_from_usage, used_seconds
+    from slurmkit.report.capacity import capacity_rows, render_capacity, used_from_usage
 
     setup_logging(verbose, quiet)
     cfg, rcfg, _ = _load(config_path)
@@ -886,13 +889,12 @@ def report_capacity(
         raise UsageError("--gpus gives only a cluster total; use it with --by total")
     parts = _csv_set(partitions)
     filters = sacct.Filters(partitions=parts)
-    command = None
+    # the used GPU-seconds are the usage report's sums, from whichever engine reads the jobs
+    q = _Query(
+        window, now, filters, [] if by == "total" else [by], None, rcfg, None, rcfg["lost_window_hours"]
+    )
     with gc_paused():
-        # the used GPU-seconds are the usage report's: the engine's sums where it reads the jobs
-        q = _Query(
-            window, now, filters, [] if by == "total" else [by], None, rcfg, None, rcfg["lost_window_hours"]
-        )
-        groups, total, stats, engine_meta = _sums(
+        groups, total, stats, engine_meta, command = _sums(
             q,
             archive=archive,
             sacct_file=sacct_file,
@@ -901,20 +903,7 @@ def report_capacity(
             engine=engine,
             need=["Partition"] if by == "partition" or parts else [],
         )
-        if groups is not None:
-            used, used_total = used_from_usage(groups, total, by)
-        else:
-            attempts, stats, command = load_attempts(
-                window=window,
-                now=now,
-                filters=filters,
-                sacct_file=sacct_file,
-                timeout=rcfg["sacct_timeout"],
-                sacct_columns=sacct_columns,
-                sacct_delimiter=sacct_delimiter,
-                max_gpus=rcfg["max_gpus"],
-            )
-            used, used_total = used_seconds(attempts, by)
+    used, used_total = used_from_usage(groups, total, by)
     if gpus_override is not None:
         inventory = None
     else:

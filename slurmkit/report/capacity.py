@@ -9,35 +9,19 @@ from __future__ import annotations
 
 import io
 import time
-from typing import Any, Dict, FrozenSet, Iterable, List, Optional, Tuple
+from typing import Any, Dict, FrozenSet, List, Optional, Tuple
 
-from slurmkit.report.aggregate import NO_GPU, _type_split
+from slurmkit.report.aggregate import NO_GPU
 from slurmkit.report.cost import BuildVsRent, NodeGpus
-from slurmkit.report.sacct import Attempt
 from slurmkit.report.window import Window
 
 
-def used_seconds(attempts: Iterable[Attempt], by: str) -> Tuple[Dict[str, float], float]:
-    """The GPU-seconds of counted attempts per group (partition or GPU type; none for
-    ``total``) and in all."""
-    used: Dict[str, float] = {}
-    used_total = 0.0
-    for a in attempts:
-        secs = a.end - a.start
-        used_total += a.gpus * secs
-        if by == "partition":
-            used[a.partition] = used.get(a.partition, 0.0) + a.gpus * secs
-        elif by == "gpu_type" and a.gpus:
-            for t, n in _type_split(a):
-                used[t] = used.get(t, 0.0) + n * secs
-    return used, used_total
-
-
 def used_from_usage(groups: Dict[Tuple, Any], total: Any, by: str) -> Tuple[Dict[str, float], float]:
-    """What :func:`used_seconds` gives, from the accumulators of the usage report ``--by BY``
-    (``total``: no keys) over the same attempts: a group's used GPU-seconds are its usage
-    GPU-seconds. The usage view by GPU type puts attempts without GPUs in a group of their
-    own, with no GPU-seconds, which has no row here."""
+    """The used GPU-seconds per group (partition or GPU type; none for ``total``) and in all,
+    from the accumulators of the usage report ``--by BY`` (``total``: no keys) over the same
+    window: a group's used GPU-seconds are its usage GPU-seconds, every attempt clipped to the
+    window. The usage view by GPU type puts attempts without GPUs in a group of their own,
+    with no GPU-seconds, which has no row here."""
     if by == "total":
         return {}, total.gpu_seconds
     used = {
@@ -60,7 +44,7 @@ def capacity_rows(
     now: Optional[float] = None,
 ) -> Dict[str, Any]:
     """``{"meta", "rows", "totals"}`` with available and used GPU-hours per group (``used``,
-    ``used_total``: GPU-seconds, see :func:`used_seconds`)."""
+    ``used_total``: GPU-seconds, see :func:`used_from_usage`)."""
     end = min(window.end, int(now if now is not None else time.time()))
     seconds = max(0, end - window.start)
     available: Dict[str, int] = {}

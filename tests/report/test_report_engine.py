@@ -428,6 +428,24 @@ def test_archive_same_answer_as_reference_over_its_rows(
     _same_report(ref, got, by, tol)
 
 
+def _used_seconds(attempts, by: str):
+    """Capacity's used GPU-seconds written out from its definition: per partition or GPU type
+    (none for ``total``) and in all, GPUs x clipped seconds of each counted attempt; an
+    attempt without GPUs is in no GPU type."""
+    from slurmkit.report.aggregate import _type_split
+
+    used, used_total = {}, 0.0
+    for a in attempts:
+        secs = a.end - a.start
+        used_total += a.gpus * secs
+        if by == "partition":
+            used[a.partition] = used.get(a.partition, 0.0) + a.gpus * secs
+        elif by == "gpu_type" and a.gpus:
+            for t, n in _type_split(a):
+                used[t] = used.get(t, 0.0) + n * secs
+    return used, used_total
+
+
 @settings(
     max_examples=40,
     deadline=None,
@@ -444,10 +462,10 @@ def test_capacity_from_the_archive_uses_what_its_attempts_give(
 ):
     """``report capacity --archive`` takes each group's used GPU-seconds from the engine's usage
     sums (``used_from_usage``): the same groups and seconds as summing the attempts the
-    reference reads from the archive's rows (``used_seconds``), attempts without GPUs, zero
-    seconds and GPU types split or scaled included."""
+    reference reads from the archive's rows (``_used_seconds``, capacity's definition written
+    out), attempts without GPUs, zero seconds and GPU types split or scaled included."""
     from slurmkit.report import archive
-    from slurmkit.report.capacity import used_from_usage, used_seconds
+    from slurmkit.report.capacity import used_from_usage
 
     tmp = _generated_archive(data, tmp_path_factory, iso=False)
     if tmp is None:
@@ -463,7 +481,7 @@ def test_capacity_from_the_archive_uses_what_its_attempts_give(
         now=now,
         filters=filters,
     )
-    want, want_total = used_seconds(attempts, by)
+    want, want_total = _used_seconds(attempts, by)
     groups, total, _ = engine.run(
         archive.source(str(tmp / "a")),
         window=window,
