@@ -46,6 +46,15 @@ def _release_if_held(devcluster, job_id):
         devcluster.run(["scontrol", "release", job_id])
 
 
+def _slurmkit(devcluster, *args, env=None, **kwargs):
+    """``slurmkit ARGS`` on the devcluster, with its site config unless ``env`` says otherwise."""
+    return devcluster.run(
+        [sys.executable, "-m", "slurmkit.cli.main", *args],
+        env=env if env is not None else {"SLURMKIT_CONFIG": str(devcluster.config_path)},
+        **kwargs,
+    )
+
+
 def _attempts(devcluster, ids):
     """Every attempt of our jobs as Slurm recorded it: (jobidraw, state, start, end)."""
     res = devcluster.run(
@@ -126,10 +135,8 @@ def test_report_matches_requested_gpu_seconds(devcluster, tmp_path):
             lost[(account, user)] = lost.get((account, user), 0) + gpus * seconds
 
     until = time.time() + 5
-    argv = [
-        sys.executable,
-        "-m",
-        "slurmkit.cli.main",
+    res = _slurmkit(
+        devcluster,
         "report",
         "--since",
         _iso(since),
@@ -142,8 +149,7 @@ def test_report_matches_requested_gpu_seconds(devcluster, tmp_path):
         "--name",
         name,
         "--no-health-log",
-    ]
-    res = devcluster.run(argv, env={"SLURMKIT_CONFIG": str(devcluster.config_path)})
+    )
     assert res.returncode == 0, res.stderr
     data = json.loads(res.stdout)
     got = {(r["account"], r["user"]): r for r in data["rows"]}
@@ -167,24 +173,19 @@ def test_report_matches_requested_gpu_seconds(devcluster, tmp_path):
         user, account, gpus = jobs[jid]
         overlap = max(0, min(end, cut_end) - max(start, cut_start))
         clipped[(account, user)] = clipped.get((account, user), 0) + gpus * overlap
-    res_cut = devcluster.run(
-        [
-            sys.executable,
-            "-m",
-            "slurmkit.cli.main",
-            "report",
-            "--since",
-            f"@{cut_start}",
-            "--until",
-            f"@{cut_end}",
-            "--by",
-            "account,user",
-            "--json",
-            "--name",
-            name,
-            "--no-health-log",
-        ],
-        env={"SLURMKIT_CONFIG": str(devcluster.config_path)},
+    res_cut = _slurmkit(
+        devcluster,
+        "report",
+        "--since",
+        f"@{cut_start}",
+        "--until",
+        f"@{cut_end}",
+        "--by",
+        "account,user",
+        "--json",
+        "--name",
+        name,
+        "--no-health-log",
     )
     assert res_cut.returncode == 0, res_cut.stderr
     cut = {(r["account"], r["user"]): r["gpu_hours"] for r in json.loads(res_cut.stdout)["rows"]}
@@ -230,20 +231,15 @@ def test_report_matches_requested_gpu_seconds(devcluster, tmp_path):
     )
     assert rec.returncode == 0, rec.stderr
     dump.write_text(rec.stdout)
-    res2 = devcluster.run(
-        [
-            sys.executable,
-            "-m",
-            "slurmkit.cli.main",
-            "report",
-            "--sacct-file",
-            str(dump),
-            "--by",
-            "account,user",
-            "--json",
-            "--no-health-log",
-        ],
-        env={"SLURMKIT_CONFIG": str(devcluster.config_path)},
+    res2 = _slurmkit(
+        devcluster,
+        "report",
+        "--sacct-file",
+        str(dump),
+        "--by",
+        "account,user",
+        "--json",
+        "--no-health-log",
     )
     assert res2.returncode == 0, res2.stderr
     again = {(r["account"], r["user"]): r["gpu_hours"] for r in json.loads(res2.stdout)["rows"]}
@@ -253,45 +249,34 @@ def test_report_matches_requested_gpu_seconds(devcluster, tmp_path):
     # overlapping windows, then --archive (needs the report extra).
     pytest.importorskip("duckdb")
     arch = tmp_path / "archive"
-    env = {"SLURMKIT_CONFIG": str(devcluster.config_path)}
     for s_, u_ in ((since, until), (since - 60, until + 60)):
-        ing = devcluster.run(
-            [
-                sys.executable,
-                "-m",
-                "slurmkit.cli.main",
-                "report",
-                "ingest",
-                "--archive",
-                str(arch),
-                "--since",
-                _iso(s_),
-                "--until",
-                _iso(u_),
-            ],
-            env=env,
-        )
-        assert ing.returncode == 0, ing.stderr
-    res3 = devcluster.run(
-        [
-            sys.executable,
-            "-m",
-            "slurmkit.cli.main",
+        ing = _slurmkit(
+            devcluster,
             "report",
+            "ingest",
             "--archive",
             str(arch),
             "--since",
-            _iso(since),
+            _iso(s_),
             "--until",
-            _iso(until),
-            "--by",
-            "account,user",
-            "--json",
-            "--name",
-            name,
-            "--no-health-log",
-        ],
-        env=env,
+            _iso(u_),
+        )
+        assert ing.returncode == 0, ing.stderr
+    res3 = _slurmkit(
+        devcluster,
+        "report",
+        "--archive",
+        str(arch),
+        "--since",
+        _iso(since),
+        "--until",
+        _iso(until),
+        "--by",
+        "account,user",
+        "--json",
+        "--name",
+        name,
+        "--no-health-log",
     )
     assert res3.returncode == 0, res3.stderr
     archived = json.loads(res3.stdout)
@@ -305,23 +290,18 @@ def test_report_matches_requested_gpu_seconds(devcluster, tmp_path):
     cap_until = _iso(min(until, time.time() - 1))
     capacities = []
     for source in ([], ["--archive", str(arch)]):
-        cap = devcluster.run(
-            [
-                sys.executable,
-                "-m",
-                "slurmkit.cli.main",
-                "report",
-                "capacity",
-                "--since",
-                _iso(since),
-                "--until",
-                cap_until,
-                "--by",
-                "partition",
-                "--json",
-                *source,
-            ],
-            env=env,
+        cap = _slurmkit(
+            devcluster,
+            "report",
+            "capacity",
+            "--since",
+            _iso(since),
+            "--until",
+            cap_until,
+            "--by",
+            "partition",
+            "--json",
+            *source,
         )
         assert cap.returncode == 0, cap.stderr
         capacities.append(json.loads(cap.stdout))
@@ -335,20 +315,15 @@ def test_report_matches_requested_gpu_seconds(devcluster, tmp_path):
 def test_report_capacity_on_devcluster(devcluster):
     """sinfo's Gres column of the devcluster (2 nodes x gpu:h100:8) is the capacity."""
     since = time.time() - 3600
-    res = devcluster.run(
-        [
-            sys.executable,
-            "-m",
-            "slurmkit.cli.main",
-            "report",
-            "capacity",
-            "--since",
-            _iso(since),
-            "--by",
-            "gpu_type",
-            "--json",
-        ],
-        env={"SLURMKIT_CONFIG": str(devcluster.config_path)},
+    res = _slurmkit(
+        devcluster,
+        "report",
+        "capacity",
+        "--since",
+        _iso(since),
+        "--by",
+        "gpu_type",
+        "--json",
     )
     assert res.returncode == 0, res.stderr
     data = json.loads(res.stdout)
@@ -369,8 +344,11 @@ def test_sacct_failure_is_exit_3(devcluster, tmp_path):
     ]
     lines += ["AccountingStorageHost=127.0.0.1", "AccountingStoragePort=1"]
     bad_conf.write_text("\n".join(lines) + "\n")
-    res = devcluster.run(
-        [sys.executable, "-m", "slurmkit.cli.main", "report", "--last", "1h"],
+    res = _slurmkit(
+        devcluster,
+        "report",
+        "--last",
+        "1h",
         env={"SLURM_CONF": str(bad_conf), "SLURMKIT_CONFIG": str(devcluster.config_path)},
         timeout=120,
     )

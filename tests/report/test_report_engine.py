@@ -349,6 +349,21 @@ def _generated_archive(data, tmp_path_factory, iso: bool):
     return None if archive.ingest(str(tmp / "a"), engine.probe_file(str(path)))["rows"] == 0 else tmp
 
 
+def _read_archive(tmp, window, now, filters):
+    """The reference's reading of the rows of :func:`_generated_archive`'s archive:
+    ``(attempts, stats)``."""
+    from slurmkit.report import archive
+
+    return sacct.parse_rows(
+        archive.lines(str(tmp / "a")),
+        list(sacct.FIELDS),
+        sep=archive.SEP,
+        window=window,
+        now=now,
+        filters=filters,
+    )
+
+
 @settings(
     max_examples=60,
     deadline=None,
@@ -395,14 +410,7 @@ def test_archive_same_answer_as_reference_over_its_rows(
     drains = [DrainEvent("node2", BASE + 86400)] if drained else None
     prices = PriceTable({"h100": 2.5}, 1.25) if priced else None
     filters = sacct.Filters(names=frozenset({"train"})) if name_filter else None
-    attempts, ref_stats = sacct.parse_rows(
-        archive.lines(str(tmp / "a")),
-        list(sacct.FIELDS),
-        sep=archive.SEP,
-        window=window,
-        now=now,
-        filters=filters,
-    )
+    attempts, ref_stats = _read_archive(tmp, window, now, filters)
     lost = find_lost(attempts, 120)
     suspect = find_suspect(attempts, drains, 6.0) if drains is not None else None
     ref = finish(
@@ -473,14 +481,7 @@ def test_capacity_from_the_archive_uses_what_its_attempts_give(
     now = BASE + 3 * 86400
     window = Window(BASE + 3600, BASE + 2 * 86400 + 7, "w") if windowed else Window(BASE, now, "w")
     filters = sacct.Filters(partitions=frozenset({"gpu"})) if partition_filter else None
-    attempts, _ = sacct.parse_rows(
-        archive.lines(str(tmp / "a")),
-        list(sacct.FIELDS),
-        sep=archive.SEP,
-        window=window,
-        now=now,
-        filters=filters,
-    )
+    attempts, _ = _read_archive(tmp, window, now, filters)
     want, want_total = _used_seconds(attempts, by)
     groups, total, _ = engine.run(
         archive.source(str(tmp / "a")),
