@@ -22,6 +22,7 @@ from slurmkit.health.backends import BackendError, BackendUnavailable, GpuBacken
 from slurmkit.health.catalog import CheckSpec, select
 from slurmkit.health.config import thresholds_for
 from slurmkit.health.deadline import ProbeTimeout, call_with_deadline
+from slurmkit.slurm.jobenv import JobEnv
 from slurmkit.slurm.node import this_node
 from slurmkit.verdict.base import Action, CheckResult, Status, Tier
 
@@ -60,6 +61,7 @@ class Context:
     node: str
     hook: str = "manual"  # prolog | epilog | healthcheck | manual
     env: Dict[str, str] = field(default_factory=lambda: dict(os.environ))
+    job: JobEnv = field(default_factory=JobEnv)  # Slurm's part of env, read once (slurm.jobenv)
     job_id: Optional[str] = None
     job_uid: Optional[int] = None
     job_user: Optional[str] = None
@@ -81,9 +83,9 @@ class Context:
         node: Optional[str] = None,
     ) -> "Context":
         env = dict(os.environ if env is None else env)
-        uid = env.get("SLURM_JOB_UID")
-        gpus = env.get("SLURM_JOB_GPUS")
-        if gpus is None and hook in ("prolog", "epilog") and env.get("SLURM_JOB_ID"):
+        job = JobEnv.from_env(env)
+        gpus = job.job_gpus
+        if gpus is None and hook in ("prolog", "epilog") and job.job_id:
             gpus = env.get("CUDA_VISIBLE_DEVICES") or env.get("GPU_DEVICE_ORDINAL") or ""
         return cls(
             health=health,
@@ -91,9 +93,10 @@ class Context:
             node=node or node_name(env),
             hook=hook,
             env=env,
-            job_id=env.get("SLURM_JOB_ID") or env.get("SLURM_JOBID"),
-            job_uid=int(uid) if uid and uid.isdigit() else None,
-            job_user=env.get("SLURM_JOB_USER"),
+            job=job,
+            job_id=job.job_id,
+            job_uid=job.job_uid,
+            job_user=job.job_user,
             job_gpus=parse_gpu_list(gpus),
             advance_xid_cursor=hook in ("prolog", "epilog", "healthcheck"),
         )

@@ -1,6 +1,7 @@
 """The hook programs: Prolog, Epilog and HealthCheckProgram, as functions returning an exit code.
 
-``prolog/slurmkit-prolog`` and friends are three-line scripts that call these. What a
+The console scripts (``slurmkit-prolog`` ..., :mod:`slurmkit.cli.hooks`) and the copied
+files in ``prolog/`` and ``epilog/`` all call :func:`main` through ``slurmkit.cli.hooks.run``. What a
 hook may do is dictated by Slurm (https://slurm.schedmd.com/prolog_epilog.html): a non-zero Prolog
 exit drains the node and requeues+holds the job; a non-zero Epilog exit drains the
 node; HealthCheckProgram's exit status is ignored, it must drain by itself.
@@ -15,8 +16,8 @@ Policy, in order:
    that could not run is logged, counted in a metric and exits 0, unless
    ``health.fail_closed``.
 3. **On a fail verdict** the hook sets the drain reason itself,
-   ``slurmkit:<CODE> <check>: <detail>``, with a bounded ``scontrol update`` (unless
-   an admin's drain is already there, which is never overwritten), records the
+   ``slurmkit:<CODE> <check>: <detail>``, with a bounded ``scontrol update``
+   (:func:`slurmkit.slurm.drain.guarded_drain`: an admin's drain is never overwritten), records the
    verdict (JSON lines + Prometheus textfile) and exits 1.
 4. **A decided verdict is the exit code.** The verdict is decided first; the drain,
    the record and the metrics come after it, each best effort and bounded (a full or
@@ -32,8 +33,10 @@ import time
 from typing import Any, Dict, List, Optional, Tuple
 
 from slurmkit.core import trust
+from slurmkit.slurm.drain import guarded_drain
+from slurmkit.slurm.jobenv import JobEnv
 from slurmkit.slurm.node import this_node
-from slurmkit.verdict.base import DRAIN_REASON_PREFIX, Action, CheckResult, Status, Tier
+from slurmkit.verdict.base import Action, CheckResult, Status, Tier
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 DEFAULT_DEADLINES = {"prolog": 5.0, "epilog": 30.0, "healthcheck": 30.0}
@@ -88,48 +91,6 @@ def _start_watchdog(seconds: float, hook: str, fail_closed: bool) -> None:
     t.start()
 
 
-def current_drain(node: str, timeout: float) -> Optional[Dict[str, str]]:
-    """``{"state": ..., "reason": ...}`` of the node from ``scontrol show node``, ``None`` on error."""
-    from slurmkit.slurm import client
-
-    try:
-        rec = client.show_node(node, timeout=timeout)
-    except Exception:
-        return None
-    if rec is None:
-        return None
-    return {"state": rec.get("State", ""), "reason": rec.get("Reason", "")}
-
-
-def is_drained(state: str) -> bool:
-    return "DRAIN" in state.upper()
-
-
-def drain(node: str, reason: str, timeout: float) -> Tuple[bool, str]:
-    """Drain ``node`` with ``reason`` unless an admin's drain is already there.
-
-    Returns ``(drained_by_us, note)``. Never raises: the exit code alone still drains
-    the node (with Slurm's "Prolog error" reason) when this fails.
-    """
-    from slurmkit.slurm import client
-
-    start = time.monotonic()
-    cur = current_drain(node, max(0.2, timeout / 2))
-    if (
-        cur
-        and is_drained(cur["state"])
-        and cur["reason"]
-        and not cur["reason"].startswith(DRAIN_REASON_PREFIX)
-    ):
-        return False, f"already drained by someone else ({cur['reason']!r}); reason kept"
-    left = max(0.2, timeout - (time.monotonic() - start))
-    try:
-        client.drain_node(node, reason, timeout=left)
-    except Exception as exc:
-        return False, f"scontrol drain failed: {exc}"
-    return True, "drained"
-
-
 def _record(
     hook: str,
     ctx,
@@ -145,7 +106,7 @@ def _record(
     from slurmkit.verdict import record
 
     node = ctx.node if ctx else this_node()
-    job = ctx.job_id if ctx else os.environ.get("SLURM_JOB_ID")
+    job = ctx.job_id if ctx else JobEnv.from_env().job_id
     untrusted = list(trust.REJECTED)
     if untrusted:
         extra = dict(extra or {}, untrusted_files=[f"{p}: {why}" for p, why in untrusted[:20]])
@@ -271,7 +232,7 @@ def run_hook(hook: str, env: Optional[Dict[str, str]] = None) -> int:
             _say(f"{hook}: {ctx.node}: FAIL {drain_reason}")
             if health["drain_on_fail"] and not extra.get("reboot_requested"):
                 left = max(0.3, min(float(health["drain_timeout"]), deadline - time.monotonic() - 0.05))
-                ok, note = drain(ctx.node, drain_reason, left)
+                ok, note = guarded_drain(ctx.node, drain_reason, left)
                 extra["drain"] = note
         elif internal:
             _say(f"{hook}: {ctx.node}: failing open on slurmkit fault(s): {'; '.join(internal)[:300]}")

@@ -96,12 +96,6 @@ def _parse(record: str, btime: float) -> Optional[Tuple[float, str, int, str, bo
     return (btime + usec / 1e6,) + hit
 
 
-def parse_record(record: str, btime: float) -> Optional[Tuple[float, str, int, str]]:
-    """``(wall_timestamp, pci 'dddd:bb:dd', xid, rest)`` for an Xid record, else ``None``."""
-    hit = _parse(record, btime)
-    return None if hit is None else hit[:4]
-
-
 def read_kmsg_records(path: str = "/dev/kmsg", max_records: int = 200_000) -> List[str]:
     """Every record currently in the kernel ring buffer (non-blocking, one read per record)."""
     out: List[str] = []

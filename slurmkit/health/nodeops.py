@@ -12,7 +12,8 @@ Rules (NHC's, made strict):
 
 Where the re-check runs: the checks read this machine's GPUs and filesystems, so they
 must run on the node. ``resume`` runs them locally when this machine *is* the node
-(``SLURMD_NODENAME`` or the short hostname matches) or when the GPU backend is the
+(:func:`slurmkit.slurm.node.is_this_node`: ``SLURMD_NODENAME`` when set, else the
+full or short hostname) or when the GPU backend is the
 simulated one (each node's fixture is a file, readable from anywhere; the devcluster
 case). Anywhere else it refuses with exit 3 and says to run it on the node
 (``ssh NODE slurmkit node resume NODE``): a drained node accepts no ``srun``, so there
@@ -26,7 +27,9 @@ import time
 from typing import Any, Callable, Dict, List, Optional
 
 from slurmkit.errors import UsageError
-from slurmkit.verdict.base import DRAIN_REASON_PREFIX, CheckResult, Tier
+from slurmkit.slurm.drain import DRAIN_REASON_PREFIX, is_drained, is_slurmkit_reason
+from slurmkit.slurm.node import is_this_node
+from slurmkit.verdict.base import CheckResult, Tier
 
 # exit codes of `slurmkit node resume`
 RESUMED = 0  # resumed, or nothing to do (node not drained)
@@ -42,8 +45,7 @@ class NotHere(UsageError):
 def can_check_locally(node: str, health: Dict[str, Any]) -> bool:
     if health.get("backend") == "simulated":
         return True
-    here = {os.environ.get("SLURMD_NODENAME", ""), os.uname().nodename.split(".")[0], os.uname().nodename}
-    return node in here
+    return is_this_node(node)
 
 
 def node_info(node: str) -> Dict[str, str]:
@@ -110,12 +112,12 @@ def guarded_resume(
     info = node_info(node)
     state, reason = info.get("State", ""), info.get("Reason", "")
     report: Dict[str, Any] = {"node": node, "state": state, "reason": reason, "results": []}
-    if "DRAIN" not in state.upper():
+    if not is_drained(state):
         report.update(
             exit_code=RESUMED, action="none", message=f"{node} is not drained ({state}); nothing to do"
         )
         return report
-    if not reason.startswith(DRAIN_REASON_PREFIX):
+    if not is_slurmkit_reason(reason):
         report.update(
             exit_code=REFUSED,
             action="refused",
@@ -157,10 +159,7 @@ def guarded_resume(
         return report
     # read the reason again: an admin may have drained it while we were checking
     now = node_info(node)
-    if (
-        not now.get("Reason", "").startswith(DRAIN_REASON_PREFIX)
-        or "DRAIN" not in now.get("State", "").upper()
-    ):
+    if not is_slurmkit_reason(now.get("Reason")) or not is_drained(now.get("State", "")):
         report.update(
             exit_code=REFUSED,
             action="refused",
@@ -182,7 +181,7 @@ def node_status(node: str, health: Dict[str, Any], paths: Dict[str, Any]) -> Dic
         "node": node,
         "state": info.get("State", ""),
         "reason": reason or None,
-        "slurmkit_drain": reason.startswith(DRAIN_REASON_PREFIX),
+        "slurmkit_drain": is_slurmkit_reason(reason),
         "last_verdict": None,
         "heavy_verdicts": {},
     }

@@ -44,11 +44,11 @@ import glob
 import json
 import logging
 import os
-import re
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 from slurmkit.report.sacct import Attempt
+from slurmkit.slurm.drain import parse_reason
 from slurmkit.slurm.parse import ParseError, expand_hostlist
 
 log = logging.getLogger("slurmkit.report")
@@ -137,9 +137,6 @@ class HealthLog:
     bad_lines: int = 0
 
 
-_REASON_RE = re.compile(r"^slurmkit:(\S+)\s+([^:\s]+):")
-
-
 def _is_drain(rec: dict) -> bool:
     """A record that drained its node. slurmkit's hooks (slurmkit.health.gate) write a
     ``drain_reason`` whenever a check failed: the hook then drains the node itself or
@@ -154,9 +151,9 @@ def _is_drain(rec: dict) -> bool:
 def _event(rec: dict) -> DrainEvent:
     ts = rec.get("timestamp", rec.get("time"))
     code, check = str(rec.get("code", "")), str(rec.get("check", ""))
-    m = _REASON_RE.match(str(rec.get("drain_reason") or ""))
-    if m and not code:
-        code, check = m.group(1), m.group(2)
+    parsed = parse_reason(rec.get("drain_reason"))
+    if parsed and not code:
+        code, check = parsed.code, parsed.check
     return DrainEvent(str(rec["node"]), float(ts), code, check)
 
 

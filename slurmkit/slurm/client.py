@@ -17,7 +17,7 @@ from typing import Dict, Iterable, List, Mapping, Optional, Sequence
 
 from slurmkit.errors import SlurmCommandError
 from slurmkit.slurm import runner
-from slurmkit.slurm.parse import SACCT_DELIMITER, expand_hostlist, parse_parsable2
+from slurmkit.slurm.parse import SACCT_DELIMITER, parse_parsable2
 
 _bin_dir: Optional[str] = None
 _timeout: float = runner.DEFAULT_TIMEOUT
@@ -144,7 +144,10 @@ def show_node(node: str, *, timeout: Optional[float] = None) -> Optional[Dict[st
 
 
 def drain_node(node: str, reason: str, *, timeout: Optional[float] = None) -> None:
-    """Drain ``node`` with ``reason`` (Slurm stores it verbatim; it is one argv item)."""
+    """Drain ``node`` with ``reason`` (Slurm stores it verbatim; it is one argv item).
+
+    Unconditional: slurmkit's hooks and sweeps drain through
+    :func:`slurmkit.slurm.drain.guarded_drain`, which keeps an admin's reason."""
     call("scontrol", ["update", f"NodeName={node}", "State=DRAIN", f"Reason={reason}"], timeout=timeout)
 
 
@@ -235,10 +238,6 @@ def jobs(
             stderr=res.stderr,
         )
     return parse_parsable2(res.stdout, JOB_FIELDS, free_field="name")
-
-
-def job_nodes(nodelist: str) -> List[str]:
-    return expand_hostlist(nodelist)
 
 
 # --------------------------------------------------------------------------- sacct

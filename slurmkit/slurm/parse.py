@@ -13,7 +13,7 @@ Covered formats:
 from __future__ import annotations
 
 import re
-from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 
 class ParseError(ValueError):
@@ -370,3 +370,21 @@ def format_minutes(minutes: Optional[int]) -> str:
     d, rem = divmod(int(minutes), 1440)
     h, m = divmod(rem, 60)
     return f"{d}-{h:02d}:{m:02d}:00" if d else f"{h:02d}:{m:02d}:00"
+
+
+# --------------------------------------------------------------------------- config files
+
+_CONF_TOKEN = re.compile(r"(\w+)=(\S+)")
+
+
+def conf_records(text: str) -> Iterator[Tuple[int, Dict[str, str]]]:
+    """``(line number, {key: value})`` for each line of a Slurm config file that has any
+    ``Key=Value`` token (gres.conf, topology.conf, slurm.conf's node lines).
+
+    Keys are lower-cased (Slurm's keys are case-insensitive, slurm.conf(5)); a ``#`` starts a
+    comment; a line without a ``Key=Value`` token but with text comes back with no keys,
+    so that a caller can say which line it could not read."""
+    for lineno, raw in enumerate(text.splitlines(), 1):
+        line = raw.split("#", 1)[0].strip()
+        if line:
+            yield lineno, {k.lower(): v for k, v in _CONF_TOKEN.findall(line)}

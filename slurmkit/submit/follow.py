@@ -14,24 +14,7 @@ from typing import Callable, Dict, Iterator, Optional
 
 from slurmkit.errors import SlurmkitError
 from slurmkit.slurm import client
-
-#: states in which Slurm still holds the job (squeue(1) JOB STATE CODES); any other is its end
-ACTIVE_STATES = {
-    "PENDING",
-    "RUNNING",
-    "CONFIGURING",
-    "COMPLETING",
-    "REQUEUED",
-    "REQUEUE_HOLD",
-    "REQUEUE_FED",
-    "RESIZING",
-    "SUSPENDED",
-    "STAGE_OUT",
-    "SIGNALING",
-    "STOPPED",
-    "RESV_DEL_HOLD",
-    "SPECIAL_EXIT",
-}
+from slurmkit.slurm.states import ACTIVE_STATES
 
 #: polls without any trace of the job (neither squeue nor sacct) before giving up: accounting
 #: lags by seconds, not by ten polls

@@ -23,7 +23,9 @@ import os
 import socket
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from slurmkit.errors import UsageError
 from slurmkit.health import collective
+from slurmkit.slurm.jobenv import JobEnv
 from slurmkit.sweep.jobscript import finish_sbatch_args
 from slurmkit.sweep.probes import (
     find_topology_conf,
@@ -59,7 +61,7 @@ def plan_pairs(store, idle: Sequence[str], cfg: Mapping[str, Any], slots: int) -
     pcfg = cfg["pairs"]
     if not pcfg["enabled"] or slots <= 0 or pcfg["max_pairs"] <= 0:
         return []
-    topo_path = find_topology_conf(pcfg.get("topology_conf"), os.environ.get("SLURM_CONF"))
+    topo_path = find_topology_conf(pcfg.get("topology_conf"), JobEnv.from_env().slurm_conf)
     topology = None
     if topo_path:
         from slurmkit.core import trust
@@ -143,9 +145,12 @@ def run_pair(
 
     env = dict(os.environ if env is None else env)
     pcfg = site_cfg.section("sweep")["pairs"]
-    rank, world = int(env["SLURM_PROCID"]), int(env["SLURM_NTASKS"])
-    local = int(env.get("SLURM_LOCALID", "0"))
-    job = int(env.get("SLURM_JOB_ID", "0") or 0)
+    task = JobEnv.from_env(env)
+    if task.procid is None or task.ntasks is None:
+        raise UsageError("run the pair probe under srun: SLURM_PROCID and SLURM_NTASKS are not set")
+    rank, world = task.procid, task.ntasks
+    local = task.localid or 0
+    job = int(task.job_id) if (task.job_id or "").isdigit() else 0
     backend = pcfg["backend"]
     if backend == "auto":
         backend = "nccl" if torch.cuda.is_available() else "gloo"

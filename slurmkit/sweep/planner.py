@@ -36,6 +36,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Set
 
 from slurmkit.slurm.parse import gpus_from_gres
+from slurmkit.slurm.states import FINISHED_STATES
 
 ELIGIBLE_STATES = frozenset({"idle"})
 
@@ -201,18 +202,3 @@ def sweep_job_nodes(job_rows: Sequence[Mapping[str, str]], prefix: str) -> Dict[
                 if node:
                     out[node] = row.get("job_id", "")
     return out
-
-
-FINISHED_STATES = frozenset(
-    {
-        "COMPLETED",
-        "CANCELLED",
-        "FAILED",
-        "TIMEOUT",
-        "PREEMPTED",
-        "NODE_FAIL",
-        "OUT_OF_MEMORY",
-        "BOOT_FAIL",
-        "DEADLINE",
-    }
-)

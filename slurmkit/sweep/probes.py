@@ -20,13 +20,13 @@ quote).
 from __future__ import annotations
 
 import os
-import re
 import time
 import uuid
 from dataclasses import dataclass
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
-from slurmkit.slurm.parse import ParseError, expand_hostlist
+from slurmkit.slurm.jobenv import JobEnv
+from slurmkit.slurm.parse import ParseError, conf_records, expand_hostlist
 from slurmkit.verdict.base import Action, CheckResult, Status
 
 GB = 1e9
@@ -213,20 +213,13 @@ class Topology:
         return {k: sorted(v) for k, v in out.items()}
 
 
-_TOKEN_RE = re.compile(r"(\w+)=(\S+)")
-
-
 def parse_topology_conf(text: str, path: str = "topology.conf") -> Topology:
     """Parse ``SwitchName=s1 Nodes=node[1-4]`` / ``SwitchName=top Switches=s[1-2]`` lines."""
     from slurmkit.errors import ConfigError
 
     leaf_of: Dict[str, str] = {}
     parents: Dict[str, str] = {}
-    for lineno, raw in enumerate(text.splitlines(), 1):
-        line = raw.split("#", 1)[0].strip()
-        if not line:
-            continue
-        fields = {k.lower(): v for k, v in _TOKEN_RE.findall(line)}
+    for lineno, fields in conf_records(text):
         name = fields.get("switchname")
         if not name:
             raise ConfigError("expected SwitchName=...", path=path, line=lineno)
@@ -243,7 +236,7 @@ def parse_topology_conf(text: str, path: str = "topology.conf") -> Topology:
 def find_topology_conf(configured: Optional[str], slurm_conf: Optional[str]) -> Optional[str]:
     if configured:
         return configured
-    conf = slurm_conf or os.environ.get("SLURM_CONF") or "/etc/slurm/slurm.conf"
+    conf = slurm_conf or JobEnv.from_env().conf_path
     candidate = os.path.join(os.path.dirname(conf), "topology.conf")
     return candidate if os.path.exists(candidate) else None
 

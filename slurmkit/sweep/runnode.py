@@ -6,6 +6,8 @@
    store: the fleet-relative outlier rule (:mod:`slurmkit.sweep.outliers`).
 3. Drain on a fail verdict with the ``slurmkit:<CODE> <check>: <detail>`` reason, before
    anything is written: a full or locked store must not keep a failing node in service.
+   The drain is the guarded one (:func:`slurmkit.slurm.drain.guarded_drain`): an admin's
+   drain reason is kept, never overwritten.
 4. Record everything in the verdict store in one locked write (a complete pass); a
    failure is logged and reported (``record_error``), never raised past the drain.
    Resume a slurmkit-drained node whose pass is clean, through the health gate's
@@ -24,19 +26,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional
 
+from slurmkit.slurm.drain import guarded_drain, is_drained, is_slurmkit_reason
 from slurmkit.sweep import outliers as outlier_rule
 from slurmkit.sweep.probes import storage_checks
-from slurmkit.verdict.base import DRAIN_REASON_PREFIX, CheckResult, Status, first_failure, worst
+from slurmkit.verdict.base import CheckResult, Status, first_failure, worst
 from slurmkit.verdict.store import HISTORY_LEN, VerdictStore
 
 log = logging.getLogger("slurmkit.sweep.run")
-
-
-def store_root(site_cfg) -> str:
-    """The verdict store is ``paths.shared_dir`` itself: the prolog's ``heavy_cache``
-    check, ``slurmkit node status`` and ``ssubmit``'s requeue-with-exclude all open
-    ``VerdictStore(paths.shared_dir)``, so there is one place to configure."""
-    return site_cfg.section("paths")["shared_dir"]
 
 
 def open_store(site_cfg) -> VerdictStore:
@@ -53,6 +49,7 @@ class NodeRun:
     results: List[CheckResult] = field(default_factory=list)
     status: Status = Status.OK
     drained: Optional[str] = None
+    drain_note: str = ""
     resumed: Optional[bool] = None
     resume_message: str = ""
     notified: Optional[str] = None
@@ -68,6 +65,7 @@ class NodeRun:
             "gpu_model": self.gpu_model,
             "status": self.status.value,
             "drained": self.drained,
+            "drain_note": self.drain_note,
             "resumed": self.resumed,
             "resume_message": self.resume_message,
             "notified": self.notified,
@@ -238,11 +236,11 @@ def run_node(
     culprit = first_failure(results)
     if culprit is not None and sweep["drain_on_fail"]:
         reason = culprit.drain_reason()
-        try:
-            client.drain_node(node, reason)
+        drained, run.drain_note = guarded_drain(node, reason)
+        if drained:
             run.drained = reason
-        except Exception as exc:
-            log.error("could not drain %s: %s", node, exc)
+        else:
+            log.error("did not drain %s with %r: %s", node, reason, run.drain_note)
     try:
         if gpu_model:
             store.set_meta(node, gpu_model=gpu_model)
@@ -256,9 +254,7 @@ def run_node(
             info = client.show_node(node)
         except Exception as exc:
             log.warning("could not read %s's state: %s", node, exc)
-        state = (info or {}).get("State", "").upper()
-        reason = (info or {}).get("Reason", "")
-        if "DRAIN" in state and reason.startswith(DRAIN_REASON_PREFIX):
+        if is_drained((info or {}).get("State", "")) and is_slurmkit_reason((info or {}).get("Reason")):
             try:
                 run.resumed, run.resume_message = (resume or default_resume)(site_cfg, node, results)
             except Exception as exc:

@@ -9,10 +9,18 @@ optional numeric ``value`` (a probe measurement, used for fleet-relative outlier
 from __future__ import annotations
 
 import enum
-import re
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, Iterable, List, Optional
+
+# DRAIN_REASON_PREFIX, safe_code and safe_text are re-exported: the checks import them here
+# with the rest of the result vocabulary.
+from slurmkit.slurm.drain import (  # noqa: F401
+    DRAIN_REASON_PREFIX,
+    format_reason,
+    safe_code,
+    safe_text,
+)
 
 
 class Status(str, enum.Enum):
@@ -68,16 +76,9 @@ class CheckResult:
         return d
 
     def drain_reason(self) -> str:
-        """The machine-readable Slurm drain reason: ``slurmkit:<CODE> <check>: <detail>``,
-        sanitised (codes ``[A-Za-z0-9_]``, check names also ``.`` and ``-``, the detail printable
-        ASCII on one line) so that no text that reached a result can forge fields in
-        ``scontrol -o`` or ``sinfo`` output."""
-        detail = safe_text(self.reason)[:180]
-        check = _UNSAFE_NAME.sub("", str(self.check))[:64] or "check"
-        return f"slurmkit:{safe_code(self.code, 'UNKNOWN')} {check}: {detail}"
-
-
-DRAIN_REASON_PREFIX = "slurmkit:"
+        """The machine-readable Slurm drain reason, ``slurmkit:<CODE> <check>: <detail>``
+        (built and sanitised by :func:`slurmkit.slurm.drain.format_reason`)."""
+        return format_reason(self.code, self.check, self.reason)
 
 
 def worst(results: Iterable[CheckResult]) -> Status:
@@ -99,22 +100,3 @@ def first_failure(results: List[CheckResult]) -> Optional[CheckResult]:
     if not fails:
         return None
     return max(fails, key=lambda r: (r.action.severity, -fails.index(r)))
-
-
-_UNSAFE_CODE = re.compile(r"[^A-Za-z0-9_]")
-_UNSAFE_NAME = re.compile(r"[^A-Za-z0-9_.-]")
-
-
-def safe_code(value: Any, default: str) -> str:
-    """A machine-readable code: letters, digits and ``_`` only, at most 64; else ``default``."""
-    text = _UNSAFE_CODE.sub("", str(value or ""))[:64]
-    return text or default
-
-
-def safe_text(value: Any, limit: int = 400) -> str:
-    """One line of printable ASCII: control characters, newlines and non-ASCII become spaces
-    or ``?`` (a drain reason is shown by ``sinfo`` and parsed from ``scontrol -o``)."""
-    text = "".join(
-        ch if " " <= ch <= "~" else (" " if ch.isspace() else "?") for ch in str(value or "")[:limit]
-    )
-    return " ".join(text.split())

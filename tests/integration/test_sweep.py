@@ -279,6 +279,33 @@ def test_failing_sweep_drains_with_a_slurmkit_reason(devcluster, sweep_env):
     devcluster.run(["scontrol", "update", "NodeName=node1", "State=RESUME"])
 
 
+def test_failing_sweep_keeps_an_admins_drain_reason(devcluster, sweep_env):
+    """An admin drains the node ("disk swap") while its sweep pass runs; the pass then
+    fails: the verdict is recorded, the admin's reason stays (the one guarded drain)."""
+    env = sweep_env(
+        health={
+            "thresholds": {"H100": {"nvlink_pair_floor_gbps": 300.0}},
+            "checks": {"nvlink_bandwidth": {"timeout": 60}},
+        }
+    )
+    bad = env.fixture("node1")
+    bad["nvlink_bandwidth_gbps"] = {"default": 390.0, "pairs": {"0-1": 100.0}}
+    bad["inject"] = {"hang": {"call": "nvlink_bandwidth", "seconds": 6}}
+    env.set_fixture("node1", bad)
+    [(node, job)] = submitted(env.sweep("--max-nodes", "1"))
+    assert node == "node1"
+    try:
+        wait_state(devcluster, job, "RUNNING", timeout=60)
+        res = devcluster.run(["scontrol", "update", "NodeName=node1", "State=DRAIN", "Reason=disk swap"])
+        assert res.returncode == 0, res.stderr
+        assert devcluster.wait_job(job, timeout=120) == "COMPLETED"
+        assert env.store().read("node1")["last_pass_status"] == "fail"
+        state, reason = devcluster.node_state("node1"), devcluster.node_reason("node1")
+        assert state.startswith("drain") and reason == "disk swap", (state, reason)
+    finally:
+        devcluster.run(["scontrol", "update", "NodeName=node1", "State=RESUME"])
+
+
 def _prolog_records(cluster, job: str) -> List[Dict[str, Any]]:
     base = yaml.safe_load(Path(cluster.config_path).read_text())
     log = Path(base["paths"]["log_dir"]) / "health.jsonl"

@@ -162,3 +162,16 @@ def test_parse_memory_mb():
     assert parse_memory_mb("1T") == 1024 * 1024
     with pytest.raises(ParseError):
         parse_memory_mb("lots")
+
+
+def test_conf_records_one_tokenizer_for_slurm_config_files():
+    from slurmkit.slurm.parse import conf_records
+
+    text = (
+        "# gres.conf\nNodeName=n[1-2] Name=gpu File=/dev/nvidia[0-3]  # four\n\n  AutoDetect=nvml\nnonsense\n"
+    )
+    assert list(conf_records(text)) == [
+        (2, {"nodename": "n[1-2]", "name": "gpu", "file": "/dev/nvidia[0-3]"}),
+        (4, {"autodetect": "nvml"}),
+        (5, {}),
+    ]

@@ -149,3 +149,21 @@ def test_run_node_cli_runs_the_health_catalogs_heavy_tier(tmp_path, fake_slurm, 
         ["sweep", "run-node", "--config", cfg.path, "--node", "node7", "--exit-zero"],
     )
     assert ok.exit_code == 0  # the job's form: verdict in the store, exit 0
+
+
+def test_fail_keeps_an_admins_drain_reason(site_config, fake_slurm):
+    """An admin drained the node ("disk swap"): the sweep's FAIL is recorded, the reason kept."""
+    fake_slurm.nodes["node1"] = "NodeName=node1 State=IDLE+DRAIN Reason=disk swap [root@2026-12-02T08:00:00]"
+    cfg = site_config()
+    run = run_node(cfg, "node1", "r1", "h100", heavy=failing_heavy)
+    assert run.status is Status.FAIL and run.drained is None
+    assert scontrol_updates(fake_slurm) == []
+    assert "disk swap" in run.drain_note and "kept" in run.drain_note
+    assert open_store(cfg).read("node1")["last_pass_status"] == "fail"
+
+
+def test_fail_replaces_slurmkits_own_older_reason(site_config, fake_slurm):
+    fake_slurm.nodes["node1"] = "NodeName=node1 State=IDLE+DRAIN Reason=slurmkit:XID_79 xid: old"
+    run = run_node(site_config(), "node1", "r1", "h100", heavy=failing_heavy)
+    [call] = scontrol_updates(fake_slurm)
+    assert call[4] == "Reason=" + run.drained and run.drained.startswith("slurmkit:GPU_ECC_UNCORRECTED")

@@ -40,6 +40,7 @@ from slurmkit.health.backends import (
     GpuProcess,
     XidEvent,
 )
+from slurmkit.slurm.jobenv import JobEnv
 
 #: Memory totals (MiB) by model when a fixture leaves it out.
 MODEL_MEMORY_MIB = {"H100": 81559, "H200": 143771, "B100": 196608, "A100": 81920}
@@ -328,7 +329,7 @@ def _apply_scoped(data: Dict[str, Any], env) -> Dict[str, Any]:
     """Merge the ``scoped`` patches whose ``scope`` matches this process's job (or
     ``SLURMKIT_SIM_SCOPE``). A patch is merged key by key over the fixture; its
     ``gpus`` is a mapping ``index -> partial GPU`` merged over that GPU."""
-    scopes = {str(env.get("SLURM_JOB_ID", "")), str(env.get("SLURMKIT_SIM_SCOPE", ""))} - {""}
+    scopes = {JobEnv.from_env(env).job_id or "", str(env.get("SLURMKIT_SIM_SCOPE", ""))} - {""}
     patches = [
         p.get("patch") or {}
         for p in data.get("scoped") or []

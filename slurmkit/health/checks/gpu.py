@@ -7,7 +7,6 @@ check runs unchanged against NVML or a fixture.
 
 from __future__ import annotations
 
-import os
 import re
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -47,14 +46,12 @@ def _gpus(ctx):
 
 # ---------------------------------------------------------------- gpu_count
 
-_GRES_TOKEN = re.compile(r"(\w+)=(\S+)")
-
 
 def gres_gpu_count(node: str, gres_conf: str) -> Optional[int]:
     """GPUs configured for ``node`` in gres.conf (``Count=`` or the ``File=`` list), or ``None``
     when the file is missing or only ``AutoDetect`` is used."""
     from slurmkit.core import trust
-    from slurmkit.slurm.parse import ParseError, expand_hostlist
+    from slurmkit.slurm.parse import ParseError, conf_records, expand_hostlist
 
     try:
         raw = trust.read_trusted(gres_conf)  # root's file only: it sets how many GPUs must be there
@@ -64,11 +61,7 @@ def gres_gpu_count(node: str, gres_conf: str) -> Optional[int]:
         return None
     text = raw.decode("utf-8", "replace")
     total, seen = 0, False
-    for raw in text.splitlines():
-        line = raw.split("#", 1)[0].strip()
-        if not line:
-            continue
-        kv = {k.lower(): v for k, v in _GRES_TOKEN.findall(line)}
+    for _, kv in conf_records(text):
         if kv.get("name", "").lower() != "gpu":
             continue
         try:
@@ -108,8 +101,7 @@ def check_gpu_count(ctx, params) -> CheckResult:
     expected = params.get("expected")
     source = "config"
     if expected is None:
-        conf = ctx.env.get("SLURM_CONF") or "/etc/slurm/slurm.conf"
-        expected = gres_gpu_count(ctx.node, os.path.join(os.path.dirname(conf), "gres.conf"))
+        expected = gres_gpu_count(ctx.node, ctx.job.conf_file("gres.conf"))
         source = "gres.conf"
     v = _Verdicts("gpu_count")
     v.details = {

@@ -1,0 +1,111 @@
+"""Draining a node, and slurmkit's drain reason: built, parsed and guarded in one place.
+
+slurmkit's reason is ``slurmkit:<CODE> <check>: <detail>``: a machine-readable code, the
+check that failed and one line of text. :func:`format_reason` builds it and
+:func:`parse_reason` reads it back (the report reads it from the health log); both sit here
+so that a change to one is a change to the other.
+
+The one rule for draining (the prolog gate, the epilog, HealthCheckProgram and the
+sweep all go through :func:`guarded_drain`): **a reason slurmkit did not write is never
+overwritten.** When an admin drained a node ("disk swap"), that reason is why the node is
+out of service, and only the admin may change it; slurmkit's own verdict still goes to its
+log and metrics.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import Any, Dict, NamedTuple, Optional, Tuple
+
+from slurmkit.slurm import client
+
+#: Every drain reason slurmkit writes starts with this; any other reason is someone else's.
+DRAIN_REASON_PREFIX = "slurmkit:"
+
+_UNSAFE_CODE = re.compile(r"[^A-Za-z0-9_]")
+_UNSAFE_NAME = re.compile(r"[^A-Za-z0-9_.-]")
+_REASON = re.compile(r"^slurmkit:([A-Za-z0-9_]+) ([A-Za-z0-9_.-]+): ?(.*)$")
+
+
+def safe_code(value: Any, default: str) -> str:
+    """A machine-readable code: letters, digits and ``_`` only, at most 64; else ``default``."""
+    text = _UNSAFE_CODE.sub("", str(value or ""))[:64]
+    return text or default
+
+
+def safe_name(value: Any, default: str) -> str:
+    """A check name: letters, digits, ``_``, ``.`` and ``-`` only, at most 64; else ``default``."""
+    return _UNSAFE_NAME.sub("", str(value or ""))[:64] or default
+
+
+def safe_text(value: Any, limit: int = 400) -> str:
+    """One line of printable ASCII: control characters, newlines and non-ASCII become spaces
+    or ``?`` (a drain reason is shown by ``sinfo`` and parsed from ``scontrol -o``)."""
+    text = "".join(
+        ch if " " <= ch <= "~" else (" " if ch.isspace() else "?") for ch in str(value or "")[:limit]
+    )
+    return " ".join(text.split())
+
+
+class DrainReason(NamedTuple):
+    code: str
+    check: str
+    detail: str
+
+
+def format_reason(code: Any, check: Any, detail: Any) -> str:
+    """``slurmkit:<CODE> <check>: <detail>``, sanitised (codes ``[A-Za-z0-9_]``, check names
+    also ``.`` and ``-``, the detail printable ASCII on one line, 180 characters at most) so
+    that no text that reached a result can forge fields in ``scontrol -o`` or ``sinfo`` output."""
+    return (
+        f"{DRAIN_REASON_PREFIX}{safe_code(code, 'UNKNOWN')} {safe_name(check, 'check')}: "
+        f"{safe_text(detail)[:180]}"
+    )
+
+
+def parse_reason(reason: Any) -> Optional[DrainReason]:
+    """The fields of a reason :func:`format_reason` built; ``None`` for any other text."""
+    m = _REASON.match(str(reason or ""))
+    return DrainReason(m.group(1), m.group(2), m.group(3)) if m else None
+
+
+def is_slurmkit_reason(reason: Any) -> bool:
+    """True when slurmkit wrote this drain reason (the only ones it may replace or resume)."""
+    return str(reason or "").startswith(DRAIN_REASON_PREFIX)
+
+
+def is_drained(state: str) -> bool:
+    """``DRAIN``, ``DRAINED``, ``DRAINING``, ``IDLE+DRAIN`` ... (scontrol's and sinfo's spellings)."""
+    return "DRAIN" in str(state or "").upper()
+
+
+def node_drain(node: str, timeout: Optional[float] = None) -> Optional[Dict[str, str]]:
+    """``{"state": ..., "reason": ...}`` from ``scontrol show node``; ``None`` when unknown."""
+    try:
+        rec = client.show_node(node, timeout=timeout)
+    except Exception:
+        return None
+    if rec is None:
+        return None
+    reason = rec.get("Reason", "")
+    return {"state": rec.get("State", ""), "reason": "" if reason == "(null)" else reason}
+
+
+def guarded_drain(node: str, reason: str, timeout: Optional[float] = None) -> Tuple[bool, str]:
+    """Drain ``node`` with ``reason`` unless someone else's drain is already there.
+
+    Returns ``(drained_by_us, note)`` and never raises: a hook's exit code still drains
+    the node (with Slurm's own reason) when this fails. ``timeout`` bounds both calls
+    together (``None``: the site config's ``slurm.timeout`` for each).
+    """
+    start = time.monotonic()
+    cur = node_drain(node, None if timeout is None else max(0.2, timeout / 2))
+    if cur and is_drained(cur["state"]) and cur["reason"] and not is_slurmkit_reason(cur["reason"]):
+        return False, f"already drained by someone else ({cur['reason']!r}); reason kept"
+    left = None if timeout is None else max(0.2, timeout - (time.monotonic() - start))
+    try:
+        client.drain_node(node, reason, timeout=left)
+    except Exception as exc:
+        return False, f"scontrol drain failed: {exc}"
+    return True, "drained"

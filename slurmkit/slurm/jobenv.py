@@ -1,0 +1,103 @@
+"""The job environment Slurm gives a hook or a task, read in one place.
+
+Every ``SLURM_*`` variable slurmkit reads is read here, by :meth:`JobEnv.from_env`,
+with the spellings Slurm uses in each context (https://slurm.schedmd.com/prolog_epilog.html
+lists what the Prolog and Epilog see; https://slurm.schedmd.com/sbatch.html#SECTION_OUTPUT-ENVIRONMENT-VARIABLES
+what a job sees): ``SLURM_JOB_ID`` (``SLURM_JOBID`` in older releases), ``SLURM_NODELIST``
+in the epilog and ``SLURM_JOB_NODELIST`` elsewhere.
+
+A value that does not parse (a uid that is not a number, a start time that is not a finite
+number) reads as ``None``: the environment is Slurm's in a hook, but a user's in a job, and
+bad text must not crash a hook. Which variables a *user* can set is the caller's concern:
+the job's uid in the prolog comes from slurmd, the one in a job's own shell from the user.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from typing import Mapping, Optional
+
+#: Where Slurm keeps slurm.conf when ``SLURM_CONF`` is unset (the packages' default).
+DEFAULT_SLURM_CONF = "/etc/slurm/slurm.conf"
+
+
+def _int(text: Optional[str]) -> Optional[int]:
+    text = (text or "").strip()
+    return int(text) if text.isdigit() else None
+
+
+def _finite(text: Optional[str]) -> Optional[float]:
+    try:
+        value = float(text) if text not in (None, "") else None
+    except ValueError:
+        return None
+    return value if value is not None and math.isfinite(value) else None
+
+
+@dataclass(frozen=True)
+class JobEnv:
+    """What Slurm's environment says about the job and the node (``None``: not said)."""
+
+    job_id: Optional[str] = None  # SLURM_JOB_ID, else SLURM_JOBID
+    job_uid: Optional[int] = None  # SLURM_JOB_UID
+    job_user: Optional[str] = None  # SLURM_JOB_USER
+    job_gpus: Optional[str] = None  # SLURM_JOB_GPUS as written (host numbering)
+    node_name: Optional[str] = None  # SLURMD_NODENAME: this slurmd's NodeName
+    nodelist: Optional[str] = None  # SLURM_NODELIST (epilog), else SLURM_JOB_NODELIST
+    start_time: Optional[float] = None  # SLURM_JOB_START_TIME (epoch seconds)
+    array_job_id: Optional[str] = None  # SLURM_ARRAY_JOB_ID
+    array_task_id: Optional[str] = None  # SLURM_ARRAY_TASK_ID
+    restart_count: Optional[int] = None  # SLURM_JOB_RESTART_COUNT (requeues so far)
+    slurm_conf: Optional[str] = None  # SLURM_CONF
+    procid: Optional[int] = None  # SLURM_PROCID (a task's global rank)
+    ntasks: Optional[int] = None  # SLURM_NTASKS
+    localid: Optional[int] = None  # SLURM_LOCALID (a task's rank on its node)
+
+    @classmethod
+    def from_env(cls, env: Optional[Mapping[str, str]] = None) -> "JobEnv":
+        """Read ``env`` (default ``os.environ``)."""
+        env = os.environ if env is None else env
+
+        def text(*names: str) -> Optional[str]:
+            for name in names:
+                value = env.get(name)
+                if value:
+                    return value
+            return None
+
+        return cls(
+            job_id=text("SLURM_JOB_ID", "SLURM_JOBID"),
+            job_uid=_int(env.get("SLURM_JOB_UID")),
+            job_user=text("SLURM_JOB_USER"),
+            job_gpus=env.get("SLURM_JOB_GPUS"),
+            node_name=text("SLURMD_NODENAME"),
+            nodelist=text("SLURM_NODELIST", "SLURM_JOB_NODELIST"),
+            start_time=_finite(env.get("SLURM_JOB_START_TIME")),
+            array_job_id=text("SLURM_ARRAY_JOB_ID"),
+            array_task_id=text("SLURM_ARRAY_TASK_ID"),
+            restart_count=_int(env.get("SLURM_JOB_RESTART_COUNT")),
+            slurm_conf=text("SLURM_CONF"),
+            procid=_int(env.get("SLURM_PROCID")),
+            ntasks=_int(env.get("SLURM_NTASKS")),
+            localid=_int(env.get("SLURM_LOCALID")),
+        )
+
+    @property
+    def conf_path(self) -> str:
+        """slurm.conf's path: ``SLURM_CONF`` or Slurm's default."""
+        return self.slurm_conf or DEFAULT_SLURM_CONF
+
+    def conf_file(self, name: str) -> str:
+        """A file next to slurm.conf (``gres.conf``, ``topology.conf``), where Slurm looks for it."""
+        return os.path.join(os.path.dirname(self.conf_path), name)
+
+    @property
+    def job_ref(self) -> Optional[str]:
+        """How accounting names the job: ``<array job>_<task>`` for an array's task whose
+        raw id is the array's id (addressing that id would address every task), else the job id."""
+        array, task = self.array_job_id or "", self.array_task_id or ""
+        if array.isdigit() and task.isdigit() and array == self.job_id:
+            return f"{array}_{task}"
+        return self.job_id
