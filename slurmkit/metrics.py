@@ -1,10 +1,16 @@
-"""Prometheus textfile-collector files, written atomically (shared by health and sweeps).
+"""Prometheus textfile-collector files, written atomically (the hooks, the sweep, the leak killer).
 
-node_exporter's textfile collector reads every ``*.prom`` file in its directory on
-each scrape; a half-written file would be read as garbage, so files are written by
-prometheus-client's :func:`write_to_textfile` (temporary file + ``rename``).
-prometheus-client is imported only when a file is written: the prolog decides its
-verdict first and pays for the import afterwards.
+node_exporter's textfile collector reads every ``*.prom`` file in its directory on each
+scrape; a half-written file would be read as garbage, so a file is written under a
+temporary name (not ``*.prom``) in the same directory and renamed over the old one.
+
+The text is the Prometheus text exposition format, version 0.0.4
+(https://prometheus.io/docs/instrumenting/exposition_formats/#text-based-format): a
+``# HELP`` and a ``# TYPE`` line per metric, then one ``name{label="value",...} value`` line
+per sample. slurmkit writes gauges only, so the writer is this module: the prolog pays for
+``os`` and ``re``, not for prometheus-client's import of ``http.server``, ``email`` and ``ssl``.
+The tests parse what it writes with prometheus-client's parser and with ``promtool check
+metrics``.
 
 Usage::
 
@@ -16,12 +22,15 @@ Usage::
 
 from __future__ import annotations
 
+import math
 import os
 import re
+import tempfile
 from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Optional
 
 _NAME_RE = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
+_LABEL_RE = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 _SAFE_FILE = re.compile(r"[^A-Za-z0-9._-]")
 
 
@@ -39,37 +48,74 @@ def file_name(prefix: str, *parts: str) -> str:
     return "_".join([prefix, *(_SAFE_FILE.sub("_", p) for p in parts if p)]) + ".prom"
 
 
-def write_textfile(path: str, samples: Iterable[Sample], *, mode: Optional[int] = 0o644) -> str:
-    """Write ``samples`` as gauges to ``path`` atomically; return the path.
+def _escape_help(text: str) -> str:
+    return str(text).replace("\\", "\\\\").replace("\n", "\\n")
 
-    Samples with the same name must carry the same label names (Prometheus rule);
-    a mismatch raises ``ValueError`` before anything is written.
-    """
-    from prometheus_client import CollectorRegistry, Gauge, write_to_textfile
 
-    registry = CollectorRegistry()
-    gauges: Dict[str, Gauge] = {}
+def _escape_label(text: str) -> str:
+    return str(text).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def format_value(value: float) -> str:
+    """A sample value as the format spells it: ``+Inf``, ``-Inf``, ``NaN``, else Python's repr."""
+    v = float(value)
+    if math.isnan(v):
+        return "NaN"
+    if math.isinf(v):
+        return "+Inf" if v > 0 else "-Inf"
+    return repr(v)
+
+
+def render(samples: Iterable[Sample]) -> str:
+    """The exposition text of ``samples`` as gauges, one family per name in first-seen order.
+
+    Samples with the same name must carry the same label names (Prometheus rule); a bad
+    metric or label name, or a mismatch, raises ``ValueError``."""
+    families: Dict[str, List[Sample]] = {}
     label_sets: Dict[str, List[str]] = {}
-    items = list(samples)
-    for s in items:
+    for s in samples:
         if not _NAME_RE.match(s.name):
             raise ValueError(f"invalid metric name {s.name!r}")
         keys = sorted(s.labels)
+        for key in keys:
+            if not _LABEL_RE.match(key) or key.startswith("__"):
+                raise ValueError(f"metric {s.name}: invalid label name {key!r}")
         if s.name in label_sets and label_sets[s.name] != keys:
             raise ValueError(f"metric {s.name}: label names {keys} differ from {label_sets[s.name]}")
         label_sets[s.name] = keys
-    for s in items:
-        g = gauges.get(s.name)
-        if g is None:
-            g = gauges[s.name] = Gauge(s.name, s.doc, label_sets[s.name], registry=registry)
-        target = g.labels(**{k: str(v) for k, v in s.labels.items()}) if s.labels else g
-        target.set(float(s.value))
+        families.setdefault(s.name, []).append(s)
+    lines: List[str] = []
+    for name, items in families.items():
+        lines.append(f"# HELP {name} {_escape_help(items[0].doc)}")
+        lines.append(f"# TYPE {name} gauge")
+        for s in items:
+            labels = ",".join(f'{k}="{_escape_label(s.labels[k])}"' for k in label_sets[name])
+            lines.append(
+                f"{name}{{{labels}}} {format_value(s.value)}" if labels else f"{name} {format_value(s.value)}"
+            )
+    return "\n".join(lines) + "\n" if lines else ""
+
+
+def write_textfile(path: str, samples: Iterable[Sample], *, mode: Optional[int] = 0o644) -> str:
+    """Write ``samples`` as gauges to ``path`` atomically; return the path.
+
+    The text is rendered (and checked) before anything touches the disk. The temporary
+    file is created with ``O_EXCL`` beside ``path`` and does not end in ``.prom``, so the
+    collector never reads it half-written and nobody can plant it in advance."""
+    text = render(samples)
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
-    write_to_textfile(path, registry)
-    if mode is not None:
+    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            if mode is not None:
+                os.fchmod(f.fileno(), mode)
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
         try:
-            os.chmod(path, mode)
+            os.unlink(tmp)
         except OSError:
             pass
+        raise
     return path

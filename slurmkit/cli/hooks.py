@@ -1,19 +1,91 @@
-"""Console-script entry points of the node health gate: ``slurmkit-prolog``,
-``slurmkit-epilog`` and ``slurmkit-healthcheck`` (``[project.scripts]`` in pyproject.toml).
+"""The one entry of the node health hooks: ``slurmkit-prolog``, ``slurmkit-epilog`` and
+``slurmkit-healthcheck`` (``[project.scripts]`` in pyproject.toml), and the copied files in
+``prolog/`` and ``epilog/``, all call :func:`run`.
 
-pip writes these scripts with the venv's interpreter on their first line, so Slurm can
-run them as installed (``Prolog=/opt/slurmkit/venv/bin/slurmkit-prolog``) with no PATH,
-HOME or virtualenv in the environment. Everything else lives in
+pip writes the console scripts with the venv's interpreter on their first line, so Slurm
+can run them as installed (``Prolog=/opt/slurmkit/venv/bin/slurmkit-prolog``) with no
+PATH, HOME or virtualenv in the environment. Everything else lives in
 ``slurmkit.health.gate.main``, which the hook name parameterises.
 
-The gate is imported when the hook runs, not with this module, because a broken
-install must fail open: if slurmkit (or one of its dependencies) cannot be imported, the
-hook says so on stderr (slurmd's log) and exits 0 instead of draining every node.
+The gate is imported when the hook runs, not with this module, because a broken install
+must fail open: if slurmkit or one of its dependencies cannot be imported (an
+``ImportError``, or any other exception a module raises while it loads), the hook writes
+one line on stderr (slurmd's log) and ``slurmkit_health_internal_error 1`` in its metrics
+file, and exits 0 instead of draining every node.
 """
 
 from __future__ import annotations
 
+import os
 import sys
+import time
+
+#: node_exporter's textfile directory when even the site config cannot be read
+#: (the default of ``paths.metrics_dir``).
+FALLBACK_METRICS_DIR = "/var/lib/prometheus/node-exporter"
+
+
+def _metrics_dir() -> str:
+    try:
+        from slurmkit.config import load_site_config
+
+        return load_site_config().section("paths")["metrics_dir"]
+    except Exception:
+        return FALLBACK_METRICS_DIR
+
+
+def _node() -> str:
+    try:
+        from slurmkit.slurm.node import this_node
+
+        return this_node()
+    except Exception:
+        return os.uname().nodename.split(".")[0]
+
+
+def record_import_failure(hook: str) -> str:
+    """The metrics a hook writes when it could not load: status unknown, internal error.
+    Returns the file's path; raises when it cannot be written."""
+    from slurmkit.metrics import Sample, file_name, write_textfile
+
+    node = _node()
+    base = {"node": node, "hook": hook}
+    path = os.path.join(_metrics_dir(), file_name("slurmkit_health", hook, node))
+    return write_textfile(
+        path,
+        [
+            Sample(
+                "slurmkit_health_status",
+                "Nagios code of the last verdict: 0 ok, 1 warn, 2 fail, 3 unknown.",
+                base,
+                3,
+            ),
+            Sample(
+                "slurmkit_health_last_run_timestamp_seconds",
+                "When the last verdict was written.",
+                base,
+                time.time(),
+            ),
+            Sample(
+                "slurmkit_health_internal_error",
+                "1 when the last run hit a slurmkit fault (bug, config, missing library) and failed open.",
+                base,
+                1,
+            ),
+        ],
+    )
+
+
+def fail_open(hook: str, exc: BaseException) -> None:
+    """Say why the hook could not load (one line), record the metric, exit 0."""
+    message = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+    try:
+        record_import_failure(hook)
+    except Exception as metric_exc:
+        message += f" (metric not written: {type(metric_exc).__name__}: {metric_exc})"
+    sys.stderr.write(f"slurmkit-{hook}: cannot import slurmkit ({message}); failing open\n")
+    sys.stderr.flush()
+    sys.exit(0)
 
 
 def run(hook: str) -> None:
@@ -21,10 +93,7 @@ def run(hook: str) -> None:
     try:
         from slurmkit.health.gate import main
     except Exception as exc:  # ImportError, or a broken dependency failing at import: fail open
-        sys.stderr.write(
-            f"slurmkit-{hook}: cannot import slurmkit ({type(exc).__name__}: {exc}); failing open\n"
-        )
-        sys.exit(0)
+        fail_open(hook, exc)
     main(hook)
 
 
