@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import logging
+import math
 import os
 import time
 from typing import Any, Dict, List, Optional
@@ -19,7 +20,7 @@ from slurmkit.slurm.parse import gpus_from_gres
 from slurmkit.sweep import jobscript, pairs, planner
 from slurmkit.sweep.metrics import write_controller_metrics
 from slurmkit.sweep.runnode import open_store
-from slurmkit.verdict.store import _NODE_NAME_RE, check_node_name
+from slurmkit.verdict.store import _NODE_NAME_RE, check_node_name, still_valid
 
 log = logging.getLogger("slurmkit.sweep")
 
@@ -246,8 +247,11 @@ def status_rows(site_cfg, now: float, node_states: Optional[Dict[str, str]] = No
         doc = documents.get(name) or {}
         checks = doc.get("checks") or {}
         heavy = {c: e for c, e in checks.items() if e.get("tier") == "heavy"}
+        # the one validity rule (verdict.store.still_valid): the node's pass is valid while every
+        # heavy verdict is; a missing, non-numeric or infinite valid_until has expired
+        valid = bool(heavy) and all(still_valid(e, now) for e in heavy.values())
         valid_until = min(
-            (e.get("valid_until") for e in heavy.values() if isinstance(e.get("valid_until"), (int, float))),
+            (e["valid_until"] for e in heavy.values() if still_valid(e, -math.inf)),
             default=None,
         )
         bad = sorted(f"{c}:{e.get('code')}" for c, e in heavy.items() if e.get("status") not in ("ok", None))
@@ -264,7 +268,7 @@ def status_rows(site_cfg, now: float, node_states: Optional[Dict[str, str]] = No
                 "verdict": doc.get("last_pass_status") or "never",
                 "valid_until": valid_until,
                 "valid_until_iso": iso_time(valid_until) if valid_until else "",
-                "valid": bool(valid_until and valid_until > now),
+                "valid": valid,
                 "overdue": age is None or age > cfg["period_s"],
                 "problems": bad,
             }

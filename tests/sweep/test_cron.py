@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from slurmkit.errors import SlurmCommandError
 from slurmkit.sweep import cron
 from slurmkit.verdict.base import CheckResult, Status
@@ -66,3 +68,30 @@ def test_invalidate_reports_what_was_valid_and_dry_run_writes_nothing(fake_slurm
     ended = cron.invalidate(cfg, ["node1"], [], dry_run=False)
     assert ended == {"node1": ["gemm_tflops", "nvlink_bandwidth"]}
     assert not store.valid("node1")
+
+
+@pytest.mark.parametrize("stored", [float("inf"), float("nan"), "2099-01-01", None, True])
+def test_status_uses_the_one_validity_rule(site_config, stored):
+    """``valid_until: inf`` (or any non-finite, non-numeric value) has expired for
+    ``verdict.store.still_valid``; ``sweep status`` says the same."""
+    import json
+    import os
+
+    from slurmkit.verdict.store import still_valid
+
+    cfg = site_config()
+    store = VerdictStore(cfg.section("paths")["shared_dir"])
+    store.record("node1", [CheckResult("nvlink_bandwidth", Status.OK, value=400.0)], 3600)
+    store.record("node2", [CheckResult("nvlink_bandwidth", Status.OK, value=400.0)], 3600)
+    path = os.path.join(store.root, "node1.json")
+    with open(path) as f:
+        doc = json.load(f)
+    doc["checks"]["nvlink_bandwidth"]["valid_until"] = stored
+    with open(path, "w") as f:
+        json.dump(doc, f)
+    now = time.time()
+    assert not still_valid(store.node("node1")["nvlink_bandwidth"], now)
+    rows = {r["node"]: r for r in cron.status_rows(cfg, now)}
+    assert rows["node1"]["valid"] is False and rows["node1"]["valid_until"] is None
+    assert rows["node1"]["valid_until_iso"] == ""
+    assert rows["node2"]["valid"] is True and rows["node2"]["valid_until"] > now
