@@ -130,18 +130,14 @@ def _load_trusted(path: str) -> Any:
     """Root reads a config only from a root-owned file nobody else can write (the config
     decides what root does on every node; see docs/security.md)."""
     from slurmkit.core import trust
-    from slurmkit.core.yamlload import load_yaml_text
+    from slurmkit.core.yamlload import load_trusted_yaml
 
     try:
-        raw = trust.read_strict(path)
+        return load_trusted_yaml(path)
     except trust.UntrustedFile as exc:
         raise ConfigError(f"not trusted (root reads only root's files): {exc.why}", path=path) from None
-    except OSError as exc:
-        raise ConfigError(f"cannot read: {exc.strerror}", path=path) from None
-    try:
-        return load_yaml_text(raw.decode("utf-8"), path)
-    except UnicodeDecodeError:
-        raise ConfigError("not UTF-8 text", path=path) from None
+    except FileNotFoundError:
+        raise ConfigError("cannot read: No such file or directory", path=path) from None
 
 
 def load_site_config(path: Optional[str] = None, *, full: bool = False) -> SiteConfig:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 from typing import Any, Dict, Optional
 
+from slurmkit.core import trust
 from slurmkit.errors import ConfigError
 
 #: Limits on any YAML document slurmkit reads (configs, job specs, tables): a spec is a
@@ -128,3 +129,23 @@ def load_yaml_file(path: str) -> Any:
     except UnicodeDecodeError:
         raise ConfigError("not UTF-8 text", path=path) from None
     return load_yaml_text(text, path)
+
+
+def load_trusted_yaml(path: str) -> Any:
+    """Read ``path`` only if the one trust rule (:mod:`slurmkit.core.trust`: root's or this
+    account's file, in directories nobody else can write) passes, then parse it like any
+    YAML here (line numbers, limits).
+
+    Raises :class:`~slurmkit.core.trust.UntrustedFile` (already logged and counted) when
+    the rule fails, ``FileNotFoundError`` when the file is missing, and a one-line
+    :class:`ConfigError` for any other read error or bad YAML."""
+    try:
+        raw = trust.read_strict(path)
+    except (trust.UntrustedFile, FileNotFoundError):
+        raise
+    except OSError as exc:
+        raise ConfigError(f"cannot read: {exc.strerror}", path=path) from None
+    try:
+        return load_yaml_text(raw.decode("utf-8"), path)
+    except UnicodeDecodeError:
+        raise ConfigError("not UTF-8 text", path=path) from None

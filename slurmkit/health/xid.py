@@ -164,19 +164,13 @@ def load_table(path: Optional[str] = None) -> XidTable:
 def _trusted_yaml(path: str) -> Any:
     """The table's YAML, read only from a root-owned file nobody else can write (it decides
     which Xids drain a node); :class:`~slurmkit.core.trust.UntrustedFile` otherwise."""
-    from slurmkit.core.yamlload import load_yaml_text
+    from slurmkit.core.yamlload import load_trusted_yaml
     from slurmkit.errors import ConfigError
 
     try:
-        raw = trust.read_strict(path)
-    except trust.UntrustedFile:
-        raise  # logged and counted by trust; the caller decides
-    except OSError as exc:
-        raise ConfigError(f"cannot read: {exc.strerror}", path=path) from None
-    try:
-        return load_yaml_text(raw.decode("utf-8"), path)
-    except UnicodeDecodeError:
-        raise ConfigError("not UTF-8 text", path=path) from None
+        return load_trusted_yaml(path)
+    except FileNotFoundError:
+        raise ConfigError("cannot read: No such file or directory", path=path) from None
 
 
 # ---------------------------------------------------------------------- cursor

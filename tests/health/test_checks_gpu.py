@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 
 import pytest
@@ -266,3 +267,29 @@ def test_scoped_fault_is_seen_only_by_its_job(gpu_fixture, ctx_factory, monkeypa
     monkeypatch.delenv("SLURM_JOB_ID")
     monkeypatch.setenv("SLURMKIT_SIM_SCOPE", "777")
     assert run(ctx_factory(), "gpu_ecc").status == Status.FAIL
+
+
+def test_fixture_read_through_the_trusted_yaml_loader(tmp_path, gpu_fixture):
+    """Root reads the fixture in the prolog: a file another account could have written is
+    refused, and bad YAML is named with its line."""
+    from slurmkit.core import trust
+    from slurmkit.health.backends import BackendUnavailable
+    from slurmkit.health.backends.simulated import SimulatedBackend
+
+    path = gpu_fixture()
+    assert len(SimulatedBackend(str(path)).gpus()) == 8
+    os.chmod(path, 0o666)  # anyone may rewrite it: planted
+    with pytest.raises(BackendUnavailable, match="not trusted"):
+        SimulatedBackend(str(path))
+    assert any(p == str(path) for p, _ in trust.REJECTED)
+    os.chmod(path, 0o644)
+    if os.geteuid() == 0:
+        os.chown(path, 65534, 65534)  # nobody's file
+        with pytest.raises(BackendUnavailable, match="not trusted"):
+            SimulatedBackend(str(path))
+        os.chown(path, 0, 0)
+    path.write_text("gpus:\n  - model: H100\n  bad: [\n")
+    with pytest.raises(
+        BackendUnavailable, match=r"invalid simulated GPU fixture: .*node1\.yaml:\d+: invalid YAML"
+    ):
+        SimulatedBackend(str(path))
