@@ -14,6 +14,9 @@ exit code  meaning
 2          usage, config or spec error: nothing was submitted or changed
 3          a Slurm command (or other external command) failed or timed out
 4          devcluster could not be brought up (a daemon failed to start)
+124        ``ssubmit --wait`` gave up after ``--wait-timeout``; the job keeps running
+           (GNU ``timeout``'s code for "timed out")
+70         an internal error (a slurmkit bug)
 =========  =====================================================================
 
 Health commands use Nagios-style codes instead (0 ok, 1 warn, 2 fail, 3 unknown);
@@ -95,3 +98,9 @@ class DevclusterError(SlurmkitError):
     """The local development cluster could not be started or stopped."""
 
     exit_code = 4
+
+
+class WaitTimeout(SlurmkitError):
+    """``ssubmit --wait`` ran past ``--wait-timeout``; the job itself is untouched."""
+
+    exit_code = 124

@@ -16,7 +16,7 @@ Exit codes:
 1     with --wait: the job failed (its own exit code when non-zero, else 1)
 2     usage or spec error: nothing was submitted
 3     a Slurm command failed (its stderr is shown)
-4     --wait gave up after --wait-timeout (the job keeps running)
+124   --wait gave up after --wait-timeout (the job keeps running)
 ====  ===========================================================================
 
 torch is never imported here: the CLI starts in well under a second.
@@ -64,7 +64,7 @@ def cli() -> None:
     ssubmit status|cancel|logs JOBID
 
     Exit codes: 0 ok; 1 the job failed (--wait); 2 usage or spec error (nothing
-    submitted); 3 a Slurm command failed; 4 --wait timed out. See docs/ssubmit.md.
+    submitted); 3 a Slurm command failed; 124 --wait timed out. See docs/ssubmit.md.
     """
 
 
@@ -237,7 +237,7 @@ def wait_for_job(job_id: str, *, poll: float, timeout: float, quiet: bool) -> Di
     type=float,
     default=24 * 3600.0,
     show_default=True,
-    help="Seconds --wait follows the job before giving up (exit 4).",
+    help="Seconds --wait follows the job before giving up (exit 124).",
 )
 @click.option("--log-lines", type=int, default=20, show_default=True, help="Log lines shown by --wait.")
 @common_options

@@ -12,19 +12,13 @@ import os
 import time
 from typing import Callable, Dict, Iterator, Optional
 
-from slurmkit.errors import SlurmkitError
+from slurmkit.errors import WaitTimeout
 from slurmkit.slurm import client
 from slurmkit.slurm.states import ACTIVE_STATES
 
 #: polls without any trace of the job (neither squeue nor sacct) before giving up: accounting
 #: lags by seconds, not by ten polls
 MAX_MISSING_POLLS = 10
-
-
-class WaitTimeout(SlurmkitError):
-    """``--wait`` ran past ``--wait-timeout``; the job itself is untouched."""
-
-    exit_code = 4
 
 
 def job_state(job_id: str) -> Dict[str, str]:

@@ -163,10 +163,10 @@ def test_wait_exit_codes(fake, state, code, want):
     assert f"ended {state}" in res.stderr
 
 
-def test_wait_timeout_exits_4(fake):
+def test_wait_timeout_exits_124(fake):
     fake.squeue_polls = 10**6
     res = invoke(*[str(SPECS / "minimal.yaml"), "--wait", "--wait-timeout", "0.5"])
-    assert res.exit_code == 4 and "still RUNNING" in res.stderr
+    assert res.exit_code == 124 and "still RUNNING" in res.stderr
 
 
 def test_cancel_with_signal_targets_the_batch_shell(fake):
@@ -263,7 +263,7 @@ def test_docs_cover_every_spec_key_and_exit_code():
     doc = (REPO / "docs" / "ssubmit.md").read_text()
     missing = [k for k in SPEC_FIELDS if f"`{k}`" not in doc]
     assert not missing, f"docs/ssubmit.md does not mention: {missing}"
-    for code in ("| 0 |", "| 1 |", "| 2 |", "| 3 |", "| 4 |"):
+    for code in ("| 0 |", "| 1 |", "| 2 |", "| 3 |", "| 124 |"):
         assert code in doc
 
 
