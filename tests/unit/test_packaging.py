@@ -123,3 +123,26 @@ def test_bootstrap_installs_with_the_constraints_and_reinstalls_when_they_change
     with open(repo / "etc/dev/constraints.txt", "a") as fh:
         fh.write("example-new-pin==1.0\n")
     assert len(bootstrap()) == 1
+
+
+@pytest.mark.parametrize(
+    "pyproject,module",
+    [
+        ("pyproject.toml", "slurmkit/__init__.py"),
+        ("kernels/pyproject.toml", "kernels/slurmkit_kernels/__init__.py"),
+    ],
+)
+def test_one_version_source_per_distribution(pyproject, module):
+    """The version is written once, as ``__version__`` in the package; the build reads it."""
+    data = tomllib.loads((REPO / pyproject).read_text())
+    assert "version" not in data["project"] and data["project"]["dynamic"] == ["version"]
+    attr = data["tool"]["setuptools"]["dynamic"]["version"]["attr"]
+    package = attr.rsplit(".", 1)[0]
+    assert module.endswith(f"{package}/__init__.py") and attr.endswith(".__version__")
+    written = re.findall(r'^__version__ = "([^"]+)"$', (REPO / module).read_text(), re.M)
+    assert len(written) == 1
+    try:
+        installed = metadata.version(data["project"]["name"])
+    except metadata.PackageNotFoundError:
+        pytest.skip(f"{data['project']['name']} is not installed")
+    assert installed == written[0], "pip install -e . again"
