@@ -34,6 +34,7 @@ from typing import Any, Dict, List, Optional
 import click
 
 from slurmkit.cli.common import common_options, load_config, print_json, run_main, setup_logging
+from slurmkit.core.files import write_json_atomic
 from slurmkit.errors import ConfigError, SlurmCommandError, UsageError
 
 
@@ -189,7 +190,7 @@ def _exit_from(state: Dict[str, str]) -> int:
 def _efficiency(job_id: str, state: Dict[str, str]) -> Optional[Any]:
     """The ended job's GPU efficiency from its AdminComment summary (the epilog's), or
     ``None`` while it runs, when it had no GPUs, or when sacct cannot say."""
-    from slurmkit.submit.follow import ACTIVE_STATES
+    from slurmkit.slurm.states import ACTIVE_STATES
 
     if state.get("source") != "sacct" or state.get("state") in ACTIVE_STATES:
         return None
@@ -309,8 +310,12 @@ def submit_cmd(
     }
     try:
         os.makedirs(_record_dir(site), exist_ok=True)
-        with open(os.path.join(_record_dir(site), f"{job_id}.json"), "w", encoding="utf-8") as fh:
-            json.dump(record, fh, indent=1, sort_keys=True, default=str)
+        # atomic: `ssubmit status` or a second ssubmit never reads half a record
+        write_json_atomic(
+            os.path.join(_record_dir(site), f"{job_id}.json"),
+            json.loads(json.dumps(record, default=str)),
+            indent=1,
+        )
     except OSError as exc:
         click.echo(f"ssubmit: warning: cannot record job {job_id}: {exc.strerror}", err=True)
     if parsable:

@@ -133,6 +133,22 @@ def test_submit_parsable_records_the_job(fake, tmp_path):
     assert record["log"] == str(tmp_path / "slurmkit-4242.out")
 
 
+def test_the_job_record_is_written_atomically(fake, tmp_path):
+    """Written under a temporary name and renamed: a symlink planted at the record's path is
+    replaced, never followed (its target is untouched), and no temporary file is left."""
+    records = tmp_path / "records"
+    records.mkdir()
+    target = tmp_path / "elsewhere.txt"
+    target.write_text("keep me\n")
+    (records / "4242.json").symlink_to(target)
+    res = invoke(*[str(SPECS / "minimal.yaml"), "--parsable"])
+    assert res.exit_code == 0, res.output
+    assert target.read_text() == "keep me\n"
+    assert not (records / "4242.json").is_symlink()
+    assert json.loads((records / "4242.json").read_text())["job_id"] == "4242"
+    assert sorted(p.name for p in records.iterdir()) == ["4242.json"]
+
+
 def test_hostile_name_is_one_sbatch_argv_item(fake):
     invoke(*[str(SPECS / "hostile.yaml"), "--parsable"])
     sbatch = [c for c in fake.calls if c[0] == "sbatch"][0]
