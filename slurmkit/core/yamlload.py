@@ -33,8 +33,9 @@ class LineDict(dict):
 
 @functools.lru_cache(maxsize=None)
 def _yaml():
-    """PyYAML and the loader class, imported on first use: importing PyYAML costs ~25 ms,
-    which every command would pay at start although most read no YAML (no site config)."""
+    """PyYAML and the loader class, imported on first use: importing PyYAML is among the
+    larger costs of a start (docs/benchmarks.md), which every command would pay although
+    most read no YAML (no site config)."""
     import yaml
 
     class LineLoader(yaml.SafeLoader):

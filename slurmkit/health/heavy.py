@@ -116,7 +116,7 @@ def judge_nvlink_matrix(
     row or of its column (off-diagonal). One weak link hides under a global floor
     but stands out against its own row and column; a whole slow GPU pulls its row
     median down but not its peers' column medians, so it is still caught."""
-    # statistics pulls in fractions, decimal and random (~5 ms); the catalog imports this module
+    # statistics pulls in fractions, decimal and random; the catalog imports this module
     # for its declarations on every prolog, which never judges a matrix
     import statistics
 

@@ -30,7 +30,7 @@ Node file format (``version`` 1)::
 
 A summary, ``<root>/_summary.json`` (``{node: {"last_pass", "status"}}``), is
 updated after every complete pass under its own lock. It is a cache: the planner
-reads one file instead of 10,000 (the difference between ~10 ms and ~1 s), and a
+reads one file instead of one per node (docs/benchmarks.md, "Sweep planning"), and a
 missing or unreadable summary is rebuilt from the node files.
 
 The store never raises on a corrupt or foreign file when reading: a node whose file
@@ -120,7 +120,8 @@ def for_paths(paths: Dict[str, Any]) -> "VerdictStore":
 
 def still_valid(entry: Dict[str, Any], now: float) -> bool:
     """The one validity rule for a stored verdict (the prolog's ``heavy_cache``, ssubmit's
-    requeue-with-exclude and the sweep all use it): ``valid_until`` is a finite number of
+    requeue-with-exclude, :meth:`VerdictStore.valid` and ``slurmkit sweep status`` use it):
+    ``valid_until`` is a finite number of
     seconds after ``now``. A verdict without one, or with anything else there, has expired:
     no verdict is valid for ever."""
     value = entry.get("valid_until")

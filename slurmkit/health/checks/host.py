@@ -9,7 +9,7 @@ from typing import Any, Dict, List
 from slurmkit.core.schema import Field
 from slurmkit.health import declare
 from slurmkit.verdict.base import Action, CheckResult, Status, Tier, safe_code, safe_text
-from slurmkit.verdict.store import still_valid
+from slurmkit.verdict.store import for_paths, still_valid
 
 
 @declare.check(
@@ -339,9 +339,9 @@ def check_heavy_cache(ctx, params) -> CheckResult:
     """Report (never re-run) heavy verdicts from the sweep store that are still valid.
 
     A still-valid heavy FAIL fails the prolog: the node was found broken by a sweep and
-    has not been re-checked since. Expired verdicts are ignored. The store is another
-    component's (slurmkit.verdict.store); when it is not installed or unreadable the
-    check is OK with a note, because the absence of a sweep is not a node fault.
+    has not been re-checked since. Expired verdicts (:func:`~slurmkit.verdict.store.still_valid`)
+    are ignored, and a node the sweep never reached has none: OK, because the absence of
+    a sweep is not a node fault.
 
     The store is shared storage: it is read under its own short timeout
     (``store_timeout``), and a store that does not answer (a hung NFS server, a FIFO in
@@ -353,17 +353,6 @@ def check_heavy_cache(ctx, params) -> CheckResult:
 
     if not ctx.health.get("use_verdict_store", True):
         return CheckResult("heavy_cache", Status.OK, "OK", "verdict store disabled", value=0)
-    try:
-        from slurmkit.verdict.store import for_paths
-    except Exception as exc:  # not there yet, or broken: not a node fault
-        return CheckResult(
-            "heavy_cache",
-            Status.OK,
-            "OK",
-            f"no verdict store ({type(exc).__name__})",
-            value=0,
-            details={"store": None},
-        )
     root = ctx.paths["shared_dir"]
     wait = float(params.get("store_timeout") or 1.0)
     try:
