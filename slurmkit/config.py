@@ -19,6 +19,7 @@ import os
 from typing import Any, Dict, List, Optional
 
 from slurmkit.core.schema import Field, Section, validate
+from slurmkit.core.yamlload import MAX_BYTES as MAX_CONFIG_BYTES
 from slurmkit.core.yamlload import LineDict, load_yaml_file
 from slurmkit.errors import ConfigError
 
@@ -140,6 +141,22 @@ def _load_trusted(path: str) -> Any:
         raise ConfigError("cannot read: No such file or directory", path=path) from None
 
 
+def _site_config(raw: Any, p: Optional[str]) -> SiteConfig:
+    """The top level checked (a mapping of known sections); sections validated on use."""
+    if raw is None:
+        raw = LineDict()
+    if not isinstance(raw, dict):
+        raise ConfigError("the top level must be a mapping of sections", path=p, line=1)
+    for key in raw:
+        if key not in VALID_SECTIONS:
+            raise ConfigError(
+                f"unknown section {key!r}; valid sections: {', '.join(VALID_SECTIONS)}",
+                path=p,
+                line=raw.lines.get(key) if isinstance(raw, LineDict) else None,
+            )
+    return SiteConfig(raw, p)
+
+
 def load_site_config(path: Optional[str] = None, *, full: bool = False) -> SiteConfig:
     """Load and validate the site config.
 
@@ -152,19 +169,59 @@ def load_site_config(path: Optional[str] = None, *, full: bool = False) -> SiteC
         if not os.path.exists(p):
             raise ConfigError("config file not found", path=p)
         raw = _load_trusted(p) if os.geteuid() == 0 else load_yaml_file(p)
-        if raw is None:
-            raw = LineDict()
-        if not isinstance(raw, dict):
-            raise ConfigError("the top level must be a mapping of sections", path=p, line=1)
-        for key in raw:
-            if key not in VALID_SECTIONS:
-                raise ConfigError(
-                    f"unknown section {key!r}; valid sections: {', '.join(VALID_SECTIONS)}",
-                    path=p,
-                    line=raw.lines.get(key),
-                )
-    cfg = SiteConfig(raw, p)
+    cfg = _site_config(raw, p)
     return cfg.validate_all() if full else cfg
+
+
+#: The sections a hook (prolog, epilog, HealthCheckProgram) reads.
+HOOK_SECTIONS = ("health", "paths", "slurm")
+
+
+def load_hook_sections(path: Optional[str] = None) -> Dict[str, Dict[str, Any]]:
+    """The validated :data:`HOOK_SECTIONS`, from the root-only cache when the config file is
+    the one they were derived from (:mod:`slurmkit.core.cache`), so that a job start parses
+    no YAML unless the config changed.
+
+    The config file itself is opened under the trust rule every time (its owner, mode and
+    directories may change without changing its contents) and its bytes are read for the
+    key; only the parsing and validation are skipped. Errors are those of
+    :func:`load_site_config`.
+    """
+    from slurmkit.core import cache, trust
+    from slurmkit.core.yamlload import load_yaml_text
+
+    p = config_path(path)
+    if p is None:
+        cfg = SiteConfig(LineDict(), None)
+        return {name: cfg.section(name) for name in HOOK_SECTIONS}
+    try:
+        fd = trust.open_trusted(p)
+    except trust.UntrustedFile as exc:
+        trust.reject(exc.path, exc.why)
+        raise ConfigError(f"not trusted (root reads only root's files): {exc.why}", path=p) from None
+    except FileNotFoundError:
+        raise ConfigError("config file not found", path=p) from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read: {exc.strerror}", path=p) from None
+    try:
+        with os.fdopen(fd, "rb") as fh:
+            content = fh.read(MAX_CONFIG_BYTES + 1)
+            st = os.fstat(fh.fileno())
+    except OSError as exc:
+        raise ConfigError(f"cannot read: {exc.strerror}", path=p) from None
+    key = cache.identity(st, content)
+    directory = cache.cache_dir()
+    cached = cache.load(directory, "config", p, key)
+    if isinstance(cached, dict) and all(isinstance(cached.get(n), dict) for n in HOOK_SECTIONS):
+        return cached
+    try:
+        text = content.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError("not UTF-8 text", path=p) from None
+    cfg = _site_config(load_yaml_text(text, p), p)
+    sections = {name: cfg.section(name) for name in HOOK_SECTIONS}
+    cache.store(directory, "config", p, key, sections)
+    return sections
 
 
 def named_file_problems(cfg: SiteConfig) -> List[str]:

@@ -58,10 +58,10 @@ def _say(message: str) -> None:
 
 
 def _load(hook: str) -> Tuple[Dict[str, Any], Dict[str, Any], Dict[str, Any]]:
-    from slurmkit.config import load_site_config
+    from slurmkit.config import load_hook_sections
 
-    cfg = load_site_config()
-    return cfg.section("health"), cfg.section("paths"), cfg.section("slurm")
+    sections = load_hook_sections()  # from the root-only cache while the config is unchanged
+    return sections["health"], sections["paths"], sections["slurm"]
 
 
 def _default_paths() -> Dict[str, Any]:

@@ -18,8 +18,6 @@ import re
 import time
 from typing import Any, Dict, NamedTuple, Optional, Tuple
 
-from slurmkit.slurm import client
-
 #: Every drain reason slurmkit writes starts with this; any other reason is someone else's.
 DRAIN_REASON_PREFIX = "slurmkit:"
 
@@ -82,6 +80,9 @@ def is_drained(state: str) -> bool:
 
 def node_drain(node: str, timeout: Optional[float] = None) -> Optional[Dict[str, str]]:
     """``{"state": ..., "reason": ...}`` from ``scontrol show node``; ``None`` when unknown."""
+    # imported on use: formatting and parsing reasons (verdict.base, the report) starts no process
+    from slurmkit.slurm import client
+
     try:
         rec = client.show_node(node, timeout=timeout)
     except Exception:
@@ -103,6 +104,8 @@ def guarded_drain(node: str, reason: str, timeout: Optional[float] = None) -> Tu
     cur = node_drain(node, None if timeout is None else max(0.2, timeout / 2))
     if cur and is_drained(cur["state"]) and cur["reason"] and not is_slurmkit_reason(cur["reason"]):
         return False, f"already drained by someone else ({cur['reason']!r}); reason kept"
+    from slurmkit.slurm import client
+
     left = None if timeout is None else max(0.2, timeout - (time.monotonic() - start))
     try:
         client.drain_node(node, reason, timeout=left)

@@ -26,6 +26,7 @@ HEALTHCHECK = str(REPO / "prolog" / "slurmkit-healthcheck")
 def hook(script, config, env_extra=None, timeout=30):
     env = {
         "SLURMKIT_CONFIG": str(config),
+        "SLURMKIT_CACHE_DIR": str(Path(config).parent / "cache"),  # the hooks' config cache
         "SLURMD_NODENAME": "node1",
         "SLURM_JOB_ID": "4242",
         "SLURM_JOB_UID": "65534",

@@ -1,0 +1,91 @@
+"""A root-only cache of what was derived from a trusted file (the hooks' validated site config).
+
+A job start should not parse YAML when the config has not changed since the last one.
+The derived data is kept as JSON in ``<cache dir>/<kind>-<hash of the source path>.json``,
+with the source file's identity: device, inode, size, modification and change times (in
+nanoseconds), a CRC-32 of its bytes (a rewrite within one timestamp tick, by the same
+size, in place, still changes it) and the slurmkit version that derived it (a new version
+may validate differently). Any difference and the entry is ignored and rewritten.
+
+The cache is a root input like any other (:mod:`slurmkit.core.trust`): its file must be
+owned by root (or the account running this process), not writable by anyone else, in
+directories nobody else can write; a planted or user-owned entry is refused, logged and
+counted, and the source is read again. Entries are written atomically, mode 0600, in a
+0700 directory; data that JSON cannot carry exactly (tuples, non-string keys, NaN) is
+never cached. Every failure to read or write the cache only means "parse the source".
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import zlib
+from typing import Any, Dict, Optional
+
+from slurmkit import __version__
+from slurmkit.core import files, trust
+
+#: Where the hooks keep the cache: a tmpfs on systemd machines, emptied at boot.
+DEFAULT_DIR = "/run/slurmkit"
+#: Overrides :data:`DEFAULT_DIR` (tests, benchmarks); set by whoever starts slurmd, like
+#: ``SLURMKIT_CONFIG``.
+DIR_ENV = "SLURMKIT_CACHE_DIR"
+
+
+def cache_dir() -> str:
+    return os.environ.get(DIR_ENV) or DEFAULT_DIR
+
+
+def identity(st: os.stat_result, content: bytes) -> Dict[str, Any]:
+    """The source's identity as the cache key (see the module docstring)."""
+    return {
+        "dev": st.st_dev,
+        "ino": st.st_ino,
+        "size": st.st_size,
+        "mtime_ns": st.st_mtime_ns,
+        "ctime_ns": st.st_ctime_ns,
+        "crc32": zlib.crc32(content),
+        "version": __version__,
+    }
+
+
+def entry_path(directory: str, kind: str, source: str) -> str:
+    tag = format(zlib.crc32(os.path.abspath(source).encode("utf-8", "surrogateescape")), "08x")
+    return os.path.join(directory, f"{kind}-{tag}.json")
+
+
+def load(directory: str, kind: str, source: str, key: Dict[str, Any]) -> Optional[Any]:
+    """The cached data for ``source`` when its entry is trusted and its key is ``key``; else ``None``."""
+    path = entry_path(directory, kind, source)
+    try:
+        raw = trust.read_strict(path, max_bytes=1 << 22)
+        doc = json.loads(raw)
+    except (OSError, trust.UntrustedFile, ValueError):
+        return None
+    if not isinstance(doc, dict) or doc.get("source") != os.path.abspath(source) or doc.get("key") != key:
+        return None
+    return doc.get("data")
+
+
+def store(directory: str, kind: str, source: str, key: Dict[str, Any], data: Any) -> bool:
+    """Remember ``data`` for ``source``; ``False`` (nothing written) when it cannot be kept
+    exactly or the directory cannot be trusted."""
+    try:
+        if json.loads(json.dumps(data, allow_nan=False)) != data or not _plain(data):
+            return False
+        if trust.writable_dir(directory, 0o700) is not None:
+            return False
+        doc = {"source": os.path.abspath(source), "key": key, "data": data}
+        files.write_json_atomic(entry_path(directory, kind, source), doc, mode=0o600)
+        return True
+    except (OSError, ValueError, TypeError):
+        return False
+
+
+def _plain(value: Any) -> bool:
+    """Only dicts with string keys, lists and scalars: what JSON gives back as it was."""
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _plain(v) for k, v in value.items())
+    if isinstance(value, list):
+        return all(_plain(v) for v in value)
+    return value is None or isinstance(value, (str, int, float, bool))
