@@ -52,6 +52,7 @@ health:
         "SLURM_JOB_USER": "alice",
         "SLURM_JOB_GPUS": "0,1,2,3,4,5,6,7",
         "SLURM_SCRIPT_CONTEXT": "prolog_slurmd",
+        "SLURMKIT_CACHE_DIR": str(tmp / "cache"),  # the hooks' config cache (default /run/slurmkit)
     }
 
 

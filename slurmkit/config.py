@@ -194,33 +194,26 @@ def load_hook_sections(path: Optional[str] = None) -> Dict[str, Dict[str, Any]]:
     if p is None:
         cfg = SiteConfig(LineDict(), None)
         return {name: cfg.section(name) for name in HOOK_SECTIONS}
+
+    def parse_and_validate(content: bytes) -> Dict[str, Dict[str, Any]]:
+        try:
+            text = content.decode("utf-8")
+        except UnicodeDecodeError:
+            raise ConfigError("not UTF-8 text", path=p) from None
+        cfg = _site_config(load_yaml_text(text, p), p)
+        return {name: cfg.section(name) for name in HOOK_SECTIONS}
+
     try:
-        fd = trust.open_trusted(p)
+        # the kind names the sections, so an entry always holds the ones asked for
+        sections = cache.load_derived(
+            p, "config-" + "-".join(HOOK_SECTIONS), parse_and_validate, MAX_CONFIG_BYTES
+        )
     except trust.UntrustedFile as exc:
-        trust.reject(exc.path, exc.why)
         raise ConfigError(f"not trusted (root reads only root's files): {exc.why}", path=p) from None
     except FileNotFoundError:
         raise ConfigError("config file not found", path=p) from None
     except OSError as exc:
         raise ConfigError(f"cannot read: {exc.strerror}", path=p) from None
-    try:
-        with os.fdopen(fd, "rb") as fh:
-            content = fh.read(MAX_CONFIG_BYTES + 1)
-            st = os.fstat(fh.fileno())
-    except OSError as exc:
-        raise ConfigError(f"cannot read: {exc.strerror}", path=p) from None
-    key = cache.identity(st, content)
-    directory = cache.cache_dir()
-    cached = cache.load(directory, "config", p, key)
-    if isinstance(cached, dict) and all(isinstance(cached.get(n), dict) for n in HOOK_SECTIONS):
-        return cached
-    try:
-        text = content.decode("utf-8")
-    except UnicodeDecodeError:
-        raise ConfigError("not UTF-8 text", path=p) from None
-    cfg = _site_config(load_yaml_text(text, p), p)
-    sections = {name: cfg.section(name) for name in HOOK_SECTIONS}
-    cache.store(directory, "config", p, key, sections)
     return sections
 
 

@@ -25,13 +25,13 @@ from __future__ import annotations
 import math
 import os
 import re
-import tempfile
 from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Optional
 
 _NAME_RE = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
 _LABEL_RE = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 _SAFE_FILE = re.compile(r"[^A-Za-z0-9._-]")
+_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
 
 
 @dataclass
@@ -105,7 +105,13 @@ def write_textfile(path: str, samples: Iterable[Sample], *, mode: Optional[int] 
     text = render(samples)
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=directory)
+    while True:  # a random name created O_EXCL|O_NOFOLLOW, as mkstemp does (without importing tempfile)
+        tmp = os.path.join(directory, f".{os.path.basename(path)}.{os.urandom(6).hex()}.tmp")
+        try:
+            fd = os.open(tmp, _CREATE, 0o600)
+            break
+        except FileExistsError:
+            continue
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             if mode is not None:

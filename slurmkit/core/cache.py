@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import os
 import zlib
-from typing import Any, Dict, Optional
+from typing import Any, Callable, Dict, Optional
 
 from slurmkit import __version__
 from slurmkit.core import files, trust
@@ -89,3 +89,34 @@ def _plain(value: Any) -> bool:
     if isinstance(value, list):
         return all(_plain(v) for v in value)
     return value is None or isinstance(value, (str, int, float, bool))
+
+
+def load_derived(
+    source: str, kind: str, derive: Callable[[bytes], Any], max_bytes: int = trust.MAX_BYTES
+) -> Any:
+    """``derive(bytes of source)``, or what it returned last time for the same file.
+
+    ``source`` is opened under the trust rule every time (its owner, mode and directories
+    may change without changing its bytes) and read whole for the key; only ``derive`` (the
+    parsing, the validation) is skipped on a hit. Raises like :func:`slurmkit.core.trust.read_strict`
+    (``FileNotFoundError``; :class:`~slurmkit.core.trust.UntrustedFile`, logged and counted;
+    ``OSError``) and whatever ``derive`` raises."""
+    try:
+        fd = trust.open_trusted(source)
+    except trust.UntrustedFile as exc:
+        trust.reject(exc.path, exc.why)
+        raise
+    with os.fdopen(fd, "rb") as fh:
+        content = fh.read(max_bytes + 1)
+        st = os.fstat(fh.fileno())
+    if len(content) > max_bytes:
+        trust.reject(source, f"larger than {max_bytes} bytes")
+        raise trust.UntrustedFile(source, f"larger than {max_bytes} bytes")
+    key = identity(st, content)
+    directory = cache_dir()
+    found = load(directory, kind, source, key)
+    if found is not None:
+        return found
+    data = derive(content)
+    store(directory, kind, source, key, data)
+    return data

@@ -23,6 +23,13 @@ def healthy_fixture() -> Dict[str, Any]:
     return yaml.safe_load(HEALTHY.read_text())
 
 
+@pytest.fixture(autouse=True)
+def hook_cache_in_tmp(tmp_path, monkeypatch):
+    """The hooks' cache (parsed config and fixtures, slurmkit.core.cache) under the test's own
+    directory instead of /run/slurmkit."""
+    monkeypatch.setenv("SLURMKIT_CACHE_DIR", str(tmp_path / "hook-cache"))
+
+
 @pytest.fixture
 def gpu_fixture(tmp_path):
     """``gpu_fixture(mutate=None, node="node1")`` writes ``<tmp>/gpu/<node>.yaml`` from the healthy

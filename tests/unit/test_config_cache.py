@@ -30,7 +30,7 @@ def setup(tmp_path, monkeypatch):
 
 
 def entry(directory, config):
-    return cache.entry_path(str(directory), "config", str(config))
+    return cache.entry_path(str(directory), "config-health-paths-slurm", str(config))
 
 
 def no_yaml(monkeypatch):

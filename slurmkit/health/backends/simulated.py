@@ -30,8 +30,9 @@ import os
 import time
 from typing import Any, Dict, List, Optional
 
+from slurmkit.core.cache import load_derived
 from slurmkit.core.trust import UntrustedFile
-from slurmkit.core.yamlload import load_trusted_yaml
+from slurmkit.core.yamlload import load_yaml_text
 from slurmkit.errors import ConfigError
 from slurmkit.health.backends import (
     HARDWARE_ERRORS,
@@ -53,6 +54,13 @@ MODEL_NAMES = {
     "B100": "NVIDIA B100",
     "A100": "NVIDIA A100-SXM4-80GB",
 }
+
+
+def _parse_fixture(content: bytes, path: str) -> Any:
+    try:
+        return load_yaml_text(content.decode("utf-8"), path)
+    except UnicodeDecodeError:
+        raise ConfigError("not UTF-8 text", path=path) from None
 
 
 def pid_alive(pid: int) -> bool:
@@ -77,8 +85,9 @@ class SimulatedBackend(GpuBackend):
     def __init__(self, path: str):
         self.path = path
         try:
-            # root reads it in the prolog: the one trust rule, and errors that name the line
-            data = load_trusted_yaml(path)
+            # root reads it in the prolog: the one trust rule, errors that name the line, and
+            # the parsed fixture cached like the config (no YAML while the file is unchanged)
+            data = load_derived(path, "gpu-fixture", lambda content: _parse_fixture(content, path))
         except FileNotFoundError:
             raise BackendUnavailable(f"simulated GPU fixture not found: {path}", code="FIXTURE") from None
         except UntrustedFile as exc:
@@ -87,6 +96,10 @@ class SimulatedBackend(GpuBackend):
             ) from None
         except ConfigError as exc:
             raise BackendUnavailable(f"invalid simulated GPU fixture: {exc}", code="FIXTURE") from None
+        except OSError as exc:
+            raise BackendUnavailable(
+                f"cannot read simulated GPU fixture {path}: {exc.strerror}", code="FIXTURE"
+            ) from None
         if not isinstance(data, dict) or not isinstance(data.get("gpus", []), list):
             raise BackendUnavailable(f"{path}: expected a mapping with a 'gpus' list", code="FIXTURE")
         self.data = data = _apply_scoped(data, os.environ)
