@@ -33,6 +33,7 @@ import time
 from typing import Any, Dict, List, Optional, Tuple
 
 from slurmkit.core import trust
+from slurmkit.slurm import binaries
 from slurmkit.slurm.drain import guarded_drain
 from slurmkit.slurm.jobenv import JobEnv
 from slurmkit.slurm.node import this_node
@@ -189,9 +190,8 @@ def run_hook(hook: str, env: Optional[Dict[str, str]] = None) -> int:
     if hook == "epilog" and health["escalation"]["action"] == "heavy":
         watchdog += float(health["escalation"]["heavy_deadline"])
     _start_watchdog(watchdog, hook, health["fail_closed"])
-    from slurmkit.slurm import client
-
-    client.configure(slurm.get("bin_dir"), slurm.get("timeout"))
+    # slurm.binaries, not the client: the happy path runs no Slurm command
+    binaries.configure(slurm.get("bin_dir"), slurm.get("timeout"))
     try:
         from slurmkit.health.catalog import select
         from slurmkit.health.engine import Context, internal_problems, run_checks

@@ -4,45 +4,23 @@ Everything goes through :func:`slurmkit.slurm.runner.run` (timeouts, errors that
 name the command). Callers never build Slurm command lines themselves, so a pyslurm
 backend could implement these functions later without touching them.
 
-Binaries are looked up in ``slurm.bin_dir`` of the site config, then ``$PATH``, then
-``/usr/bin``: Slurm's prolog and epilog run with no ``PATH`` at all.
+Binaries are found by :mod:`slurmkit.slurm.binaries` (``slurm.bin_dir`` of the site config,
+then ``$PATH``, then the usual directories: Slurm's prolog and epilog run with no ``PATH``).
 """
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence
 
 from slurmkit.errors import SlurmCommandError
-from slurmkit.slurm import runner
+from slurmkit.slurm import binaries, runner
 from slurmkit.slurm.parse import SACCT_DELIMITER, parse_parsable2
 
-_bin_dir: Optional[str] = None
-_timeout: float = runner.DEFAULT_TIMEOUT
-
-
-def configure(bin_dir: Optional[str] = None, timeout: Optional[float] = None) -> None:
-    """Apply the site config's ``slurm`` section."""
-    global _bin_dir, _timeout
-    _bin_dir = bin_dir
-    if timeout:
-        _timeout = float(timeout)
-
-
-def binary(name: str) -> str:
-    """Absolute path of a Slurm binary, or the bare name when it cannot be found
-    (the runner then reports 'command not found' naming it)."""
-    if _bin_dir:
-        return os.path.join(_bin_dir, name)
-    found = shutil.which(name)
-    if found:
-        return found
-    for d in ("/usr/bin", "/usr/local/bin", "/opt/slurm/bin"):
-        if os.access(os.path.join(d, name), os.X_OK):
-            return os.path.join(d, name)
-    return name
+# configure() and binary() live in slurm.binaries (light enough for the hooks to apply the
+# config without importing this module); they are part of this API too.
+configure = binaries.configure
+binary = binaries.binary
 
 
 def call(
@@ -61,7 +39,7 @@ def call(
     config's ``slurm.timeout``."""
     return runner.run(
         [binary(name), *args],
-        timeout=_timeout if timeout is None else timeout,
+        timeout=binaries.timeout() if timeout is None else timeout,
         input=input,
         env=env,
         check=check,

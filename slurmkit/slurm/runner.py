@@ -18,10 +18,11 @@ from dataclasses import dataclass
 from typing import Callable, Mapping, Optional, Sequence
 
 from slurmkit.errors import CommandNotFound, CommandTimeout, ExternalCommandError, SlurmCommandError
+from slurmkit.slurm import binaries
 
 #: Default per-call timeout in seconds. Slurm commands answer in well under a second on
 #: a healthy controller; 30 s leaves room for a busy one without hanging forever.
-DEFAULT_TIMEOUT = 30.0
+DEFAULT_TIMEOUT = binaries.DEFAULT_TIMEOUT
 
 SLURM_COMMANDS = frozenset(
     {
