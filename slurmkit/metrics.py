@@ -1,8 +1,13 @@
 """Prometheus textfile-collector files, written atomically (shared by health and sweeps).
 
 node_exporter's textfile collector reads every ``*.prom`` file in its directory on
-each scrape; a half-written file would be read as garbage, so files are written by
-prometheus-client's :func:`write_to_textfile` (temporary file + ``rename``).
+each scrape; a half-written file would be read as garbage, so files are written
+atomically by :func:`slurmkit.core.files.write_bytes_atomic` (a random ``O_EXCL |
+O_NOFOLLOW`` temporary file, ``fchmod`` on its descriptor, ``rename``), in a directory
+that passes root's trust rule (:func:`slurmkit.core.trust.writable_dir`).
+prometheus-client's own ``write_to_textfile`` is not used: its temporary name
+(``<path>.<pid>.<thread>``) is predictable and opened through a symlink, and a mode
+set afterwards by path follows a symlink planted at the target.
 prometheus-client is imported only when a file is written: the prolog decides its
 verdict first and pays for the import afterwards.
 
@@ -20,6 +25,9 @@ import os
 import re
 from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Optional
+
+from slurmkit.core import trust
+from slurmkit.core.files import write_bytes_atomic
 
 _NAME_RE = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
 _SAFE_FILE = re.compile(r"[^A-Za-z0-9._-]")
@@ -43,9 +51,11 @@ def write_textfile(path: str, samples: Iterable[Sample], *, mode: Optional[int] 
     """Write ``samples`` as gauges to ``path`` atomically; return the path.
 
     Samples with the same name must carry the same label names (Prometheus rule);
-    a mismatch raises ``ValueError`` before anything is written.
+    a mismatch raises ``ValueError`` before anything is written. A directory that fails
+    the trust rule (another account could write or swap it) raises
+    :class:`~slurmkit.core.trust.UntrustedFile` and nothing is written.
     """
-    from prometheus_client import CollectorRegistry, Gauge, write_to_textfile
+    from prometheus_client import CollectorRegistry, Gauge, generate_latest
 
     registry = CollectorRegistry()
     gauges: Dict[str, Gauge] = {}
@@ -65,11 +75,8 @@ def write_textfile(path: str, samples: Iterable[Sample], *, mode: Optional[int] 
         target = g.labels(**{k: str(v) for k, v in s.labels.items()}) if s.labels else g
         target.set(float(s.value))
     directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    write_to_textfile(path, registry)
-    if mode is not None:
-        try:
-            os.chmod(path, mode)
-        except OSError:
-            pass
+    why = trust.writable_dir(directory)
+    if why:
+        raise trust.UntrustedFile(directory, why)
+    write_bytes_atomic(path, generate_latest(registry), mode=mode)
     return path
