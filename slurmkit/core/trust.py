@@ -11,12 +11,14 @@ ordinary user could have written must never be believed. The rule is sshd's
   file, owned by a trusted account (root, the account running slurmkit, or one the
   caller names, such as the sweep account for verdicts), not writable by group or
   others;
-* every directory from ``/`` down to the file's own (after resolving symlinks once,
-  then opening the resolved path) is owned by a trusted account and not writable by
-  group or others, checked with ``lstat``. The one exception is a sticky directory
-  such as ``/tmp`` *above* the file's directory: the sticky bit stops anyone but the
-  owner from renaming or removing the trusted-owned entry below it, so
-  ``/tmp/<root's 0700 dir>/state`` is sound. The file's own directory is never
+* the path is walked from ``/`` one component at a time with ``lstat``, as the kernel
+  resolves it, never ``realpath`` first (that judges a link's target without asking
+  who made the link): every entry on the way, symbolic links included, is owned by a
+  trusted account, and every directory is not writable by group or others. The one
+  exception is a sticky directory such as ``/tmp`` *above* the file's directory: the
+  sticky bit stops anyone but the owner from renaming or removing the trusted-owned
+  entry below it, so ``/tmp/<root's 0700 dir>/state`` is sound, and a user's link in
+  ``/tmp`` is refused, wherever it points. The file's own directory is never
   allowed to be group- or other-writable, sticky or not (anyone could pre-create
   names there).
 
@@ -95,35 +97,86 @@ def _mode_problem(st: os.stat_result, owners: frozenset, what: str) -> Optional[
     return None
 
 
-def dir_problem(directory: str, owners: Optional[frozenset] = None) -> Optional[str]:
-    """Why ``directory`` (already resolved, absolute) cannot hold trusted files; ``None`` if it can.
-    A missing component raises ``FileNotFoundError`` (nothing there to trust or distrust)."""
-    owners = trusted_uids() if owners is None else owners
-    parts = [p for p in directory.split(os.sep) if p]
-    chain = ["/"] + ["/" + "/".join(parts[: i + 1]) for i in range(len(parts))]
-    prev: Optional[os.stat_result] = None
-    prev_path = ""
-    for path in chain:
+#: The most symbolic links one path may pass through (the kernel's own limit).
+_MAX_LINKS = 40
+
+
+def _resolve(path: str, owners: frozenset) -> Tuple[str, os.stat_result, os.stat_result]:
+    """Walk ``path`` from ``/`` one component at a time, as the kernel does, checking each
+    step with ``lstat`` before taking it (never ``realpath`` first, then checking the
+    result: that trusts a link's target without asking who made the link).
+
+    Every entry on the way (directory, file, or symbolic link) must be owned by a
+    trusted account, and every directory it sits in must not be writable by group or
+    others unless it is sticky (the sticky bit stops anyone but the entry's trusted
+    owner from renaming or replacing it). A symbolic link passes only then, and its
+    target is walked the same way. Returns ``(resolved path, its lstat, the lstat of its
+    directory)``. Raises :class:`UntrustedFile`, or ``FileNotFoundError`` for a missing
+    component (nothing there to trust or distrust).
+    """
+    path = os.path.abspath(path)
+    root_st = os.lstat("/")
+    if root_st.st_uid not in owners:
+        raise UntrustedFile(path, f"directory / is owned by uid {root_st.st_uid}, not by a trusted account")
+    chain: List[Tuple[str, os.stat_result]] = [("/", root_st)]
+    pending = [p for p in reversed(path.split(os.sep)) if p]
+    links = 0
+    while pending:
+        name = pending.pop()
+        if name == ".":
+            continue
+        if name == "..":
+            if len(chain) > 1:
+                chain.pop()
+            continue
+        cur, cur_st = chain[-1]
+        if not stat.S_ISDIR(cur_st.st_mode):
+            raise UntrustedFile(path, f"{cur} is not a directory")
+        entry = os.path.join(cur, name)
         try:
-            st = os.lstat(path)
+            st = os.lstat(entry)
         except FileNotFoundError:
             raise
         except OSError as exc:
-            return f"{path}: {exc.strerror}"
-        if not stat.S_ISDIR(st.st_mode):
-            return f"{path} is not a directory"
-        if prev is not None and prev.st_mode & 0o022:
-            # a sticky parent is fine only when this entry is trusted-owned (nobody can swap it)
-            if not (prev.st_mode & stat.S_ISVTX and st.st_uid in owners):
-                return (
-                    f"directory {prev_path} is writable by group or others "
-                    f"(mode {stat.S_IMODE(prev.st_mode):04o})"
-                )
+            raise UntrustedFile(path, f"{entry}: {exc.strerror}") from None
+        is_link = stat.S_ISLNK(st.st_mode)
         if st.st_uid not in owners:
-            return f"directory {path} is owned by uid {st.st_uid}, not by a trusted account"
-        prev, prev_path = st, path
-    if prev is not None and prev.st_mode & 0o022:
-        return f"directory {prev_path} is writable by group or others (mode {stat.S_IMODE(prev.st_mode):04o})"
+            kind = "symbolic link" if is_link else "directory" if stat.S_ISDIR(st.st_mode) else "file"
+            raise UntrustedFile(path, f"{kind} {entry} is owned by uid {st.st_uid}, not by a trusted account")
+        if cur_st.st_mode & 0o022 and not cur_st.st_mode & stat.S_ISVTX:
+            raise UntrustedFile(
+                path,
+                f"directory {cur} is writable by group or others (mode {stat.S_IMODE(cur_st.st_mode):04o})",
+            )
+        if is_link:
+            links += 1
+            if links > _MAX_LINKS:
+                raise UntrustedFile(path, "too many levels of symbolic links")
+            target = os.readlink(entry)
+            if target.startswith(os.sep):
+                del chain[1:]
+            pending.extend(p for p in reversed(target.split(os.sep)) if p)
+            continue
+        chain.append((entry, st))
+    real, st = chain[-1]
+    parent_st = chain[-2][1] if len(chain) > 1 else st
+    return real, st, parent_st
+
+
+def dir_problem(directory: str, owners: Optional[frozenset] = None) -> Optional[str]:
+    """Why ``directory`` cannot hold trusted files; ``None`` if it can (:func:`_resolve`'s
+    walk, and the directory itself not writable by group or others, sticky or not:
+    anyone could pre-create names in it). A missing component raises
+    ``FileNotFoundError`` (nothing there to trust or distrust)."""
+    owners = trusted_uids() if owners is None else owners
+    try:
+        real, st, _ = _resolve(directory, owners)
+    except UntrustedFile as exc:
+        return exc.why
+    if not stat.S_ISDIR(st.st_mode):
+        return f"{real} is not a directory"
+    if st.st_mode & 0o022:
+        return f"directory {real} is writable by group or others (mode {stat.S_IMODE(st.st_mode):04o})"
     return None
 
 
@@ -131,13 +184,17 @@ def open_trusted(path: str, owners: Optional[frozenset] = None) -> int:
     """Open ``path`` read-only for a trusted read; return the descriptor.
 
     Raises ``FileNotFoundError`` when it does not exist (callers treat that as "none")
-    and :class:`UntrustedFile` when it, or a directory above it, fails the rule.
+    and :class:`UntrustedFile` when it, a link on the way, or a directory above it
+    fails the rule.
     """
     owners = trusted_uids() if owners is None else owners
-    real = os.path.realpath(path)
-    why = dir_problem(os.path.dirname(real), owners)
-    if why:
-        raise UntrustedFile(path, why)
+    real, lst, parent_st = _resolve(path, owners)
+    if parent_st.st_mode & 0o022:
+        raise UntrustedFile(
+            path,
+            f"directory {os.path.dirname(real)} is writable by group or others "
+            f"(mode {stat.S_IMODE(parent_st.st_mode):04o})",
+        )
     try:
         fd = os.open(real, _OPEN_FLAGS)
     except OSError as exc:
@@ -148,6 +205,8 @@ def open_trusted(path: str, owners: Optional[frozenset] = None) -> int:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise UntrustedFile(path, "is not a regular file")
+        if (st.st_dev, st.st_ino) != (lst.st_dev, lst.st_ino):
+            raise UntrustedFile(path, "was replaced while it was being checked")
         problem = _mode_problem(st, owners, "the file")
         if problem:
             raise UntrustedFile(path, problem)
@@ -206,7 +265,7 @@ def writable_dir(directory: str, mode: int = 0o755, owners: Optional[frozenset] 
                 os.mkdir(directory, mode)
             except FileExistsError:
                 pass
-        return dir_problem(os.path.realpath(directory), owners)
+        return dir_problem(os.path.abspath(directory), owners)
     except OSError as exc:
         return f"{directory}: {exc.strerror}"
 
