@@ -314,3 +314,58 @@ def lock(
     except BaseException:
         os.close(fd)
         raise
+
+
+def private_dir_problem(path: str, uid: Optional[int] = None, *, forbidden: int = 0o022) -> Optional[str]:
+    """Create ``path`` (each missing level ``mkdir`` 0700) and check it is private to
+    ``uid`` (default: this process's user); ``None`` when it is, else a one-line reason.
+
+    For the places a job keeps what it will later load or run (checkpoints, compiler
+    caches): what another user prepared there is code run as this user. ``mkdir`` never
+    reuses a name; an existing entry (pre-created by anyone, a link, the job's own from
+    an earlier step) is then judged with the walk of :func:`_resolve` (owners: root and
+    ``uid``; a link or directory of another user's on the way, or a directory they can
+    write that is not sticky, is refused) and the directory itself must be ``uid``'s,
+    with none of the ``forbidden`` mode bits (0o022: nobody else can write; 0o077:
+    nobody else can even look).
+    """
+    uid = os.geteuid() if uid is None else uid
+    path = os.path.abspath(path)
+    missing: List[str] = []
+    cur = path
+    while not os.path.lexists(cur):
+        missing.append(cur)
+        parent = os.path.dirname(cur)
+        if parent == cur:
+            break
+        cur = parent
+    owners = frozenset({0, uid})
+    if missing:  # judge what exists before creating in it: never mkdir through someone's link
+        try:
+            _, top, _ = _resolve(cur, owners)
+        except UntrustedFile as exc:
+            return exc.why
+        except OSError as exc:
+            return f"{cur}: {exc.strerror}"
+        if top.st_mode & 0o022 and not top.st_mode & stat.S_ISVTX:
+            return f"directory {cur} is writable by group or others (mode {stat.S_IMODE(top.st_mode):04o})"
+    for d in reversed(missing):
+        try:
+            os.mkdir(d, 0o700)
+        except FileExistsError:
+            pass  # made meanwhile (another node, a racing user): judged below like any existing one
+        except OSError as exc:
+            return f"cannot create {d}: {exc.strerror}"
+    try:
+        _, st, _ = _resolve(path, owners)
+    except UntrustedFile as exc:
+        return exc.why
+    except OSError as exc:
+        return f"{path}: {exc.strerror}"
+    if not stat.S_ISDIR(st.st_mode):
+        return f"{path} is not a directory"
+    if st.st_uid != uid:
+        return f"{path} belongs to uid {st.st_uid}, not to uid {uid} (this job's user)"
+    if st.st_mode & forbidden:
+        return f"{path} is open to group or others (mode {stat.S_IMODE(st.st_mode):04o})"
+    return None
