@@ -190,3 +190,74 @@ def test_fitting_request_and_unknown_cluster_pass():
         is None
     )
     assert check_against_cluster(validate_spec({"script": "/t", "gpus_per_node": 64}), []) is None
+
+
+# --------------------------------------------------------------- GPUs only from the spec (issue 25)
+
+GPU_SPELLINGS = [
+    (["--gpus-per-socket=4"], "--gpus-per-socket", "gpus_per_node"),
+    (["--gpus-per-socket", "4"], "--gpus-per-socket", "gpus_per_node"),
+    (["--gpus-per-s=4"], "--gpus-per-socket", "gpus_per_node"),  # abbreviations getopt_long accepts
+    (["--gpus-per-so", "4"], "--gpus-per-socket", "gpus_per_node"),
+    (["--gpus=8"], "--gpus", "gpus_per_node"),
+    (["--gpus", "8"], "--gpus", "gpus_per_node"),
+    (["-G", "8"], "--gpus", "gpus_per_node"),
+    (["-G8"], "--gpus", "gpus_per_node"),
+    (["-HG8"], "--gpus", "gpus_per_node"),  # bundled behind --hold
+    (["--gpus-per-node=a100:2"], "--gpus-per-node", "gpus_per_node"),
+    (["--gpus-per-n", "2"], "--gpus-per-node", "gpus_per_node"),
+    (["--gpus-per-task=1"], "--gpus-per-task", "gpus_per_node"),
+    (["--gpus-per-t=1"], "--gpus-per-task", "gpus_per_node"),
+    (["--gres=gpu:4"], "--gres", "gpus_per_node"),
+    (["--gres", "gpu:h100:4"], "--gres", "gpus_per_node"),
+    (["--gres=shard:2"], "--gres", "gpus_per_node"),
+    (["--tres-per-task=gres/gpu:2"], "--tres-per-task", "gpus_per_node"),
+    (["--tres-per-task", "gres/gpu:2"], "--tres-per-task", "gpus_per_node"),
+    (["--tres-per=gres/gpu:2"], "--tres-per-task", "gpus_per_node"),
+    (["--cpus-per-gpu=8"], "--cpus-per-gpu", "cpus_per_gpu"),
+    (["--cpus-per-g", "8"], "--cpus-per-gpu", "cpus_per_gpu"),
+    (["--mem-per-gpu=80G"], "--mem-per-gpu", "mem"),
+    (["--mem-per-g=80G"], "--mem-per-gpu", "mem"),
+    (["--exclusive"], "--exclusive", "exclusive"),  # "allocated all CPUs and GRES" (man sbatch)
+    (["--exclusive=user"], "--exclusive", "exclusive"),
+    (["--exclusi"], "--exclusive", "exclusive"),
+]
+
+
+@pytest.mark.parametrize("extra,flag,key", GPU_SPELLINGS, ids=[" ".join(x[0]) for x in GPU_SPELLINGS])
+def test_extra_sbatch_cannot_allocate_gpus_in_any_spelling(write_spec, extra, flag, key):
+    import json
+
+    msg = error_of(write_spec, f"script: /t.py\ngpus_per_node: 0\nextra_sbatch: {json.dumps(extra)}\n")
+    assert f"may not set {flag}," in msg and f"set {key}" in msg and "train.yaml:3: extra_sbatch" in msg
+
+
+def test_gpu_options_that_allocate_nothing_stay_allowed(write_spec):
+    spec = load_text(
+        write_spec,
+        "script: /t.py\ngpus_per_node: 2\nextra_sbatch: [--gpu-bind=closest, '--gpu-freq=high', "
+        "--gres-flags=enforce-binding]\n",
+    )
+    assert spec["extra_sbatch"] == ["--gpu-bind=closest", "--gpu-freq=high", "--gres-flags=enforce-binding"]
+
+
+def ssubmit_dry_run(path):
+    import subprocess
+    import sys
+
+    return subprocess.run(
+        [sys.executable, "-m", "slurmkit.cli.ssubmit", str(path), "--dry-run"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_ssubmit_refuses_a_gpu_option_with_exit_2_and_one_line(write_spec):
+    res = ssubmit_dry_run(
+        write_spec("script: /t.py\ngpus_per_node: 0\nextra_sbatch: ['--gpus-per-socket=4']\n")
+    )
+    assert res.returncode == 2, res.stdout + res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--gpus-per-socket" in lines[0] and "gpus_per_node" in lines[0], res.stderr
+    assert "#SBATCH" not in res.stdout
