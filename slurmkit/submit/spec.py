@@ -105,13 +105,24 @@ def _matches(regex: "re.Pattern[str]", what: str) -> Any:
     return check
 
 
+#: The spellings of "no time limit" a spec may use: Slurm also reads ``-1`` and any zero
+#: total (``0``, ``00:00:00``, ``0-0``) that way, which in a spec is far more likely a
+#: slip than a wish, so only the words count.
+_UNLIMITED_WORDS = ("unlimited", "infinite")
+
+
 def _check_time(value: Any) -> Optional[str]:
     if value is None:
         return None
     try:
-        parse_time_limit(str(value))
+        minutes = parse_time_limit(str(value))
     except ParseError as exc:
         return str(exc)
+    if minutes is None and str(value).lower() not in _UNLIMITED_WORDS:
+        return (
+            f"{value!r} would mean no time limit to Slurm; write UNLIMITED if that is meant, "
+            "else a positive limit such as 30 (minutes) or 01:00:00"
+        )
     return None
 
 
@@ -282,7 +293,8 @@ SPEC_FIELDS: Dict[str, Field] = {
     "time": Field(
         "str",
         "01:00:00",
-        "Time limit in any sbatch form (M, H:M:S, D-H:M:S, ...).",
+        "Time limit in any sbatch form (M, H:M:S, D-H:M:S, ...), more than zero; UNLIMITED "
+        "(or INFINITE) for none. -1 and zero, which Slurm reads as no limit, are refused.",
         check=_check_time,
         nullable=False,
     ),

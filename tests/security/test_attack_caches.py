@@ -103,7 +103,13 @@ def _render(dc, dropbox: Path, name: str):
             "workdir": str(dropbox),
         }
     )
-    return render(spec, site=dict(cfg.section("submit")), paths=cfg.section("paths"))
+    site = dict(cfg.section("submit"))
+    # a checkpoint root the victim can use (the devcluster's has directories for its own users only)
+    checkpoints = dropbox / "checkpoints"
+    checkpoints.mkdir(exist_ok=True)
+    os.chmod(checkpoints, 0o1777)
+    site["checkpoint_root"] = str(checkpoints)
+    return render(spec, site=site, paths=cfg.section("paths"))
 
 
 @pytest.mark.devcluster

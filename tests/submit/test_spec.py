@@ -261,3 +261,74 @@ def test_ssubmit_refuses_a_gpu_option_with_exit_2_and_one_line(write_spec):
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and "--gpus-per-socket" in lines[0] and "gpus_per_node" in lines[0], res.stderr
     assert "#SBATCH" not in res.stdout
+
+
+# --------------------------------------------------------------- spec edge cases (issue 25)
+
+
+@pytest.mark.parametrize(
+    "value", ["-1", "'-1'", "0", "'0'", "'00:00:00'", "'0-0'", "'0:0'", "'0-00:00:00'", "'0-'"]
+)
+def test_time_that_slurm_would_read_as_no_limit_is_refused(write_spec, value):
+    msg = error_of(write_spec, f"script: /t.py\ntime: {value}\n")
+    assert "train.yaml:2: time:" in msg and "no time limit" in msg and "UNLIMITED" in msg
+
+
+@pytest.mark.parametrize("value", [".nan", ".inf", "-.inf", "'-5'", "'1.5'", "1.5", "'1e3'", "' 5'", "true"])
+def test_time_nan_inf_negative_and_malformed_are_refused(write_spec, value):
+    assert "train.yaml:2: time:" in error_of(write_spec, f"script: /t.py\ntime: {value}\n")
+
+
+@pytest.mark.parametrize(
+    "value,minutes", [("UNLIMITED", None), ("infinite", None), ("'0:30'", 1), ("'0-1'", 60), ("1440", 1440)]
+)
+def test_explicit_unlimited_and_positive_times_pass(write_spec, value, minutes):
+    from slurmkit.slurm.parse import parse_time_limit
+
+    spec = load_text(write_spec, f"script: /t.py\ntime: {value}\nrequeue: {{grace: 10}}\n")
+    assert parse_time_limit(spec["time"]) == minutes
+
+
+@pytest.mark.parametrize(
+    "text,where",
+    [
+        ('name: "a\\0b"\n', "train.yaml:2: name:"),
+        ('env: {X: "a\\0b"}\n', "train.yaml:2: env.X:"),
+        ('env:\n  X: ok\n  Y: "\\0"\n', "train.yaml:4: env.Y:"),
+        ('output: "o\\0.out"\n', "train.yaml:2: output:"),
+        ('args: [ok, "a\\0"]\n', "train.yaml:2: args:"),
+        ('nccl:\n  env: {NCCL_X: "\\0"}\n', "train.yaml:3: nccl.env.NCCL_X:"),
+        ('"k\\0": 1\n', "train.yaml:2: 'k\\x00':"),
+    ],
+)
+def test_an_escaped_nul_is_a_spec_error_naming_file_line_and_key(write_spec, text, where):
+    msg = error_of(write_spec, "script: /t.py\n" + text)
+    assert where in msg and "NUL" in msg
+
+
+def test_ssubmit_exits_2_not_70_on_an_escaped_nul(write_spec, tmp_path):
+    """Old: the NUL reached sbatch's argv and ssubmit ended in an internal error (exit 70).
+    A stand-in sbatch on PATH, so that the run would get as far as submitting."""
+    import os
+    import subprocess
+    import sys
+
+    stub = tmp_path / "bin"
+    stub.mkdir()
+    for tool in ("sbatch", "sinfo"):
+        (stub / tool).write_text("#!/bin/sh\necho 12345\n")
+        os.chmod(stub / tool, 0o755)
+    env = dict(os.environ, PATH=f"{stub}:{os.environ.get('PATH', '/usr/bin:/bin')}")
+    env.pop("SLURMKIT_CONFIG", None)
+    for body in ('name: "a\\0b"\n', 'output: "o\\0.out"\n', 'workdir: "/tmp/\\0"\n'):
+        path = write_spec("script: /t.py\n" + body)
+        res = subprocess.run(
+            [sys.executable, "-m", "slurmkit.cli.ssubmit", str(path)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=env,
+        )
+        assert res.returncode == 2, (body, res.returncode, res.stderr)
+        lines = res.stderr.strip().splitlines()
+        assert len(lines) == 1 and "NUL" in lines[0] and str(path) in lines[0], res.stderr
