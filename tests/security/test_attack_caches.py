@@ -125,6 +125,8 @@ def test_victims_job_neither_runs_the_planted_cache_nor_fails(devcluster, unpriv
         for mode in ("0777", "0755"):  # a cache the victim would load; one that made the job fail
             probe = int(dc.submit("#!/bin/sh\ntrue\n", ["--output=/dev/null"], user=attacker))
             dirs = [f"/tmp/slurmkit-{n}" for n in range(probe + 1, probe + 4)]
+            for d in dirs:  # leftovers of earlier devcluster runs on this machine (ids restart at 1)
+                shutil.rmtree(d, ignore_errors=True)
             res = as_user(attacker, PLANT, str(marker), mode, *dirs)
             assert res.returncode == 0, res.stderr
             planted += dirs
