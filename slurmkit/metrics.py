@@ -2,7 +2,10 @@
 
 node_exporter's textfile collector reads every ``*.prom`` file in its directory on each
 scrape; a half-written file would be read as garbage, so a file is written under a
-temporary name (not ``*.prom``) in the same directory and renamed over the old one.
+temporary name (not ``*.prom``) in the same directory and renamed over the old one, by
+:func:`slurmkit.core.files.write_bytes_atomic` (a random ``O_EXCL | O_NOFOLLOW`` file, ``fchmod``
+on its descriptor, ``rename``), in a directory that passes root's trust rule
+(:func:`slurmkit.core.trust.writable_dir`).
 
 The text is the Prometheus text exposition format, version 0.0.4
 (https://prometheus.io/docs/instrumenting/exposition_formats/#text-based-format): a
@@ -28,10 +31,12 @@ import re
 from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Optional
 
+from slurmkit.core import trust
+from slurmkit.core.files import write_bytes_atomic
+
 _NAME_RE = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
 _LABEL_RE = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 _SAFE_FILE = re.compile(r"[^A-Za-z0-9._-]")
-_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
 
 
 @dataclass
@@ -101,27 +106,13 @@ def write_textfile(path: str, samples: Iterable[Sample], *, mode: Optional[int] 
 
     The text is rendered (and checked) before anything touches the disk. The temporary
     file is created with ``O_EXCL`` beside ``path`` and does not end in ``.prom``, so the
-    collector never reads it half-written and nobody can plant it in advance."""
+    collector never reads it half-written and nobody can plant it in advance. A directory
+    that fails the trust rule raises :class:`~slurmkit.core.trust.UntrustedFile` and nothing
+    is written."""
     text = render(samples)
     directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    while True:  # a random name created O_EXCL|O_NOFOLLOW, as mkstemp does (without importing tempfile)
-        tmp = os.path.join(directory, f".{os.path.basename(path)}.{os.urandom(6).hex()}.tmp")
-        try:
-            fd = os.open(tmp, _CREATE, 0o600)
-            break
-        except FileExistsError:
-            continue
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            if mode is not None:
-                os.fchmod(f.fileno(), mode)
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    why = trust.writable_dir(directory)
+    if why:
+        raise trust.UntrustedFile(directory, why)
+    write_bytes_atomic(path, text.encode("utf-8"), mode=mode)
     return path

@@ -15,22 +15,23 @@ from typing import Any, Optional
 _CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
 
 
-def write_json_atomic(
-    path: str, data: Any, *, indent: Optional[int] = None, fsync: bool = False, mode: Optional[int] = None
-) -> None:
-    """Write ``data`` as JSON (sorted keys) to ``path`` atomically.
+def write_bytes_atomic(path: str, data: bytes, *, fsync: bool = False, mode: Optional[int] = None) -> None:
+    """Write ``data`` to ``path`` atomically: a temporary file in the same directory,
+    renamed over ``path``.
 
-    ``indent=None`` writes compact JSON. ``fsync`` flushes the data to disk before the
-    rename (shared storage, where a crash must not leave an empty file behind). ``mode``
-    sets the file's permissions (default: 0644 less the umask), for files that other
-    users must read whatever the writer's umask, or that nobody else may read (0600).
+    ``fsync`` flushes the data to disk before the rename (shared storage, where a crash
+    must not leave an empty file behind). ``mode`` sets the file's permissions (default:
+    0644 less the umask), for files that other users must read whatever the writer's
+    umask, or that nobody else may read (0600).
 
     The temporary file has a random name and is created with ``O_EXCL | O_NOFOLLOW``
     (as ``mkstemp`` does), so nobody can prepare that name in advance: a symlink there
-    is never followed and an existing file is never reused.
+    is never followed and an existing file is never reused. The mode is set with
+    ``fchmod`` on that descriptor, never by path: a ``chmod(path)`` after the rename
+    would follow a symlink someone planted at ``path`` meanwhile (a root-only file
+    became 0644 that way). A symlink at ``path`` itself is replaced, not followed.
     """
     directory, name = os.path.split(os.path.abspath(path))
-    text = json.dumps(data, sort_keys=True, indent=indent, separators=(",", ":") if indent is None else None)
     while True:
         tmp = os.path.join(directory, f".{name}.{os.urandom(6).hex()}.tmp")
         try:
@@ -39,10 +40,10 @@ def write_json_atomic(
         except FileExistsError:
             continue
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        with os.fdopen(fd, "wb") as fh:
             if mode is not None:
                 os.fchmod(fh.fileno(), mode)
-            fh.write(text)
+            fh.write(data)
             if fsync:
                 fh.flush()
                 os.fsync(fh.fileno())
@@ -53,3 +54,14 @@ def write_json_atomic(
         except OSError:
             pass
         raise
+
+
+def write_json_atomic(
+    path: str, data: Any, *, indent: Optional[int] = None, fsync: bool = False, mode: Optional[int] = None
+) -> None:
+    """Write ``data`` as JSON (sorted keys) to ``path`` atomically (:func:`write_bytes_atomic`).
+
+    ``indent=None`` writes compact JSON; ``fsync`` and ``mode`` as for :func:`write_bytes_atomic`.
+    """
+    text = json.dumps(data, sort_keys=True, indent=indent, separators=(",", ":") if indent is None else None)
+    write_bytes_atomic(path, text.encode("utf-8"), fsync=fsync, mode=mode)

@@ -11,12 +11,14 @@ ordinary user could have written must never be believed. The rule is sshd's
   file, owned by a trusted account (root, the account running slurmkit, or one the
   caller names, such as the sweep account for verdicts), not writable by group or
   others;
-* every directory from ``/`` down to the file's own (after resolving symlinks once,
-  then opening the resolved path) is owned by a trusted account and not writable by
-  group or others, checked with ``lstat``. The one exception is a sticky directory
-  such as ``/tmp`` *above* the file's directory: the sticky bit stops anyone but the
-  owner from renaming or removing the trusted-owned entry below it, so
-  ``/tmp/<root's 0700 dir>/state`` is sound. The file's own directory is never
+* the path is walked from ``/`` one component at a time with ``lstat``, as the kernel
+  resolves it, never ``realpath`` first (that judges a link's target without asking
+  who made the link): every entry on the way, symbolic links included, is owned by a
+  trusted account, and every directory is not writable by group or others. The one
+  exception is a sticky directory such as ``/tmp`` *above* the file's directory: the
+  sticky bit stops anyone but the owner from renaming or removing the trusted-owned
+  entry below it, so ``/tmp/<root's 0700 dir>/state`` is sound, and a user's link in
+  ``/tmp`` is refused, wherever it points. The file's own directory is never
   allowed to be group- or other-writable, sticky or not (anyone could pre-create
   names there).
 
@@ -95,35 +97,86 @@ def _mode_problem(st: os.stat_result, owners: frozenset, what: str) -> Optional[
     return None
 
 
-def dir_problem(directory: str, owners: Optional[frozenset] = None) -> Optional[str]:
-    """Why ``directory`` (already resolved, absolute) cannot hold trusted files; ``None`` if it can.
-    A missing component raises ``FileNotFoundError`` (nothing there to trust or distrust)."""
-    owners = trusted_uids() if owners is None else owners
-    parts = [p for p in directory.split(os.sep) if p]
-    chain = ["/"] + ["/" + "/".join(parts[: i + 1]) for i in range(len(parts))]
-    prev: Optional[os.stat_result] = None
-    prev_path = ""
-    for path in chain:
+#: The most symbolic links one path may pass through (the kernel's own limit).
+_MAX_LINKS = 40
+
+
+def _resolve(path: str, owners: frozenset) -> Tuple[str, os.stat_result, os.stat_result]:
+    """Walk ``path`` from ``/`` one component at a time, as the kernel does, checking each
+    step with ``lstat`` before taking it (never ``realpath`` first, then checking the
+    result: that trusts a link's target without asking who made the link).
+
+    Every entry on the way (directory, file, or symbolic link) must be owned by a
+    trusted account, and every directory it sits in must not be writable by group or
+    others unless it is sticky (the sticky bit stops anyone but the entry's trusted
+    owner from renaming or replacing it). A symbolic link passes only then, and its
+    target is walked the same way. Returns ``(resolved path, its lstat, the lstat of its
+    directory)``. Raises :class:`UntrustedFile`, or ``FileNotFoundError`` for a missing
+    component (nothing there to trust or distrust).
+    """
+    path = os.path.abspath(path)
+    root_st = os.lstat("/")
+    if root_st.st_uid not in owners:
+        raise UntrustedFile(path, f"directory / is owned by uid {root_st.st_uid}, not by a trusted account")
+    chain: List[Tuple[str, os.stat_result]] = [("/", root_st)]
+    pending = [p for p in reversed(path.split(os.sep)) if p]
+    links = 0
+    while pending:
+        name = pending.pop()
+        if name == ".":
+            continue
+        if name == "..":
+            if len(chain) > 1:
+                chain.pop()
+            continue
+        cur, cur_st = chain[-1]
+        if not stat.S_ISDIR(cur_st.st_mode):
+            raise UntrustedFile(path, f"{cur} is not a directory")
+        entry = os.path.join(cur, name)
         try:
-            st = os.lstat(path)
+            st = os.lstat(entry)
         except FileNotFoundError:
             raise
         except OSError as exc:
-            return f"{path}: {exc.strerror}"
-        if not stat.S_ISDIR(st.st_mode):
-            return f"{path} is not a directory"
-        if prev is not None and prev.st_mode & 0o022:
-            # a sticky parent is fine only when this entry is trusted-owned (nobody can swap it)
-            if not (prev.st_mode & stat.S_ISVTX and st.st_uid in owners):
-                return (
-                    f"directory {prev_path} is writable by group or others "
-                    f"(mode {stat.S_IMODE(prev.st_mode):04o})"
-                )
+            raise UntrustedFile(path, f"{entry}: {exc.strerror}") from None
+        is_link = stat.S_ISLNK(st.st_mode)
         if st.st_uid not in owners:
-            return f"directory {path} is owned by uid {st.st_uid}, not by a trusted account"
-        prev, prev_path = st, path
-    if prev is not None and prev.st_mode & 0o022:
-        return f"directory {prev_path} is writable by group or others (mode {stat.S_IMODE(prev.st_mode):04o})"
+            kind = "symbolic link" if is_link else "directory" if stat.S_ISDIR(st.st_mode) else "file"
+            raise UntrustedFile(path, f"{kind} {entry} is owned by uid {st.st_uid}, not by a trusted account")
+        if cur_st.st_mode & 0o022 and not cur_st.st_mode & stat.S_ISVTX:
+            raise UntrustedFile(
+                path,
+                f"directory {cur} is writable by group or others (mode {stat.S_IMODE(cur_st.st_mode):04o})",
+            )
+        if is_link:
+            links += 1
+            if links > _MAX_LINKS:
+                raise UntrustedFile(path, "too many levels of symbolic links")
+            target = os.readlink(entry)
+            if target.startswith(os.sep):
+                del chain[1:]
+            pending.extend(p for p in reversed(target.split(os.sep)) if p)
+            continue
+        chain.append((entry, st))
+    real, st = chain[-1]
+    parent_st = chain[-2][1] if len(chain) > 1 else st
+    return real, st, parent_st
+
+
+def dir_problem(directory: str, owners: Optional[frozenset] = None) -> Optional[str]:
+    """Why ``directory`` cannot hold trusted files; ``None`` if it can (:func:`_resolve`'s
+    walk, and the directory itself not writable by group or others, sticky or not:
+    anyone could pre-create names in it). A missing component raises
+    ``FileNotFoundError`` (nothing there to trust or distrust)."""
+    owners = trusted_uids() if owners is None else owners
+    try:
+        real, st, _ = _resolve(directory, owners)
+    except UntrustedFile as exc:
+        return exc.why
+    if not stat.S_ISDIR(st.st_mode):
+        return f"{real} is not a directory"
+    if st.st_mode & 0o022:
+        return f"directory {real} is writable by group or others (mode {stat.S_IMODE(st.st_mode):04o})"
     return None
 
 
@@ -131,13 +184,17 @@ def open_trusted(path: str, owners: Optional[frozenset] = None) -> int:
     """Open ``path`` read-only for a trusted read; return the descriptor.
 
     Raises ``FileNotFoundError`` when it does not exist (callers treat that as "none")
-    and :class:`UntrustedFile` when it, or a directory above it, fails the rule.
+    and :class:`UntrustedFile` when it, a link on the way, or a directory above it
+    fails the rule.
     """
     owners = trusted_uids() if owners is None else owners
-    real = os.path.realpath(path)
-    why = dir_problem(os.path.dirname(real), owners)
-    if why:
-        raise UntrustedFile(path, why)
+    real, lst, parent_st = _resolve(path, owners)
+    if parent_st.st_mode & 0o022:
+        raise UntrustedFile(
+            path,
+            f"directory {os.path.dirname(real)} is writable by group or others "
+            f"(mode {stat.S_IMODE(parent_st.st_mode):04o})",
+        )
     try:
         fd = os.open(real, _OPEN_FLAGS)
     except OSError as exc:
@@ -148,6 +205,8 @@ def open_trusted(path: str, owners: Optional[frozenset] = None) -> int:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise UntrustedFile(path, "is not a regular file")
+        if (st.st_dev, st.st_ino) != (lst.st_dev, lst.st_ino):
+            raise UntrustedFile(path, "was replaced while it was being checked")
         problem = _mode_problem(st, owners, "the file")
         if problem:
             raise UntrustedFile(path, problem)
@@ -206,7 +265,7 @@ def writable_dir(directory: str, mode: int = 0o755, owners: Optional[frozenset] 
                 os.mkdir(directory, mode)
             except FileExistsError:
                 pass
-        return dir_problem(os.path.realpath(directory), owners)
+        return dir_problem(os.path.abspath(directory), owners)
     except OSError as exc:
         return f"{directory}: {exc.strerror}"
 
@@ -255,3 +314,58 @@ def lock(
     except BaseException:
         os.close(fd)
         raise
+
+
+def private_dir_problem(path: str, uid: Optional[int] = None, *, forbidden: int = 0o022) -> Optional[str]:
+    """Create ``path`` (each missing level ``mkdir`` 0700) and check it is private to
+    ``uid`` (default: this process's user); ``None`` when it is, else a one-line reason.
+
+    For the places a job keeps what it will later load or run (checkpoints, compiler
+    caches): what another user prepared there is code run as this user. ``mkdir`` never
+    reuses a name; an existing entry (pre-created by anyone, a link, the job's own from
+    an earlier step) is then judged with the walk of :func:`_resolve` (owners: root and
+    ``uid``; a link or directory of another user's on the way, or a directory they can
+    write that is not sticky, is refused) and the directory itself must be ``uid``'s,
+    with none of the ``forbidden`` mode bits (0o022: nobody else can write; 0o077:
+    nobody else can even look).
+    """
+    uid = os.geteuid() if uid is None else uid
+    path = os.path.abspath(path)
+    missing: List[str] = []
+    cur = path
+    while not os.path.lexists(cur):
+        missing.append(cur)
+        parent = os.path.dirname(cur)
+        if parent == cur:
+            break
+        cur = parent
+    owners = frozenset({0, uid})
+    if missing:  # judge what exists before creating in it: never mkdir through someone's link
+        try:
+            _, top, _ = _resolve(cur, owners)
+        except UntrustedFile as exc:
+            return exc.why
+        except OSError as exc:
+            return f"{cur}: {exc.strerror}"
+        if top.st_mode & 0o022 and not top.st_mode & stat.S_ISVTX:
+            return f"directory {cur} is writable by group or others (mode {stat.S_IMODE(top.st_mode):04o})"
+    for d in reversed(missing):
+        try:
+            os.mkdir(d, 0o700)
+        except FileExistsError:
+            pass  # made meanwhile (another node, a racing user): judged below like any existing one
+        except OSError as exc:
+            return f"cannot create {d}: {exc.strerror}"
+    try:
+        _, st, _ = _resolve(path, owners)
+    except UntrustedFile as exc:
+        return exc.why
+    except OSError as exc:
+        return f"{path}: {exc.strerror}"
+    if not stat.S_ISDIR(st.st_mode):
+        return f"{path} is not a directory"
+    if st.st_uid != uid:
+        return f"{path} belongs to uid {st.st_uid}, not to uid {uid} (this job's user)"
+    if st.st_mode & forbidden:
+        return f"{path} is open to group or others (mode {stat.S_IMODE(st.st_mode):04o})"
+    return None

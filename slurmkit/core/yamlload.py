@@ -9,7 +9,7 @@ mappings are :class:`LineDict`, a ``dict`` with a ``lines`` attribute
 from __future__ import annotations
 
 import functools
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 from slurmkit.core import trust
 from slurmkit.errors import ConfigError
@@ -20,6 +20,35 @@ MAX_BYTES = 1 << 20
 MAX_DEPTH = 32
 #: values visited (aliases count each time they are used: "billion laughs" expansion)
 MAX_NODES = 200_000
+
+
+_NUL_MESSAGE = (
+    "contains a NUL character (an escaped \\0): no command line, environment or file name can carry one"
+)
+
+
+class _NulValue(Exception):
+    """A NUL in a scalar: raised where the value is built, given its key path on the way out."""
+
+    def __init__(self, line: int, keys: List[str]):
+        super().__init__(line)
+        self.line, self.keys = line, keys
+
+
+def _has_nul(value: Any, clean: Optional[set] = None) -> bool:
+    """A NUL in ``value`` or in a list inside it (mappings check their own values).
+    ``clean`` holds the ids of lists already found clean: an alias used a million
+    times ("billion laughs") is walked once."""
+    clean = set() if clean is None else clean
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str) and "\0" in item:
+            return True
+        if isinstance(item, list) and id(item) not in clean:
+            clean.add(id(item))  # the document holds every list, so ids stay unique
+            stack.extend(item)
+    return False
 
 
 class LineDict(dict):
@@ -65,7 +94,17 @@ def _construct_mapping(loader, node) -> LineDict:
                 path=getattr(loader, "_sk_path", None),
                 line=key_node.start_mark.line + 1,
             )
-        result[key] = loader.construct_object(value_node, deep=True)
+        clean = loader.__dict__.setdefault("_sk_clean_lists", set())
+        if _has_nul(key):
+            raise _NulValue(key_node.start_mark.line + 1, [repr(key)])
+        try:
+            value = loader.construct_object(value_node, deep=True)
+        except _NulValue as exc:
+            exc.keys.insert(0, str(key))
+            raise
+        if _has_nul(value, clean):
+            raise _NulValue(value_node.start_mark.line + 1, [str(key)])
+        result[key] = value
         result.lines[key] = key_node.start_mark.line + 1
     return result
 
@@ -90,8 +129,9 @@ def _check_shape(data: Any, path: str) -> None:
 
 
 def load_yaml_text(text: str, path: str = "<string>") -> Any:
-    """Parse YAML text; syntax errors, oversized, over-deep or NUL-carrying input become a
-    one-line :class:`ConfigError` (exit 2), never a traceback."""
+    """Parse YAML text; syntax errors, oversized, over-deep or NUL-carrying input (a raw NUL
+    byte, or ``"\\0"`` escaped in a double-quoted string) become a one-line
+    :class:`ConfigError` (exit 2) naming the file, line and key, never a traceback."""
     if len(text) > MAX_BYTES:
         raise ConfigError(f"too large: {len(text)} characters (limit {MAX_BYTES})", path=path)
     if "\0" in text:
@@ -106,7 +146,11 @@ def load_yaml_text(text: str, path: str = "<string>") -> Any:
     try:
         data = loader.get_single_data()
         _check_shape(data, path)
+        if _has_nul(data, loader.__dict__.get("_sk_clean_lists")):  # a bare string or list
+            raise ConfigError(_NUL_MESSAGE, path=path)
         return data
+    except _NulValue as exc:
+        raise ConfigError(_NUL_MESSAGE, path=path, line=exc.line, key=".".join(exc.keys)) from None
     except RecursionError:
         raise ConfigError(f"nested more than {MAX_DEPTH} levels deep", path=path) from None
     except yaml.MarkedYAMLError as exc:

@@ -123,6 +123,7 @@ LONG: Dict[str, str] = {
     "threads-per-core": REQUIRED,
     "time-min": REQUIRED,
     "tmp": REQUIRED,
+    "tres-per-task": REQUIRED,  # newer releases (not in 22.05's man page): allocates GRES too
     "uid": REQUIRED,
     "use-min-nodes": NO,
     "wait-all-nodes": REQUIRED,

@@ -8,7 +8,8 @@
 * ``detect --out DIR`` - on every node (one srun task each): read the InfiniBand
   ports from sysfs and write ``DIR/<node>.json``.
 * ``node-launch --phase P -- CMD...`` - on every node: derive the per-node NCCL/Gloo
-  variables (HCA list, bootstrap interface), create the node-local caches, record
+  variables (HCA list, bootstrap interface), create the node-local compiler caches in a
+  directory private to the job's user (:func:`node_cache_dir`), record
   that the node started, run CMD, record its exit code, forward signals to it.
 * ``verdict --phase fabric|preflight|postmortem`` - after a step: decide whether a
   node is to blame; if so, add it to the job's exclude list and requeue (exit 10),
@@ -35,12 +36,15 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from slurmkit.core.files import write_json_atomic
+from slurmkit.core.trust import private_dir_problem
 from slurmkit.errors import ExternalCommandError
 from slurmkit.slurm import client, runner
+from slurmkit.slurm.jobenv import JobEnv
 from slurmkit.slurm.node import this_node
 from slurmkit.verdict.store import VerdictStore, still_valid
 
@@ -207,6 +211,43 @@ def node_env(
     return add, notes
 
 
+#: The node-local compiler caches (never NFS $HOME) under the job's private directory.
+CACHE_DIRS = {"TRITON_CACHE_DIR": "triton", "TORCHINDUCTOR_CACHE_DIR": "inductor"}
+
+
+def node_cache_dir(job_id: str, environ: Dict[str, str]) -> Tuple[Optional[str], str]:
+    """This job's private directory for compiler caches on this node: ``(path, note)``,
+    or ``(None, why)`` when no private one can be had.
+
+    Triton and TorchInductor load and run what they find in their caches, so a directory
+    another user prepared is code run as this user. Job ids are public and sequential:
+    ``${TMPDIR:-/tmp}/slurmkit-<job id>`` is used only when this job creates it, or when
+    it is already this user's own private (0700) directory, as after an earlier step of
+    the job on this node. Anything else there (another user's directory, a link, a 0755
+    one) is left alone and a fresh ``mkdtemp`` directory is used instead, so an attacker
+    can neither plant a cache nor make the job fail. With ``job_container/tmpfs``,
+    ``/tmp`` is the job's own anyway; the check holds regardless.
+    """
+    tried = []
+    for base in dict.fromkeys([environ.get("TMPDIR") or "/tmp", "/tmp"]):
+        preferred = os.path.join(base, f"slurmkit-{job_id}")
+        problem = private_dir_problem(preferred, forbidden=0o077)
+        if problem is None:
+            return preferred, "; ".join(tried)
+        try:
+            fresh = tempfile.mkdtemp(prefix=f"slurmkit-{job_id}-", dir=base)
+        except OSError as exc:
+            tried.append(
+                f"not using {preferred} ({problem}) nor a fresh directory in {base} ({exc.strerror})"
+            )
+            continue
+        again = private_dir_problem(fresh, forbidden=0o077)
+        if again is None:
+            return fresh, "; ".join([*tried, f"not using {preferred} ({problem}); using {fresh}"])
+        tried.append(f"not using {preferred} ({problem}) nor {fresh} ({again})")
+    return None, "; ".join(tried)
+
+
 FORWARDED_SIGNALS = (
     signal.SIGTERM,
     signal.SIGINT,
@@ -228,9 +269,19 @@ def cmd_node_launch(args: argparse.Namespace) -> int:
     add, notes = node_env(args, dict(os.environ), node)
     env = dict(os.environ)
     env.update(add)
-    for key in ("TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR"):
-        if env.get(key):
-            os.makedirs(env[key], exist_ok=True)
+    cache, why = node_cache_dir(JobEnv.from_env(env).job_id or "nojob", env)
+    if cache is None:
+        log(f"{node}: error: no private directory for the compiler caches: {why}")
+        return CHECKPOINT_REFUSED_EXIT
+    if why:
+        log(f"{node}: warning: {why}")
+    env["SLURMKIT_NODE_TMP"] = cache
+    for key, sub in CACHE_DIRS.items():
+        env[key] = os.path.join(cache, sub)
+        try:
+            os.mkdir(env[key], 0o700)  # inside our private directory: nobody else can have made it
+        except FileExistsError:
+            pass
     shown = " ".join(f"{k}={env[k]}" for k in sorted(env) if k.startswith(("NCCL_", "GLOO_")))
     log(f"{node}: {args.phase}: {shown or 'no NCCL/Gloo variables set'}")
     for note in notes:
@@ -546,62 +597,6 @@ def cmd_requeue(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------- CLI
 
 # --------------------------------------------------------------------------- checkpoint directory
-
-
-def private_dir_problem(path: str, uid: Optional[int] = None) -> Optional[str]:
-    """Create ``path`` (each missing level 0700) and check it is private to ``uid``.
-
-    The rules are sshd's StrictModes: the directory itself must be owned by ``uid`` and
-    not writable by group or others; every directory above it must be owned by root or
-    ``uid`` and not writable by group or others unless it is sticky (``/tmp``-like, where
-    nobody can rename another user's entry). Returns ``None`` when private, else a
-    one-line reason.
-    """
-    uid = os.geteuid() if uid is None else uid
-    path = os.path.abspath(path)
-    missing: List[str] = []
-    cur = path
-    while not os.path.lexists(cur):
-        missing.append(cur)
-        parent = os.path.dirname(cur)
-        if parent == cur:
-            break
-        cur = parent
-    for d in reversed(missing):
-        try:
-            os.mkdir(d, 0o700)
-        except FileExistsError:
-            pass  # made meanwhile (another node): checked below like any existing one
-        except OSError as exc:
-            return f"cannot create {d}: {exc.strerror}"
-    real = os.path.realpath(path)
-    try:
-        st = os.stat(real)
-    except OSError as exc:
-        return f"{path}: {exc.strerror}"
-    if not os.path.isdir(real):
-        return f"{path} is not a directory"
-    if st.st_uid != uid:
-        return f"{path} belongs to uid {st.st_uid}, not to this job's user (uid {uid})"
-    if st.st_mode & 0o022:
-        return f"{path} is writable by group or others (mode {st.st_mode & 0o7777:04o}); chmod go-w it"
-    parent = os.path.dirname(real)
-    while True:
-        try:
-            pst = os.stat(parent)
-        except OSError as exc:
-            return f"{parent}: {exc.strerror}"
-        if pst.st_uid not in (0, uid):
-            return f"{parent} (above {path}) belongs to uid {pst.st_uid}, who could swap the directory"
-        if pst.st_mode & 0o022 and not pst.st_mode & 0o1000:
-            return (
-                f"{parent} (above {path}) is writable by group or others and not sticky "
-                f"(mode {pst.st_mode & 0o7777:04o}): another user could swap the directory"
-            )
-        up = os.path.dirname(parent)
-        if up == parent:
-            return None
-        parent = up
 
 
 def cmd_checkpoint_dir(args: argparse.Namespace) -> int:

@@ -62,25 +62,36 @@ MAIL_TYPES = (
     "ARRAY_TASKS",
 )
 FABRICS = ("auto", "infiniband", "roce", "ethernet", "none")
-#: sbatch options that would break the one-torchrun-per-node contract if set via extra_sbatch
-#: (long names; every spelling is mapped to these by slurmkit.slurm.sbatch_options).
-FORBIDDEN_EXTRA = (
-    "--ntasks-per-node",
-    "--ntasks",
-    "--signal",
-    "--open-mode",
-    "--gres",
-    "--gpus-per-node",
-    "--gpus",
-    "--gpus-per-task",
-    "--ntasks-per-gpu",
-    "--ntasks-per-socket",
-    "--ntasks-per-core",
-    "--nodes",
-    "--requeue",
-    "--no-requeue",
-    "--wrap",
-)
+#: sbatch options ssubmit derives from the spec, refused in extra_sbatch (long names; every
+#: spelling is mapped to these by slurmkit.slurm.sbatch_options) -> the spec key to use
+#: instead. Some would break the one-torchrun-per-node contract; every option that
+#: allocates GPUs or other GRES is here too (``man sbatch``: --gpus/-G, --gpus-per-node,
+#: --gpus-per-socket, --gpus-per-task, --gres, --tres-per-task in newer releases, and
+#: --exclusive, which "is allocated all CPUs and GRES on all nodes"), and so are the
+#: per-GPU amounts that go with them, so what a job gets in GPUs is what its spec says.
+_GPU_KEYS = "gpus_per_node (and gpu_type)"
+FORBIDDEN_EXTRA: Dict[str, str] = {
+    "--ntasks-per-node": "nproc_per_node (one task per node runs torchrun)",
+    "--ntasks": "nodes (one task per node runs torchrun)",
+    "--signal": "requeue.signal and requeue.grace",
+    "--open-mode": "output (appended across requeues)",
+    "--gres": _GPU_KEYS,
+    "--gpus-per-node": _GPU_KEYS,
+    "--gpus": _GPU_KEYS,
+    "--gpus-per-task": _GPU_KEYS,
+    "--gpus-per-socket": _GPU_KEYS,
+    "--tres-per-task": _GPU_KEYS + " and cpus_per_task",
+    "--cpus-per-gpu": "cpus_per_gpu",
+    "--mem-per-gpu": "mem (per node)",
+    "--exclusive": "exclusive",
+    "--ntasks-per-gpu": "nproc_per_node",
+    "--ntasks-per-socket": "nproc_per_node",
+    "--ntasks-per-core": "nproc_per_node",
+    "--nodes": "nodes",
+    "--requeue": "requeue.enabled",
+    "--no-requeue": "requeue.enabled",
+    "--wrap": "script, module or command",
+}
 
 
 def _matches(regex: "re.Pattern[str]", what: str) -> Any:
@@ -94,13 +105,24 @@ def _matches(regex: "re.Pattern[str]", what: str) -> Any:
     return check
 
 
+#: The spellings of "no time limit" a spec may use: Slurm also reads ``-1`` and any zero
+#: total (``0``, ``00:00:00``, ``0-0``) that way, which in a spec is far more likely a
+#: slip than a wish, so only the words count.
+_UNLIMITED_WORDS = ("unlimited", "infinite")
+
+
 def _check_time(value: Any) -> Optional[str]:
     if value is None:
         return None
     try:
-        parse_time_limit(str(value))
+        minutes = parse_time_limit(str(value))
     except ParseError as exc:
         return str(exc)
+    if minutes is None and str(value).lower() not in _UNLIMITED_WORDS:
+        return (
+            f"{value!r} would mean no time limit to Slurm; write UNLIMITED if that is meant, "
+            "else a positive limit such as 30 (minutes) or 01:00:00"
+        )
     return None
 
 
@@ -134,8 +156,8 @@ def _check_extra_sbatch(value: List[str]) -> Optional[str]:
     for flag, _value in pairs:
         if flag in FORBIDDEN_EXTRA:
             return (
-                f"extra_sbatch may not set {flag}, in any spelling: ssubmit derives it from the spec "
-                "(nodes, gpus_per_node, requeue, script); set those keys instead"
+                f"extra_sbatch may not set {flag}, in any spelling: ssubmit derives it from the spec; "
+                f"set {FORBIDDEN_EXTRA[flag]} instead"
             )
     return None
 
@@ -271,7 +293,8 @@ SPEC_FIELDS: Dict[str, Field] = {
     "time": Field(
         "str",
         "01:00:00",
-        "Time limit in any sbatch form (M, H:M:S, D-H:M:S, ...).",
+        "Time limit in any sbatch form (M, H:M:S, D-H:M:S, ...), more than zero; UNLIMITED "
+        "(or INFINITE) for none. -1 and zero, which Slurm reads as no limit, are refused.",
         check=_check_time,
         nullable=False,
     ),

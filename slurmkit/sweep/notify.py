@@ -20,7 +20,6 @@ A failing or hanging hook is logged and never fails the sweep.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import shlex
@@ -28,7 +27,9 @@ import time
 from dataclasses import dataclass
 from typing import Any, Dict, Iterable, List, Mapping, Optional
 
+from slurmkit.core import trust
 from slurmkit.errors import ExternalCommandError
+from slurmkit.verdict import record
 from slurmkit.verdict.base import CheckResult, Status, worst
 from slurmkit.verdict.store import VerdictStore, check_node_name
 
@@ -132,12 +133,12 @@ class Notifier:
         log.log(level, "notify %s: %s", note.kind, note.message)
         log_file = self.cfg.get("log_file")
         if log_file:
+            # root's (or the sweep account's) append: the health log's rule, so a link a user
+            # planted there, or a directory others can write, is refused rather than followed
             try:
-                os.makedirs(os.path.dirname(os.path.abspath(log_file)), exist_ok=True)
-                with open(log_file, "a", encoding="utf-8") as fh:
-                    fh.write(json.dumps(dict(note.to_dict(), time=time.time()), sort_keys=True) + "\n")
-            except OSError as exc:
-                log.error("notify: cannot append to %s: %s", log_file, exc.strerror)
+                record.append_jsonl(log_file, dict(note.to_dict(), time=time.time()))
+            except (OSError, TimeoutError, trust.UntrustedFile) as exc:
+                log.error("notify: cannot append to %s: %s", log_file, getattr(exc, "strerror", None) or exc)
         argv = self._command()
         if argv:
             from slurmkit.slurm import runner

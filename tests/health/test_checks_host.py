@@ -27,8 +27,10 @@ def test_disk_space_good_and_fail(ctx_factory, tmp_path):
         "disk_space",
     )
     assert ok.status == Status.OK and ok.value > 0
+    # tmp_path lies under /tmp, which users can fill: say it is root-only to see the FAIL
+    root_only = {"min_free_gb": 1e9, "user_fillable": False}
     bad = run(
-        ctx_factory(health={"checks": {"disk_space": {"paths": {str(tmp_path): {"min_free_gb": 1e9}}}}}),
+        ctx_factory(health={"checks": {"disk_space": {"paths": {str(tmp_path): root_only}}}}),
         "disk_space",
     )
     assert bad.status == Status.FAIL and bad.code == "DISK_FREE_LOW" and str(tmp_path) in bad.reason
@@ -39,6 +41,73 @@ def test_disk_space_good_and_fail(ctx_factory, tmp_path):
         ctx_factory(health={"checks": {"disk_space": {"paths": {"/nonexistent/scratch": {}}}}}), "disk_space"
     )
     assert missing.code == "DISK_PATH_MISSING"
+
+
+class _Full:
+    """statvfs of a filesystem with no free block and no free inode."""
+
+    f_frsize = 4096
+    f_bavail = 0
+    f_files = 1000
+    f_favail = 0
+
+
+@pytest.fixture
+def full_fs(monkeypatch):
+    real = os.statvfs
+    full = set()
+    monkeypatch.setattr(os, "statvfs", lambda p: _Full() if str(p) in full else real(p))
+    return full
+
+
+def test_user_fillable_is_decided_by_mode_and_owner(tmp_path):
+    from slurmkit.health.checks.host import user_fillable
+
+    sticky = tmp_path / "tmp"
+    sticky.mkdir()
+    os.chmod(sticky, 0o1777)
+    assert "writable by others (mode 1777)" in user_fillable(str(sticky))
+    (sticky / "roots").mkdir(mode=0o755)  # root's, but on a filesystem users fill through its parent
+    assert str(sticky) in user_fillable(str(sticky / "roots"))
+    group = tmp_path / "group"
+    group.mkdir()
+    os.chmod(group, 0o775)
+    assert "writable by its group" in user_fillable(str(group))
+    assert user_fillable("/proc") is None  # root's 0555, a filesystem of its own
+    if os.geteuid() == 0:
+        theirs = tmp_path / "theirs"
+        theirs.mkdir(mode=0o700)
+        os.chown(theirs, 65534, 65534)
+        assert "uid 65534" in user_fillable(str(theirs))
+
+
+def test_a_full_user_fillable_path_warns_and_a_root_only_one_fails(ctx_factory, tmp_path, full_fs):
+    """Issue 25: any user could fill /tmp and drain the node. Now a user-fillable path that
+    is full (space or inodes) or gone is a WARN; a root-only one still FAILs, and a site can
+    ask for the old FAIL."""
+    sticky = tmp_path / "tmp"
+    sticky.mkdir()
+    os.chmod(sticky, 0o1777)
+    full_fs.update({str(sticky), "/proc"})
+    limits = {"min_free_gb": 1.0, "min_free_inodes_pct": 1.0}
+
+    def check(paths, **extra):
+        return run(ctx_factory(health={"checks": {"disk_space": {"paths": paths, **extra}}}), "disk_space")
+
+    r = check({str(sticky): limits})
+    assert r.status == Status.WARN and r.code == "DISK_FREE_LOW" and "not draining" in r.reason, r
+    assert r.details[str(sticky)]["user_fillable"] is True
+    r = check({str(sticky): {"min_free_inodes_pct": 1.0}})
+    assert r.status == Status.WARN and r.code == "DISK_INODES_LOW"
+    assert check({str(sticky): limits}, fail_when_user_fillable=True).status == Status.FAIL
+    assert check({str(sticky): dict(limits, user_fillable=False)}).status == Status.FAIL
+    root_only = check({"/proc": limits})
+    assert root_only.status == Status.FAIL and root_only.code == "DISK_FREE_LOW"
+    both = check({str(sticky): limits, "/proc": limits})
+    assert both.status == Status.FAIL and "/proc" in both.reason and str(sticky) not in both.reason
+    # a path a user can remove (it sat in their sticky tree): gone is a warning too
+    gone = check({str(sticky / "scratch"): {}})
+    assert gone.status == Status.WARN and gone.code == "DISK_PATH_MISSING"
 
 
 def test_memory_available(ctx_factory):

@@ -67,6 +67,9 @@ FORBIDDEN_SPELLINGS = [
     ["--wr=id"],
     ["--reservation", "x", "-N", "3"],
     ["--exclusive", "-N2"],
+    ["--exclusive"],  # all GRES of the nodes (man sbatch): GPUs only from the spec
+    ["--gpus-per-socket=4"],
+    ["--tres-per-task=gres/gpu:1"],
     ["-k", "-N2"],
     # not options at all: a newline would start a second #SBATCH line, a bare word is a batch script
     ["--reservation=x\n#SBATCH --nodes=9"],
@@ -89,13 +92,10 @@ def test_forbidden_sbatch_options_are_refused_in_every_spelling(extra):
 
 
 def test_allowed_options_in_any_spelling_become_one_sbatch_line_each():
-    spec = _spec(
-        ["--reservation", "maint", "-w", "node1", "--exclusive", "-vv", "--comment", "-N2", "--export=A=B,C"]
-    )
+    spec = _spec(["--reservation", "maint", "-w", "node1", "-vv", "--comment", "-N2", "--export=A=B,C"])
     assert spec["extra_sbatch"] == [
         "--reservation=maint",
         "--nodelist=node1",
-        "--exclusive",
         "--verbose",
         "--verbose",
         "--comment=-N2",

@@ -214,3 +214,96 @@ def test_state_written_by_slurmkit_has_private_modes(node):
     assert stat.S_IMODE(os.stat(log).st_mode) == 0o644
     assert stat.S_IMODE(os.stat(log + ".lock").st_mode) == 0o600
     json.loads(open(log).read().splitlines()[-1])
+
+
+# ---------------------------------------------------------------- paths.* under a sticky directory
+
+MAKE_LINKS = "import os, sys\nfor link in sys.argv[2:]:\n    os.symlink(sys.argv[1], link)\n"
+
+
+def test_a_users_symlink_in_a_sticky_dir_does_not_redirect_roots_log_and_metrics(node, unprivileged_users):
+    """Old: with ``paths.log_dir``/``metrics_dir`` under a sticky directory (a site that puts
+    them in /tmp), the trust check resolved the path with ``realpath`` first and judged the
+    target: a user's link there pointing to a root-only directory passed, and root wrote its
+    health log and metrics wherever the link pointed. Now each step of the path is checked
+    before it is taken: a link owned by a user is refused, and nothing is written."""
+    attacker, _ = unprivileged_users
+    sticky = node.root / "tmp"
+    sticky.mkdir()
+    os.chmod(sticky, 0o1777)
+    protected = node.root / "protected"  # root's 0755 directory the attacker wants filled
+    protected.mkdir()
+    os.chmod(protected, 0o755)
+    node.write_config(log_dir=str(sticky / "log"), metrics_dir=str(sticky / "metrics"))
+    res = as_user(attacker, MAKE_LINKS, str(protected), str(sticky / "log"), str(sticky / "metrics"))
+    assert res.returncode == 0, res.stderr
+    hook = node.hook("prolog")
+    assert hook.returncode == 0, hook.stderr
+    assert os.listdir(protected) == [], "root wrote through the user's symlink"
+    assert "cannot write the health log" in hook.stderr and "cannot write metrics" in hook.stderr
+    assert "symbolic link" in hook.stderr and "not by a trusted account" in hook.stderr
+    # a link root made there itself is followed as before
+    for name in ("log", "metrics"):
+        os.unlink(sticky / name)
+        os.symlink(protected, sticky / name)
+    assert node.hook("prolog").returncode == 0
+    assert sorted(os.listdir(protected)) == [
+        "health.jsonl",
+        "health.jsonl.lock",
+        "slurmkit_health_prolog_node1.prom",
+    ]
+
+
+def test_a_users_symlink_as_an_ancestor_of_the_state_and_log_dirs_is_refused(node, unprivileged_users):
+    """The ancestor case: the user's link is not the directory itself but one level above it
+    (``/tmp/<link>/log`` with the link pointing to root's tree that has a ``log`` in it).
+    ``realpath`` made that root's own path; walking it finds the user's link."""
+    attacker, _ = unprivileged_users
+    sticky = node.root / "tmp"
+    sticky.mkdir()
+    os.chmod(sticky, 0o1777)
+    protected = node.root / "protected"
+    for sub in ("log", "state", "metrics"):
+        (protected / sub).mkdir(parents=True)
+    os.chmod(protected, 0o755)
+    base = sticky / "slurmkit"
+    node.write_config(
+        log_dir=str(base / "log"), state_dir=str(base / "state"), metrics_dir=str(base / "metrics")
+    )
+    assert as_user(attacker, MAKE_LINKS, str(protected), str(base)).returncode == 0
+    node.add_xid(79)
+    hook = node.hook("prolog")
+    assert hook.returncode == 1, hook.stderr  # the verdict stands; only the writes are refused
+    for sub in ("log", "state", "metrics"):
+        assert os.listdir(protected / sub) == [], sub
+    # a user-owned real directory above them is refused as before
+    os.unlink(base)
+    base.mkdir()
+    os.chown(base, *_ids(attacker))
+    for sub in ("log", "state", "metrics"):
+        (base / sub).mkdir()
+    assert node.hook("prolog", job_id="4243").returncode == 1
+    for sub in ("log", "state", "metrics"):
+        assert os.listdir(base / sub) == [], sub
+
+
+def test_the_walk_follows_only_trusted_links(tmp_path, unprivileged_users):
+    from slurmkit.core import trust
+
+    attacker, _ = unprivileged_users
+    uid, gid = _ids(attacker)
+    real = tmp_path / "real"
+    real.mkdir()
+    (real / "f").write_text("ok")
+    (tmp_path / "rootlink").symlink_to("real")  # relative, root's
+    assert trust.read_trusted(str(tmp_path / "rootlink" / "f")) == b"ok"
+    assert trust.read_trusted(str(tmp_path / "rootlink" / ".." / "real" / "f")) == b"ok"
+    theirs = tmp_path / "theirs"
+    theirs.symlink_to(real)
+    os.lchown(theirs, uid, gid)
+    assert trust.read_trusted(str(theirs / "f")) is None
+    assert "symbolic link" in trust.dir_problem(str(theirs))
+    loop = tmp_path / "loop"
+    loop.symlink_to("loop")
+    assert "symbolic links" in trust.dir_problem(str(loop))
+    assert trust.dir_problem(str(real)) is None

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import socket
+import stat
+import sys
 
 import pytest
 
@@ -303,3 +306,69 @@ def test_real_sweep_store_failures_are_excluded(tmp_path):
     store.record("node1", [CheckResult("nccl_allreduce", Status.OK)], valid_for_s=3600)
     got = jobside.failed_verdict_nodes(str(tmp_path), ["node1", "node2", "node3"])
     assert list(got) == ["node2"] and "nccl_allreduce" in got["node2"]
+
+
+# --------------------------------------------------------------------------- compiler caches
+
+
+@pytest.fixture
+def node_tmp(tmp_path):
+    d = tmp_path / "tmp"
+    d.mkdir()
+    os.chmod(d, 0o1777)
+    return d
+
+
+def test_cache_dir_is_created_private_under_tmpdir(node_tmp):
+    path, note = jobside.node_cache_dir("42", {"TMPDIR": str(node_tmp)})
+    assert path == str(node_tmp / "slurmkit-42") and note == ""
+    st = os.lstat(path)
+    assert stat.S_IMODE(st.st_mode) == 0o700 and st.st_uid == os.geteuid()
+    # a later step of the same job on this node reuses it
+    assert jobside.node_cache_dir("42", {"TMPDIR": str(node_tmp)}) == (path, "")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="another user's directory needs chown (root)")
+@pytest.mark.parametrize("how", ["theirs-0700", "theirs-0777", "mine-0755", "link"])
+def test_a_prepared_cache_dir_is_left_alone_and_a_fresh_one_used(node_tmp, tmp_path, how):
+    planted = node_tmp / "slurmkit-43"
+    if how == "link":
+        (tmp_path / "elsewhere").mkdir(mode=0o700)
+        planted.symlink_to(tmp_path / "elsewhere")
+        os.lchown(planted, 65534, 65534)
+    else:
+        who, mode = how.split("-")
+        (planted / "inductor").mkdir(parents=True)
+        (planted / "inductor" / "evil.py").write_text("raise SystemExit('pwned')\n")
+        os.chmod(planted, int(mode, 8))
+        if who == "theirs":
+            os.chown(planted, 65534, 65534)
+    path, note = jobside.node_cache_dir("43", {"TMPDIR": str(node_tmp)})
+    assert path and path != str(planted) and os.path.dirname(path) == str(node_tmp)
+    assert os.path.basename(path).startswith("slurmkit-43-")
+    assert stat.S_IMODE(os.lstat(path).st_mode) == 0o700 and os.listdir(path) == []
+    assert f"not using {planted}" in note
+
+
+def test_node_launch_points_the_caches_at_the_private_dir(node_tmp, tmp_path, monkeypatch):
+    monkeypatch.setenv("TMPDIR", str(node_tmp))
+    monkeypatch.setenv("SLURM_JOB_ID", "44")
+    monkeypatch.setenv("TRITON_CACHE_DIR", "/tmp/somewhere-shared")
+    out = tmp_path / "env.json"
+    code = (
+        "import json, os, sys; json.dump({k: os.environ.get(k) for k in "
+        "('TRITON_CACHE_DIR', 'TORCHINDUCTOR_CACHE_DIR', 'SLURMKIT_NODE_TMP')}, open(sys.argv[1], 'w'))"
+    )
+    args = jobside.parser().parse_args(
+        ["node-launch", "--phase", "train", "--fabric", "none", "--", sys.executable, "-c", code, str(out)]
+    )
+    assert jobside.cmd_node_launch(args) == 0
+    env = json.loads(out.read_text())
+    base = str(node_tmp / "slurmkit-44")
+    assert env == {
+        "SLURMKIT_NODE_TMP": base,
+        "TRITON_CACHE_DIR": base + "/triton",
+        "TORCHINDUCTOR_CACHE_DIR": base + "/inductor",
+    }
+    for sub in ("triton", "inductor"):
+        assert stat.S_IMODE(os.lstat(os.path.join(base, sub)).st_mode) == 0o700

@@ -190,3 +190,145 @@ def test_fitting_request_and_unknown_cluster_pass():
         is None
     )
     assert check_against_cluster(validate_spec({"script": "/t", "gpus_per_node": 64}), []) is None
+
+
+# --------------------------------------------------------------- GPUs only from the spec (issue 25)
+
+GPU_SPELLINGS = [
+    (["--gpus-per-socket=4"], "--gpus-per-socket", "gpus_per_node"),
+    (["--gpus-per-socket", "4"], "--gpus-per-socket", "gpus_per_node"),
+    (["--gpus-per-s=4"], "--gpus-per-socket", "gpus_per_node"),  # abbreviations getopt_long accepts
+    (["--gpus-per-so", "4"], "--gpus-per-socket", "gpus_per_node"),
+    (["--gpus=8"], "--gpus", "gpus_per_node"),
+    (["--gpus", "8"], "--gpus", "gpus_per_node"),
+    (["-G", "8"], "--gpus", "gpus_per_node"),
+    (["-G8"], "--gpus", "gpus_per_node"),
+    (["-HG8"], "--gpus", "gpus_per_node"),  # bundled behind --hold
+    (["--gpus-per-node=a100:2"], "--gpus-per-node", "gpus_per_node"),
+    (["--gpus-per-n", "2"], "--gpus-per-node", "gpus_per_node"),
+    (["--gpus-per-task=1"], "--gpus-per-task", "gpus_per_node"),
+    (["--gpus-per-t=1"], "--gpus-per-task", "gpus_per_node"),
+    (["--gres=gpu:4"], "--gres", "gpus_per_node"),
+    (["--gres", "gpu:h100:4"], "--gres", "gpus_per_node"),
+    (["--gres=shard:2"], "--gres", "gpus_per_node"),
+    (["--tres-per-task=gres/gpu:2"], "--tres-per-task", "gpus_per_node"),
+    (["--tres-per-task", "gres/gpu:2"], "--tres-per-task", "gpus_per_node"),
+    (["--tres-per=gres/gpu:2"], "--tres-per-task", "gpus_per_node"),
+    (["--cpus-per-gpu=8"], "--cpus-per-gpu", "cpus_per_gpu"),
+    (["--cpus-per-g", "8"], "--cpus-per-gpu", "cpus_per_gpu"),
+    (["--mem-per-gpu=80G"], "--mem-per-gpu", "mem"),
+    (["--mem-per-g=80G"], "--mem-per-gpu", "mem"),
+    (["--exclusive"], "--exclusive", "exclusive"),  # "allocated all CPUs and GRES" (man sbatch)
+    (["--exclusive=user"], "--exclusive", "exclusive"),
+    (["--exclusi"], "--exclusive", "exclusive"),
+]
+
+
+@pytest.mark.parametrize("extra,flag,key", GPU_SPELLINGS, ids=[" ".join(x[0]) for x in GPU_SPELLINGS])
+def test_extra_sbatch_cannot_allocate_gpus_in_any_spelling(write_spec, extra, flag, key):
+    import json
+
+    msg = error_of(write_spec, f"script: /t.py\ngpus_per_node: 0\nextra_sbatch: {json.dumps(extra)}\n")
+    assert f"may not set {flag}," in msg and f"set {key}" in msg and "train.yaml:3: extra_sbatch" in msg
+
+
+def test_gpu_options_that_allocate_nothing_stay_allowed(write_spec):
+    spec = load_text(
+        write_spec,
+        "script: /t.py\ngpus_per_node: 2\nextra_sbatch: [--gpu-bind=closest, '--gpu-freq=high', "
+        "--gres-flags=enforce-binding]\n",
+    )
+    assert spec["extra_sbatch"] == ["--gpu-bind=closest", "--gpu-freq=high", "--gres-flags=enforce-binding"]
+
+
+def ssubmit_dry_run(path):
+    import subprocess
+    import sys
+
+    return subprocess.run(
+        [sys.executable, "-m", "slurmkit.cli.ssubmit", str(path), "--dry-run"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_ssubmit_refuses_a_gpu_option_with_exit_2_and_one_line(write_spec):
+    res = ssubmit_dry_run(
+        write_spec("script: /t.py\ngpus_per_node: 0\nextra_sbatch: ['--gpus-per-socket=4']\n")
+    )
+    assert res.returncode == 2, res.stdout + res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--gpus-per-socket" in lines[0] and "gpus_per_node" in lines[0], res.stderr
+    assert "#SBATCH" not in res.stdout
+
+
+# --------------------------------------------------------------- spec edge cases (issue 25)
+
+
+@pytest.mark.parametrize(
+    "value", ["-1", "'-1'", "0", "'0'", "'00:00:00'", "'0-0'", "'0:0'", "'0-00:00:00'", "'0-'"]
+)
+def test_time_that_slurm_would_read_as_no_limit_is_refused(write_spec, value):
+    msg = error_of(write_spec, f"script: /t.py\ntime: {value}\n")
+    assert "train.yaml:2: time:" in msg and "no time limit" in msg and "UNLIMITED" in msg
+
+
+@pytest.mark.parametrize("value", [".nan", ".inf", "-.inf", "'-5'", "'1.5'", "1.5", "'1e3'", "' 5'", "true"])
+def test_time_nan_inf_negative_and_malformed_are_refused(write_spec, value):
+    assert "train.yaml:2: time:" in error_of(write_spec, f"script: /t.py\ntime: {value}\n")
+
+
+@pytest.mark.parametrize(
+    "value,minutes", [("UNLIMITED", None), ("infinite", None), ("'0:30'", 1), ("'0-1'", 60), ("1440", 1440)]
+)
+def test_explicit_unlimited_and_positive_times_pass(write_spec, value, minutes):
+    from slurmkit.slurm.parse import parse_time_limit
+
+    spec = load_text(write_spec, f"script: /t.py\ntime: {value}\nrequeue: {{grace: 10}}\n")
+    assert parse_time_limit(spec["time"]) == minutes
+
+
+@pytest.mark.parametrize(
+    "text,where",
+    [
+        ('name: "a\\0b"\n', "train.yaml:2: name:"),
+        ('env: {X: "a\\0b"}\n', "train.yaml:2: env.X:"),
+        ('env:\n  X: ok\n  Y: "\\0"\n', "train.yaml:4: env.Y:"),
+        ('output: "o\\0.out"\n', "train.yaml:2: output:"),
+        ('args: [ok, "a\\0"]\n', "train.yaml:2: args:"),
+        ('nccl:\n  env: {NCCL_X: "\\0"}\n', "train.yaml:3: nccl.env.NCCL_X:"),
+        ('"k\\0": 1\n', "train.yaml:2: 'k\\x00':"),
+    ],
+)
+def test_an_escaped_nul_is_a_spec_error_naming_file_line_and_key(write_spec, text, where):
+    msg = error_of(write_spec, "script: /t.py\n" + text)
+    assert where in msg and "NUL" in msg
+
+
+def test_ssubmit_exits_2_not_70_on_an_escaped_nul(write_spec, tmp_path):
+    """Old: the NUL reached sbatch's argv and ssubmit ended in an internal error (exit 70).
+    A stand-in sbatch on PATH, so that the run would get as far as submitting."""
+    import os
+    import subprocess
+    import sys
+
+    stub = tmp_path / "bin"
+    stub.mkdir()
+    for tool in ("sbatch", "sinfo"):
+        (stub / tool).write_text("#!/bin/sh\necho 12345\n")
+        os.chmod(stub / tool, 0o755)
+    env = dict(os.environ, PATH=f"{stub}:{os.environ.get('PATH', '/usr/bin:/bin')}")
+    env.pop("SLURMKIT_CONFIG", None)
+    for body in ('name: "a\\0b"\n', 'output: "o\\0.out"\n', 'workdir: "/tmp/\\0"\n'):
+        path = write_spec("script: /t.py\n" + body)
+        res = subprocess.run(
+            [sys.executable, "-m", "slurmkit.cli.ssubmit", str(path)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=env,
+        )
+        assert res.returncode == 2, (body, res.returncode, res.stderr)
+        lines = res.stderr.strip().splitlines()
+        assert len(lines) == 1 and "NUL" in lines[0] and str(path) in lines[0], res.stderr

@@ -75,3 +75,25 @@ def test_string_command_is_split_like_a_shell(tmp_path):
     )
     n.observe("node1", BAD, now=1.0)
     assert out.read_text() == "hi"
+
+
+def test_the_notification_log_is_never_appended_through_a_link_in_a_shared_dir(tmp_path):
+    """Old: ``open(log_file, "a")`` followed a symlink: with the log in a directory users can
+    write, a user's link made the sweep append to any file it could write (issue 25 audit)."""
+    import os
+
+    import pytest
+
+    if os.geteuid() != 0:
+        pytest.skip("a link owned by another user needs lchown (root)")
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o1777)
+    victim = tmp_path / "victim"
+    victim.write_text("root's\n")
+    link = shared / "n.jsonl"
+    link.symlink_to(victim)
+    os.lchown(link, 65534, 65534)
+    n = notifier(tmp_path, log_file=str(link))
+    assert n.observe("node1", BAD, now=1.0).kind == "change"  # announced; the log line is refused
+    assert victim.read_text() == "root's\n"

@@ -20,8 +20,9 @@ LAYERS: List[Set[str]] = [
     {"sweep", "submit", "report", "devcluster"},  # orchestration
     {"health"},  # the checks, their backends and the hook logic
     {"verdict", "config"},  # status/action/result, the store, the record; the site config
+    {"metrics"},  # Prometheus textfiles, written through core's atomic writer and trust rule
     {"slurm", "core"},  # the Slurm CLI (runner, parse, client); YAML, schema, files, trust
-    {"hw", "errors", "metrics", "resources"},
+    {"hw", "errors", "resources"},
 ]
 RANK: Dict[str, int] = {unit: i for i, units in enumerate(LAYERS) for unit in units}
 

@@ -2,14 +2,74 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import time
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 from slurmkit.core.schema import Field
 from slurmkit.health import declare
 from slurmkit.verdict.base import Action, CheckResult, Status, Tier, safe_code, safe_text
 from slurmkit.verdict.store import for_paths, still_valid
+
+
+def user_fillable(path: str) -> Optional[str]:
+    """Why ordinary users can fill the filesystem holding ``path`` (one line), or ``None``.
+
+    Decided from modes and owners alone, cheaply: ``path`` or a directory above it on the
+    same filesystem is not root's, or is writable by group or others (sticky or not, like
+    ``/tmp``). What it cannot see: a root-only path on a filesystem users fill through
+    another directory (``/var/lib/x`` on the root filesystem that also holds ``/tmp``);
+    for that, set ``user_fillable: true`` on the path (docs/health.md).
+    """
+    try:
+        dev = os.stat(path).st_dev
+    except OSError:
+        return None
+    here = os.path.abspath(path)
+    while True:
+        try:
+            st = os.stat(here)
+        except OSError:
+            return None
+        if st.st_dev != dev:
+            return None
+        if st.st_uid != 0:
+            return f"{here} belongs to uid {st.st_uid}"
+        if st.st_mode & 0o022:
+            return f"{here} is writable by {'others' if st.st_mode & 0o002 else 'its group'} (mode {st.st_mode & 0o7777:04o})"
+        parent = os.path.dirname(here)
+        if parent == here:
+            return None
+        here = parent
+
+
+def _nearest_existing(path: str) -> str:
+    here = os.path.abspath(path)
+    while not os.path.lexists(here) and os.path.dirname(here) != here:
+        here = os.path.dirname(here)
+    return here
+
+
+#: What a problem on a user-fillable path is: a warning, never a drain (issue 25).
+_FILLABLE_PARAM = Field(
+    "bool",
+    False,
+    "FAIL (drain) even when ordinary users can fill or remove the path; by default a problem "
+    "there is a WARN, so one user cannot drain a node (docs/health.md).",
+)
+
+
+def _fillable(path: str, limits: Dict[str, Any]) -> Optional[str]:
+    """:func:`user_fillable`, unless the path's ``user_fillable`` says otherwise."""
+    forced = limits.get("user_fillable")
+    if forced is None:
+        return user_fillable(path)
+    return f"{path} is configured user_fillable" if forced else None
+
+
+def _fillable_status(fillable: Optional[str], params) -> Status:
+    return Status.FAIL if not fillable or params.get("fail_when_user_fillable") else Status.WARN
 
 
 @declare.check(
@@ -22,9 +82,11 @@ from slurmkit.verdict.store import for_paths, still_valid
         "paths": Field(
             "dict",
             {"/tmp": {"min_free_gb": 1.0, "min_free_inodes_pct": 1.0}},
-            "Path -> {min_free_gb, min_free_inodes_pct}.",
+            "Path -> {min_free_gb, min_free_inodes_pct, user_fillable}; user_fillable (true/false) "
+            "overrides the detection from modes and owners.",
             items=Field("dict"),
-        )
+        ),
+        "fail_when_user_fillable": _FILLABLE_PARAM,
     },
 )
 def check_disk_space(ctx, params) -> CheckResult:
@@ -36,35 +98,48 @@ def check_disk_space(ctx, params) -> CheckResult:
         try:
             st = os.statvfs(path)
         except OSError as exc:
-            problems.append((Status.FAIL, "DISK_PATH_MISSING", f"{path}: {exc.strerror}"))
+            # a user can remove or rename what sits in a directory they can write
+            fillable = _fillable(_nearest_existing(path), limits)
+            status = _fillable_status(fillable, params)
+            note = f" (user-fillable: {fillable}; not draining)" if status is Status.WARN else ""
+            problems.append((status, "DISK_PATH_MISSING", f"{path}: {exc.strerror}{note}"))
             continue
+        fillable = _fillable(path, limits)
+        status = _fillable_status(fillable, params)
+        note = f" (user-fillable: {fillable}; not draining)" if status is Status.WARN else ""
         free_gb = st.f_bavail * st.f_frsize / 1e9
         inodes_pct = 100.0 * st.f_favail / st.f_files if st.f_files else 100.0
-        details[path] = {"free_gb": round(free_gb, 3), "free_inodes_pct": round(inodes_pct, 2)}
+        details[path] = {
+            "free_gb": round(free_gb, 3),
+            "free_inodes_pct": round(inodes_pct, 2),
+            "user_fillable": bool(fillable),
+        }
         least = free_gb if least is None else min(least, free_gb)
         if free_gb < float(limits.get("min_free_gb", 0)):
             problems.append(
                 (
-                    Status.FAIL,
+                    status,
                     "DISK_FREE_LOW",
-                    f"{path}: {free_gb:.2f} GB free < {float(limits['min_free_gb']):g} GB",
+                    f"{path}: {free_gb:.2f} GB free < {float(limits['min_free_gb']):g} GB{note}",
                 )
             )
         if inodes_pct < float(limits.get("min_free_inodes_pct", 0)):
             problems.append(
                 (
-                    Status.FAIL,
+                    status,
                     "DISK_INODES_LOW",
-                    f"{path}: {inodes_pct:.2f}% inodes free < {float(limits['min_free_inodes_pct']):g}%",
+                    f"{path}: {inodes_pct:.2f}% inodes free < {float(limits['min_free_inodes_pct']):g}%{note}",
                 )
             )
     if problems:
+        # the worst problem leads (a root-only path's FAIL before a user-fillable WARN)
+        problems.sort(key=lambda p: p[0] is not Status.FAIL)
         st, code, _ = problems[0]
         return CheckResult(
             "disk_space",
             st,
             code,
-            "; ".join(p[2] for p in problems if p[1] == code),
+            "; ".join(p[2] for p in problems if p[1] == code and p[0] is st),
             Action.MONITOR,
             value=least,
             unit="GB",
@@ -140,6 +215,7 @@ def _mount_table() -> Dict[str, List[str]]:
     params={
         "required": Field("list", [], "Mount points that must be mounted and writable.", items=Field("str")),
         "write_test": Field("bool", True, "Create and delete a file to prove writability."),
+        "fail_when_user_fillable": _FILLABLE_PARAM,
     },
 )
 def check_mounts(ctx, params) -> CheckResult:
@@ -147,6 +223,7 @@ def check_mounts(ctx, params) -> CheckResult:
     if not required:
         return CheckResult("mounts", Status.OK, "OK", "no required mounts configured", value=0)
     table = _mount_table()
+    warnings: List[str] = []
     for mp in required:
         norm = os.path.normpath(mp)
         if norm not in table:
@@ -165,9 +242,24 @@ def check_mounts(ctx, params) -> CheckResult:
                 os.close(fd)
                 os.unlink(probe)
             except OSError as exc:
+                # out of space or inodes on a mount users write: any user can cause that
+                fillable = user_fillable(norm) if exc.errno in (errno.ENOSPC, errno.EDQUOT) else None
+                status = _fillable_status(fillable, params)
+                if status is Status.WARN:
+                    warnings.append(f"{mp}: {exc.strerror} (user-fillable: {fillable}; not draining)")
+                    continue
                 return CheckResult(
                     "mounts", Status.FAIL, "MOUNT_NOT_WRITABLE", f"{mp}: {exc.strerror}", Action.MONITOR
                 )
+    if warnings:
+        return CheckResult(
+            "mounts",
+            Status.WARN,
+            "MOUNT_NOT_WRITABLE",
+            "; ".join(warnings),
+            Action.MONITOR,
+            value=len(required),
+        )
     return CheckResult(
         "mounts", Status.OK, "OK", f"{len(required)} mount(s) present and writable", value=len(required)
     )
