@@ -54,6 +54,35 @@ def read_proc(pid: int) -> Optional[Proc]:
     )
 
 
+def boot_time() -> Optional[float]:
+    """When the machine booted (``btime`` in ``/proc/stat``, epoch seconds)."""
+    try:
+        with open("/proc/stat", encoding="ascii", errors="replace") as fh:
+            for line in fh:
+                if line.startswith("btime "):
+                    return float(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def start_epoch(p: Proc, booted: Optional[float] = None) -> Optional[float]:
+    """When ``p`` started, epoch seconds (its start in clock ticks after boot)."""
+    booted = boot_time() if booted is None else booted
+    return None if booted is None else booted + p.start / os.sysconf("SC_CLK_TCK")
+
+
+def uid_of_process_started_at(pid: int, started: Optional[float], tolerance: float = 2.0) -> Optional[int]:
+    """The uid of the live process ``pid`` if it is the one that started at ``started``
+    (epoch seconds, e.g. NVML's accounting start time), else ``None`` (gone, or the pid now
+    names a process that started at another time)."""
+    p = read_proc(pid)
+    if p is None or started is None:
+        return None
+    mine = start_epoch(p)
+    return p.uid if mine is not None and abs(mine - started) <= tolerance else None
+
+
 def iter_procs(deadline: Optional[float] = None) -> Iterator[Proc]:
     """Every process in ``/proc``; stops early at ``deadline`` (``time.monotonic()``)."""
     for name in os.listdir("/proc"):
