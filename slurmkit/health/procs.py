@@ -2,10 +2,10 @@
 
 Everything reads ``/proc`` directly (psutil would cost the epilog an import and adds
 nothing here). A process is judged once (its :class:`Proc`: pid, start time, uid) and
-only that process is ever signalled: the kill step opens a pidfd for the judged pid and
-re-checks start time and uid through it before the first signal (without pidfds it
-re-checks before every signal), so a pid the kernel reused for another user's process
-between the judgment and the signal is refused, not hit.
+only that process is ever signalled: the kill step opens a pidfd for the judged pid, then
+re-reads its start time and uid (a match proves the pidfd is the judged process's) and
+signals through the pidfd; without pidfds it re-checks before every signal. A pid the
+kernel reused for another process between the judgment and the signal is refused, not hit.
 
 Job scoping by cgroup trusts only Slurm's own layout, anchored at the root of the
 hierarchy (:func:`slurm_cgroup_job`), never a directory that is merely named ``job_<id>``.
