@@ -556,9 +556,11 @@ def job_facts(ctx, timeout: float) -> Dict[str, Any]:
     except Exception as exc:  # timeout, no scontrol: the summary goes on without them
         facts["error"] = f"{type(exc).__name__}: {exc}"
         return facts
-    line = next((ln for ln in res.stdout.splitlines() if ln.strip()), "")
-    rec = client.parse_scontrol_record(line) if res.returncode == 0 and line else {}
-    if rec.get("JobId") != ctx.job_id:
+    # the record whose JobId is this job: for the id of an array's meta record, scontrol
+    # prints every task of the array (seen on 22.05), in no promised order
+    records = [client.parse_scontrol_record(ln) for ln in res.stdout.splitlines() if ln.strip()]
+    rec = next((r for r in records if r.get("JobId") == ctx.job_id), {}) if res.returncode == 0 else {}
+    if not rec:
         facts["error"] = f"scontrol show job {ctx.job_id} exited {res.returncode} without the job"
         return facts
     start = rec.get("StartTime", "")

@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -637,6 +638,9 @@ def test_array_tasks_keep_their_own_summary_and_another_users_process_stays_out(
         fake_scontrol.set_job(
             "4300", ArrayJobId="4300", ArrayTaskId="1", UserId="nobody(65534)", StartTime=job_start
         )
+        # the array's meta id lists every task (seen on 22.05), here the other task first
+        meta = Path(fake_scontrol.bin_dir) / "job-4300.txt"
+        meta.write_text((Path(fake_scontrol.bin_dir) / "job-4301.txt").read_text() + meta.read_text())
         cfg = site(
             health={"clean_dev_shm": False, "memory_release_wait": 0.1},
             slurm={"bin_dir": fake_scontrol.bin_dir},
