@@ -41,9 +41,9 @@ hex(gzip(JSON)), written by one node with one bounded ``sacctmgr`` update (see
 AdminComment that already holds another tool's text is left alone.
 
 Multi-node jobs: each node writes its summary to
-``<paths.shared_dir>/efficiency/<job id>[.<restart>]/<node>.json`` (``.<restart>`` is
-``SLURM_JOB_RESTART_COUNT`` when above 0, so each attempt of a requeued job merges on its
-own) (root-owned directories, files
+``<paths.shared_dir>/efficiency/<job id>[.<restart>.<start>]/<node>.json`` (for a
+requeued job, ``SLURM_JOB_RESTART_COUNT`` and the attempt's start time, so each attempt
+merges on its own: :func:`merge_key`) (root-owned directories, files
 read only when root-owned and not writable by others). The node that finds every
 node's file present claims the merge with an ``O_EXCL`` marker and writes the merged
 summary; epilogs run concurrently at job end, so this is normally the last node to
@@ -421,10 +421,11 @@ def share_and_merge(
     deadline: float,
     box: Dict[str, Any],
     restart: int = 0,
+    start: Optional[float] = None,
 ) -> Optional[Tuple[Dict[str, Any], List[str]]]:
     """Write this node's summary to the job's shared directory (one per attempt of a
-    requeued job: ``<job id>.<restart>`` when ``restart`` > 0); return ``(per-node
-    summaries, missing nodes)`` when this node is the one that merges, else ``None``."""
+    requeued job: :func:`merge_key`); return ``(per-node summaries, missing nodes)`` when
+    this node is the one that merges, else ``None``."""
     from slurmkit.core.files import write_json_atomic
 
     if not all(_SAFE_NODE.match(n) for n in nodes):
@@ -433,7 +434,7 @@ def share_and_merge(
     box["phase"] = f"shared directory {base}"
     os.makedirs(shared_dir, exist_ok=True)
     _ensure_dir(base)
-    jobdir = os.path.join(base, merge_key(job_id, restart))
+    jobdir = os.path.join(base, merge_key(job_id, restart, start))
     _ensure_dir(jobdir)
     if os.path.lexists(os.path.join(jobdir, CLAIM)):  # a partial summary was already written
         box["merge"] = "another node merged"
@@ -471,15 +472,24 @@ def share_and_merge(
     return have, missing
 
 
-_MERGE_DIR_RE = re.compile(r"^\d+(?:\.\d+)?$")
+_MERGE_DIR_RE = re.compile(r"^\d+(?:\.\d+){0,2}$")
 
 
-def merge_key(job_id: str, restart: int = 0) -> str:
-    """The job's shared directory name: ``<job id>``, or ``<job id>.<restart>`` for a later
-    attempt of a requeued job (its nodes must not find the first attempt's merge marker)."""
+def merge_key(job_id: str, restart: int = 0, start: Optional[float] = None) -> str:
+    """The job's shared directory name, one per attempt of a requeued job: ``<job id>`` for
+    a job never requeued, else ``<job id>.<restart count>.<start>``.
+
+    The start time is needed because the restart count alone does not tell attempts apart:
+    on Slurm 22.05 (seen on the devcluster) the epilog of the attempt that was requeued
+    already has ``SLURM_JOB_RESTART_COUNT=1``, like the epilog of the attempt after it,
+    while each has its own ``StartTime``. Without a known start, ``<job id>.<restart>``.
+    """
     if not job_id.isdigit() or int(restart) < 0:
         raise ValueError(f"unexpected job id {job_id!r} or restart count {restart!r}")
-    return job_id if not restart else f"{job_id}.{int(restart)}"
+    if not restart:
+        return job_id
+    key = f"{job_id}.{int(restart)}"
+    return key if start is None or not math.isfinite(start) or start <= 0 else f"{key}.{int(start)}"
 
 
 def prune(base: str, max_age: float = 7 * 86400, limit: int = 200) -> int:
@@ -715,6 +725,7 @@ def _epilog_step(ctx, deadline: float, extra: Dict[str, Any]) -> None:
                     pub_deadline - 1.0,
                     pub,
                     restart=int(facts.get("restart") or 0),
+                    start=facts.get("start"),
                 )
             except (OSError, ValueError) as exc:  # no usable shared storage: the first node speaks alone
                 pub["shared_error"] = str(exc)

@@ -679,30 +679,39 @@ def test_the_environments_start_time_and_array_ids_need_no_scontrol(
 
 
 @pytestmark_root
+@pytest.mark.parametrize("start_from", ["scontrol", "environment"])
 def test_each_attempt_of_a_requeued_multi_node_job_gets_a_summary(
-    gpu_fixture, site, fake_scontrol, fake_acct
+    gpu_fixture, site, fake_scontrol, fake_acct, start_from
 ):
     """Failed before: the merge directory was keyed by job id only, so the second attempt's
-    nodes found the first attempt's merge marker and nobody wrote its summary."""
+    nodes found the first attempt's merge marker and nobody wrote its summary. On 22.05 both
+    attempts' epilogs have ``SLURM_JOB_RESTART_COUNT=1`` (the requeued attempt's epilog runs
+    after the count went up; seen on the devcluster): only the start time tells them apart."""
     for node in ("node1", "node2"):
         gpu_fixture(node=node)
     cfg = site(
         health={"clean_dev_shm": False, "memory_release_wait": 0.1, "efficiency": {"merge_wait": 0.5}},
         slurm={"bin_dir": fake_scontrol.bin_dir},
     )
-    for attempt in ("0", "1"):
+    now = int(time.time())
+    for attempt, start in (("0", now - 300), ("1", now - 200), ("1", now - 100)):
         fake_acct.reset()
+        fake_scontrol.set_job("4500", UserId="nobody(65534)", Restarts=attempt, StartTime=start)
         for node in ("node2", "node1"):
             env = {"SLURM_JOB_ID": "4500", "SLURM_NODELIST": "node[1-2]", "SLURMD_NODENAME": node}
             env["SLURM_JOB_RESTART_COUNT"] = attempt
+            if start_from == "environment":
+                env["SLURM_JOB_START_TIME"] = str(start)
             res, _ = run_epilog(cfg, env)
             assert res.returncode == 0, res.stderr
         summary = fake_acct.summary("4500")
-        assert set(summary["nodes"]) == {"node1", "node2"} and summary["missing"] == [], attempt
+        assert set(summary["nodes"]) == {"node1", "node2"} and summary["missing"] == [], (attempt, start)
 
 
 def test_merge_directories_are_per_attempt():
-    assert eff.merge_key("77") == "77" and eff.merge_key("77", 2) == "77.2"
+    assert eff.merge_key("77") == eff.merge_key("77", 0, 1_800_000_000.0) == "77"
+    assert eff.merge_key("77", 2) == eff.merge_key("77", 2, float("nan")) == "77.2"
+    assert eff.merge_key("77", 1, 1_800_000_000.5) == "77.1.1800000000"
     for bad in (("7/../8", 0), ("77", -1), ("", 0)):
         with pytest.raises(ValueError):
             eff.merge_key(*bad)
