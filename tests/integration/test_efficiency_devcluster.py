@@ -26,6 +26,9 @@ from tests.integration.test_health_gate import (
 pytestmark = pytest.mark.devcluster
 
 JOB = "#!/bin/sh\nsleep 3\n"
+#: Simulated processes start this long after the test reads the clock: the epilog counts
+#: only processes that started at or after the job (its StartTime), which comes after release.
+AFTER_START = 20
 TEN_HOURS_MS = 36_000_000  # longer than the job: min(t, elapsed) makes the job's elapsed the time base
 
 
@@ -77,7 +80,7 @@ def submit_held(dc, node_args):
 def test_two_jobs_summaries_ranking_and_hours_by_hand(devcluster):
     a = submit_held(devcluster, ["-w", "node1", "--gres=gpu:8"])
     b = submit_held(devcluster, ["-w", "node2", "--gres=gpu:8"])
-    now = time.time()
+    now = time.time() + AFTER_START
     try:
         pa = scoped_many({a: accounting(range(8), 80, 40000, now, 4_100_000)})
         pb = scoped_many({b: accounting([0], 90, 80000, now, 4_200_000)})
@@ -135,7 +138,7 @@ def test_two_jobs_summaries_ranking_and_hours_by_hand(devcluster):
 
 def test_two_node_job_gets_one_merged_summary(devcluster):
     job = submit_held(devcluster, ["-N", "2", "--gres=gpu:2"])
-    now = time.time()
+    now = time.time() + AFTER_START
     try:
         p1 = scoped_many({job: accounting(range(8), 60, 1000, now, 4_300_000)})
         p2 = scoped_many({job: accounting(range(8), 30, 2000, now, 4_400_000)})
@@ -187,7 +190,7 @@ def test_accounting_off_reads_unknown_not_zero(devcluster):
 
 def test_hung_accounting_query_does_not_hold_the_epilog(devcluster):
     job = submit_held(devcluster, ["-w", "node2", "--gres=gpu:1"])
-    patch = accounting(range(8), 50, 1000, time.time(), 4_500_000)
+    patch = accounting(range(8), 50, 1000, time.time() + AFTER_START, 4_500_000)
     patch["inject"] = {"hang": {"call": "accounting_stats", "seconds": 120}}
     try:
         with edited_fixture(devcluster, "node2", scoped_many({job: patch})):
