@@ -208,3 +208,45 @@ def test_hung_accounting_query_does_not_hold_the_epilog(devcluster):
     assert "DRAIN" not in show_node(devcluster, "node2").get("State", "")
     row = json.loads(report(devcluster, "--job", job, "--by", "job", "--json").stdout)["rows"][0]
     assert row["util_pct"] is None
+
+
+def test_array_tasks_each_keep_their_own_summary(devcluster):
+    """Slurm 22.05's epilog has no array ids (nor the start time): the epilog asks
+    ``scontrol show job`` and writes ``<array>_<task>``. Before, the task that keeps the
+    array's own id wrote ``jobid=<array>``, which sacctmgr applies to every task (seen on
+    22.05: ``sacctmgr -i update job where jobid=<array id>`` modifies both tasks)."""
+    arr = devcluster.submit(
+        JOB, ["--array=1-2", "-w", "node1", "--gres=gpu:1", "--output=/dev/null", "--hold"], user="alice"
+    )
+    now = time.time() + AFTER_START
+    try:
+        # only the task that runs as the array's own id gets processes (fixture scopes are raw ids)
+        with edited_fixture(
+            devcluster, "node1", scoped_many({arr: accounting([0, 1], 70, 500, now, 4_600_000)})
+        ):
+            devcluster.run(["scontrol", "release", arr])
+            for task in ("1", "2"):
+                assert devcluster.wait_job(f"{arr}_{task}") == "COMPLETED"
+            raw = {}
+            for task in ("1", "2"):
+                res = devcluster.run(["sacct", "-X", "-n", "-P", "-j", f"{arr}_{task}", "--format=JobIDRaw"])
+                raw[task] = res.stdout.split()[0]
+            recs = {
+                task: wait_for(lambda r=r: records_for(devcluster, r, "epilog"), 60, f"{r}'s epilog record")[
+                    -1
+                ]
+                for task, r in raw.items()
+            }
+            for task, rec in recs.items():
+                eff_rec = rec["efficiency"]
+                assert eff_rec["job"]["source"] == "scontrol", eff_rec
+                assert eff_rec["job"]["array_task_id"] == task and eff_rec["job"]["array_job_id"] == arr, (
+                    eff_rec
+                )
+                assert eff_rec["admin_comment"].get("ref") == f"{arr}_{task}", eff_rec["admin_comment"]
+            s1, s2 = admin_summary(devcluster, f"{arr}_1"), admin_summary(devcluster, f"{arr}_2")
+    finally:
+        devcluster.run(["scancel", arr])
+    assert {s1["job"], s2["job"]} == set(raw.values()), (s1, s2)  # each task its own summary
+    touched = sorted(g["p"] for s in (s1, s2) for g in s["nodes"]["node1"]["gpus"].values())
+    assert touched == [0, 1]
