@@ -294,6 +294,10 @@ def test_130_processes_with_100_kib_environments_bounded_recorded_killed(unprivi
         cleanup = rec["cleanup"]
         assert len(cleanup["terminated"]) + len(cleanup["killed"]) == N_PROCS, cleanup["steps"]
         assert set(cleanup["steps"]) >= {"scan", "gpu_processes", "kill", "dev_shm"}
+        print(
+            f"\n{N_PROCS} leftovers with {ENV_KIB} KiB environments: the epilog took {took:.2f}s "
+            f"(scan {cleanup['steps']['scan']['seconds']:.2f}s, kill {cleanup['steps']['kill']['seconds']:.2f}s)"
+        )
         _wait_for(lambda: not leftovers(), 5)
     finally:
         for pid in leftovers():
