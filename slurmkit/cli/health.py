@@ -14,12 +14,14 @@ node status            0; 3 when Slurm cannot be asked
 node resume            0 resumed or not drained, 1 refused (an admin's drain), 2 the re-check
                        failed (node stays drained), 3 cannot re-check from here / unknown
 kill-leaks             0 nothing found, 1 leaks found (listed or killed), 2 a leak survived
-                       SIGKILL, 3 squeue failed (nothing killed)
+                       SIGKILL, or usage: not run as root (refused before anything is
+                       done), 3 squeue failed (nothing killed)
 =====================  ==================================================================
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 
@@ -280,8 +282,14 @@ def kill_leaks(dry_run, node, fmt, as_json, config_path, verbose, quiet) -> None
     """Kill processes over 95% of a GPU's (or host) memory that belong to no running job.
 
     Never root, system users or processes under a live job's slurmstepd. SIGTERM, then
-    SIGKILL; every action is audited. Exit: 0 none, 1 found, 2 survivor, 3 squeue failed.
+    SIGKILL; every action is audited. Root only. Exit: 0 none, 1 found, 2 survivor (or not
+    root: refused), 3 squeue failed.
     """
+    from slurmkit.health.leaks import NOT_ROOT_MESSAGE
+
+    if os.geteuid() != 0:  # before any scan, kill or write: a user's run could only half work
+        click.echo(NOT_ROOT_MESSAGE, err=True)
+        sys.exit(2)
     setup_logging(verbose, quiet)
     from slurmkit.health.backends import BackendError
     from slurmkit.health.engine import Context

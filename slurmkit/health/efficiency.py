@@ -17,12 +17,21 @@ root; the driver forgets it on unload): a GPU with it off says ``"a": "off"`` an
 as *unknown* in reports, never as 0.
 
 Which processes are the job's: the accounting buffer is per GPU and holds previous
-jobs' processes too. A per-GPU cursor in ``paths.state_dir`` remembers the newest
-process start seen by the previous epilog on that GPU; only processes that started
-after it (and after ``SLURM_JOB_START_TIME`` when Slurm provides it) count, plus any
-pid the epilog itself found belonging to the job. Slurm gives a GPU to one job at a
-time, so this is exact when ``ConstrainDevices=yes`` keeps jobs off GPUs they were not
-given.
+jobs' processes too. Only a process that started at or after the job's start counts
+(``SLURM_JOB_START_TIME`` where the release sets it in the epilog; on Slurm 22.05, which
+does not, ``StartTime`` from one bounded ``scontrol show job``), and never one that is
+still running as another user (its ``/proc`` entry, matched by start time). A per-GPU
+cursor in ``paths.state_dir`` remembers the newest process start seen by the previous
+epilog on that GPU; of the rest, processes that started after it count, plus any pid the
+epilog itself found belonging to the job. Slurm gives a GPU to one job at a time, so
+this is exact when ``ConstrainDevices=yes`` keeps jobs off GPUs they were not given; a
+process of another user that started after the job and has ended cannot be told apart
+without it.
+
+Array tasks: each task's summary is written to ``<array job>_<task>`` (``sacctmgr``
+addressing the raw id of the array's first task updates every task of the array). The
+ids come from ``SLURM_ARRAY_JOB_ID``/``SLURM_ARRAY_TASK_ID`` where the epilog has them,
+else from the same ``scontrol show job``.
 
 Where it goes: the per-node detail (every process's stats) into the node's JSON-lines
 health log (``efficiency`` key of the epilog record), and one compact summary for the
@@ -32,7 +41,9 @@ hex(gzip(JSON)), written by one node with one bounded ``sacctmgr`` update (see
 AdminComment that already holds another tool's text is left alone.
 
 Multi-node jobs: each node writes its summary to
-``<paths.shared_dir>/efficiency/<job id>/<node>.json`` (root-owned directories, files
+``<paths.shared_dir>/efficiency/<job id>[.<restart>.<start>]/<node>.json`` (for a
+requeued job, ``SLURM_JOB_RESTART_COUNT`` and the attempt's start time, so each attempt
+merges on its own: :func:`merge_key`) (root-owned directories, files
 read only when root-owned and not writable by others). The node that finds every
 node's file present claims the merge with an ``O_EXCL`` marker and writes the merged
 summary; epilogs run concurrently at job end, so this is normally the last node to
@@ -54,9 +65,10 @@ import os
 import re
 import time
 import zlib
-from typing import Any, Dict, Iterable, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 from slurmkit.core import trust
+from slurmkit.health import procs
 from slurmkit.health.backends import BackendError
 
 PREFIX = "sk1:"
@@ -67,6 +79,10 @@ CLAIM = ".merged"
 _SAFE_NODE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 #: Fraction of the efficiency step's time given to collection (the rest publishes).
 COLLECT_SHARE = 0.5
+#: The job facts query (``scontrol show job``, Slurm 22.05 only): at most this share of the
+#: step's time and at most this many seconds.
+FACTS_SHARE = 0.2
+FACTS_TIMEOUT = 2.0
 
 
 # ---------------------------------------------------------------------- summary maths
@@ -272,14 +288,23 @@ def collect(
     job_pids: Iterable[int],
     now: float,
     box: Dict[str, Any],
+    job_uid: Optional[int] = None,
+    owner_uid: Optional[Callable[[int, Optional[float]], Optional[int]]] = None,
 ) -> None:
     """Read accounting for ``indices``; fills ``box`` as it goes (``gpus``, ``processes``,
-    ``newest``), so whatever was read before a hang is still there for the caller."""
+    ``newest``, ``excluded``), so whatever was read before a hang is still there for the
+    caller.
+
+    A process counts when it started at or after ``job_start`` (when known), is not a live
+    process of another uid than ``job_uid`` (``owner_uid(pid, start)`` says whose it is, or
+    ``None`` when it is gone), and is one of ``job_pids`` or started after the GPU's cursor.
+    """
     caps = {g.index: g.memory_total_mib for g in backend.gpus()}
     pids_of_job = set(job_pids)
     gpus: Dict[str, Dict[str, Any]] = box.setdefault("gpus", {})
     detail: Dict[str, List[Dict[str, Any]]] = box.setdefault("processes", {})
     newest: Dict[str, float] = box.setdefault("newest", {})
+    excluded: Dict[str, Dict[str, int]] = box.setdefault("excluded", {})
     for i in indices:
         key = str(i)
         box["phase"] = f"accounting_mode GPU {i}"
@@ -302,6 +327,15 @@ def collect(
                 start = finite(st.start_time)
                 if start is not None:
                     high = start if high is None else max(high, start)
+                if job_start is not None and (start is None or start < job_start - 1.0):
+                    if start is not None or pid not in pids_of_job:
+                        _count(excluded, key, "before_job")
+                        continue
+                if job_uid is not None and owner_uid is not None:
+                    uid = owner_uid(pid, start)
+                    if uid is not None and uid != job_uid:
+                        _count(excluded, key, "other_user")
+                        continue
                 if pid in pids_of_job or (start is not None and start > floor):
                     mine.append(st)
         except BackendError as exc:  # this GPU is unknown; the GPU checks judge the GPU itself
@@ -313,6 +347,11 @@ def collect(
         if high is not None:
             newest[key] = high
     box["phase"] = "done"
+
+
+def _count(excluded: Dict[str, Dict[str, int]], gpu: str, why: str) -> None:
+    per = excluded.setdefault(gpu, {})
+    per[why] = per.get(why, 0) + 1
 
 
 def node_state(gpus: Dict[str, Dict[str, Any]], fallback: str = "on") -> str:
@@ -381,9 +420,12 @@ def share_and_merge(
     merge_wait: float,
     deadline: float,
     box: Dict[str, Any],
+    restart: int = 0,
+    start: Optional[float] = None,
 ) -> Optional[Tuple[Dict[str, Any], List[str]]]:
-    """Write this node's summary to the job's shared directory; return ``(per-node
-    summaries, missing nodes)`` when this node is the one that merges, else ``None``."""
+    """Write this node's summary to the job's shared directory (one per attempt of a
+    requeued job: :func:`merge_key`); return ``(per-node summaries, missing nodes)`` when
+    this node is the one that merges, else ``None``."""
     from slurmkit.core.files import write_json_atomic
 
     if not all(_SAFE_NODE.match(n) for n in nodes):
@@ -392,7 +434,7 @@ def share_and_merge(
     box["phase"] = f"shared directory {base}"
     os.makedirs(shared_dir, exist_ok=True)
     _ensure_dir(base)
-    jobdir = os.path.join(base, job_id)
+    jobdir = os.path.join(base, merge_key(job_id, restart, start))
     _ensure_dir(jobdir)
     if os.path.lexists(os.path.join(jobdir, CLAIM)):  # a partial summary was already written
         box["merge"] = "another node merged"
@@ -430,6 +472,26 @@ def share_and_merge(
     return have, missing
 
 
+_MERGE_DIR_RE = re.compile(r"^\d+(?:\.\d+){0,2}$")
+
+
+def merge_key(job_id: str, restart: int = 0, start: Optional[float] = None) -> str:
+    """The job's shared directory name, one per attempt of a requeued job: ``<job id>`` for
+    a job never requeued, else ``<job id>.<restart count>.<start>``.
+
+    The start time is needed because the restart count alone does not tell attempts apart:
+    on Slurm 22.05 (seen on the devcluster) the epilog of the attempt that was requeued
+    already has ``SLURM_JOB_RESTART_COUNT=1``, like the epilog of the attempt after it,
+    while each has its own ``StartTime``. Without a known start, ``<job id>.<restart>``.
+    """
+    if not job_id.isdigit() or int(restart) < 0:
+        raise ValueError(f"unexpected job id {job_id!r} or restart count {restart!r}")
+    if not restart:
+        return job_id
+    key = f"{job_id}.{int(restart)}"
+    return key if start is None or not math.isfinite(start) or start <= 0 else f"{key}.{int(start)}"
+
+
 def prune(base: str, max_age: float = 7 * 86400, limit: int = 200) -> int:
     """Remove job directories older than ``max_age`` (merged jobs keep a small marker
     so a late node does not merge again). ``base`` is root's and closed to others, so
@@ -444,7 +506,7 @@ def prune(base: str, max_age: float = 7 * 86400, limit: int = 200) -> int:
         try:
             if (
                 not entry.is_dir(follow_symlinks=False)
-                or not entry.name.isdigit()
+                or not _MERGE_DIR_RE.match(entry.name)
                 or entry.stat(follow_symlinks=False).st_mtime > cutoff
             ):
                 continue
@@ -465,13 +527,60 @@ class CommentNotWritten(Exception):
     """The summary was deliberately not written (another tool's AdminComment, no record yet)."""
 
 
-def job_ref(env: Dict[str, str], job_id: str) -> str:
+def job_ref(job_id: str, array_job_id: Optional[str], array_task_id: Optional[str]) -> str:
     """How accounting names the job: ``<array job>_<task>`` for array tasks (addressing the
-    raw id of an array's first task would update every task), else the job id."""
-    array, task = env.get("SLURM_ARRAY_JOB_ID", ""), env.get("SLURM_ARRAY_TASK_ID", "")
-    if array.isdigit() and task.isdigit() and array == job_id:
-        return f"{array}_{task}"
+    raw id of an array's first task updates every task of the array), else the job id."""
+    if array_job_id and array_task_id and array_job_id.isdigit() and array_task_id.isdigit():
+        return f"{array_job_id}_{array_task_id}"
     return job_id
+
+
+def job_facts(ctx, timeout: float) -> Dict[str, Any]:
+    """The job's start (epoch seconds), array ids and uid for the summary.
+
+    From the epilog's environment where the release sets ``SLURM_JOB_START_TIME`` (read
+    into the :class:`~slurmkit.health.engine.Context`); else (Slurm 22.05) from one
+    ``scontrol -o show job <id>`` with ``SLURM_TIME_FORMAT=%s`` through the runner, bounded
+    by ``timeout``. A failure is recorded (``error``) and leaves the fields unknown.
+    """
+    from slurmkit.slurm import client
+
+    facts: Dict[str, Any] = {
+        "start": ctx.job_start,
+        "array_job_id": ctx.array_job_id,
+        "array_task_id": ctx.array_task_id,
+        "restart": ctx.restart_count,
+        "source": "environment",
+    }
+    if facts["start"] is not None:
+        return facts
+    facts["source"] = "scontrol"
+    try:
+        res = client.call(
+            "scontrol",
+            ["-o", "show", "job", ctx.job_id],
+            timeout=max(0.2, timeout),
+            env=dict(os.environ, SLURM_TIME_FORMAT="%s"),
+            check=False,
+        )
+    except Exception as exc:  # timeout, no scontrol: the summary goes on without them
+        facts["error"] = f"{type(exc).__name__}: {exc}"
+        return facts
+    # the record whose JobId is this job: for the id of an array's meta record, scontrol
+    # prints every task of the array (seen on 22.05), in no promised order
+    records = [client.parse_scontrol_record(ln) for ln in res.stdout.splitlines() if ln.strip()]
+    rec = next((r for r in records if r.get("JobId") == ctx.job_id), {}) if res.returncode == 0 else {}
+    if not rec:
+        facts["error"] = f"scontrol show job {ctx.job_id} exited {res.returncode} without the job"
+        return facts
+    start = rec.get("StartTime", "")
+    if start.isdigit() and int(start) > 0:
+        facts["start"] = float(start)
+    for key, field in (("array_job_id", "ArrayJobId"), ("array_task_id", "ArrayTaskId")):
+        value = rec.get(field, "")
+        if value.isdigit():
+            facts[key] = value
+    return facts
 
 
 def write_admin_comment(ref: str, token: str, timeout: float, retry_wait: float = 1.0) -> str:
@@ -541,7 +650,9 @@ def _epilog_step(ctx, deadline: float, extra: Dict[str, Any]) -> None:
         rec.update(status="skipped", error="the epilog time budget was spent")
         return
     indices = sorted(set(ctx.job_gpus))
-    job_start = finite(ctx.env.get("SLURM_JOB_START_TIME"))
+    facts = job_facts(ctx, min(FACTS_TIMEOUT, budget * FACTS_SHARE))
+    rec["job"] = {k: v for k, v in facts.items() if v is not None}
+    job_start = facts["start"]
     cleanup = extra.get("cleanup") or {}
     job_pids = set().union(*(cleanup.get(k) or [] for k in ("cgroup_pids", "environ_pids", "gpu_pids")))
     cursor = read_cursor(ctx.paths["state_dir"], ctx.node)
@@ -550,10 +661,18 @@ def _epilog_step(ctx, deadline: float, extra: Dict[str, Any]) -> None:
     def run_collect() -> None:
         backend = ctx.backend()
         collect(
-            backend, indices, cursor=cursor, job_start=job_start, job_pids=job_pids, now=time.time(), box=box
+            backend,
+            indices,
+            cursor=cursor,
+            job_start=job_start,
+            job_pids=job_pids,
+            now=time.time(),
+            box=box,
+            job_uid=ctx.job_uid,
+            owner_uid=procs.uid_of_process_started_at,
         )
 
-    collect_budget = budget * COLLECT_SHARE
+    collect_budget = max(0.1, min(budget * COLLECT_SHARE, t0 + budget - time.monotonic()))
     try:
         call_with_deadline(run_collect, collect_budget, "efficiency_collect")
         state = node_state(box.get("gpus", {}))
@@ -580,6 +699,8 @@ def _epilog_step(ctx, deadline: float, extra: Dict[str, Any]) -> None:
     )
     if snapshot.get("errors"):
         rec["gpu_errors"] = snapshot["errors"]
+    if snapshot.get("excluded"):
+        rec["excluded"] = snapshot["excluded"]
     if state not in ("timeout", "error") and snapshot.get("newest"):
         try:
             advance_cursor(ctx.paths["state_dir"], ctx.node, snapshot["newest"], timeout=0.5)
@@ -603,6 +724,8 @@ def _epilog_step(ctx, deadline: float, extra: Dict[str, Any]) -> None:
                     float(cfg.get("merge_wait", 5.0)),
                     pub_deadline - 1.0,
                     pub,
+                    restart=int(facts.get("restart") or 0),
+                    start=facts.get("start"),
                 )
             except (OSError, ValueError) as exc:  # no usable shared storage: the first node speaks alone
                 pub["shared_error"] = str(exc)
@@ -615,7 +738,9 @@ def _epilog_step(ctx, deadline: float, extra: Dict[str, Any]) -> None:
         _, token = job_summary(ctx.job_id, per_node, missing, int(cfg.get("max_comment_chars", 16000)))
         pub["phase"] = "sacctmgr update"
         pub["chars"] = len(token)
-        write_admin_comment(job_ref(ctx.env, ctx.job_id), token, max(0.3, pub_deadline - time.monotonic()))
+        ref = job_ref(ctx.job_id, facts.get("array_job_id"), facts.get("array_task_id"))
+        pub["ref"] = ref
+        write_admin_comment(ref, token, max(0.3, pub_deadline - time.monotonic()))
         pub["written"] = True
 
     try:

@@ -52,6 +52,18 @@ def parse_gpu_list(text: Optional[str]) -> Optional[List[int]]:
 node_name = this_node  # kept under its old name for callers in slurmkit.health
 
 
+def _env_digits(env: Dict[str, str], name: str) -> Optional[str]:
+    """A variable that must be a plain non-negative integer (a job id, a count), else ``None``."""
+    value = (env.get(name) or "").strip()
+    return value if value.isdigit() and len(value) <= 20 else None
+
+
+def _env_number(env: Dict[str, str], name: str) -> Optional[float]:
+    """Epoch seconds from an all-digits variable, else ``None`` (``0`` is Slurm's "unset")."""
+    value = _env_digits(env, name)
+    return float(value) if value and int(value) > 0 else None
+
+
 @dataclass
 class Context:
     """Everything a check may look at. Built once per run by the gate or the CLI."""
@@ -66,6 +78,12 @@ class Context:
     job_uid: Optional[int] = None
     job_user: Optional[str] = None
     job_gpus: Optional[List[int]] = None  # host numbering; None = not a job context
+    # where the release puts them in the hook's environment (Slurm 22.05's epilog has
+    # neither the start time nor the array ids; the efficiency step asks scontrol then)
+    job_start: Optional[float] = None  # SLURM_JOB_START_TIME, epoch seconds
+    array_job_id: Optional[str] = None  # SLURM_ARRAY_JOB_ID
+    array_task_id: Optional[str] = None  # SLURM_ARRAY_TASK_ID
+    restart_count: int = 0  # SLURM_JOB_RESTART_COUNT: which attempt of a requeued job
     advance_xid_cursor: bool = False  # hooks consume Xid events; manual runs only peek
     backend_override: Optional[GpuBackend] = None
     _backend: Any = None
@@ -98,6 +116,10 @@ class Context:
             job_uid=job.job_uid,
             job_user=job.job_user,
             job_gpus=parse_gpu_list(gpus),
+            job_start=_env_number(env, "SLURM_JOB_START_TIME"),
+            array_job_id=_env_digits(env, "SLURM_ARRAY_JOB_ID"),
+            array_task_id=_env_digits(env, "SLURM_ARRAY_TASK_ID"),
+            restart_count=int(_env_digits(env, "SLURM_JOB_RESTART_COUNT") or 0),
             advance_xid_cursor=hook in ("prolog", "epilog", "healthcheck"),
         )
 

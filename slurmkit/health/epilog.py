@@ -4,9 +4,12 @@ back, clean ``/dev/shm``, and escalate when the job's end points at hardware.
 Leftovers are found three ways, because each misses something:
 
 * the job's cgroup (when Slurm uses proctrack/cgroup), which catches everything the
-  job started, double-forked daemons included;
+  job started, double-forked daemons included: only the directories of Slurm's own
+  layout (``slurm[_<node>]/uid_<job uid>/job_<id>`` at the root of each v1 hierarchy,
+  ``system.slice/[<node>_]slurmstepd.scope/job_<id>`` on v2);
 * processes of the job's uid whose environment carries ``SLURM_JOB_ID=<id>`` (no
-  cgroup needed; a double-forked process keeps its environment);
+  cgroup needed; a double-forked process keeps its environment; each is read only up
+  to the job id, at most :data:`~slurmkit.health.procs.ENVIRON_MAX_BYTES`);
 * processes of the job's uid computing on the job's GPUs, per the GPU backend (even a
   process that scrubbed its environment).
 
@@ -15,6 +18,13 @@ it only ever narrows the search: a process found by environment or GPU is spared
 it provably belongs to another live job (that job's cgroup, or a ``slurmstepd`` of that
 job above it), and another user's process on the job's GPUs (a shared node without
 ``ConstrainDevices=yes``) is reported, never killed. Root's processes are reported too.
+Each signal goes to the process judged, never to a process that took its pid since
+(:func:`~slurmkit.health.procs.kill_with_grace`).
+
+Bounded by construction: the scan may use :data:`SCAN_SHARE` of the cleanup's time and
+the GPU listing :data:`GPU_SHARE`; a step that reaches its budget stops, says so in the
+record (``cleanup.steps.<step>.out_of_time``, and a WARN ``EPILOG_SCAN_OUT_OF_TIME``),
+and the kill of what was found still happens, with the record after it.
 """
 
 from __future__ import annotations
@@ -26,6 +36,12 @@ import time
 from typing import Any, Dict, List, Optional
 
 from slurmkit.verdict.base import Action, CheckResult, Status, Tier
+
+#: Shares of the cleanup's time (its start to its deadline) that the process scan and the
+#: GPU process listing may use at most: whatever a user makes slow, the kill, the record
+#: and the rest of the epilog keep their time.
+SCAN_SHARE = 0.3
+GPU_SHARE = 0.2
 
 
 def _job_gpu_indices(ctx) -> List[int]:
@@ -60,9 +76,25 @@ def cleanup(ctx, deadline: float, extra: Dict[str, Any]) -> List[CheckResult]:
                 details={"internal": True},
             )
         ]
-    table = {p.pid: p for p in procs.iter_procs()}
-    cg = procs.cgroup_job_pids(ctx.job_id)
-    envp = procs.environ_job_pids(ctx.job_id, ctx.job_uid, list(table.values()))
+    total = max(0.0, deadline - start)
+    steps: Dict[str, Dict[str, Any]] = {}
+    # 1. scan: the job's cgroups (the kernel's word), the process table, the environments
+    scan_until = start + SCAN_SHARE * total
+    cg = procs.cgroup_job_pids(ctx.job_id, ctx.job_uid, ctx.node, deadline=scan_until)
+    table = {p.pid: p for p in procs.iter_procs(scan_until)}
+    table_done = time.monotonic() < scan_until
+    for pid in cg - set(table):  # the table may have stopped at the budget: the cgroup's pids still count
+        p = procs.read_proc(pid)
+        if p is not None:
+            table[pid] = p
+    envp = procs.environ_job_pids(ctx.job_id, ctx.job_uid, list(table.values()), deadline=scan_until)
+    scan_out_of_time = envp.out_of_time or not table_done
+    steps["scan"] = _step_record(
+        start, scan_until, scan_out_of_time, environ_read=envp.looked_at, environ_candidates=envp.of
+    )
+    # 2. the job's GPUs: who computes there
+    gpu_start = time.monotonic()
+    gpu_until = gpu_start + GPU_SHARE * total
     gpu_pids: Dict[int, int] = {}
     root_on_gpu: List[int] = []
     others_on_gpu: List[int] = []
@@ -71,11 +103,19 @@ def cleanup(ctx, deadline: float, extra: Dict[str, Any]) -> List[CheckResult]:
     timeout = max(0.2, float(ctx.health["check_timeout"]))
     if indices:
         try:
-            backend, _ = call_with_deadline(ctx.backend, timeout, "gpu_backend")
+            backend, _ = call_with_deadline(
+                ctx.backend, max(0.2, min(timeout, gpu_until - time.monotonic())), "gpu_backend"
+            )
             for i in indices:
-                plist, _ = call_with_deadline(lambda i=i: backend.processes(i), timeout, "gpu_processes")
+                plist, _ = call_with_deadline(
+                    lambda i=i: backend.processes(i),
+                    max(0.2, min(timeout, gpu_until - time.monotonic())),
+                    "gpu_processes",
+                )
                 for p in plist:
-                    owner = table.get(p.pid)
+                    owner = table.get(p.pid) or procs.read_proc(p.pid)
+                    if owner is not None:
+                        table[p.pid] = owner
                     if owner is not None and owner.uid == 0:
                         root_on_gpu.append(p.pid)
                     elif owner is not None and (ctx.job_uid is None or owner.uid != ctx.job_uid):
@@ -106,20 +146,24 @@ def cleanup(ctx, deadline: float, extra: Dict[str, Any]) -> List[CheckResult]:
                 )
             )
             backend = None
+    steps["gpu_processes"] = _step_record(gpu_start, gpu_until, False)
     # The cgroup is the kernel's word; environment and GPU finds must not belong to another live job.
     other_jobs: Dict[int, str] = {}
     for pid in (envp | set(gpu_pids)) - cg:
-        owner_job = procs.owning_job(pid, table)
+        owner_job = procs.owning_job(pid, table)  # any slurmd's job on this host, by Slurm's layout
         if owner_job is not None and owner_job != ctx.job_id:
             other_jobs[pid] = owner_job
     found = (cg | envp | set(gpu_pids)) - set(other_jobs)
-    targets = {pid for pid in found if pid in table and table[pid].uid != 0}
-    grace = min(float(ctx.health["kill_grace"]), max(0.0, deadline - time.monotonic() - 2.0))
+    # 3. the kill: always runs, on what was found, each signal to the process judged here
+    targets = [table[pid] for pid in sorted(found) if pid in table and table[pid].uid != 0]
+    kill_start = time.monotonic()
+    grace = min(float(ctx.health["kill_grace"]), max(0.0, deadline - kill_start - 2.0))
     outcome = (
         procs.kill_with_grace(targets, grace)
         if targets
-        else {"terminated": [], "killed": [], "survivors": [], "gone": []}
+        else {"terminated": [], "killed": [], "survivors": [], "gone": [], "refused": []}
     )
+    steps["kill"] = _step_record(kill_start, kill_start + grace + 1.5, False)
     details = {
         "cgroup_pids": sorted(cg),
         "environ_pids": sorted(envp),
@@ -128,6 +172,7 @@ def cleanup(ctx, deadline: float, extra: Dict[str, Any]) -> List[CheckResult]:
         "other_users_on_gpu": sorted(others_on_gpu),
         "spared_other_jobs": {str(k): v for k, v in sorted(other_jobs.items())},
         **outcome,
+        "steps": steps,
     }
     extra["cleanup"] = details
     if outcome["survivors"]:
@@ -144,27 +189,52 @@ def cleanup(ctx, deadline: float, extra: Dict[str, Any]) -> List[CheckResult]:
         )
     else:
         n = len(outcome["terminated"]) + len(outcome["killed"])
+        text = (
+            f"killed {n} leftover process(es) of job {ctx.job_id}"
+            + (f" ({len(outcome['killed'])} needed SIGKILL)" if outcome["killed"] else "")
+            if n
+            else f"no leftovers of job {ctx.job_id}"
+        )
+        if scan_out_of_time:  # a user can make the scan slow: a WARN to look at, never a drain
+            text += (
+                f"; the process scan ran out of its {SCAN_SHARE * total:.1f}s "
+                f"(environments of {envp.looked_at} of {envp.of} processes read)"
+            )
+        code = "EPILOG_KILLED_LEFTOVERS" if n else ("EPILOG_SCAN_OUT_OF_TIME" if scan_out_of_time else "OK")
         out.append(
             CheckResult(
                 "epilog_cleanup",
-                Status.WARN if n else Status.OK,
-                "EPILOG_KILLED_LEFTOVERS" if n else "OK",
-                f"killed {n} leftover process(es) of job {ctx.job_id}"
-                + (f" ({len(outcome['killed'])} needed SIGKILL)" if outcome["killed"] else "")
-                if n
-                else f"no leftovers of job {ctx.job_id}",
-                Action.MONITOR if n else Action.NONE,
+                Status.WARN if n or scan_out_of_time else Status.OK,
+                code,
+                text,
+                Action.MONITOR if n or scan_out_of_time else Action.NONE,
                 value=n,
                 unit="processes",
                 details=details,
             )
         )
     if backend is not None and indices:
+        mem_start = time.monotonic()
         out.append(_memory_back(ctx, backend, indices, deadline))
+        steps["gpu_memory"] = _step_record(mem_start, deadline - 0.5, False)
     if ctx.health.get("clean_dev_shm", True) and ctx.job_uid is not None and ctx.job_uid != 0:
-        extra["dev_shm"] = clean_dev_shm(ctx.job_uid, ctx.job_id)
+        shm_start = time.monotonic()
+        extra["dev_shm"] = clean_dev_shm(ctx.job_uid, ctx.job_id, deadline=deadline)
+        steps["dev_shm"] = _step_record(shm_start, deadline, bool(extra["dev_shm"].get("out_of_time")))
     extra["cleanup_seconds"] = round(time.monotonic() - start, 3)
     return out
+
+
+def _step_record(start: float, until: float, out_of_time: bool, **more: Any) -> Dict[str, Any]:
+    """What a step of the cleanup leaves in the record: its seconds, its budget, whether it
+    stopped at that budget."""
+    now = time.monotonic()
+    return {
+        "seconds": round(now - start, 3),
+        "budget": round(max(0.0, until - start), 3),
+        "out_of_time": bool(out_of_time),
+        **more,
+    }
 
 
 def _memory_back(ctx, backend, indices: List[int], deadline: float) -> CheckResult:
@@ -210,21 +280,28 @@ def _memory_back(ctx, backend, indices: List[int], deadline: float) -> CheckResu
     )
 
 
-def other_jobs_of_user(uid: int, job_id: str) -> List[str]:
-    """Job ids (from process environments) of ``uid``'s other jobs still on this host."""
+def other_jobs_of_user(uid: int, job_id: str, deadline: Optional[float] = None) -> Optional[List[str]]:
+    """Job ids (from process environments, read up to the job id) of ``uid``'s other jobs
+    still on this host; ``None`` when ``deadline`` came first (the answer is not known)."""
     from slurmkit.health import procs
 
     jobs = set()
-    for p in procs.iter_procs():
+    for p in procs.iter_procs(deadline):
+        if deadline is not None and time.monotonic() >= deadline:
+            return None
         if p.uid != uid or p.state == "Z":
             continue
-        jid = procs.environ(p.pid).get("SLURM_JOB_ID")
+        jid = procs.environ_job_id(p.pid)
         if jid and jid != job_id:
             jobs.add(jid)
+    if deadline is not None and time.monotonic() >= deadline:
+        return None
     return sorted(jobs)
 
 
-def clean_dev_shm(uid: int, job_id: str, shm: str = "/dev/shm") -> Dict[str, Any]:
+def clean_dev_shm(
+    uid: int, job_id: str, shm: str = "/dev/shm", deadline: Optional[float] = None
+) -> Dict[str, Any]:
     """Remove ``uid``'s files and directories in ``/dev/shm`` when no other job of that user
     runs here. Only top-level entries owned by ``uid`` are touched.
 
@@ -232,9 +309,17 @@ def clean_dev_shm(uid: int, job_id: str, shm: str = "/dev/shm") -> Dict[str, Any
     while we walk: every step is therefore relative to a file descriptor opened without
     following links (``shutil.rmtree`` with ``dir_fd``, which Python guarantees safe
     against symlink attacks where ``shutil.rmtree.avoids_symlink_attacks``); nothing is
-    ever deleted by path name. Where that guarantee is missing the cleanup is skipped.
+    ever deleted by path name. Where that guarantee is missing the cleanup is skipped, and
+    so it is when ``deadline`` comes before it is known that no other job of the user runs
+    here (``out_of_time``); it also stops removing at ``deadline``.
     """
-    others = other_jobs_of_user(uid, job_id)
+    others = other_jobs_of_user(uid, job_id, deadline)
+    if others is None:
+        return {
+            "skipped": "out of time before the user's other jobs were known",
+            "removed": [],
+            "out_of_time": True,
+        }
     if others:
         return {"skipped": f"other job(s) of uid {uid} still here: {','.join(others)}", "removed": []}
     if not shutil.rmtree.avoids_symlink_attacks:
@@ -249,6 +334,8 @@ def clean_dev_shm(uid: int, job_id: str, shm: str = "/dev/shm") -> Dict[str, Any
         with os.scandir(dfd) as it:
             entries = [e.name for e in it]
         for name in entries:
+            if deadline is not None and time.monotonic() >= deadline:
+                return {"removed": removed, "errors": errors, "out_of_time": True}
             try:
                 st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
             except OSError:

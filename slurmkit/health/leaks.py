@@ -7,14 +7,20 @@ to no running job. Never touched, whatever it holds:
 * root and system users (uid < ``leaks.min_uid``, 1000 by default);
 * processes under a ``slurmstepd`` (a live job step);
 * processes in the cgroup of a job Slurm still runs (``squeue``; when squeue fails
-  nothing is killed);
+  nothing is killed), by Slurm's own cgroup layout only (``slurm[_<node>]/uid_<uid>/
+  job_<id>`` at the root of a v1 hierarchy, with ``<uid>`` the process's and the job's
+  uid; ``system.slice/[<node>_]slurmstepd.scope/job_<id>`` on v2): a cgroup a user made
+  and named ``job_<someone else's job>`` spares nothing;
 * this process and its ancestors.
 
 A process's own ``SLURM_JOB_ID`` proves nothing (its user can set it to any running
 job's id), so it never spares a process; it is only copied into the audit log.
 
-Kills are SIGTERM, then SIGKILL after ``health.kill_grace``; every candidate and every
-action goes to a JSON-lines audit log.
+Kills are SIGTERM, then SIGKILL after ``health.kill_grace``, each sent only to the
+process judged (pidfd, start time and uid re-checked: a reused pid is refused); every
+candidate and every action goes to a JSON-lines audit log. It signals other users'
+processes and appends to root's audit log, so it runs as root only
+(:data:`NOT_ROOT_MESSAGE`).
 """
 
 from __future__ import annotations
@@ -23,9 +29,15 @@ import os
 import pwd
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any, Dict, List, Optional, Set
+from typing import Any, Dict, List, Optional, Set, Union
 
 from slurmkit.health import procs
+
+#: What ``slurmkit kill-leaks`` says (exit 2) when started by anyone but root.
+NOT_ROOT_MESSAGE = (
+    "slurmkit kill-leaks: must run as root (it signals other users' processes and writes "
+    "root's audit log); run it from root's cron"
+)
 
 
 @dataclass
@@ -57,20 +69,30 @@ class Scan:
     leaks: List[Leak] = field(default_factory=list)
     spared: List[Spared] = field(default_factory=list)
     gpu_error: Optional[str] = None
+    judged: Dict[int, procs.Proc] = field(default_factory=dict)  # each leak's process as judged
 
 
-def running_job_ids() -> Set[str]:
+def running_job_ids() -> Dict[str, Optional[int]]:
     """Ids Slurm still runs anywhere (running, completing, suspended, configuring), as
-    both ``<id>`` and ``<array>_<task>``. Raises on squeue failure: no kill without it."""
+    both ``<id>`` and ``<array>_<task>``, each with its user's uid. Raises on squeue
+    failure: no kill without it."""
     from slurmkit.slurm import client
 
-    res = client.call("squeue", ["-h", "-t", "R,CG,S,CF", "-o", "%i|%A"])
-    ids: Set[str] = set()
+    res = client.call("squeue", ["-h", "-t", "R,CG,S,CF", "-o", "%i|%A|%U"])
+    ids: Dict[str, Optional[int]] = {}
     for line in res.stdout.splitlines():
-        for tok in line.strip().split("|"):
+        toks = [t.strip() for t in line.strip().split("|")]
+        if len(toks) != 3:
+            continue
+        uid = int(toks[2]) if toks[2].isdigit() else None
+        for tok in toks[:2]:
             if tok:
-                ids.add(tok.strip())
+                ids[tok] = uid
     return ids
+
+
+def _job_uid(running: Union[Set[str], Dict[str, Optional[int]]], job_id: str) -> Optional[int]:
+    return running.get(job_id) if isinstance(running, dict) else None
 
 
 def _user(uid: int) -> str:
@@ -80,7 +102,9 @@ def _user(uid: int) -> str:
         return str(uid)
 
 
-def scan(health: Dict[str, Any], node: str, running: Set[str], backend=None) -> Scan:
+def scan(
+    health: Dict[str, Any], node: str, running: Union[Set[str], Dict[str, Optional[int]]], backend=None
+) -> Scan:
     leaks_cfg = health["leaks"]
     min_uid = int(leaks_cfg["min_uid"])
     table = {p.pid: p for p in procs.iter_procs()}
@@ -98,9 +122,11 @@ def scan(health: Dict[str, Any], node: str, running: Set[str], backend=None) -> 
             return f"system user (uid {p.uid} < {min_uid})" if p.uid else "root"
         if procs.under_slurmstepd(pid, table):
             return "under slurmstepd (live job step)"
-        jid = procs.cgroup_job(pid)
-        if jid and jid in running:
-            return f"in the cgroup of running job {jid}"
+        cg = procs.proven_cgroup_job(pid, table)  # Slurm's layout only, uid level = the process's uid
+        if cg is not None and cg.job_id in running:
+            job_uid = _job_uid(running, cg.job_id)
+            if job_uid is None or job_uid == p.uid:
+                return f"in the cgroup of running job {cg.job_id}"
         return None
 
     def consider(pid: int, why: str, detail: str, **kw) -> None:
@@ -119,7 +145,7 @@ def scan(health: Dict[str, Any], node: str, running: Set[str], backend=None) -> 
             comm=p.comm,
             why=why,
             detail=detail,
-            job_id=procs.environ(pid).get("SLURM_JOB_ID"),
+            job_id=procs.environ_job_id(pid),  # bounded read
             **kw,
         )
 
@@ -154,6 +180,7 @@ def scan(health: Dict[str, Any], node: str, running: Set[str], backend=None) -> 
                 rss_mib=p.rss_kb / 1024,
             )
     out.leaks = sorted(found.values(), key=lambda lk: lk.pid)
+    out.judged = {lk.pid: table[lk.pid] for lk in out.leaks}
     return out
 
 
@@ -163,7 +190,7 @@ def kill_leaks(
     node: str,
     *,
     dry_run: bool,
-    running: Optional[Set[str]] = None,
+    running: Union[Set[str], Dict[str, Optional[int]], None] = None,
     backend=None,
 ) -> Dict[str, Any]:
     """Scan, then (unless ``dry_run``) kill; audit every candidate and action. Returns a report."""
@@ -173,16 +200,25 @@ def kill_leaks(
         running = running_job_ids()
     result = scan(health, node, running, backend)
     audit = health["leaks"].get("audit_log") or os.path.join(paths["log_dir"], "kill-leaks.jsonl")
-    outcome: Dict[str, List[int]] = {"terminated": [], "killed": [], "survivors": [], "gone": []}
+    outcome: Dict[str, List[int]] = {
+        "terminated": [],
+        "killed": [],
+        "survivors": [],
+        "gone": [],
+        "refused": [],
+    }
     if result.leaks and not dry_run:
-        outcome = procs.kill_with_grace([lk.pid for lk in result.leaks], float(health["kill_grace"]))
-        state = {pid: name for name in ("terminated", "killed", "survivors", "gone") for pid in outcome[name]}
+        outcome = procs.kill_with_grace(
+            [result.judged[lk.pid] for lk in result.leaks], float(health["kill_grace"])
+        )
+        state = {pid: name for name in outcome for pid in outcome[name]}
         for leak in result.leaks:
             leak.outcome = {
                 "terminated": "terminated",
                 "killed": "killed",
                 "survivors": "survived",
                 "gone": "gone",
+                "refused": "refused (pid reused)",
             }.get(state.get(leak.pid, ""), "unknown")
     elif dry_run:
         for leak in result.leaks:

@@ -102,7 +102,8 @@ def ctx_factory(tmp_path):
 @pytest.fixture
 def fake_scontrol(tmp_path):
     """A ``bin_dir`` holding a fake ``scontrol``: it appends its argv (one JSON list per line)
-    to ``calls.jsonl`` and answers ``show node`` from ``node-<name>.txt`` when present."""
+    to ``calls.jsonl`` and answers ``show node`` from ``node-<name>.txt`` and ``show job`` from
+    ``job-<id>.txt`` when present."""
     bindir = tmp_path / "fakebin"
     bindir.mkdir()
     calls_file = tmp_path / "scontrol-calls.jsonl"
@@ -122,6 +123,11 @@ def fake_scontrol(tmp_path):
                 sys.exit(0)
             sys.stderr.write("Node " + name + " not found\\n")
             sys.exit(1)
+        if "show" in args and "job" in args:
+            path = os.path.join({str(bindir)!r}, "job-" + args[-1] + ".txt")
+            if os.path.exists(path):
+                print(open(path).read().strip())
+                sys.exit(0)
         sys.exit(0)
         """)
     )
@@ -137,6 +143,11 @@ def fake_scontrol(tmp_path):
             if not calls_file.exists():
                 return []
             return [json.loads(line) for line in calls_file.read_text().splitlines() if line.strip()]
+
+        def set_job(self, job_id: str, **fields: str) -> None:
+            """``scontrol -o show job <job_id>`` answers ``JobId=<job_id>`` and ``fields``."""
+            line = " ".join([f"JobId={job_id}"] + [f"{k}={v}" for k, v in fields.items()])
+            (bindir / f"job-{job_id}.txt").write_text(line + "\n")
 
         def set_node(self, name: str, state: str, reason: str = "") -> None:
             line = f"NodeName={name} Arch=x86_64 CoresPerSocket=8 State={state}"

@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -557,3 +558,160 @@ def test_admin_comment_write_retries_until_slurmdbd_has_the_job_and_is_bounded()
         assert time.monotonic() - t0 < 1.5 and len(calls) >= 2
     finally:
         runner.set_runner(prev)
+
+
+# ---------------------------------------------------------------- job start, array tasks, attempts
+
+
+def test_collect_counts_only_the_jobs_uid_and_processes_after_the_job_start(tmp_path):
+    """Another user's process (live, by its /proc owner) and anything older than the job's
+    start never enter the summary, even when their pid is among the job's pids."""
+    now = 10_000.0
+    acct = [
+        {"pid": 11, "gpu_util": 90, "time_ms": 100_000, "start_time": 5_000.0},  # the job's
+        {"pid": 12, "gpu_util": 10, "time_ms": 900_000, "start_time": 4_000.0},  # before the job
+        {"pid": 13, "gpu_util": 50, "time_ms": 100_000, "start_time": 5_100.0},  # another user's, live
+        {"pid": 14, "gpu_util": 50, "time_ms": 100_000, "start_time": 4_999.5},  # inside the 1 s slack
+    ]
+    backend = sim(tmp_path, [{"index": 0, "accounting": acct}])
+    owners = {11: 500, 12: None, 13: 777, 14: None}
+    box: dict = {}
+    eff.collect(
+        backend,
+        [0],
+        cursor={},
+        job_start=5_000.0,
+        job_pids=[12, 13],
+        now=now,
+        box=box,
+        job_uid=500,
+        owner_uid=lambda pid, start: owners[pid],
+    )
+    assert [p["pid"] for p in box["processes"]["0"]] == [11, 14]
+    assert box["excluded"]["0"] == {"before_job": 1, "other_user": 1}
+
+
+def _accounting(**by_gpu):
+    def mutate(d):
+        for gpu, entries in by_gpu.items():
+            d["gpus"][int(gpu[1:])]["accounting"] = entries
+
+    return mutate
+
+
+@pytestmark_root
+def test_array_tasks_keep_their_own_summary_and_another_users_process_stays_out(
+    gpu_fixture, site, fake_scontrol, fake_acct, tmp_path
+):
+    """Slurm 22.05's epilog has neither SLURM_JOB_START_TIME nor the array ids: they come
+    from ``scontrol show job``. Failed before: both tasks wrote ``jobid=<array job>`` (the
+    last one's summary on every task) and the other user's and the older process counted."""
+    other = subprocess.Popen(["/bin/sleep", "60"], user=12345)
+    try:
+        from slurmkit.health import procs
+
+        deadline = time.monotonic() + 5
+        while procs.read_proc(other.pid).comm != "sleep":
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        btime = next(float(x.split()[1]) for x in open("/proc/stat") if x.startswith("btime "))
+        other_start = btime + procs.read_proc(other.pid).start / os.sysconf("SC_CLK_TCK")
+        job_start = int(other_start) - 30
+        gpu_fixture(
+            _accounting(
+                g0=[
+                    {"pid": 999901, "gpu_util": 80, "time_ms": 20_000, "start_time": job_start + 5},
+                    {"pid": 999902, "gpu_util": 5, "time_ms": 500_000, "start_time": job_start - 600},
+                    {
+                        "pid": other.pid,
+                        "gpu_util": 99,
+                        "time_ms": 0,
+                        "running": True,
+                        "start_time": other_start,
+                    },
+                ]
+            )
+        )
+        fake_scontrol.set_job(
+            "4301", ArrayJobId="4300", ArrayTaskId="2", UserId="nobody(65534)", StartTime=job_start
+        )
+        fake_scontrol.set_job(
+            "4300", ArrayJobId="4300", ArrayTaskId="1", UserId="nobody(65534)", StartTime=job_start
+        )
+        # the array's meta id lists every task (seen on 22.05), here the other task first
+        meta = Path(fake_scontrol.bin_dir) / "job-4300.txt"
+        meta.write_text((Path(fake_scontrol.bin_dir) / "job-4301.txt").read_text() + meta.read_text())
+        cfg = site(
+            health={"clean_dev_shm": False, "memory_release_wait": 0.1},
+            slurm={"bin_dir": fake_scontrol.bin_dir},
+        )
+        for job in ("4301", "4300"):
+            res, _ = run_epilog(cfg, {"SLURM_JOB_ID": job})
+            assert res.returncode == 0, res.stderr
+        assert [u[4] for u in fake_acct.updates()] == ["jobid=4300_2", "jobid=4300_1"]
+        task2 = fake_acct.summary("4300_2")["nodes"]["node1"]["gpus"]["0"]
+        assert task2["p"] == 1 and task2["u"] == 80.0  # only the job's own process
+        rec = epilog_record(tmp_path)["efficiency"]
+        assert rec["job"]["source"] == "scontrol" and rec["job"]["start"] == job_start
+        assert rec["admin_comment"]["ref"] == "4300_1"
+        show = [c for c in fake_scontrol.calls() if c[:3] == ["-o", "show", "job"]]
+        assert [c[3] for c in show] == ["4301", "4300"]
+    finally:
+        other.kill()
+        other.wait()
+
+
+@pytestmark_root
+def test_the_environments_start_time_and_array_ids_need_no_scontrol(
+    gpu_fixture, site, fake_scontrol, fake_acct
+):
+    now = int(time.time())
+    gpu_fixture(_accounting(g0=[{"pid": 999903, "gpu_util": 70, "time_ms": 10_000, "start_time": now - 20}]))
+    cfg = site(
+        health={"clean_dev_shm": False, "memory_release_wait": 0.1}, slurm={"bin_dir": fake_scontrol.bin_dir}
+    )
+    env = {"SLURM_JOB_ID": "4402", "SLURM_JOB_START_TIME": str(now - 60)}
+    env.update(SLURM_ARRAY_JOB_ID="4400", SLURM_ARRAY_TASK_ID="7")
+    res, _ = run_epilog(cfg, env)
+    assert res.returncode == 0, res.stderr
+    assert fake_acct.summary("4400_7")["nodes"]["node1"]["gpus"]["0"]["p"] == 1
+    assert not [c for c in fake_scontrol.calls() if c[:3] == ["-o", "show", "job"]]
+
+
+@pytestmark_root
+@pytest.mark.parametrize("start_from", ["scontrol", "environment"])
+def test_each_attempt_of_a_requeued_multi_node_job_gets_a_summary(
+    gpu_fixture, site, fake_scontrol, fake_acct, start_from
+):
+    """Failed before: the merge directory was keyed by job id only, so the second attempt's
+    nodes found the first attempt's merge marker and nobody wrote its summary. On 22.05 both
+    attempts' epilogs have ``SLURM_JOB_RESTART_COUNT=1`` (the requeued attempt's epilog runs
+    after the count went up; seen on the devcluster): only the start time tells them apart."""
+    for node in ("node1", "node2"):
+        gpu_fixture(node=node)
+    cfg = site(
+        health={"clean_dev_shm": False, "memory_release_wait": 0.1, "efficiency": {"merge_wait": 0.5}},
+        slurm={"bin_dir": fake_scontrol.bin_dir},
+    )
+    now = int(time.time())
+    for attempt, start in (("0", now - 300), ("1", now - 200), ("1", now - 100)):
+        fake_acct.reset()
+        fake_scontrol.set_job("4500", UserId="nobody(65534)", Restarts=attempt, StartTime=start)
+        for node in ("node2", "node1"):
+            env = {"SLURM_JOB_ID": "4500", "SLURM_NODELIST": "node[1-2]", "SLURMD_NODENAME": node}
+            env["SLURM_JOB_RESTART_COUNT"] = attempt
+            if start_from == "environment":
+                env["SLURM_JOB_START_TIME"] = str(start)
+            res, _ = run_epilog(cfg, env)
+            assert res.returncode == 0, res.stderr
+        summary = fake_acct.summary("4500")
+        assert set(summary["nodes"]) == {"node1", "node2"} and summary["missing"] == [], (attempt, start)
+
+
+def test_merge_directories_are_per_attempt():
+    assert eff.merge_key("77") == eff.merge_key("77", 0, 1_800_000_000.0) == "77"
+    assert eff.merge_key("77", 2) == eff.merge_key("77", 2, float("nan")) == "77.2"
+    assert eff.merge_key("77", 1, 1_800_000_000.5) == "77.1.1800000000"
+    for bad in (("7/../8", 0), ("77", -1), ("", 0)):
+        with pytest.raises(ValueError):
+            eff.merge_key(*bad)

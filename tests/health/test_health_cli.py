@@ -145,3 +145,19 @@ def test_kill_leaks_cli_dry_run(runner, site, gpu_fixture, fake_scontrol, tmp_pa
     )
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout)["leaks"] == []
+
+
+@pytest.mark.parametrize("extra", [[], ["--dry-run"]])
+def test_kill_leaks_as_an_ordinary_user_refuses_to_start(runner, site, gpu_fixture, monkeypatch, extra):
+    """Before: it scanned and killed what it could, then ended in an internal error writing
+    root's audit log. Now: one line, exit 2, nothing scanned or killed."""
+    from slurmkit.health import leaks
+
+    called = []
+    monkeypatch.setattr(leaks, "kill_leaks", lambda *a, **k: called.append(a) or pytest.fail("it started"))
+    monkeypatch.setattr("os.geteuid", lambda: 1000)
+    gpu_fixture()
+    res = runner.invoke(cli, ["kill-leaks", *extra], env={"SLURMKIT_CONFIG": str(site())})
+    assert res.exit_code == 2, res.output
+    assert res.stderr.strip() == leaks.NOT_ROOT_MESSAGE
+    assert not called

@@ -174,3 +174,23 @@ def test_squeue_failure_kills_nothing(monkeypatch):
             leaks.running_job_ids()
     finally:
         runner.set_runner(prev)
+
+
+def test_running_job_ids_carry_each_jobs_uid():
+    """squeue's ``%i|%A|%U``: both ids of an array task, each with its user's uid (the cgroup's
+    ``uid_<uid>`` level must match it to spare a process)."""
+    from slurmkit.slurm import runner
+
+    seen = []
+
+    def fake(argv, timeout, input, env):
+        seen.append(list(argv))
+        return runner.Result(list(argv), 0, "77|77|1001\n80_3|83|1002\n  \nbad line\n90|90|x\n", "", 0.01)
+
+    prev = runner.set_runner(fake)
+    try:
+        ids = leaks.running_job_ids()
+    finally:
+        runner.set_runner(prev)
+    assert seen[0][-1] == "%i|%A|%U"
+    assert ids == {"77": 1001, "80_3": 1002, "83": 1002, "90": None}

@@ -26,6 +26,9 @@ from tests.integration.test_health_gate import (
 pytestmark = pytest.mark.devcluster
 
 JOB = "#!/bin/sh\nsleep 3\n"
+#: Simulated processes start this long after the test reads the clock: the epilog counts
+#: only processes that started at or after the job (its StartTime), which comes after release.
+AFTER_START = 20
 TEN_HOURS_MS = 36_000_000  # longer than the job: min(t, elapsed) makes the job's elapsed the time base
 
 
@@ -77,7 +80,7 @@ def submit_held(dc, node_args):
 def test_two_jobs_summaries_ranking_and_hours_by_hand(devcluster):
     a = submit_held(devcluster, ["-w", "node1", "--gres=gpu:8"])
     b = submit_held(devcluster, ["-w", "node2", "--gres=gpu:8"])
-    now = time.time()
+    now = time.time() + AFTER_START
     try:
         pa = scoped_many({a: accounting(range(8), 80, 40000, now, 4_100_000)})
         pb = scoped_many({b: accounting([0], 90, 80000, now, 4_200_000)})
@@ -135,7 +138,7 @@ def test_two_jobs_summaries_ranking_and_hours_by_hand(devcluster):
 
 def test_two_node_job_gets_one_merged_summary(devcluster):
     job = submit_held(devcluster, ["-N", "2", "--gres=gpu:2"])
-    now = time.time()
+    now = time.time() + AFTER_START
     try:
         p1 = scoped_many({job: accounting(range(8), 60, 1000, now, 4_300_000)})
         p2 = scoped_many({job: accounting(range(8), 30, 2000, now, 4_400_000)})
@@ -187,7 +190,7 @@ def test_accounting_off_reads_unknown_not_zero(devcluster):
 
 def test_hung_accounting_query_does_not_hold_the_epilog(devcluster):
     job = submit_held(devcluster, ["-w", "node2", "--gres=gpu:1"])
-    patch = accounting(range(8), 50, 1000, time.time(), 4_500_000)
+    patch = accounting(range(8), 50, 1000, time.time() + AFTER_START, 4_500_000)
     patch["inject"] = {"hang": {"call": "accounting_stats", "seconds": 120}}
     try:
         with edited_fixture(devcluster, "node2", scoped_many({job: patch})):
@@ -205,3 +208,45 @@ def test_hung_accounting_query_does_not_hold_the_epilog(devcluster):
     assert "DRAIN" not in show_node(devcluster, "node2").get("State", "")
     row = json.loads(report(devcluster, "--job", job, "--by", "job", "--json").stdout)["rows"][0]
     assert row["util_pct"] is None
+
+
+def test_array_tasks_each_keep_their_own_summary(devcluster):
+    """Slurm 22.05's epilog has no array ids (nor the start time): the epilog asks
+    ``scontrol show job`` and writes ``<array>_<task>``. Before, the task that keeps the
+    array's own id wrote ``jobid=<array>``, which sacctmgr applies to every task (seen on
+    22.05: ``sacctmgr -i update job where jobid=<array id>`` modifies both tasks)."""
+    arr = devcluster.submit(
+        JOB, ["--array=1-2", "-w", "node1", "--gres=gpu:1", "--output=/dev/null", "--hold"], user="alice"
+    )
+    now = time.time() + AFTER_START
+    try:
+        # only the task that runs as the array's own id gets processes (fixture scopes are raw ids)
+        with edited_fixture(
+            devcluster, "node1", scoped_many({arr: accounting([0, 1], 70, 500, now, 4_600_000)})
+        ):
+            devcluster.run(["scontrol", "release", arr])
+            for task in ("1", "2"):
+                assert devcluster.wait_job(f"{arr}_{task}") == "COMPLETED"
+            raw = {}
+            for task in ("1", "2"):
+                res = devcluster.run(["sacct", "-X", "-n", "-P", "-j", f"{arr}_{task}", "--format=JobIDRaw"])
+                raw[task] = res.stdout.split()[0]
+            recs = {
+                task: wait_for(lambda r=r: records_for(devcluster, r, "epilog"), 60, f"{r}'s epilog record")[
+                    -1
+                ]
+                for task, r in raw.items()
+            }
+            for task, rec in recs.items():
+                eff_rec = rec["efficiency"]
+                assert eff_rec["job"]["source"] == "scontrol", eff_rec
+                assert eff_rec["job"]["array_task_id"] == task and eff_rec["job"]["array_job_id"] == arr, (
+                    eff_rec
+                )
+                assert eff_rec["admin_comment"].get("ref") == f"{arr}_{task}", eff_rec["admin_comment"]
+            s1, s2 = admin_summary(devcluster, f"{arr}_1"), admin_summary(devcluster, f"{arr}_2")
+    finally:
+        devcluster.run(["scancel", arr])
+    assert {s1["job"], s2["job"]} == set(raw.values()), (s1, s2)  # each task its own summary
+    touched = sorted(g["p"] for s in (s1, s2) for g in s["nodes"]["node1"]["gpus"].values())
+    assert touched == [0, 1]
