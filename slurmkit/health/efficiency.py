@@ -70,6 +70,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 from slurmkit.core import trust
 from slurmkit.health import procs
 from slurmkit.health.backends import BackendError
+from slurmkit.slurm.jobenv import JobEnv
 
 PREFIX = "sk1:"
 FORMAT_VERSION = 1
@@ -403,7 +404,7 @@ def job_nodes(env: Dict[str, str], me: str) -> List[str]:
     """The job's nodes (``SLURM_NODELIST`` in the epilog; ``SLURM_JOB_NODELIST`` elsewhere)."""
     from slurmkit.slurm.parse import ParseError, expand_hostlist
 
-    text = env.get("SLURM_NODELIST") or env.get("SLURM_JOB_NODELIST") or ""
+    text = JobEnv.from_env(env).nodelist or ""
     try:
         nodes = expand_hostlist(text) if text else []
     except ParseError:

@@ -52,16 +52,10 @@ def parse_gpu_list(text: Optional[str]) -> Optional[List[int]]:
 node_name = this_node  # kept under its old name for callers in slurmkit.health
 
 
-def _env_digits(env: Dict[str, str], name: str) -> Optional[str]:
-    """A variable that must be a plain non-negative integer (a job id, a count), else ``None``."""
-    value = (env.get(name) or "").strip()
+def _digits(value: Optional[str]) -> Optional[str]:
+    """A plain non-negative integer as text (an array job or task id), else ``None``."""
+    value = (value or "").strip()
     return value if value.isdigit() and len(value) <= 20 else None
-
-
-def _env_number(env: Dict[str, str], name: str) -> Optional[float]:
-    """Epoch seconds from an all-digits variable, else ``None`` (``0`` is Slurm's "unset")."""
-    value = _env_digits(env, name)
-    return float(value) if value and int(value) > 0 else None
 
 
 @dataclass
@@ -116,10 +110,11 @@ class Context:
             job_uid=job.job_uid,
             job_user=job.job_user,
             job_gpus=parse_gpu_list(gpus),
-            job_start=_env_number(env, "SLURM_JOB_START_TIME"),
-            array_job_id=_env_digits(env, "SLURM_ARRAY_JOB_ID"),
-            array_task_id=_env_digits(env, "SLURM_ARRAY_TASK_ID"),
-            restart_count=int(_env_digits(env, "SLURM_JOB_RESTART_COUNT") or 0),
+            # 0 is Slurm's "unset" start; array ids are numbers or nothing
+            job_start=job.start_time if job.start_time and job.start_time > 0 else None,
+            array_job_id=_digits(job.array_job_id),
+            array_task_id=_digits(job.array_task_id),
+            restart_count=job.restart_count or 0,
             advance_xid_cursor=hook in ("prolog", "epilog", "healthcheck"),
         )
 
