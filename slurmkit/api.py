@@ -107,7 +107,7 @@ def expand_output(
     table = {
         "j": raw_id or job_id,
         "A": job_id,
-        "a": "" if task is None else str(task),
+        "a": "%a" if task is None else str(task),  # the whole array: one log per task
         "x": name,
         "u": getpass.getuser(),
         "%": "%",

@@ -203,3 +203,67 @@ def test_job_attaches_to_a_cli_submitted_job(cluster_env, tmp_path):
         dc.run(["scancel", job_id])
     assert job.exit_code == 3 and job.done()
     assert "cli job" in job.logs()
+
+
+#: a task that runs until asked to checkpoint (then "saves" and exits 0) or until the test says go
+REQUEUE_TASK = r"""
+if [ "$SLURMKIT_RESTART_COUNT" -gt 0 ]; then echo "resumed task $SLURMKIT_SWEEP_INDEX restart $SLURMKIT_RESTART_COUNT"; exit 0; fi
+: > "$SLURMKIT_CHECKPOINT_DIR/started"
+for i in $(seq 1 240); do
+  if [ -e "$SLURMKIT_CHECKPOINT_NOW" ]; then echo "checkpoint saved"; exit 0; fi
+  if [ -e "$GO_FILE" ]; then echo "finished"; exit 0; fi
+  sleep 0.5
+done
+echo "never told"; exit 1
+"""
+
+
+def test_requeue_of_one_task_resumes_that_task_only(cluster_env, tmp_path):
+    """USR2 to the array's meta task (raw job id = array id): only that task requeues; were the
+    requeue addressed by the raw id, every task of the array would."""
+    dc = cluster_env
+    root = dc.shared_dir / f"api-requeue-{uuid.uuid4().hex[:8]}"
+    root.mkdir(mode=0o700)
+    go = root / "go"
+    spec = sk.Spec.from_dict(
+        {
+            "name": "api-requeue",
+            "command": ["bash", "-c", REQUEUE_TASK],
+            "env": {"GO_FILE": str(go)},
+            "checkpoint": {"dir": str(root) + "/{array_job_id}_{array_task_id}"},
+            "output": str(root) + "/log-%A_%a.out",
+            "sweep": {"list": [{"n": 0}, {"n": 1}]},
+            **FAST,
+        }
+    )
+    job = sk.submit(spec)
+    array_id = job.job_id
+    try:
+
+        def both_started():
+            return all((root / f"{array_id}_{i}" / "started").exists() for i in (0, 1))
+
+        deadline = time.monotonic() + 120
+        while not both_started():
+            assert time.monotonic() < deadline, [r.state for r in job.status(efficiency=False)]
+            time.sleep(0.5)
+        rows = job.status(efficiency=False)
+        meta = next((r for r in rows if r.raw_id == array_id), rows[-1])
+        other = next(r for r in rows if r.index != meta.index)
+        sk.Job(meta.job_id).cancel(signal="USR2")
+        meta_log = Path(root / f"log-{array_id}_{meta.index}.out")
+        deadline = time.monotonic() + 120
+        while f"resumed task {meta.index} restart 1" not in meta_log.read_text(errors="replace"):
+            assert time.monotonic() < deadline, meta_log.read_text(errors="replace")
+            time.sleep(0.5)
+        go.touch()
+        assert job.wait(timeout=120, poll=1) == "COMPLETED"
+    finally:
+        dc.run(["scancel", array_id])
+    rows = {r.index: r for r in job.status(efficiency=False)}
+    assert rows[meta.index].restarts == 1 and rows[other.index].restarts == 0
+    other_log = (root / f"log-{array_id}_{other.index}.out").read_text(errors="replace")
+    assert "finished" in other_log and "resumed" not in other_log
+    counts = json.loads((root / f"{array_id}_{meta.index}" / ".slurmkit" / "requeue-state.json").read_text())
+    assert (counts["preempt"], counts["timeout"], counts["node"]) == (1, 0, 0)
+    assert not (root / f"{array_id}_{other.index}" / ".slurmkit" / "requeue-state.json").exists()
