@@ -594,6 +594,18 @@ class Job:
         :class:`WaitTimeout` after ``timeout`` seconds (the job keeps running), or
         :class:`UsageError` when Slurm never shows the job."""
         poll = self._site.get("wait_poll_seconds", 3.0) if poll is None else poll
+        if not self.is_array:  # one job: the loop `ssubmit --wait` runs
+            changed = None if on_change is None else (lambda st: on_change(st["state"]))
+            end = follow.wait_for_job(
+                self.job_id,
+                poll=poll,
+                timeout=float("inf") if timeout is None else timeout,
+                on_change=changed,
+            )
+            if end["source"] == "none":
+                raise UsageError(f"job {self.job_id}: Slurm knows no such job")
+            self._last_state = end["state"]
+            return end["state"]
         deadline = None if timeout is None else time.monotonic() + timeout
         last, missing = None, 0
         while True:
