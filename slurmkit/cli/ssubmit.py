@@ -103,9 +103,9 @@ def _efficiency(job_id: str, state: Dict[str, str]) -> Optional[Any]:
 def task_table_lines(tasks) -> List[str]:
     """``--dry-run``'s task table: index, run name, parameters (one line each, JSON-quoted
     where a value needs it, so no value can break the table)."""
-    from slurmkit.submit.hparams import describe
+    from slurmkit.submit.hparams import describe, shown
 
-    return [f"{t.index:>5}  {t.run_name}  {describe(t.params)}" for t in tasks]
+    return [f"{t.index:>5}  {shown(t.run_name)}  {describe(t.params)}" for t in tasks]
 
 
 def wait_for_job(job_id: str, *, poll: float, timeout: float, quiet: bool) -> Dict[str, str]:

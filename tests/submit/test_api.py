@@ -353,3 +353,12 @@ def test_status_cli_prints_one_row_per_task(site, canned):
 def test_every_error_is_a_slurmkit_error():
     for cls in (ConfigError, UsageError, SlurmCommandError, sk.WaitTimeout):
         assert issubclass(cls, SlurmkitError)
+
+
+def test_task_table_keeps_a_hostile_name_on_one_line(site, tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text('script: t.py\nname: "a\\nb $(x)"\nsweep: {grid: {lr: [1]}}\n')
+    res = cli(str(path), "--dry-run")
+    assert res.exit_code == 0, res.output
+    table = res.stderr[res.stderr.index("# TASK") :].splitlines()
+    assert table[1] == '#     0  "a\\nb $(x)-0"  lr=1' and len(table) == 2
