@@ -11,7 +11,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from ssubmit_helpers import render_dict, render_file, run_with_stubs
 
@@ -212,6 +212,8 @@ def run_task(spec_dict, index, tmp):
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(values=st.lists(hostile, min_size=2, max_size=3, unique=True), mode=st.sampled_from(hparams.PASS_AS))
+@example(values=["a", '$(touch PWNED) `touch PWNED2` it\'s "q"\nSLURMKIT_SWEEP_TABLE\n$HOME'], mode="args")
+@example(values=["a", "$(touch PWNED) ${HOME} \\"], mode="env")
 def test_hostile_values_reach_the_command_as_one_argument_never_evaluated(values, mode):
     args = {"args": ["--fixed", "$(id)"], "env": ["--fixed"], "template": ["--v={v}", "{v}"]}[mode]
     name = "V" if mode == "env" else "v"
