@@ -29,7 +29,8 @@ pytestmark = pytest.mark.devcluster
 #: the hostile sweep value: it must arrive as one argument, never evaluated
 HOSTILE = 'it\'s $(touch PWNED) `touch PWNED2` "q" $HOME\nline two'
 #: the task body: record argv (NUL-separated) and the sweep variables in the task's checkpoint
-#: directory, hold the slot a few seconds, fail with 7 for tag=plain seed=2
+#: directory, hold the slot a few seconds, fail for tag=plain seed=2 (torchrun turns the 7 into
+#: its own 1, which is the task's exit code)
 TASK = r"""
 printf '%s\0' "$@" > "$SLURMKIT_CHECKPOINT_DIR/argv"
 printf '%s\0' "$SLURMKIT_RUN_NAME" "$SLURMKIT_SWEEP_INDEX" "$SLURMKIT_SWEEP_PARAMS" > "$SLURMKIT_CHECKPOINT_DIR/vars"
@@ -121,11 +122,13 @@ def test_sweep_is_one_throttled_array_with_per_task_params_dirs_and_summaries(cl
     assert states.count("COMPLETED") == 5 and states.count("FAILED") == 1, states
     failed = rows[2]  # tag=plain seed=2: the grid's order, last axis fastest
     assert (
-        failed.state == "FAILED" and failed.exit_code == 7 and failed.params == {"tag": "plain", "seed": "2"}
+        failed.state == "FAILED" and failed.exit_code == 1 and failed.params == {"tag": "plain", "seed": "2"}
     )
-    assert job.exit_code == 7
+    assert "failing on purpose" in Path(failed.log).read_text(errors="replace")
+    assert "training step ended with exit code 1" in Path(failed.log).read_text(errors="replace")
+    assert job.exit_code == 1
     assert [t.job_id for t in job.tasks] == [f"{array_id}_{i}" for i in range(6)]
-    assert sk.Job(f"{array_id}_2").state() == "FAILED" and sk.Job(f"{array_id}_2").exit_code == 7
+    assert sk.Job(f"{array_id}_2").state() == "FAILED" and sk.Job(f"{array_id}_2").exit_code == 1
 
     # at most 2 tasks at once (the %2 throttle), by sacct's start and end times
     spans = _epoch(dc, array_id)
@@ -160,7 +163,7 @@ def test_sweep_is_one_throttled_array_with_per_task_params_dirs_and_summaries(cl
     lines = st.stdout.splitlines()
     assert lines[0].split() == ["TASK", "STATE", "EXIT", "RESTARTS", "EFFICIENCY", "PARAMETERS"]
     assert len(lines) == 7
-    assert lines[3].split()[:4] == ["2", "FAILED", "7:0", "0"] and lines[3].endswith("tag=plain seed=2")
+    assert lines[3].split()[:4] == ["2", "FAILED", "1:0", "0"] and lines[3].endswith("tag=plain seed=2")
     assert sum(line.split()[1] == "COMPLETED" for line in lines[1:]) == 5
     assert "\\n" in lines[4] and "line two" in lines[4]  # the newline shown escaped, on one line
     data = json.loads(ssubmit(dc, tmp_path, "status", array_id, "--json").stdout)
@@ -201,7 +204,7 @@ def test_job_attaches_to_a_cli_submitted_job(cluster_env, tmp_path):
         assert job.wait(timeout=120, poll=1) == "FAILED"
     finally:
         dc.run(["scancel", job_id])
-    assert job.exit_code == 3 and job.done()
+    assert job.exit_code == 1 and job.done()  # torchrun's code for the command's 3
     assert "cli job" in job.logs()
 
 
