@@ -461,7 +461,7 @@ class Job:
         """An array's tasks, one :class:`Job` each (``[]`` for a plain job)."""
         if not self.is_array:
             return []
-        indices = sorted({r.index for r in self.status() if r.index is not None})
+        indices = sorted({r.index for r in self.status(efficiency=False) if r.index is not None})
         return [Job(f"{self.job_id}_{i}", site=self._site, record=self._record) for i in indices]
 
     # ---- Slurm's view
@@ -641,7 +641,8 @@ class Job:
     @property
     def nodes(self) -> str:
         """The nodes (Slurm hostlist) the job runs or ran on; an array's tasks' joined."""
-        return ",".join(r.nodes for r in self._slurm_rows() if r.nodes and r.nodes not in ("None", "(null)"))
+        unset = ("None", "None assigned", "(null)")
+        return ",".join(r.nodes for r in self._slurm_rows() if r.nodes and r.nodes not in unset)
 
     @property
     def restarts(self) -> int:
