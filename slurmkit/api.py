@@ -349,7 +349,7 @@ def submit(spec: Spec, *, check_cluster: bool = True) -> "Job":
     try:
         os.makedirs(record_dir(site), mode=0o700, exist_ok=True)
         with open(os.path.join(record_dir(site), f"{job_id}.json"), "w", encoding="utf-8") as fh:
-            json.dump(record, fh, indent=1, sort_keys=True, default=str)
+            json.dump(record, fh, indent=1, default=str)  # unsorted: parameters keep their order
     except OSError as exc:
         log.warning(f"cannot record job {job_id}: {exc.strerror}")
     return Job(job_id, site=site, record=record)

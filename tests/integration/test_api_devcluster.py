@@ -246,9 +246,13 @@ def test_requeue_of_one_task_resumes_that_task_only(cluster_env, tmp_path):
         def both_started():
             return all((root / f"{array_id}_{i}" / "started").exists() for i in (0, 1))
 
+        def logs():
+            return "\n".join(p.read_text(errors="replace")[-1500:] for p in sorted(root.glob("log-*")))
+
         deadline = time.monotonic() + 120
         while not both_started():
-            assert time.monotonic() < deadline, [r.state for r in job.status(efficiency=False)]
+            states = [r.state for r in job.status(efficiency=False)]
+            assert time.monotonic() < deadline and "FAILED" not in states, f"{states}\n{logs()}"
             time.sleep(0.5)
         rows = job.status(efficiency=False)
         meta = next((r for r in rows if r.raw_id == array_id), rows[-1])
