@@ -146,13 +146,18 @@ def split_sbatch_options(opts: List[Tuple[str, Optional[str]]]) -> Tuple[List[st
 
 
 def _launch_argv(spec: Dict[str, Any]) -> List[str]:
-    """What torchrun runs on every rank (after torchrun's own options)."""
+    """What torchrun runs on every rank (after torchrun's own options).
+
+    ``--`` ends torchrun's options before the program: torchrun's argparse accepts abbreviated
+    options and classifies every item first, so a program argument such as ``--n 4`` (a sweep
+    parameter ``n``) would otherwise stop torchrun with "ambiguous option: --n could match
+    --nnodes, ..." and ``--nnodes=2`` would be taken for torchrun's own."""
     if spec["script"]:
-        head = [spec["script"]]
+        head = ["--", spec["script"]]
     elif spec["module"]:
-        head = ["-m", spec["module"]]
+        head = ["-m", "--", spec["module"]]
     else:
-        head = ["--no-python", *spec["command"]]
+        head = ["--no-python", "--", *spec["command"]]
     return [*head, *spec["args"]]
 
 

@@ -267,3 +267,25 @@ def test_jobside_sweep_task_writes_nul_separated_words(tmp_path):
     assert (tmp_path / "sweep-args").read_bytes() == b"--v\0a\nb c\0"
     env = (tmp_path / "sweep-env").read_bytes().decode().split("\0")[:-1]
     assert env[0] == "SLURMKIT_RUN_NAME=n-0" and env[1] == "SLURMKIT_SWEEP_INDEX=0"
+
+
+def test_torchrun_parses_parameters_named_like_its_own_options():
+    """torchrun's argparse takes abbreviations: without the ``--`` before the program, a task's
+    ``--n 0`` stops it ("ambiguous option") and ``--nnodes 9`` would be taken for its own."""
+    pytest.importorskip("torch")
+    from torch.distributed.run import get_args_parser
+
+    for head in ({"script": "/opt/t.py"}, {"module": "pkg.train"}, {"command": ["bash", "-c", "x"]}):
+        spec = validate_spec(
+            {**head, "args": ["--", "z"], "sweep": {"grid": {"n": [0], "nnodes": [9]}}}, "s.yaml"
+        )
+        task = hparams.tasks(spec["sweep"], name="s", base_args=spec["args"])[0]
+        from slurmkit.submit.render import _launch_argv
+
+        launch = _launch_argv({**spec, "args": task.args})
+        parsed = get_args_parser().parse_args(["--nnodes=1", "--nproc_per_node=2", *launch])
+        assert parsed.nnodes == "1"
+        want_program = head.get("script") or head.get("module") or "bash"
+        assert parsed.training_script == want_program
+        tail = ["--", "z", "--n", "0", "--nnodes", "9"]
+        assert parsed.training_script_args[-len(tail) :] == tail
