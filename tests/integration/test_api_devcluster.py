@@ -255,7 +255,8 @@ def test_requeue_of_one_task_resumes_that_task_only(cluster_env, tmp_path):
             assert time.monotonic() < deadline and "FAILED" not in states, f"{states}\n{logs()}"
             time.sleep(0.5)
         rows = job.status(efficiency=False)
-        meta = next((r for r in rows if r.raw_id == array_id), rows[-1])
+        # the array's meta task keeps the array's id as its own job id
+        meta = next(r for r in rows if r.raw_id == array_id)
         other = next(r for r in rows if r.index != meta.index)
         sk.Job(meta.job_id).cancel(signal="USR2")
         meta_log = Path(root / f"log-{array_id}_{meta.index}.out")
