@@ -2,8 +2,8 @@
 
 Usage::
 
-    ssubmit SPEC [--dry-run] [--parsable] [--json] [--set KEY=VALUE ...] [--wait]
-    ssubmit status JOBID | cancel JOBID | logs JOBID
+    ssubmit SPEC [--dry-run] [--parsable] [--json] [--set KEY=VALUE ...] [--sweep NAME=VALUES ...] [--wait]
+    ssubmit status JOBID | cancel JOBID | logs JOBID   (status of a job array: one row per task)
     ssubmit schema            # the job spec as JSON Schema (docs/job-spec.schema.json)
 
 The first argument is a spec file unless it names a subcommand (a spec file that is
@@ -46,7 +46,7 @@ class SsubmitGroup(click.Group):
 
     def format_usage(self, ctx, formatter):
         formatter.write(
-            "Usage: ssubmit SPEC [--dry-run] [--parsable] [--json] [--set K=V ...] [--wait]\n"
+            "Usage: ssubmit SPEC [--dry-run] [--parsable] [--json] [--set K=V ...] [--sweep N=V ...] [--wait]\n"
             "       ssubmit status|cancel|logs JOBID\n"
             "       ssubmit schema\n"
         )
