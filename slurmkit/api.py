@@ -424,6 +424,16 @@ class Job:
         self._is_array: Optional[bool] = None
         self._last_state = "UNKNOWN"
 
+    @property
+    def site(self) -> Dict[str, Any]:
+        """The site config's ``submit`` section this Job uses (record dir, poll interval)."""
+        return self._site
+
+    @property
+    def record(self) -> Optional[Dict[str, Any]]:
+        """What ``submit`` recorded about the job (log, settings, a sweep's tasks), if it ran here."""
+        return self._record
+
     # ---- what kind of job
     @property
     def array_id(self) -> str:

@@ -226,7 +226,7 @@ def submit_cmd(
         return 0
     job = api.submit(spec, check_cluster=False)
     job_id = job.job_id
-    log = job._record["log"] if job._record else ""
+    log = job.record["log"] if job.record else ""
     if parsable:
         click.echo(job_id)
     elif as_json:
@@ -347,7 +347,7 @@ def status_cmd(job_id, as_json, config_path, verbose, quiet) -> None:
         else:
             _print_task_table(rows)
         return
-    site = job._site
+    site = job.site
     state = _job_state(job.job_id)
     info: Dict[str, Any] = {"job_id": job.job_id, **state}
     show = client.show_job(job.job_id)
@@ -364,8 +364,8 @@ def status_cmd(job_id, as_json, config_path, verbose, quiet) -> None:
     record = api.read_record(job.array_id, site)
     if record and record.get("settings", {}).get("checkpoint_dir"):
         if "_" in job.job_id:  # an array task: its directory needs its own job id (sacct)
-            rows = job._slurm_rows()
-            _, ckpt = job._paths_of(rows[0]) if rows else (None, None)
+            rows = job.status(efficiency=False)
+            ckpt = rows[0].checkpoint_dir if rows else None
         else:
             ckpt = record["settings"]["checkpoint_dir"].replace("{job_id}", job.job_id)
             ckpt = ckpt.replace("{user}", record.get("user") or getpass.getuser())
@@ -453,7 +453,7 @@ def logs_cmd(job_id, lines, follow, config_path, verbose, quiet) -> None:
     from slurmkit import api
 
     job = api.Job(job_id, config=config_path)
-    site = job._site
+    site = job.site
     path = job.log_path()
     if not path:
         raise UsageError(f"job {job_id}: no log path known (not in Slurm and not submitted by ssubmit here)")

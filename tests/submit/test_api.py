@@ -362,3 +362,46 @@ def test_task_table_keeps_a_hostile_name_on_one_line(site, tmp_path):
     assert res.exit_code == 0, res.output
     table = res.stderr[res.stderr.index("# TASK") :].splitlines()
     assert table[1] == '#     0  "a\\nb $(x)-0"  lr=1' and len(table) == 2
+
+
+def test_status_of_one_task_shows_its_parameters_and_checkpoint_requeues(site, canned, tmp_path):
+    """``ssubmit status 50_1``: one task of a sweep submitted here (its record), its own
+    checkpoint directory's requeue counts and its parameters."""
+    rows = [
+        {"JobID": "50_1", "JobIDRaw": "52", "State": "COMPLETED", "ExitCode": "0:0", "NodeList": "node2"},
+    ]
+
+    def sacct(argv):
+        fmt = next(a for a in argv if a.startswith("--format=")).split("=", 1)[1].split(",")
+        if "AdminComment" in fmt:
+            return (0, "")
+        return (0, "".join(US.join(r.get(f, "") for f in fmt) + "\n" for r in rows))
+
+    canned(sacct=sacct, squeue=(0, ""), scontrol=(1, "Invalid job id specified"))
+    ckpt = tmp_path / "ck" / "50_1" / ".slurmkit"
+    ckpt.mkdir(parents=True)
+    (ckpt / "requeue-state.json").write_text('{"timeout": 0, "preempt": 2, "node": 1}')
+    records = tmp_path / "records"
+    records.mkdir()
+    (records / "50.json").write_text(
+        json.dumps(
+            {
+                "job_id": "50",
+                "name": "sw",
+                "output": "log-%A_%a.out",
+                "workdir": str(tmp_path),
+                "settings": {"checkpoint_dir": str(tmp_path / "ck" / "{array_job_id}_{array_task_id}")},
+                "tasks": [{"index": 0, "params": {"lr": "1"}}, {"index": 1, "params": {"lr": "a b"}}],
+            }
+        )
+    )
+    res = cli("status", "50_1")
+    assert res.exit_code == 0, res.output
+    out = dict(line.split(None, 1) for line in res.stdout.splitlines())
+    assert out["state"] == "COMPLETED" and out["params"] == 'lr="a b"'
+    assert out["requeues"] == "time limit 0, preemption 2, node failures 1"
+    assert out["log"] == str(tmp_path / "log-50_1.out")
+    job = sk.Job("50")
+    assert job.is_array and [r.checkpoint_dir for r in job.status(efficiency=False)] == [
+        str(tmp_path / "ck" / "50_1")
+    ]
