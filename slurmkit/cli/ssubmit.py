@@ -2,8 +2,8 @@
 
 Usage::
 
-    ssubmit SPEC [--dry-run] [--parsable] [--json] [--set KEY=VALUE ...] [--wait]
-    ssubmit status JOBID | cancel JOBID | logs JOBID
+    ssubmit SPEC [--dry-run] [--parsable] [--json] [--set KEY=VALUE ...] [--sweep NAME=VALUES ...] [--wait]
+    ssubmit status JOBID | cancel JOBID | logs JOBID   (status of a job array: one row per task)
     ssubmit schema            # the job spec as JSON Schema (docs/job-spec.schema.json)
 
 The first argument is a spec file unless it names a subcommand (a spec file that is
@@ -28,14 +28,12 @@ import getpass
 import json
 import os
 import sys
-import time
 from typing import Any, Dict, List, Optional
 
 import click
 
 from slurmkit.cli.common import common_options, load_config, print_json, run_main, setup_logging
-from slurmkit.core.files import write_json_atomic
-from slurmkit.errors import ConfigError, SlurmCommandError, UsageError
+from slurmkit.errors import UsageError
 
 
 class SsubmitGroup(click.Group):
@@ -48,7 +46,7 @@ class SsubmitGroup(click.Group):
 
     def format_usage(self, ctx, formatter):
         formatter.write(
-            "Usage: ssubmit SPEC [--dry-run] [--parsable] [--json] [--set K=V ...] [--wait]\n"
+            "Usage: ssubmit SPEC [--dry-run] [--parsable] [--json] [--set K=V ...] [--sweep N=V ...] [--wait]\n"
             "       ssubmit status|cancel|logs JOBID\n"
             "       ssubmit schema\n"
         )
@@ -70,95 +68,10 @@ def cli() -> None:
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-def _record_dir(site: Dict[str, Any]) -> str:
-    if site.get("record_dir"):
-        return site["record_dir"]
-    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
-    return os.path.join(base, "slurmkit", "ssubmit")
-
-
-def expand_output(pattern: str, job_id: str, name: str, workdir: str) -> str:
-    """The log path Slurm will write: %j, %x, %u, %% expanded, relative to workdir."""
-    out, i = [], 0
-    while i < len(pattern):
-        c = pattern[i]
-        if c == "%" and i + 1 < len(pattern):
-            n = pattern[i + 1]
-            rep = {"j": job_id, "x": name, "u": getpass.getuser(), "%": "%", "A": job_id}.get(n)
-            if rep is not None:
-                out.append(rep)
-                i += 2
-                continue
-        out.append(c)
-        i += 1
-    path = "".join(out)
-    return path if os.path.isabs(path) else os.path.join(workdir, path)
-
-
-def _load_spec_and_render(spec_path: str, sets, config_path):
-    from slurmkit.submit.render import render
-    from slurmkit.submit.spec import load_spec
-
-    cfg = load_config(config_path)
-    site = cfg.section("submit")
-    paths = cfg.section("paths")
-    spec = load_spec(spec_path, site_defaults=site["defaults"], sets=sets, site_path=cfg.path)
-    rendered = render(spec, site=site, paths=paths, spec_path=spec_path)
-    return cfg, site, spec, rendered
-
-
-def _check_cluster(spec: Dict[str, Any], site: Dict[str, Any]) -> Optional[str]:
-    """Refuse impossible GPU/node requests when sinfo can tell; tolerate sinfo failing."""
-    if not site["check_partition"]:
-        return None
-    from slurmkit.errors import ExternalCommandError
-    from slurmkit.slurm import client
-    from slurmkit.submit.spec import check_against_cluster
-
-    try:
-        rows = client.nodes(spec["partition"].split(",")[0] if spec["partition"] else None)
-    except ExternalCommandError as exc:
-        return f"partition check skipped: {exc}"
-    if not spec["partition"]:
-        rows = [r for r in rows if r.get("partition", "").endswith("*")] or rows
-    problem = check_against_cluster(spec, rows)
-    if problem:
-        raise ConfigError(f"{problem} (sinfo; set submit.check_partition: false to skip this check)")
-    return None
-
-
-def _log_path(job_id: str, site: Dict[str, Any]) -> Optional[str]:
-    from slurmkit.slurm import client
-
-    try:
-        job = client.show_job(job_id)
-    except SlurmCommandError:
-        job = None
-    if job and job.get("StdOut"):
-        return job["StdOut"]
-    record = _read_record(job_id, site)
-    if record:
-        return record.get("log")
-    # Not ours and gone from scontrol: the default log name in the job's working dir.
-    try:
-        rows = client.sacct(["JobID", "WorkDir"], ["-j", job_id, "-X"])
-    except SlurmCommandError:
-        rows = []
-    for row in rows:
-        guess = os.path.join(row.get("WorkDir") or "", f"slurmkit-{job_id}.out")
-        if row.get("WorkDir") and os.path.exists(guess):
-            return guess
-    return None
-
-
-def _read_record(job_id: str, site: Dict[str, Any]) -> Optional[Dict[str, Any]]:
-    try:
-        with open(os.path.join(_record_dir(site), f"{job_id}.json"), encoding="utf-8") as fh:
-            return json.load(fh)
-    except (OSError, ValueError):
-        return None
+#
+# Everything below is a front end over slurmkit.api (the Python API): loading, validation,
+# rendering, submission, job records and job state are the API's, imported inside the
+# commands so `ssubmit --help` loads none of it.
 
 
 def _tail(path: Optional[str], lines: int) -> List[str]:
@@ -169,22 +82,6 @@ def _tail(path: Optional[str], lines: int) -> List[str]:
             return fh.read().splitlines()[-lines:]
     except OSError:
         return []
-
-
-# The job-state polling lives in slurmkit.submit.follow, imported inside the commands like the
-# Slurm client it uses, so `ssubmit --help` loads neither.
-
-
-def _job_state(job_id: str) -> Dict[str, str]:
-    from slurmkit.submit import follow
-
-    return follow.job_state(job_id)
-
-
-def _exit_from(state: Dict[str, str]) -> int:
-    from slurmkit.submit import follow
-
-    return follow.exit_code_from(state)
 
 
 def _efficiency(job_id: str, state: Dict[str, str]) -> Optional[Any]:
@@ -201,6 +98,14 @@ def _efficiency(job_id: str, state: Dict[str, str]) -> Optional[Any]:
         return job_efficiency(job_id, timeout=30)
     except ExternalCommandError:
         return None
+
+
+def task_table_lines(tasks) -> List[str]:
+    """``--dry-run``'s task table: index, run name, parameters (one line each, JSON-quoted
+    where a value needs it, so no value can break the table)."""
+    from slurmkit.submit.hparams import describe, shown
+
+    return [f"{t.index:>5}  {shown(t.run_name)}  {describe(t.params)}" for t in tasks]
 
 
 def wait_for_job(job_id: str, *, poll: float, timeout: float, quiet: bool) -> Dict[str, str]:
@@ -231,6 +136,14 @@ def wait_for_job(job_id: str, *, poll: float, timeout: float, quiet: bool) -> Di
     help="Override a spec key (dotted path; value parsed as YAML). Repeatable.",
 )
 @click.option(
+    "--sweep",
+    "sweeps",
+    multiple=True,
+    metavar="NAME=VALUES",
+    help="Add or replace a sweep axis: lr=1e-4,3e-4 (values as written), seed=0..2 (inclusive "
+    "integer range, optional :STEP), or a list [a, 'b,c']. Repeatable.",
+)
+@click.option(
     "--wait", is_flag=True, help="Follow the job to its end, show the log tail, exit with its code."
 )
 @click.option(
@@ -249,6 +162,7 @@ def submit_cmd(
     parsable,
     as_json,
     sets,
+    sweeps,
     wait,
     wait_timeout,
     log_lines,
@@ -260,12 +174,14 @@ def submit_cmd(
     setup_logging(verbose, quiet)
     if not os.path.exists(spec_path):
         raise UsageError(f"{spec_path}: no such spec file (subcommands: status, cancel, logs, schema)")
-    cfg, site, spec, rendered = _load_spec_and_render(spec_path, sets, config_path)
-    note = _check_cluster(spec, site)
-    if note and not quiet:
-        click.echo(f"ssubmit: warning: {note}", err=True)
-    from slurmkit.slurm import client
+    from slurmkit import api
 
+    spec = api.Spec.load(spec_path, config=config_path, sets=sets, sweep=sweeps)
+    rendered = spec.render()
+    for note in spec.check_cluster():
+        if not quiet:
+            click.echo(f"ssubmit: warning: {note}", err=True)
+    tasks = spec.tasks
     if dry_run:
         if as_json:
             print_json(
@@ -273,6 +189,10 @@ def submit_cmd(
                     "script": rendered.script,
                     "sbatch_args": rendered.sbatch_args,
                     "settings": rendered.settings,
+                    "tasks": [
+                        {"index": t.index, "run_name": t.run_name, "params": t.params, "args": t.args}
+                        for t in tasks
+                    ],
                 }
             )
         else:
@@ -288,49 +208,48 @@ def submit_cmd(
                     import shlex
 
                     click.echo("# sbatch " + shlex.join(rendered.sbatch_args), err=True)
+                if tasks:
+                    click.echo(
+                        f"# ---- sweep: {len(tasks)} tasks, one job array --array={spec.data['array']}",
+                        err=True,
+                    )
+                    click.echo("# TASK  RUN NAME  PARAMETERS", err=True)
+                    for line in task_table_lines(tasks):
+                        click.echo(f"# {line}", err=True)
         return 0
     if test_only:
-        message = client.submit(rendered.script, rendered.sbatch_args, test_only=True)
+        message = api.test_submit(spec)
         if as_json:
             print_json({"test_only": message})
         else:
             click.echo(message)
         return 0
-    job_id = client.submit(rendered.script, rendered.sbatch_args)
-    workdir = spec["workdir"] or os.getcwd()
-    log = expand_output(spec["output"], job_id, spec["name"], workdir)
-    record = {
-        "job_id": job_id,
-        "name": spec["name"],
-        "spec": os.path.abspath(spec_path),
-        "log": log,
-        "workdir": workdir,
-        "submitted": time.time(),
-        "settings": rendered.settings,
-    }
-    try:
-        os.makedirs(_record_dir(site), exist_ok=True)
-        # atomic: `ssubmit status` or a second ssubmit never reads half a record
-        write_json_atomic(
-            os.path.join(_record_dir(site), f"{job_id}.json"),
-            json.loads(json.dumps(record, default=str)),
-            indent=1,
-        )
-    except OSError as exc:
-        click.echo(f"ssubmit: warning: cannot record job {job_id}: {exc.strerror}", err=True)
+    job = api.submit(spec, check_cluster=False)
+    job_id = job.job_id
+    log = job.record["log"] if job.record else ""
     if parsable:
         click.echo(job_id)
     elif as_json:
         if not wait:  # with --wait the one JSON object comes at the end
-            print_json({"job_id": job_id, "log": log, "name": spec["name"]})
+            print_json({"job_id": job_id, "log": log, "name": spec.name, "tasks": len(tasks)})
     elif not quiet:
-        click.echo(f"Submitted job {job_id} ({spec['name']}); log: {log}")
+        what = (
+            f"job array {job_id} ({spec.name}, {len(tasks)} tasks)"
+            if tasks
+            else f"job {job_id} ({spec.name})"
+        )
+        click.echo(f"Submitted {what}; log: {log}")
     if not wait:
         return 0
+    if tasks:
+        return _wait_array(job, wait_timeout, quiet or parsable, as_json)
+    site = spec.site
     state = wait_for_job(
         job_id, poll=site["wait_poll_seconds"], timeout=wait_timeout, quiet=quiet or parsable
     )
-    code = _exit_from(state)
+    from slurmkit.submit import follow
+
+    code = follow.exit_code_from(state)
     tail = _tail(log, log_lines)
     eff = _efficiency(job_id, state)
     if as_json:
@@ -363,7 +282,49 @@ def submit_cmd(
     return 0
 
 
+def _wait_array(job, timeout: float, quiet: bool, as_json: bool) -> int:
+    """``--wait`` for a sweep: follow the array, then print its task table; exit 0 when every
+    task completed with 0, else the first failed task's code (1 when it has none)."""
+
+    def show(state: str) -> None:
+        click.echo(f"ssubmit: job array {job.job_id}: {state}", err=True)
+
+    final = job.wait(timeout=timeout, on_change=None if quiet else show)
+    rows = job.status()
+    bad = [r for r in rows if r.state != "COMPLETED" or r.exit_code]
+    code = (bad[0].exit_code or 1) if bad else 0
+    if as_json:
+        print_json({"job_id": job.job_id, "state": final, "exit": code, "tasks": [r.to_dict() for r in rows]})
+    elif not quiet:
+        _print_task_table(rows, err=True)
+        click.echo(f"ssubmit: job array {job.job_id} ended {final}", err=True)
+    if code:
+        sys.exit(code)
+    return 0
+
+
 # --------------------------------------------------------------------------- status / cancel / logs
+
+
+def _print_task_table(rows, err: bool = False) -> None:
+    from slurmkit.api import efficiency_text
+    from slurmkit.submit.hparams import describe
+
+    cells = [
+        [
+            str(r.index if r.index is not None else "-"),
+            r.state,
+            "-" if r.exit_code is None else f"{r.exit_code}:{r.signal or 0}",
+            str(r.restarts),
+            efficiency_text(r.efficiency),
+            describe(r.params) if r.params else "-",
+        ]
+        for r in rows
+    ]
+    head = ["TASK", "STATE", "EXIT", "RESTARTS", "EFFICIENCY", "PARAMETERS"]
+    widths = [max(len(h), *(len(c[i]) for c in cells)) if cells else len(h) for i, h in enumerate(head)]
+    for line in [head, *cells]:
+        click.echo("  ".join(v.ljust(w) for v, w in zip(line, widths)).rstrip(), err=err)
 
 
 @cli.command("status")
@@ -371,30 +332,44 @@ def submit_cmd(
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @common_options
 def status_cmd(job_id, as_json, config_path, verbose, quiet) -> None:
-    """State, nodes, restarts, excludes and log of JOBID."""
+    """State, nodes, restarts, excludes and log of JOBID; one row per task for a job array."""
     setup_logging(verbose, quiet)
-    cfg = load_config(config_path)
-    site = cfg.section("submit")
+    from slurmkit import api
     from slurmkit.slurm import client
 
-    state = _job_state(job_id)
-    info: Dict[str, Any] = {"job_id": job_id, **state}
-    job = client.show_job(job_id)
-    if job:
+    job = api.Job(job_id, config=config_path)
+    if job.is_array:
+        rows = job.status()
+        if not rows:
+            raise UsageError(f"job {job_id}: Slurm knows no such job")
+        if as_json:
+            print_json({"job_id": job.job_id, "state": job.state(), "tasks": [r.to_dict() for r in rows]})
+        else:
+            _print_task_table(rows)
+        return
+    site = job.site
+    state = _job_state(job.job_id)
+    info: Dict[str, Any] = {"job_id": job.job_id, **state}
+    show = client.show_job(job.job_id)
+    if show:
         info.update(
             {
-                "restarts": job.get("Restarts", ""),
-                "exclude": job.get("ExcNodeList", ""),
-                "time_limit": job.get("TimeLimit", ""),
-                "name": job.get("JobName", ""),
+                "restarts": show.get("Restarts", ""),
+                "exclude": show.get("ExcNodeList", ""),
+                "time_limit": show.get("TimeLimit", ""),
+                "name": show.get("JobName", ""),
             }
         )
-    info["log"] = _log_path(job_id, site)
-    record = _read_record(job_id, site)
+    info["log"] = job.log_path()
+    record = api.read_record(job.array_id, site)
     if record and record.get("settings", {}).get("checkpoint_dir"):
-        ckpt = record["settings"]["checkpoint_dir"].replace("{job_id}", job_id)
-        ckpt = ckpt.replace("{user}", record.get("user") or getpass.getuser())
-        state_file = os.path.join(ckpt, ".slurmkit", "requeue-state.json")
+        if "_" in job.job_id:  # an array task: its directory needs its own job id (sacct)
+            rows = job.status(efficiency=False)
+            ckpt = rows[0].checkpoint_dir if rows else None
+        else:
+            ckpt = record["settings"]["checkpoint_dir"].replace("{job_id}", job.job_id)
+            ckpt = ckpt.replace("{user}", record.get("user") or getpass.getuser())
+        state_file = os.path.join(ckpt or "", ".slurmkit", "requeue-state.json")
         try:
             with open(state_file, encoding="utf-8") as fh:
                 counts = json.load(fh)
@@ -402,11 +377,15 @@ def status_cmd(job_id, as_json, config_path, verbose, quiet) -> None:
                 f"time limit {counts.get('timeout', 0)}, preemption {counts.get('preempt', 0)}, "
                 f"node failures {counts.get('node', 0)}"
             )
-        except (OSError, ValueError):
+        except (OSError, ValueError, TypeError):
             pass
-    if state["source"] == "none" and not job:
+        if job.params:
+            from slurmkit.submit.hparams import describe
+
+            info["params"] = describe(job.params)
+    if state["source"] == "none" and not show:
         raise UsageError(f"job {job_id}: Slurm knows no such job")
-    eff = _efficiency(job_id, state)
+    eff = _efficiency(job.job_id, state)
     if eff is not None:
         from slurmkit.report.efficiency import one_line
 
@@ -426,11 +405,18 @@ def status_cmd(job_id, as_json, config_path, verbose, quiet) -> None:
             "requeues",
             "exclude",
             "exit_code",
+            "params",
             "log",
             "efficiency",
         ):
             if info.get(key) not in (None, "", "None", "(null)"):
                 click.echo(f"{key:10} {info[key]}")
+
+
+def _job_state(job_id: str) -> Dict[str, str]:
+    from slurmkit.submit import follow
+
+    return follow.job_state(job_id)
 
 
 @cli.command("cancel")
@@ -464,9 +450,11 @@ def cancel_cmd(job_id, sig, config_path, verbose, quiet) -> None:
 def logs_cmd(job_id, lines, follow, config_path, verbose, quiet) -> None:
     """Print the end of JOBID's log."""
     setup_logging(verbose, quiet)
-    cfg = load_config(config_path)
-    site = cfg.section("submit")
-    path = _log_path(job_id, site)
+    from slurmkit import api
+
+    job = api.Job(job_id, config=config_path)
+    site = job.site
+    path = job.log_path()
     if not path:
         raise UsageError(f"job {job_id}: no log path known (not in Slurm and not submitted by ssubmit here)")
     if not os.path.exists(path):

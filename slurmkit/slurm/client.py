@@ -191,10 +191,16 @@ def jobs(
     job_ids: Iterable[str] = (),
     states: Iterable[str] = (),
     node: Optional[str] = None,
+    array_tasks: bool = False,
     timeout: Optional[float] = None,
 ) -> List[Dict[str, str]]:
-    """Queued and running jobs from ``squeue`` (``%i`` gives array tasks as ``123_4``)."""
+    """Queued and running jobs from ``squeue`` (``%i`` gives array tasks as ``123_4``).
+
+    ``array_tasks`` (``squeue -r``) lists every pending array task on its own row instead
+    of one ``123_[4-9%2]`` row for all of them."""
     args = ["-h", "-o", "%i|%T|%u|%P|%N|%r|%j"]
+    if array_tasks:
+        args.append("-r")
     if user:
         args += ["-u", user]
     ids = list(job_ids)

@@ -72,3 +72,20 @@ def warn_lines(timeout: float = 5.0) -> Optional[List[str]]:
     lines = required_settings_warnings(timeout)
     out = [f"warning: Slurm setting {w}" if "=" in w.split(":")[0] else f"warning: {w}" for w in lines]
     return out or None
+
+
+#: Slurm's default MaxArraySize (slurm.conf(5)): array indices run from 0 to MaxArraySize - 1
+DEFAULT_MAX_ARRAY_SIZE = 1001
+
+
+def max_array_size(timeout: float = 10.0) -> int:
+    """The cluster's ``MaxArraySize`` from ``scontrol show config`` (through the runner, with
+    ``timeout``): a job array may have at most this many tasks, indices 0 to this - 1.
+
+    A failing or timed-out scontrol raises its :class:`~slurmkit.errors.ExternalCommandError`;
+    a configuration that does not print the value gives Slurm's default."""
+    from slurmkit.slurm import client
+
+    res = client.call("scontrol", ["show", "config"], timeout=timeout)
+    value = parse_show_config(res.stdout).get("MaxArraySize", "")
+    return int(value) if value.isdigit() else DEFAULT_MAX_ARRAY_SIZE

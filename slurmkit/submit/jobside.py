@@ -17,6 +17,8 @@
   re-run after a failed training step (an NCCL error, a node that died).
 * ``requeue`` - after the checkpoint signal: requeue the job if retries remain for
   the cause (time limit or preemption, counted separately); exit 10 when requeued.
+* ``sweep-task --index I --out-dir DIR`` - read a sweep's task table on stdin and write
+  array task I's arguments and variables NUL-separated (:mod:`slurmkit.submit.hparams`).
 * ``checkpoint-dir DIR`` - create the job's checkpoint directory private (0700) and
   refuse (exit 78, one line) one that another user owns or can write into, or that
   lies under a directory where another user could swap it: a trainer unpickles what it
@@ -46,6 +48,7 @@ from slurmkit.errors import ExternalCommandError
 from slurmkit.slurm import client, runner
 from slurmkit.slurm.jobenv import JobEnv
 from slurmkit.slurm.node import this_node
+from slurmkit.submit import hparams
 from slurmkit.verdict.store import VerdictStore, still_valid
 
 REQUEUED_EXIT = 10
@@ -607,6 +610,28 @@ def cmd_checkpoint_dir(args: argparse.Namespace) -> int:
     return 0
 
 
+# --------------------------------------------------------------------------- sweep task
+
+
+def cmd_sweep_task(args: argparse.Namespace) -> int:
+    """Read the sweep table on stdin, pick task ``--index`` and write its arguments
+    (``sweep-args``) and variables (``sweep-env``, ``NAME=value``) NUL-separated into
+    ``--out-dir``, for the batch script to read back as whole words."""
+    try:
+        task = hparams.task_from_table(sys.stdin.read(), args.index)
+    except hparams.SweepError as exc:
+        log(f"error: {exc}")
+        return 1
+    for name, items in (
+        ("sweep-args", task.args),
+        ("sweep-env", [f"{k}={v}" for k, v in task.env.items()]),
+    ):
+        path = os.path.join(args.out_dir, name)
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write("".join(item + "\0" for item in items))
+    return 0
+
+
 def _add_requeue_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--job-id", required=True)
     p.add_argument("--state-dir", required=True)
@@ -666,6 +691,11 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("checkpoint-dir")
     p.add_argument("dir")
     p.set_defaults(fn=cmd_checkpoint_dir)
+
+    p = sub.add_parser("sweep-task")
+    p.add_argument("--index", default=None, help="the array task ($SLURM_ARRAY_TASK_ID)")
+    p.add_argument("--out-dir", required=True)
+    p.set_defaults(fn=cmd_sweep_task)
 
     p = sub.add_parser("finish-requeue")
     p.add_argument("--job-id", required=True)

@@ -26,6 +26,7 @@ import jinja2
 
 from slurmkit import __version__
 from slurmkit.slurm.parse import format_minutes, parse_time_limit
+from slurmkit.submit import hparams
 from slurmkit.submit import nccl as nccl_mod
 
 TEMPLATE_NAME = "ssubmit.sbatch.j2"
@@ -145,17 +146,28 @@ def split_sbatch_options(opts: List[Tuple[str, Optional[str]]]) -> Tuple[List[st
 
 
 def _launch_argv(spec: Dict[str, Any]) -> List[str]:
-    """What torchrun runs on every rank (after torchrun's own options)."""
+    """What torchrun runs on every rank (after torchrun's own options).
+
+    ``--`` ends torchrun's options before the program: torchrun's argparse accepts abbreviated
+    options and classifies every item first, so a program argument such as ``--n 4`` (a sweep
+    parameter ``n``) would otherwise stop torchrun with "ambiguous option: --n could match
+    --nnodes, ..." and ``--nnodes=2`` would be taken for torchrun's own."""
     if spec["script"]:
-        head = [spec["script"]]
+        head = ["--", spec["script"]]
     elif spec["module"]:
-        head = ["-m", spec["module"]]
+        head = ["-m", "--", spec["module"]]
     else:
-        head = ["--no-python", *spec["command"]]
+        head = ["--no-python", "--", *spec["command"]]
     return [*head, *spec["args"]]
 
 
-_CKPT_PLACEHOLDERS = {"{job_id}": '"${SLURM_JOB_ID}"', "{user}": '"${SK_USER}"'}
+_CKPT_PLACEHOLDERS = {
+    "{job_id}": '"${SLURM_JOB_ID}"',
+    "{user}": '"${SK_USER}"',
+    # only in job arrays (validated at load): set by Slurm for every array task
+    "{array_job_id}": '"${SLURM_ARRAY_JOB_ID}"',
+    "{array_task_id}": '"${SLURM_ARRAY_TASK_ID}"',
+}
 
 
 def _checkpoint_dir_expr(template: str) -> str:
@@ -165,7 +177,7 @@ def _checkpoint_dir_expr(template: str) -> str:
     Built from ``shlex.quote``d literal parts joined by the unquoted-but-double-quoted
     variable references: no part of the user's string is ever outside single quotes.
     """
-    parts = re.split(r"(\{job_id\}|\{user\})", template)
+    parts = re.split(r"(\{job_id\}|\{user\}|\{array_job_id\}|\{array_task_id\})", template)
     return "".join(_CKPT_PLACEHOLDERS.get(p) or shlex.quote(p) for p in parts if p) or "''"
 
 
@@ -184,7 +196,11 @@ def build_context(
     nccl_env = {k: v for k, v in resolved_nccl["env"].items() if k not in spec["env"]}
     ckpt_root = site.get("checkpoint_root") or os.path.join(paths["shared_dir"], "ssubmit")
     # per user: a shared root is world-writable, so <root>/<job id> could be prepared by anyone
-    ckpt_template = spec["checkpoint"]["dir"] or os.path.join(ckpt_root, "{user}", "{job_id}")
+    # a sweep's tasks: <array job>_<task>, the name sacct and `ssubmit status` show for the task
+    own_dir = "{array_job_id}_{array_task_id}" if spec.get("sweep") else "{job_id}"
+    ckpt_template = spec["checkpoint"]["dir"] or os.path.join(ckpt_root, "{user}", own_dir)
+    sweep = spec.get("sweep")
+    base_args = list(spec["args"])
     minutes = parse_time_limit(spec["time"])
     rdzv = spec["rendezvous"]
     opts = sbatch_options(spec)
@@ -273,6 +289,9 @@ def build_context(
         ],
         "preflight_minutes": preflight_minutes,
         "launch": _launch_argv(spec),
+        # a sweep: the task's own arguments come from the table at run time, after the head
+        "launch_head": _launch_argv({**spec, "args": []}),
+        "sweep_table": hparams.table_json(sweep, name=spec["name"], base_args=base_args) if sweep else "",
     }
 
 
@@ -326,4 +345,12 @@ def render(
         "launch": ["torchrun", f"--nproc_per_node={spec['nproc_per_node']}", *ctx["launch"]],
         "sbatch_args": ctx["sbatch_argv"],
     }
+    if spec.get("sweep"):
+        settings["sweep"] = {
+            "array": spec["array"],
+            "pass_as": spec["sweep"]["pass_as"],
+            "max_parallel": spec["sweep"]["max_parallel"],
+            "tasks": spec["sweep"]["size"],
+            "output": spec["output"],
+        }
     return Rendered(script=script, sbatch_args=ctx["sbatch_argv"], settings=settings)

@@ -29,6 +29,7 @@ from slurmkit.core.yamlload import LineDict, load_yaml_file
 from slurmkit.errors import ConfigError
 from slurmkit.slurm import sbatch_options
 from slurmkit.slurm.parse import ParseError, gpus_from_gres, parse_time_limit
+from slurmkit.submit import hparams
 
 # --------------------------------------------------------------------------- value checks
 
@@ -538,6 +539,38 @@ SPEC_FIELDS: Dict[str, Field] = {
         check=_check_extra_sbatch,
         nullable=False,
     ),
+    "sweep": Section(
+        {
+            "grid": Field(
+                "dict",
+                {},
+                "Axes of the grid, in order: name -> list of values. Tasks are every combination, "
+                "the last axis varying fastest.",
+                items=Field("any"),
+                nullable=False,
+                examples=[{"lr": [0.0001, 0.0003], "seed": [0, 1, 2]}],
+            ),
+            "list": Field(
+                "list",
+                [],
+                "Explicit parameter sets (name -> value), run after the grid's tasks.",
+                items=Field("any"),
+                nullable=False,
+            ),
+            "pass_as": Field(
+                "str",
+                "args",
+                "How parameters reach the command: args (appended as --name value), env "
+                "(environment variables of that name), or template ({name} placeholders in args).",
+                choices=list(hparams.PASS_AS),
+                nullable=False,
+            ),
+            "max_parallel": Field(
+                "int", None, "Most tasks running at once (the array's % throttle).", min=1, max=4000001
+            ),
+        },
+        "Hyperparameter sweep: one job array, one task per parameter set (docs/ssubmit.md#sweeps).",
+    ),
 }
 
 SPEC_SCHEMA = Section(
@@ -663,7 +696,60 @@ def validate_spec(raw: Any, path: Optional[str] = None, spec_dir: Optional[str] 
         candidate = os.path.normpath(os.path.join(spec_dir, spec["script"]))
         if os.path.exists(candidate):
             spec["script"] = candidate
+    _validate_sweep(raw, spec, path)
     return spec
+
+
+#: the default log of a sweep: one file per array task (%A array job id, %a task index)
+SWEEP_OUTPUT = "slurmkit-%A_%a.out"
+#: checkpoint.dir placeholders that only exist in a job array
+ARRAY_PLACEHOLDERS = ("{array_job_id}", "{array_task_id}")
+
+
+def _validate_sweep(raw: Any, spec: Dict[str, Any], path: Optional[str]) -> None:
+    """A ``sweep:`` section becomes the job's ``array`` (``0-N`` with the ``%`` throttle) and a
+    per-task log; its task table is checked here so every error has the spec's line."""
+    ckpt = spec["checkpoint"]["dir"] or ""
+    in_raw = isinstance(raw, dict) and isinstance(raw.get("sweep"), dict)
+    if not in_raw:
+        if spec["array"] is None and any(p in ckpt for p in ARRAY_PLACEHOLDERS):
+            raise _combo_error(
+                raw,
+                path,
+                "{array_job_id} and {array_task_id} need a job array (array or sweep)",
+                "checkpoint",
+                "dir",
+            )
+        spec["sweep"] = None
+        return
+    sweep = spec["sweep"]
+    if spec["array"] is not None:
+        raise _combo_error(raw, path, "set array or sweep, not both: the sweep makes the array", "array")
+    try:
+        table = hparams.tasks(sweep, name=spec["name"], base_args=spec["args"])
+    except hparams.SweepError as exc:
+        raise _combo_error(raw, path, str(exc), "sweep", *exc.keys) from None
+    n = len(table)
+    spec["array"] = f"0-{n - 1}" + (f"%{sweep['max_parallel']}" if sweep["max_parallel"] else "")
+    sweep["size"] = n
+    if "output" not in raw:
+        spec["output"] = SWEEP_OUTPUT
+    elif "%a" not in spec["output"] and "%j" not in spec["output"]:
+        raise _combo_error(
+            raw,
+            path,
+            f"{spec['output']!r} has neither %a nor %j: every task of a sweep needs its own log",
+            "output",
+        )
+    if ckpt and "{array_task_id}" not in ckpt and "{job_id}" not in ckpt:
+        raise _combo_error(
+            raw,
+            path,
+            f"{ckpt!r} has neither {{array_task_id}} nor {{job_id}}: every task of a sweep needs its own "
+            "checkpoint directory (requeue resumes the task from it)",
+            "checkpoint",
+            "dir",
+        )
 
 
 def _env_str(value: Any) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import Any, Dict, Optional
 
@@ -58,6 +59,7 @@ STUB_PYTHON = r"""#!/bin/bash
 # Stands in for the job's python: records what torchrun would get, runs node-launch's command.
 case "$1 $2 $3" in
   "-m slurmkit.submit.jobside resolve-head") echo 10.0.0.1; exit 0 ;;
+  "-m slurmkit.submit.jobside sweep-task") exec "$SK_REAL_PYTHON" "$@" ;;
   "-m slurmkit.submit.jobside node-launch")
     while [ "$#" -gt 0 ] && [ "$1" != "--" ]; do shift; done; shift; exec "$@" ;;
   "-m slurmkit.submit.jobside "*) exit 0 ;;
@@ -87,7 +89,7 @@ class StubRun:
                     self.env[k] = v
 
 
-def run_with_stubs(script: str, tmp: Path, **_ignored) -> StubRun:
+def run_with_stubs(script: str, tmp: Path, extra_env: Optional[Dict[str, str]] = None, **_ignored) -> StubRun:
     """Execute a rendered script for real, with srun/scontrol/python replaced by stubs.
 
     Proves the quoting end to end: what bash hands to torchrun and to the environment
@@ -119,6 +121,8 @@ def run_with_stubs(script: str, tmp: Path, **_ignored) -> StubRun:
         "TMPDIR": str(tmp),
         "SK_TEST_OUT": str(out),
         "HOME": str(tmp),
+        "SK_REAL_PYTHON": sys.executable,  # the sweep-task helper runs for real
+        **(extra_env or {}),
     }
     started = time.time()
     proc = subprocess.run(

@@ -11,8 +11,9 @@ import pytest
 from click.testing import CliRunner
 from ssubmit_helpers import REPO, SPECS
 
+from slurmkit.api import expand_output
 from slurmkit.cli.common import run_main
-from slurmkit.cli.ssubmit import cli, expand_output
+from slurmkit.cli.ssubmit import cli
 from slurmkit.slurm import runner
 from slurmkit.slurm.runner import Result
 

@@ -17,6 +17,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "slurmkit"
 #: Top to bottom. Units on one line may not import each other.
 LAYERS: List[Set[str]] = [
     {"cli"},  # command-line code only
+    {"api"},  # the public Python API (ssubmit's CLI is a front end over it)
     {"sweep", "submit", "report", "devcluster"},  # orchestration
     {"health"},  # the checks, their backends and the hook logic
     {"verdict", "config"},  # status/action/result, the store, the record; the site config
