@@ -163,6 +163,10 @@ def _launch(cfg: LaunchConfig) -> dict[str, int]:
 def _use_hopper(q, k, v, scale: float, hopper: bool | None) -> bool:
     """Whether this call runs the Hopper kernels (TMA, warp specialisation, 5-matmul backward).
 
+    Called inside the custom ops' implementations, on the real tensors: the alignment
+    check reads ``data_ptr()``, which Dynamo's fake tensors do not have, so deciding in
+    :func:`flash_attention` itself broke ``torch.compile(fullgraph=True)``.
+
     ``hopper=None`` follows ``SLURMKIT_KERNELS_HOPPER``; ``True`` uses them regardless of
     it, also under the interpreter (tests); ``False`` never. On CUDA they need compute
     capability 9.0 or newer. Either way the inputs must suit them: fp16/bf16 (fp32 keeps the
@@ -364,12 +368,13 @@ def _flash_attention_fwd(
     scale: float,
     precision: str,
     config_json: str | None,
-    hopper: bool,
+    hopper: bool | None,
     deterministic: bool,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     config = _config_from_json(config_json, q)
+    use_hopper = _use_hopper(q, k, v, scale, hopper)
     with _on_device(q):
-        return _forward(q, k, v, (d_lo, d_hi), scale, precision, config, hopper)
+        return _forward(q, k, v, (d_lo, d_hi), scale, precision, config, use_hopper)
 
 
 @_flash_attention_fwd.register_fake
@@ -391,14 +396,19 @@ def _flash_attention_bwd(
     scale: float,
     precision: str,
     config_json: str | None,
-    hopper: bool,
+    hopper: bool | None,
     deterministic: bool,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     if do.dtype != q.dtype or do.device != q.device:
         raise ValueError(f"grad_output has dtype {do.dtype} on {do.device}; expected {q.dtype} on {q.device}")
     config = _config_from_json(config_json, q)
+    # The same inputs as the forward's, so the same decision (both paths keep the lse in
+    # the same log2 domain, so either backward matches either forward).
+    use_hopper = _use_hopper(q, k, v, scale, hopper)
     with _on_device(q):
-        return _backward(do, q, k, v, o, lse, (d_lo, d_hi), scale, precision, config, hopper, deterministic)
+        return _backward(
+            do, q, k, v, o, lse, (d_lo, d_hi), scale, precision, config, use_hopper, deterministic
+        )
 
 
 @_flash_attention_bwd.register_fake
@@ -513,9 +523,9 @@ def flash_attention(
         raise ValueError(f"hopper must be None, True or False, got {hopper!r}")
     if not isinstance(deterministic, bool):
         raise ValueError(f"deterministic must be a bool, got {deterministic!r}")
-    use_hopper = _use_hopper(q, k, v, scale, hopper)
     config_json = None if config is None else config.json
+    # Which kernels run (portable or Hopper) is decided inside the op, on real tensors.
     out, _lse = _flash_attention_fwd(
-        q, k, v, band[0], band[1], scale, precision, config_json, use_hopper, deterministic
+        q, k, v, band[0], band[1], scale, precision, config_json, hopper, deterministic
     )
     return out

@@ -108,3 +108,56 @@ def test_ops_pass_opcheck(device):
     torch.library.opcheck(
         attention._flash_attention_bwd, bwd_args, test_utils=("test_schema", "test_faketensor")
     )
+
+
+def test_hopper_path_compiles_in_one_graph(device, monkeypatch):
+    """``hopper=True`` under ``torch.compile(fullgraph=True)``: the choice between the Hopper
+    and the portable kernels reads ``data_ptr()`` (TMA alignment), which Dynamo's fake
+    tensors lack, so it must happen inside the custom op, on real tensors. Here the op runs
+    the Hopper kernels through the interpreter (counted), forward and backward, and matches
+    eager bitwise; an unaligned layout, decided at run time inside the same compiled graph,
+    takes the portable kernels."""
+    from slurmkit_kernels import _hopper
+
+    monkeypatch.setattr(_hopper, "HOPPER_TILES", {(kind, 16): (16, 32, 4, 2) for kind in ("fwd", "bwd")})
+    seen = {"forward": 0, "backward": 0}
+    for name in seen:
+        real = getattr(_hopper, name)
+
+        def counting(*args, _real=real, _name=name, **kwargs):
+            seen[_name] += 1
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(_hopper, name, counting)
+
+    def attend(q, k, v):
+        return flash_attention(q, k, v, causal=True, hopper=True).float().square().sum()
+
+    gen = torch.Generator().manual_seed(2)
+    q, k, v = (
+        torch.randn((1, h, 40, 16), generator=gen).to(device, torch.float16).requires_grad_()
+        for h in (4, 2, 2)
+    )
+    eager_loss = attend(q, k, v)
+    eager_grads = torch.autograd.grad(eager_loss, (q, k, v))
+    assert seen == {"forward": 1, "backward": 1}
+
+    torch._dynamo.reset()
+    explanation = torch._dynamo.explain(attend)(q, k, v)
+    assert explanation.graph_break_count == 0, explanation.break_reasons
+    assert explanation.graph_count == 1
+    compiled = torch.compile(attend, fullgraph=True, backend="aot_eager")
+    seen.update(forward=0, backward=0)
+    loss = compiled(q, k, v)
+    grads = torch.autograd.grad(loss, (q, k, v))
+    assert seen == {"forward": 1, "backward": 1}
+    assert torch.equal(loss, eager_loss)
+    for got, want in zip(grads, eager_grads):
+        assert torch.equal(got, want)
+
+    # Every other element of a wider tensor: TMA cannot address it, the op falls back.
+    wide = torch.randn((1, 4, 40, 32), generator=gen).to(device, torch.float16)[..., ::2]
+    seen.update(forward=0, backward=0)
+    unaligned = compiled(wide.requires_grad_(), k, v)
+    torch.testing.assert_close(unaligned, attend(wide, k, v), rtol=0, atol=0)
+    assert seen == {"forward": 0, "backward": 0}
