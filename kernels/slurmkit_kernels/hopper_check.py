@@ -24,6 +24,8 @@ import subprocess
 import sys
 import tempfile
 
+from .compile_check import count_instructions
+
 SMEM_LIMIT_SM90 = 232448
 DTYPES = ("bfloat16", "float16")
 HEAD_DIMS = (16, 32, 64, 128)
@@ -106,10 +108,10 @@ def compile_launch(kernel, args, kwargs, arch: int = 90) -> dict:
         "registers": regs,
         "spill_bytes": spills,
         "shared": compiled.metadata.shared,
-        "wgmma": len(re.findall(r"\bwgmma\.mma_async", ptx)),
-        "tma": len(re.findall(r"\bcp\.async\.bulk\.tensor", ptx)),
+        "wgmma": count_instructions(ptx, "wgmma.mma_async"),
+        "tma": count_instructions(ptx, "cp.async.bulk.tensor"),
         # Release increments of the deterministic backward's dQ semaphore.
-        "sem": len(re.findall(r"\batom\.global\.gpu\.release\.add", ptx)),
+        "sem": count_instructions(ptx, "atom.global.gpu.release.add"),
         "num_warps": compiled.metadata.num_warps,
     }
 
