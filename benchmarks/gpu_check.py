@@ -325,12 +325,17 @@ def naive_attention(q, k, v, causal, scale):
 
 def phase_correctness(plan: Plan, results: Results, deadline: float) -> int:
     torch = _import_torch(plan.cpu_smoke)
-    from slurmkit_kernels import _hopper, attention, flash_attention
+    from slurmkit_kernels import attention, flash_attention
+    from slurmkit_kernels.config import HOPPER_KERNEL_NAMES, builtin_config, parse_config
 
+    config = None  # the GPU's shipped config, as a job gets it
     if plan.cpu_smoke:
-        # The interpreter's cost grows with the number of tiles: small Hopper tiles keep
-        # several key blocks per query block (staged loops, semaphore) at these lengths.
-        _hopper.HOPPER_TILES = {(kind, 16): (16, 16, 4, 2) for kind in ("fwd", "bwd")}
+        # Small Hopper tiles: several key blocks per query block (the staged loops and the
+        # dQ semaphore run) at the smoke run's lengths.
+        data = builtin_config("default").to_dict()
+        small = {"BLOCK_M": 16, "BLOCK_N": 16, "num_warps": 4, "num_stages": 2}
+        data["kernels"].update({name: {"default": small} for name in HOPPER_KERNEL_NAMES})
+        config = parse_config(data, source="gpu_check --cpu-smoke")
     failures = 0
     for path, dtype_name, d, (b, hq, hkv, nq, nk) in plan.corr:
         dtype = getattr(torch, dtype_name)
@@ -350,7 +355,7 @@ def phase_correctness(plan: Plan, results: Results, deadline: float) -> int:
             hopper = path == "hopper"
             try:
                 ran = "hopper" if attention._use_hopper(q, k, v, scale, hopper) else "portable"
-                out = flash_attention(q, k, v, causal=causal, hopper=hopper)
+                out = flash_attention(q, k, v, causal=causal, hopper=hopper, config=config)
                 got = (out, *torch.autograd.grad(out, (q, k, v), do))
                 same_out = naive_attention(q, k, v, causal, scale)
                 same = (same_out, *torch.autograd.grad(same_out, (q, k, v), do))

@@ -36,7 +36,7 @@ and of FlashAttention-2/3 (Dao 2023; Shah et al. 2024):
   group's heads serially.
 
 fp32 inputs and every layout TMA cannot address (last dim not contiguous, strides or base
-not 16-byte aligned) use the portable kernels; see ``attention._hopper_eligible``.
+not 16-byte aligned) use the portable kernels; see ``attention._use_hopper``.
 
 Under ``TRITON_INTERPRET=1`` these kernels also run (the interpreter emulates tensor
 descriptors with masked pointer loads and ignores ``warp_specialize``), which is how the
@@ -457,32 +457,10 @@ def _hopper_bwd(
 # on Hopper yet. The flag is plumbed through so a newer Triton can be tried by flipping it.
 WARP_SPECIALIZE = False
 
-# Tiles per (kernel, head dim): (BLOCK_M, BLOCK_N, num_warps, num_stages). For ``bwd`` the
-# program owns BLOCK_N keys and walks queries in BLOCK_M steps. Chosen so that every entry
-# compiles for sm_90 without spills and within shared memory (tests/kernels/test_hopper.py);
-# not yet timed on a GPU.
-HOPPER_TILES = {
-    # 8 warps: two warpgroups share the 128-row tile (FA3's consumer split).
-    ("fwd", 16): (128, 64, 8, 3),
-    ("fwd", 32): (128, 64, 8, 3),
-    ("fwd", 64): (128, 64, 8, 3),
-    ("fwd", 128): (128, 128, 8, 2),
-    ("bwd", 16): (64, 128, 8, 2),
-    ("bwd", 32): (64, 128, 8, 2),
-    ("bwd", 64): (64, 128, 8, 2),
-    # d128: dK, dV (fp32) plus K, V stay resident per program; every larger tile tried
-    # (64x128, 32x128, 64x64, 32x64 at 4/8/16 warps) spills on sm_90, so this one is small.
-    ("bwd", 128): (16, 64, 8, 2),
-    # Without the semaphore's spin loop the d128 backward fits a larger tile spill-free.
-    ("bwd-nondet", 128): (32, 64, 8, 2),
-}
-
-
-def backward_tiles(head_dim: int, deterministic: bool) -> tuple[int, int, int, int]:
-    """The backward's tiles: a ``bwd-nondet`` entry, if any, serves ``deterministic=False``."""
-    if not deterministic and ("bwd-nondet", head_dim) in HOPPER_TILES:
-        return HOPPER_TILES["bwd-nondet", head_dim]
-    return HOPPER_TILES["bwd", head_dim]
+# Tiles and stages live in the per-GPU config files (``hopper_fwd``, ``hopper_bwd``,
+# ``hopper_bwd_nondet``; see ``config.py``), chosen by the autotune tool and compiled for
+# sm_90 by compile_check's ``hopper`` kernel set; the launch functions below take them as
+# ``tiles = (BLOCK_M, BLOCK_N, num_warps, num_stages)``.
 
 
 def _desc(t: torch.Tensor, rows: int) -> TensorDescriptor:

@@ -15,7 +15,7 @@ import torch
 from triton.runtime.interpreter import InterpretedFunction
 
 from . import _hopper, _kernels
-from .config import KernelConfig, LaunchConfig, config_for_device, parse_config
+from .config import KernelConfig, LaunchConfig, config_for_device, hopper_entry, parse_config
 
 SUPPORTED_HEAD_DIMS = (16, 32, 64, 128)
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -160,6 +160,12 @@ def _launch(cfg: LaunchConfig) -> dict[str, int]:
     }
 
 
+def _hopper_tiles(config: KernelConfig, kernel: str, q: torch.Tensor) -> tuple[int, int, int, int]:
+    """(BLOCK_M, BLOCK_N, num_warps, num_stages) of a Hopper kernel, from the config file."""
+    cfg = hopper_entry(config, kernel, q.shape[3], _dtype_name(q.dtype))
+    return cfg.BLOCK_M, cfg.BLOCK_N, cfg.num_warps, cfg.num_stages
+
+
 def _use_hopper(q, k, v, scale: float, hopper: bool | None) -> bool:
     """Whether this call runs the Hopper kernels (TMA, warp specialisation, 5-matmul backward).
 
@@ -200,7 +206,7 @@ def _forward(q, k, v, band, scale, precision, config, hopper=False):
             lse,
             band,
             scale * _LOG2E,
-            _hopper.HOPPER_TILES["fwd", q.shape[3]],
+            _hopper_tiles(config, "hopper_fwd", q),
             _hopper.WARP_SPECIALIZE,
             emulate_bf16,
         )
@@ -277,7 +283,7 @@ def _backward(do, q, k, v, o, lse, band, scale, precision, config, hopper=False,
             band,
             scale,
             qk_scale,
-            _hopper.backward_tiles(d, deterministic),
+            _hopper_tiles(config, "hopper_bwd" if deterministic else "hopper_bwd_nondet", q),
             deterministic,
             emulate_bf16,
         )

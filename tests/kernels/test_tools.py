@@ -10,6 +10,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
 
 from slurmkit_kernels import autotune, builtin_config, compile_check  # noqa: E402
+from slurmkit_kernels.config import parse_config  # noqa: E402
 
 BENCHMARK = Path(__file__).resolve().parents[2] / "benchmarks" / "attention.py"
 
@@ -73,12 +74,20 @@ def test_autotune_without_gpu_exits_2_and_writes_nothing(monkeypatch, tmp_path, 
 
 def test_autotune_candidates_are_valid_and_entries_do_not_leak():
     base = builtin_config("h100")
-    for kernel in ("fwd", "bwd_dkdv", "bwd_dq"):
+    for kernel in ("fwd", "bwd_dkdv", "bwd_dq", "hopper_fwd", "hopper_bwd", "hopper_bwd_nondet"):
         cands = autotune.candidates(kernel)
         assert len(cands) == len(set(cands)) > 1
         trial = autotune.with_entry(base, kernel, "64", cands[0])
         assert trial.lookup(kernel, 64, "bfloat16") == cands[0]
     assert base.lookup("fwd", 64, "bfloat16") == builtin_config("h100").lookup("fwd", 64, "bfloat16")
+    # A file without Hopper tables gets default.json's table plus the candidate.
+    old = builtin_config("h100").to_dict()
+    del old["kernels"]["hopper_bwd"]
+    trial = autotune.with_entry(parse_config(old), "hopper_bwd", "128", autotune.candidates("hopper_bwd")[0])
+    assert trial.lookup("hopper_bwd", 128, "bfloat16") == autotune.candidates("hopper_bwd")[0]
+    assert trial.lookup("hopper_bwd", 64, "bfloat16") == builtin_config("default").lookup(
+        "hopper_bwd", 64, "bfloat16"
+    )
 
 
 def test_compile_check_refuses_the_interpreter(monkeypatch, capsys):

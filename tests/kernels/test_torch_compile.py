@@ -118,8 +118,13 @@ def test_hopper_path_compiles_in_one_graph(device, monkeypatch):
     eager bitwise; an unaligned layout, decided at run time inside the same compiled graph,
     takes the portable kernels."""
     from slurmkit_kernels import _hopper
+    from slurmkit_kernels.config import HOPPER_KERNEL_NAMES, parse_config
 
-    monkeypatch.setattr(_hopper, "HOPPER_TILES", {(kind, 16): (16, 32, 4, 2) for kind in ("fwd", "bwd")})
+    data = TILES.to_dict()
+    data["kernels"].update(
+        {name: {"default": LaunchConfig(16, 32).to_dict()} for name in HOPPER_KERNEL_NAMES}
+    )
+    small = parse_config(data)
     seen = {"forward": 0, "backward": 0}
     for name in seen:
         real = getattr(_hopper, name)
@@ -131,7 +136,7 @@ def test_hopper_path_compiles_in_one_graph(device, monkeypatch):
         monkeypatch.setattr(_hopper, name, counting)
 
     def attend(q, k, v):
-        return flash_attention(q, k, v, causal=True, hopper=True).float().square().sum()
+        return flash_attention(q, k, v, causal=True, hopper=True, config=small).float().square().sum()
 
     gen = torch.Generator().manual_seed(2)
     q, k, v = (
