@@ -255,3 +255,44 @@ def test_hopper_kernels_report_their_tma_instructions(cache_dir):
     assert len(hopper) >= 3, proc.stdout  # forward (+ longest-first), both backward modes
     assert all(int(r["tma"]) > 0 and int(r["wgmma"]) > 0 for r in hopper), proc.stdout
     assert all(r["tma"] == "0" for r in rows if r["kernel"] == "_attn_bwd_preprocess"), proc.stdout
+
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "kernels.md"
+
+
+def _marked_table(text: str) -> list[str]:
+    from slurmkit_kernels.compile_check import MARK_BEGIN, MARK_END
+
+    section = text[text.index(MARK_BEGIN) : text.index(MARK_END)]
+    return [
+        line for line in section.splitlines() if line.startswith("| ") and not line.startswith("| kernel |")
+    ]
+
+
+@pytest.mark.timeout(1800)
+def test_docs_table_is_the_tools_output_for_every_kernel_set(tmp_path, cache_dir):
+    """docs/kernels.md's compile table lists every registered kernel set, and its rows are
+    what the tool prints now: the bf16 d64 slice is regenerated (every kernel set, MHA and
+    GQA 4:1) and must match the docs row for row, so a kernel or config change that alters
+    what compiles fails here until the table is regenerated."""
+    from slurmkit_kernels import compile_check
+
+    docs_rows = _marked_table(DOCS.read_text(encoding="utf-8"))
+    names = {entry.rsplit(":", 1)[1].removesuffix("_kernel_set") for entry in compile_check.KERNEL_SETS}
+    assert names == {"portable", "hopper", "varlen"}
+    listed = {row.split(" | ")[0].removeprefix("| ").split("/")[0] for row in docs_rows}
+    assert listed == names, f"docs/kernels.md lists kernel sets {sorted(listed)}, registered {sorted(names)}"
+    assert "python -m slurmkit_kernels.compile_check --markdown-into docs/kernels.md" in DOCS.read_text()
+
+    out = tmp_path / "table.md"
+    out.write_text(f"{compile_check.MARK_BEGIN}\n{compile_check.MARK_END}\n")
+    proc = run_compile_check(
+        ["--dtypes", "bfloat16", "--head-dims", "64", "--seq-lens", "4096", "--markdown-into", str(out)],
+        cache_dir,
+        timeout=1700,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    fresh = _marked_table(out.read_text())
+    assert {row.split(" | ")[0].removeprefix("| ").split("/")[0] for row in fresh} == names
+    docs_slice = [row for row in docs_rows if " | bfloat16 | 64 | " in row]
+    assert sorted(docs_slice) == sorted(fresh), "\n".join(["docs:", *docs_slice, "tool:", *fresh])
