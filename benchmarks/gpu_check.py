@@ -1,67 +1,311 @@
-"""One-shot check of slurmkit_kernels on an H100/H200: correctness of the shipped configs,
-then TFLOP/s next to SDPA's flash and cuDNN back ends. Run through ``gpu_check.sh``.
+"""One-shot check of slurmkit_kernels on an H100/H200, built to survive a single GPU run.
 
-    $ bash benchmarks/gpu_check.sh                   # GPU machine; under 8 minutes
-    $ python benchmarks/gpu_check.py --cpu-smoke     # same code paths, tiny shapes, CPU interpreter
+    $ bash benchmarks/gpu_check.sh                    # GPU machine; under 8 minutes
+    $ python benchmarks/gpu_check.py --cpu-smoke      # the same phases on CPU (interpreter, tiny shapes)
 
-Correctness: for the config the GPU selects (h100.json / h200.json) and each dtype (fp16,
-bf16, fp32), head dim (64, 128), mask (full, causal) and shape (block multiple, ragged,
-unequal lengths with GQA 4:1), output and dQ, dK, dV against a float64 reference by the
-error budget of tests/kernels (at most 2x the error of naive PyTorch attention in the same
-dtype, plus a small floor).
+Phases, each a **separate process with its own deadline** (``timeout``), so a hang or a
+crash loses only the phase it happens in:
 
-Throughput: forward and forward+backward, fp16 and bf16, d64 and d128, causal off/on,
-sequence 1k-16k at 16k tokens per batch and H*D = 2048 (the FlashAttention-3 paper's
-sizing, as benchmarks/attention.py). TFLOP/s follow ``slurmkit_kernels.attention_flops``:
-forward ``4*B*H*N*N*D``, halved when causal, forward+backward 3.5x that; the ratio columns
-divide the kernel's TFLOP/s by each SDPA back end's. Rows stop being started after
-``--budget-s`` seconds; the table (markdown) goes to stdout and to ``--out``.
+1. ``versions``: GPU, driver, Python, torch, triton, CUDA, cuDNN (exit 2 without a GPU).
+2. ``prewarm``: compiles, in parallel processes, exactly the kernels the next two phases
+   launch (the portable kernels and the Hopper kernels with ``deterministic=True``, for
+   their shapes and dtypes: nothing else), through ``slurmkit_kernels.compile_check``,
+   which also reports spills, so the measured phases find every kernel in the Triton cache.
+3. ``correctness``: its budget starts after the prewarm. Output, dQ, dK, dV of the
+   portable path (fp16, bf16, fp32) and the Hopper path (fp16, bf16), d64 and d128, full
+   and causal, on a block-multiple, a ragged and an unequal-length GQA 4:1 shape, against
+   float64 by the tests' error budget (at most 2x naive same-dtype attention + a floor).
+4. ``throughput``: forward and forward+backward TFLOP/s of the Hopper path next to the
+   portable one and SDPA's flash and cuDNN back ends, most important rows first (bf16,
+   d128, non-causal, 8k and 16k tokens: the issue's goal), then the rest of bf16/fp16 x
+   d64/d128 x causal x 1k-16k at 16k tokens per batch and ``H * D = 2048``.
+5. ``summary``: a markdown table ``kernels-<gpu>.md`` and a short summary, printed last.
 
-Exit code: 0 all good, 1 a correctness failure or a provider error, 2 no GPU (without
-``--cpu-smoke``).
+Every result is appended to ``<out-dir>/gpu_check.jsonl`` (one JSON object a line, flushed)
+the moment it is measured; each phase's own output goes to ``<out-dir>/<phase>.log``.
+``<out-dir>`` is ``--out-dir``, else ``$OUT`` (the folder a lent GPU machine sends back),
+else ``./out``.
+
+FLOPs (``slurmkit_kernels.attention_flops``, the convention of Triton's tutorial and
+FlashAttention's benchmarks): forward ``4 * B * H * Nq * Nk * D``, x 0.5 when causal;
+forward+backward 3.5x the forward; ``H`` counts query heads.
+
+Exit code: 0 everything passed; 1 a check failed, a phase timed out or crashed; 2 no GPU
+(without ``--cpu-smoke``) or bad usage.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
+import json
 import math
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+KERNELS_SRC = HERE.parent / "kernels"
+RESULTS = "gpu_check.jsonl"
 ERROR_FLOOR = {"float32": 1e-6, "float16": 1e-4, "bfloat16": 1e-3}
+FLOP_RULE = (
+    "FLOPs: forward 4*B*H*Nq*Nk*D (x0.5 when causal), forward+backward 3.5x forward, "
+    "H = query heads (slurmkit_kernels.attention_flops)"
+)
+PHASES = ("versions", "prewarm", "correctness", "throughput")
+# Seconds each phase may use at most (a phase ends earlier when done; the rest carries
+# over to the next). Throughput gets whatever is left, minus the summary's reserve.
+PHASE_CAP_S = {"versions": 60, "prewarm": 200, "correctness": 100}
+SUMMARY_RESERVE_S = 15
+PROVIDERS = ("hopper", "portable", "sdpa-flash", "sdpa-cudnn")
 
 
-def _attention_bench():
-    """benchmarks/attention.py (environment, make_call, time_mode), loaded by path."""
-    spec = importlib.util.spec_from_file_location("attention_benchmark", HERE / "attention.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+class Plan:
+    """Shapes of one run: the GPU's or the CPU smoke run's."""
+
+    def __init__(self, cpu_smoke: bool):
+        self.cpu_smoke = cpu_smoke
+        if cpu_smoke:
+            self.device = "cpu"
+            self.corr = [
+                ("portable", "float32", 16, (1, 2, 2, 33, 33)),
+                ("portable", "bfloat16", 16, (1, 4, 1, 17, 40)),
+                ("hopper", "bfloat16", 16, (1, 4, 1, 17, 40)),
+                ("hopper", "float16", 16, (1, 2, 2, 33, 33)),
+            ]
+            self.rows = [("bfloat16", 16, False, 32), ("float16", 16, True, 32)]
+            self.tokens, self.hidden = 64, 32
+        else:
+            self.device = "cuda"
+            shapes = [(2, 4, 4, 1024, 1024), (1, 4, 4, 1000, 1000), (1, 8, 2, 333, 1021)]
+            self.corr = [
+                (path, dtype, d, shape)
+                for d in (128, 64)
+                for path, dtypes in (("hopper", ("bfloat16", "float16")), ("portable", DTYPES_PORTABLE))
+                for dtype in dtypes
+                for shape in shapes
+            ]
+            # The goal's rows first (bf16 d128 non-causal, 8k-16k), then by importance.
+            self.rows = [("bfloat16", 128, False, n) for n in (8192, 16384, 4096, 2048, 1024)]
+            self.rows += [("bfloat16", 128, True, n) for n in (8192, 16384, 4096, 2048, 1024)]
+            self.rows += [
+                ("bfloat16", 64, c, n) for c in (False, True) for n in (8192, 16384, 4096, 2048, 1024)
+            ]
+            self.rows += [
+                ("float16", d, c, n) for d in (128, 64) for c in (False, True) for n in (8192, 2048)
+            ]
+            self.tokens, self.hidden = 16384, 2048
+
+    def row_shape(self, d: int, n: int) -> tuple[int, int]:
+        """(batch, heads) of a throughput row: ``tokens`` per batch and ``H * D = hidden``."""
+        return max(1, self.tokens // n), max(1, self.hidden // d)
 
 
-def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument(
-        "--cpu-smoke",
-        action="store_true",
-        help="run every code path on CPU through the Triton interpreter with tiny shapes",
+DTYPES_PORTABLE = ("bfloat16", "float16", "float32")
+
+
+# ----------------------------------------------------------------------------- records
+
+
+class Results:
+    """Appends one JSON object per line to ``<out-dir>/gpu_check.jsonl``, flushed at once."""
+
+    def __init__(self, out_dir: Path, phase: str):
+        self.path = out_dir / RESULTS
+        self.phase = phase
+
+    def add(self, kind: str, **fields) -> None:
+        record = {"phase": self.phase, "kind": kind, "t": round(time.time(), 1), **fields}
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(record, default=str) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+
+def read_results(out_dir: Path) -> list[dict]:
+    path = out_dir / RESULTS
+    if not path.exists():
+        return []
+    records = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        with contextlib.suppress(json.JSONDecodeError):  # a line cut by a kill
+            records.append(json.loads(line))
+    return records
+
+
+# ----------------------------------------------------------------------------- phases
+
+
+def _import_torch(cpu_smoke: bool):
+    if cpu_smoke and "triton" not in sys.modules:
+        os.environ["TRITON_INTERPRET"] = "1"  # must precede the first triton import
+    import torch
+
+    if str(KERNELS_SRC) not in sys.path:
+        sys.path.insert(0, str(KERNELS_SRC))  # a checkout without `pip install -e kernels/`
+    return torch
+
+
+def phase_versions(plan: Plan, results: Results, deadline: float) -> int:
+    torch = _import_torch(plan.cpu_smoke)
+    import platform
+
+    import triton
+
+    env = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
+    }
+    if plan.cpu_smoke:
+        env["gpu"] = "CPU (Triton interpreter smoke run)"
+    elif not torch.cuda.is_available():
+        print("gpu_check: torch sees no CUDA GPU", file=sys.stderr)
+        results.add("environment", no_gpu=True, **env)
+        return 2
+    else:
+        props = torch.cuda.get_device_properties(0)
+        env.update(
+            gpu=torch.cuda.get_device_name(0),
+            capability=f"{props.major}.{props.minor}",
+            sm_count=props.multi_processor_count,
+        )
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            env["nvidia_smi"] = subprocess.run(
+                [
+                    "nvidia-smi",
+                    "--query-gpu=name,driver_version,memory.total,clocks.max.sm,power.limit",
+                    "--format=csv,noheader",
+                ],
+                capture_output=True,
+                text=True,
+                timeout=20,
+            ).stdout.strip()
+        from slurmkit_kernels import config_for_device
+
+        env["kernel_config"] = config_for_device(env["gpu"]).name
+    env["flops"] = FLOP_RULE
+    results.add("environment", **env)
+    print(", ".join(f"{k} {v}" for k, v in env.items()), flush=True)
+    return 0
+
+
+def launches_of(path: str, problem, config, arch: int) -> None:
+    """Run ``flash_attention``'s host code for ``problem`` on meta tensors exactly as the
+    measured phases call it: ``path`` "portable" (``hopper=False``) or "hopper"
+    (``hopper=True``, ``deterministic=True``, the defaults of a Hopper run)."""
+    import torch
+
+    from slurmkit_kernels import attention
+
+    dtype = getattr(torch, problem.dtype)
+    q = torch.empty(
+        (problem.batch, problem.heads_q, problem.seq_q, problem.head_dim), dtype=dtype, device="meta"
     )
-    p.add_argument("--out", help="markdown file for the throughput table (default: docs/kernels-<gpu>.md)")
-    p.add_argument(
-        "--budget-s",
-        type=float,
-        default=420.0,
-        help="seconds for the whole run: correctness cases stop being started at 45%% of it, "
-        "throughput rows at 100%%",
+    k, v = (
+        torch.empty(
+            (problem.batch, problem.heads_kv, problem.seq_k, problem.head_dim), dtype=dtype, device="meta"
+        )
+        for _ in range(2)
     )
-    p.add_argument("--skip-correctness", action="store_true")
-    p.add_argument("--skip-prewarm", action="store_true", help="do not compile in parallel first")
-    p.add_argument("--skip-throughput", action="store_true")
-    return p.parse_args(argv)
+    band = attention._band(problem.causal, None, problem.seq_q, problem.seq_k)
+    scale = problem.head_dim**-0.5
+    hopper = path == "hopper"
+    o, lse = attention._forward(q, k, v, band, scale, problem.precision, config, hopper)
+    attention._backward(
+        torch.empty_like(o), q, k, v, o, lse, band, scale, problem.precision, config, hopper, True
+    )
+
+
+def _prewarm_group(device_name: str | None, path: str, problems: list, arch: int) -> list[dict]:
+    """Worker: compile every launch of ``problems`` on ``path`` into the shared Triton cache."""
+    if str(KERNELS_SRC) not in sys.path:
+        sys.path.insert(0, str(KERNELS_SRC))
+    from slurmkit_kernels import compile_check, config_for_device
+
+    config = config_for_device(device_name)  # what flash_attention picks on this GPU
+    kset = compile_check.KernelSet(path, lambda p, c, a: launches_of(path, p, c, a))
+    rows = compile_check.check([kset], [config], problems, arch)
+    return [
+        {
+            "kernel": f"{r.kernel_set}/{r.kernel}",
+            "dtype": r.dtype,
+            "d": r.head_dim,
+            "tiles": r.tiles,
+            "warps": r.num_warps,
+            "stages": r.num_stages,
+            "regs": r.regs,
+            "spill": r.spill_stores + r.spill_loads,
+            "smem": r.smem,
+            "wgmma": r.wgmma,
+            "tma": r.tma,
+            "seconds": round(r.seconds, 1),
+            "result": r.result,
+        }
+        for r in rows
+    ]
+
+
+def prewarm_problems(plan: Plan) -> dict[tuple[str, str, int], list]:
+    """{(path, dtype, head dim): [compile_check.Problem]} of every call the next phases make."""
+    sys.path.insert(0, str(KERNELS_SRC))
+    from slurmkit_kernels.compile_check import Problem
+
+    groups: dict[tuple[str, str, int], list] = {}
+    for path, dtype, d, (b, hq, hkv, nq, nk) in plan.corr:
+        for causal in (False, True):
+            groups.setdefault((path, dtype, d), []).append(
+                Problem(b, hq, hkv, nq, nk, d, causal, dtype, "ieee")
+            )
+    for dtype, d, causal, n in plan.rows:
+        b, h = plan.row_shape(d, n)
+        for path in ("hopper", "portable"):
+            groups.setdefault((path, dtype, d), []).append(Problem(b, h, h, n, n, d, causal, dtype, "ieee"))
+    if plan.cpu_smoke:  # the compiler is slow on a shared CPU: one group shows the phase works
+        return {("hopper", "bfloat16", 16): groups[("hopper", "bfloat16", 16)][:1]}
+    return groups
+
+
+def phase_prewarm(plan: Plan, results: Results, deadline: float) -> int:
+    """Compile, in parallel processes, what the correctness and throughput phases launch."""
+    import concurrent.futures
+    import multiprocessing
+
+    if plan.cpu_smoke:
+        os.environ.pop("TRITON_INTERPRET", None)
+        device_name, arch = None, 90
+    else:
+        torch = _import_torch(False)
+        major, minor = torch.cuda.get_device_capability(0)
+        device_name, arch = torch.cuda.get_device_name(0), 10 * major + minor
+    groups = prewarm_problems(plan)
+    workers = max(1, min(len(groups), os.cpu_count() or 1, 16))
+    failures = 0
+    ctx = multiprocessing.get_context("spawn")  # no CUDA state is inherited
+    with concurrent.futures.ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+        futures = {
+            pool.submit(_prewarm_group, device_name, *key[:1], problems, arch): key
+            for key, problems in groups.items()
+        }
+        for future in concurrent.futures.as_completed(futures):
+            path, dtype, d = futures[future]
+            try:
+                rows = future.result()
+            except Exception as e:  # noqa: BLE001 (record, go on with the other groups)
+                failures += 1
+                results.add("compile_error", path=path, dtype=dtype, d=d, error=f"{type(e).__name__}: {e}")
+                continue
+            for row in rows:
+                failures += row["result"] != "ok"
+                results.add("compile", **row)
+                print(json.dumps(row), flush=True)
+    print(f"prewarm: {len(groups)} groups, {failures} failure(s)", flush=True)
+    return 1 if failures else 0
 
 
 def naive_attention(q, k, v, causal, scale):
@@ -79,353 +323,326 @@ def naive_attention(q, k, v, causal, scale):
     return torch.softmax(s, -1) @ v
 
 
-def correctness(
-    torch, flash_attention, device, dtypes, head_dims, shapes, deadline: float = math.inf
-) -> tuple[list[str], list[str]]:
-    """(report lines, failures) of the error-budget check for every combination; cases not
-    started by ``deadline`` (time.monotonic()) count as failures ("not run")."""
-    lines, failures = [], []
-    for dtype_name in dtypes:
+def phase_correctness(plan: Plan, results: Results, deadline: float) -> int:
+    torch = _import_torch(plan.cpu_smoke)
+    from slurmkit_kernels import attention, flash_attention
+    from slurmkit_kernels.config import HOPPER_KERNEL_NAMES, builtin_config, parse_config
+
+    config = None  # the GPU's shipped config, as a job gets it
+    if plan.cpu_smoke:
+        # Small Hopper tiles: several key blocks per query block (the staged loops and the
+        # dQ semaphore run) at the smoke run's lengths.
+        data = builtin_config("default").to_dict()
+        small = {"BLOCK_M": 16, "BLOCK_N": 16, "num_warps": 4, "num_stages": 2}
+        data["kernels"].update({name: {"default": small} for name in HOPPER_KERNEL_NAMES})
+        config = parse_config(data, source="gpu_check --cpu-smoke")
+    failures = 0
+    for path, dtype_name, d, (b, hq, hkv, nq, nk) in plan.corr:
         dtype = getattr(torch, dtype_name)
-        for d in head_dims:
-            for causal in (False, True):
-                for b, hq, hkv, nq, nk in shapes:
-                    label = f"{dtype_name} d{d} {'causal' if causal else 'full'} B{b} H{hq}/{hkv} q{nq} k{nk}"
-                    if time.monotonic() > deadline:
-                        failures.append(f"{label}: not run (time budget)")
-                        continue
-                    gen = torch.Generator(device="cpu").manual_seed(nq * 31 + nk)
-                    q, k, v = (
-                        torch.randn(shape, generator=gen).to(device, dtype).requires_grad_()
-                        for shape in ((b, hq, nq, d), (b, hkv, nk, d), (b, hkv, nk, d))
-                    )
-                    do = torch.randn((b, hq, nq, d), generator=gen).to(device, dtype)
-                    scale = 1.0 / math.sqrt(d)
-                    try:
-                        out = flash_attention(q, k, v, causal=causal)
-                        got = (out, *torch.autograd.grad(out, (q, k, v), do))
-                        same_out = naive_attention(q, k, v, causal, scale)
-                        same = (same_out, *torch.autograd.grad(same_out, (q, k, v), do))
-                        q64, k64, v64 = (t.detach().double().requires_grad_() for t in (q, k, v))
-                        ref_out = naive_attention(q64, k64, v64, causal, scale)
-                        ref = (ref_out, *torch.autograd.grad(ref_out, (q64, k64, v64), do.double()))
-                        floor = ERROR_FLOOR[dtype_name] * max(r.abs().max().item() for r in ref)
-                        worst, before = [], len(failures)
-                        for name, g, s_, r in zip(("out", "dq", "dk", "dv"), got, same, ref):
-                            err = (g.double() - r).abs().max().item()
-                            budget = 2 * (s_.double() - r).abs().max().item() + floor
-                            if not (err <= budget and torch.isfinite(g).all()):
-                                failures.append(f"{label}: {name} error {err:.3e} > budget {budget:.3e}")
-                            worst.append(f"{name} {err / budget:.2f}")
-                        verdict = "ok" if len(failures) == before else "FAIL"
-                        lines.append(f"{verdict} {label}: error/budget {', '.join(worst)}")
-                    except Exception as e:  # noqa: BLE001 (report, continue with the next case)
-                        failures.append(f"{label}: {type(e).__name__}: {e}")
-    return lines, failures
-
-
-def throughput(
-    torch,
-    bench_mod,
-    flash_attention,
-    attention_flops,
-    device,
-    timer,
-    dtypes,
-    head_dims,
-    seq_lens,
-    tokens,
-    hidden,
-    budget_s,
-) -> tuple[list[dict], list[str], list[str]]:
-    """Rows of TFLOP/s per (dtype, d, causal, N, mode) for the three providers."""
-    start = time.monotonic()
-    rows, skipped, failures = [], [], []
-    for dtype_name in dtypes:
-        dtype = getattr(torch, dtype_name)
-        for d in head_dims:
-            heads = max(1, hidden // d)
-            for causal in (False, True):
-                for n in seq_lens:
-                    batch = max(1, tokens // n)
-                    label = f"{dtype_name}-d{d}-{'causal' if causal else 'full'}-N{n}"
-                    if time.monotonic() - start > budget_s:
-                        skipped.append(label)
-                        continue
-                    gen = torch.Generator(device=device).manual_seed(0)
-                    q, k, v = (
-                        torch.randn(
-                            (batch, heads, n, d), generator=gen, device=device, dtype=dtype
-                        ).requires_grad_()
-                        for _ in range(3)
-                    )
-                    row = {"dtype": dtype_name, "d": d, "causal": causal, "N": n, "B": batch, "H": heads}
-                    for provider in bench_mod.PROVIDERS:
-                        try:
-                            call = bench_mod.make_call(provider, q, k, v, causal, torch, flash_attention)
-                            if call is not None:
-                                err = bench_mod.check_against_sdpa(call().detach(), q, k, v, causal, torch)
-                                if err > 0.05:  # never time a wrong kernel
-                                    raise RuntimeError(f"output differs from SDPA by {err:.3g}")
-                            for mode in ("fwd", "fwd_bwd"):
-                                flops = attention_flops(batch, heads, n, n, d, causal, mode)
-                                if call is None:
-                                    row[f"{provider}/{mode}"] = None
-                                    continue
-                                ms = bench_mod.time_mode(mode, call, [q, k, v], torch, timer)
-                                row[f"{provider}/{mode}"] = flops / (ms * 1e-3) / 1e12
-                        except Exception as e:  # noqa: BLE001
-                            failures.append(f"{label} {provider}: {type(e).__name__}: {e}")
-                            for mode in ("fwd", "fwd_bwd"):
-                                row[f"{provider}/{mode}"] = "error"
-                    rows.append(row)
-                    print(f"# done {label} ({time.monotonic() - start:.0f} s)", file=sys.stderr, flush=True)
-                    del q, k, v
-    return rows, skipped, failures
-
-
-def _compile_group(device_name: str, problems: list, arch: int) -> list[str]:
-    """Worker: compile (and spill-check) every kernel launch of ``problems`` for this GPU's
-    arch into the shared Triton cache, exactly as the timed run will launch them."""
-    from slurmkit_kernels import compile_check, config_for_device
-
-    # The config flash_attention will pick on this GPU (SLURMKIT_KERNELS_CONFIG included).
-    config = config_for_device(device_name)
-    rows = compile_check.check(compile_check.load_kernel_sets(), [config], problems, arch)
-    return [compile_check.format_row(r) for r in rows]
-
-
-def prewarm(device_name: str, problems: list, workers: int, arch: int) -> tuple[list[str], list[str]]:
-    """Compile ``problems`` in parallel processes, one per (dtype, head dim), so the
-    correctness and timing steps find every kernel in the Triton cache instead of compiling
-    one after another. Returns (table lines, failures: spills, shared memory, errors)."""
-    import concurrent.futures
-    import multiprocessing
-
-    groups: dict[tuple, list] = {}
-    for p in problems:
-        groups.setdefault((p.dtype, p.head_dim, p.precision), []).append(p)
-    lines, failures = [], []
-    ctx = multiprocessing.get_context("spawn")  # no CUDA state is inherited
-    with concurrent.futures.ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
-        futures = {
-            pool.submit(_compile_group, device_name, group, arch): key for key, group in groups.items()
-        }
-        for future in concurrent.futures.as_completed(futures):
-            try:
-                rows = future.result()
-            except Exception as e:  # noqa: BLE001
-                failures.append(f"compile {futures[future]}: {type(e).__name__}: {e}")
+        for causal in (False, True):
+            case = dict(path=path, dtype=dtype_name, d=d, causal=causal, B=b, Hq=hq, Hkv=hkv, Nq=nq, Nk=nk)
+            if time.monotonic() > deadline:
+                failures += 1
+                results.add("correctness", status="not run (time budget)", **case)
                 continue
-            lines += rows
-            failures += [f"compile: {row}" for row in rows if not row.endswith(" ok")]
-    return lines, failures
+            gen = torch.Generator(device="cpu").manual_seed(nq * 31 + nk)
+            q, k, v = (
+                torch.randn(shape, generator=gen).to(plan.device, dtype).requires_grad_()
+                for shape in ((b, hq, nq, d), (b, hkv, nk, d), (b, hkv, nk, d))
+            )
+            do = torch.randn((b, hq, nq, d), generator=gen).to(plan.device, dtype)
+            scale = 1.0 / math.sqrt(d)
+            hopper = path == "hopper"
+            try:
+                ran = "hopper" if attention._use_hopper(q, k, v, scale, hopper) else "portable"
+                out = flash_attention(q, k, v, causal=causal, hopper=hopper, config=config)
+                got = (out, *torch.autograd.grad(out, (q, k, v), do))
+                same_out = naive_attention(q, k, v, causal, scale)
+                same = (same_out, *torch.autograd.grad(same_out, (q, k, v), do))
+                q64, k64, v64 = (t.detach().double().requires_grad_() for t in (q, k, v))
+                ref_out = naive_attention(q64, k64, v64, causal, scale)
+                ref = (ref_out, *torch.autograd.grad(ref_out, (q64, k64, v64), do.double()))
+                floor = ERROR_FLOOR[dtype_name] * max(r.abs().max().item() for r in ref)
+                ratios, ok = {}, ran == path
+                for name, g, s_, r in zip(("out", "dq", "dk", "dv"), got, same, ref):
+                    err = (g.double() - r).abs().max().item()
+                    torch_err = (s_.double() - r).abs().max().item()
+                    ratios[name] = round(err / (2 * torch_err + floor), 3)
+                    ok &= bool(err <= 2 * torch_err + floor and torch.isfinite(g).all())
+                status = "ok" if ok else ("FAIL" if ran == path else f"FAIL (ran {ran})")
+            except Exception as e:  # noqa: BLE001 (record, continue with the next case)
+                ratios, status = {}, f"FAIL {type(e).__name__}: {e}"
+            failures += status != "ok"
+            results.add("correctness", status=status, error_over_budget=ratios, **case)
+            print(f"{status} {case} {ratios}", flush=True)
+    return 1 if failures else 0
 
 
-def _fmt(x) -> str:
-    if x is None:
-        return "n/a"
-    if isinstance(x, str):
-        return x
-    return f"{x:.1f}" if x >= 1 else f"{x:.2g}"  # CPU smoke runs are far below 1 TFLOP/s
+def _ours(flash_attention, q, k, v, causal: bool, hopper: bool):
+    """A zero-argument forward of slurmkit's kernels on one path."""
+    return lambda: flash_attention(q, k, v, causal=causal, hopper=hopper)
 
 
-def _ratio(a, b) -> str:
-    if isinstance(a, float) and isinstance(b, float) and b > 0:
-        return f"{a / b:.2f}"
-    return "-"
-
-
-def format_markdown(
-    rows: list[dict],
-    env: dict,
-    skipped: list[str],
-    failures: list[str],
-    correctness_failures: list[str] | None,
-) -> str:
-    head = [
-        "dtype",
-        "d",
-        "causal",
-        "N",
-        "B",
-        "H",
-        "mode",
-        "slurmkit",
-        "sdpa-flash",
-        "sdpa-cudnn",
-        "x flash",
-        "x cuDNN",
-    ]
-    out = [
-        "# slurmkit_kernels on " + str(env.get("gpu", "?")),
-        "",
-        "Written by `bash benchmarks/gpu_check.sh`. " + ", ".join(f"{k} {v}" for k, v in env.items()) + ".",
-        "",
-        "TFLOP/s (FLOPs: forward `4*B*H*N*N*D`, halved when causal; forward+backward 3.5x forward); "
-        "`x flash`/`x cuDNN`: slurmkit's TFLOP/s divided by that SDPA back end's.",
-        "",
-    ]
-    if correctness_failures is None:
-        out.append("Correctness of the shipped configs: not run.")
-    else:
-        out.append(
-            f"Correctness of the shipped configs: {len(correctness_failures)} failure(s)"
-            + "".join(f"\n- {f}" for f in correctness_failures)
-        )
-    out += ["", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for r in rows:
-        for mode in ("fwd", "fwd_bwd"):
-            ours, flash, cudnn = (r.get(f"{p}/{mode}") for p in ("slurmkit", "sdpa-flash", "sdpa-cudnn"))
-            cells = [
-                r["dtype"],
-                str(r["d"]),
-                "yes" if r["causal"] else "no",
-                str(r["N"]),
-                str(r["B"]),
-                str(r["H"]),
-                mode,
-                _fmt(ours),
-                _fmt(flash),
-                _fmt(cudnn),
-                _ratio(ours, flash),
-                _ratio(ours, cudnn),
-            ]
-            out.append("| " + " | ".join(cells) + " |")
-    if skipped:
-        out += ["", f"Not run (time budget): {', '.join(skipped)}"]
-    if failures:
-        out += ["", "Provider errors:"] + [f"- {f}" for f in failures]
-    return "\n".join(out) + "\n"
-
-
-def main(argv=None) -> int:
-    args = parse_args(argv)
-    if args.cpu_smoke and "triton" not in sys.modules:
-        os.environ["TRITON_INTERPRET"] = "1"  # must precede the first triton import
-    import torch
-
-    if not args.cpu_smoke and not torch.cuda.is_available():
-        print(
-            "gpu_check: no CUDA GPU available (torch.cuda.is_available() is False); use --cpu-smoke "
-            "to exercise the code paths on CPU",
-            file=sys.stderr,
-        )
-        return 2
-    sys.path.insert(0, str(HERE.parent / "kernels"))  # a checkout without `pip install -e kernels/`
+def phase_throughput(plan: Plan, results: Results, deadline: float) -> int:
+    torch = _import_torch(plan.cpu_smoke)
     import triton
 
-    from slurmkit_kernels import attention_flops, config_for_device, flash_attention
+    from slurmkit_kernels import attention, attention_flops, flash_attention
 
-    bench_mod = _attention_bench()
-    if args.cpu_smoke:
-        device = "cpu"
-        env = {
-            "gpu": "CPU (Triton interpreter smoke run)",
-            "torch": torch.__version__,
-            "triton": triton.__version__,
-        }
-        dtypes, head_dims, seq_lens, tokens, hidden = ["float16", "bfloat16"], [16], [32], 64, 32
-        shapes = [(1, 2, 2, 33, 33), (1, 4, 1, 17, 40)]
-        corr_dtypes = ["float32", "bfloat16"]
+    spec = importlib.util.spec_from_file_location("attention_benchmark", HERE / "attention.py")
+    bench_mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench_mod)
+    if plan.cpu_smoke:
 
         def timer(fn, grad_to_none=None):
             t = time.perf_counter()
             fn()
             return (time.perf_counter() - t) * 1e3
     else:
-        device = "cuda"
-        env = bench_mod.environment(torch, triton)
-        env["kernel_config"] = config_for_device(env["gpu"]).name
-        dtypes, head_dims, seq_lens, tokens, hidden = (
-            ["float16", "bfloat16"],
-            [64, 128],
-            [1024, 2048, 4096, 8192, 16384],
-            16384,
-            2048,
-        )
-        # Block multiple; ragged; unequal lengths with GQA 4:1.
-        shapes = [(2, 4, 4, 1024, 1024), (1, 4, 4, 1000, 1000), (1, 8, 2, 333, 1021)]
-        # The shipped config's fp32 entries are for "ieee", the default precision.
-        corr_dtypes = ["float16", "bfloat16", "float32"]
 
         def timer(fn, grad_to_none=None):
             return triton.testing.do_bench(
                 fn, warmup=25, rep=60, grad_to_none=grad_to_none, return_mode="median"
             )
 
-    print("# " + ", ".join(f"{k}={v}" for k, v in env.items()), flush=True)
-    t0 = time.monotonic()
-    compile_failures: list[str] = []
-    if not args.cpu_smoke and not args.skip_prewarm:
-        from slurmkit_kernels.compile_check import Problem
+    failures = 0
+    for dtype_name, d, causal, n in plan.rows:
+        b, h = plan.row_shape(d, n)
+        row = dict(dtype=dtype_name, d=d, causal=causal, N=n, B=b, H=h)
+        if time.monotonic() > deadline:
+            results.add("throughput", provider="-", status="not run (time budget)", **row)
+            continue
+        gen = torch.Generator(device=plan.device).manual_seed(0)
+        q, k, v = (
+            torch.randn(
+                (b, h, n, d), generator=gen, device=plan.device, dtype=getattr(torch, dtype_name)
+            ).requires_grad_()
+            for _ in range(3)
+        )
+        for provider in PROVIDERS:
+            record = dict(provider=provider, **row)
+            try:
+                if provider in ("hopper", "portable"):
+                    hopper = provider == "hopper"
+                    record["path"] = (
+                        "hopper" if attention._use_hopper(q, k, v, 1.0 / math.sqrt(d), hopper) else "portable"
+                    )
+                    call = _ours(flash_attention, q, k, v, causal, hopper)
+                else:
+                    call = bench_mod.make_call(provider, q, k, v, causal, torch, flash_attention)
+                if call is None:
+                    results.add("throughput", status="n/a", **record)
+                    continue
+                err = bench_mod.check_against_sdpa(call().detach(), q, k, v, causal, torch)
+                if not err <= 0.05:  # never time a wrong kernel (NaN fails too)
+                    raise RuntimeError(f"output differs from SDPA by {err:.3g}")
+                for mode in ("fwd", "fwd_bwd"):
+                    ms = bench_mod.time_mode(mode, call, [q, k, v], torch, timer)
+                    flops = attention_flops(b, h, n, n, d, causal, mode)
+                    tflops = flops / (ms * 1e-3) / 1e12
+                    results.add("throughput", status="ok", mode=mode, ms=ms, tflops=tflops, **record)
+                    print(f"{provider} {mode} {row}: {tflops:.4g} TFLOP/s", flush=True)
+            except Exception as e:  # noqa: BLE001 (record, go on with the other providers)
+                failures += 1
+                results.add("throughput", status=f"error {type(e).__name__}: {e}", **record)
+        del q, k, v
+    return 1 if failures else 0
 
-        problems = [
-            Problem(b, hq, hkv, nq, nk, d, causal, dt, "ieee")
-            for dt in corr_dtypes
-            for d in head_dims
-            for causal in (False, True)
-            for b, hq, hkv, nq, nk in shapes
-        ]
-        problems += [
-            Problem(max(1, tokens // n), hidden // d, hidden // d, n, n, d, causal, dt, "ieee")
-            for dt in dtypes
-            for d in head_dims
-            for causal in (False, True)
-            for n in seq_lens
-        ]
-        major, minor = torch.cuda.get_device_capability(0)
-        lines, compile_failures = prewarm(
-            env["gpu"], problems, min(8, os.cpu_count() or 1), 10 * major + minor
+
+# ----------------------------------------------------------------------------- summary
+
+
+def _fmt(x) -> str:
+    if not isinstance(x, float):
+        return "n/a" if x is None else str(x)
+    return f"{x:.1f}" if x >= 1 else f"{x:.2g}"  # CPU smoke runs are far below 1 TFLOP/s
+
+
+def _ratio(a, b) -> str:
+    return f"{a / b:.2f}" if isinstance(a, float) and isinstance(b, float) and b > 0 else "-"
+
+
+def summarize(records: list[dict]) -> tuple[str, list[str], int]:
+    """(markdown table, short summary lines, exit status) from the results file."""
+    env = next((r for r in records if r["kind"] == "environment"), {})
+    phases = {r["name"]: r for r in records if r["kind"] == "phase"}
+    compiles = [r for r in records if r["kind"] in ("compile", "compile_error")]
+    corr = [r for r in records if r["kind"] == "correctness"]
+    thr = [r for r in records if r["kind"] == "throughput"]
+    cells: dict[tuple, dict] = {}
+    for r in thr:
+        key = (r["dtype"], r["d"], r["causal"], r["N"], r["B"], r["H"])
+        entry = cells.setdefault(key, {})
+        if r["status"] == "ok":
+            entry[(r["provider"], r["mode"])] = float(r["tflops"])
+        elif r["provider"] != "-":
+            for mode in ("fwd", "fwd_bwd"):
+                entry.setdefault((r["provider"], mode), "n/a" if r["status"] == "n/a" else "error")
+    failed_compiles = [r for r in compiles if r.get("result") != "ok"]
+    failed_corr = [r for r in corr if r["status"] != "ok"]
+    failed_thr = [r for r in thr if r["status"].startswith("error")]
+    skipped = [r for r in thr if r["status"].startswith("not run")]
+    bad_phases = [p for p in phases.values() if p["status"] != "ok"]
+    # Throughput rows the budget left out are listed, not failures; everything else fails.
+    status = 1 if (failed_compiles or failed_corr or failed_thr or bad_phases) else 0
+    if any(p.get("exit") == 2 for p in phases.values()):
+        status = 2
+
+    gpu = env.get("gpu", "?")
+    head = ["dtype", "d", "causal", "N", "B", "H", "mode", "hopper", "portable", "sdpa-flash", "sdpa-cudnn"]
+    head += ["hopper x cuDNN", "hopper x flash", "hopper x portable"]
+    md = [
+        f"# slurmkit_kernels on {gpu}",
+        "",
+        "Written by `bash benchmarks/gpu_check.sh` (results file `gpu_check.jsonl`). "
+        + ", ".join(
+            f"{k} {env[k]}" for k in ("torch", "triton", "cuda", "cudnn", "python", "nvidia_smi") if k in env
         )
-        print(
-            "# compile_check (kernel set, kernel, configs, tiles, warps, stages, dtype, prec, d, group, "
-            "regs, spill st/ld, smem, wgmma, tma, s, result):"
-        )
-        for line in sorted(lines):
-            print("#   " + line)
-        print(f"# compiled in {time.monotonic() - t0:.0f} s, {len(compile_failures)} failure(s)", flush=True)
-    correctness_failures = None
-    if not args.skip_correctness:
-        start = time.monotonic()
-        lines, correctness_failures = correctness(
-            torch, flash_attention, device, corr_dtypes, head_dims, shapes, deadline=t0 + 0.45 * args.budget_s
-        )
-        for line in lines:
-            print("# " + line)
-        print(
-            f"# correctness: {len(lines)} cases, {len(correctness_failures)} failure(s), "
-            f"{time.monotonic() - start:.0f} s",
-            flush=True,
-        )
-        for f in correctness_failures:
-            print(f"# FAILED {f}", flush=True)
-    rows, skipped, failures = [], [], []
-    if not args.skip_throughput:
-        rows, skipped, failures = throughput(
-            torch,
-            bench_mod,
-            flash_attention,
-            attention_flops,
-            device,
-            timer,
-            dtypes,
-            head_dims,
-            seq_lens,
-            tokens,
-            hidden,
-            args.budget_s - (time.monotonic() - t0),
-        )
-    text = format_markdown(rows, env, skipped, failures + compile_failures, correctness_failures)
-    print(text)
-    out = args.out
-    if out is None and not args.cpu_smoke:
-        sku = next((s for s in ("H200", "H100") if s in env["gpu"]), "gpu")
-        out = str(HERE.parent / "docs" / f"kernels-{sku.lower()}.md")
-    if out:
-        Path(out).write_text(text, encoding="utf-8")
-        print(f"# wrote {out}", file=sys.stderr)
-    return 1 if (correctness_failures or failures or compile_failures) else 0
+        + ".",
+        "",
+        f"TFLOP/s. {FLOP_RULE}. `x`: the Hopper path's TFLOP/s divided by the other's.",
+        "",
+        f"Correctness (portable and Hopper paths, output/dQ/dK/dV vs float64, 2x torch's error): "
+        f"{len(corr) - len(failed_corr)} of {len(corr)} cases ok.",
+        "",
+        "| " + " | ".join(head) + " |",
+        "|" + "---|" * len(head),
+    ]
+    for key, entry in cells.items():
+        dtype, d, causal, n, b, h = key
+        for mode in ("fwd", "fwd_bwd"):
+            hop, port, flash, cudnn = (entry.get((p, mode)) for p in PROVIDERS)
+            row = [dtype, str(d), "yes" if causal else "no", str(n), str(b), str(h), mode]
+            row += [_fmt(hop), _fmt(port), _fmt(flash), _fmt(cudnn)]
+            row += [_ratio(hop, cudnn), _ratio(hop, flash), _ratio(hop, port)]
+            md.append("| " + " | ".join(row) + " |")
+    for title, items in (
+        (
+            "Compile failures",
+            [
+                f"{r.get('kernel', r.get('path'))} {r.get('dtype')} d{r.get('d')}: {r.get('result', r.get('error'))}"
+                for r in failed_compiles
+            ],
+        ),
+        (
+            "Correctness failures",
+            [
+                f"{r['path']} {r['dtype']} d{r['d']} {'causal' if r['causal'] else 'full'} {r['B']}x{r['Hq']}/{r['Hkv']}x{r['Nq']}/{r['Nk']}: {r['status']} {r.get('error_over_budget', '')}"
+                for r in failed_corr
+            ],
+        ),
+        (
+            "Throughput errors",
+            [f"{r['provider']} {r['dtype']} d{r['d']} N{r['N']}: {r['status']}" for r in failed_thr],
+        ),
+        (
+            "Not run (time budget)",
+            [f"{r['dtype']} d{r['d']} {'causal' if r['causal'] else 'full'} N{r['N']}" for r in skipped],
+        ),
+        ("Phases not ok", [f"{p['name']}: {p['status']}" for p in bad_phases]),
+    ):
+        if items:
+            md += ["", f"{title}:"] + [f"- {i}" for i in items]
+
+    summary = [f"gpu_check summary: {gpu}, torch {env.get('torch', '?')}, triton {env.get('triton', '?')}"]
+    summary.append(
+        "phases: " + ", ".join(f"{p['name']} {p['status']} ({p['seconds']:.0f} s)" for p in phases.values())
+    )
+    summary.append(
+        f"compiled {len(compiles)} kernels ({len(failed_compiles)} failed); correctness "
+        f"{len(corr) - len(failed_corr)}/{len(corr)} ok; throughput rows {len(cells)} measured, "
+        f"{len(skipped)} not run, {len(failed_thr)} provider errors"
+    )
+    for key, entry in list(cells.items())[:4]:
+        dtype, d, causal, n, _, _ = key
+        parts = [f"{p} {_fmt(entry.get((p, 'fwd')))}" for p in PROVIDERS]
+        summary.append(f"{dtype} d{d} {'causal' if causal else 'full'} N{n} fwd TFLOP/s: " + ", ".join(parts))
+    summary.append(FLOP_RULE)
+    return "\n".join(md) + "\n", summary, status
+
+
+# ----------------------------------------------------------------------------- driver
+
+
+def out_dir_default() -> str:
+    return os.environ.get("OUT") or "out"
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--cpu-smoke", action="store_true", help="every phase on CPU: interpreter, tiny shapes")
+    p.add_argument("--out-dir", default=None, help="results folder (default: $OUT, else ./out)")
+    p.add_argument("--budget-s", type=float, default=450.0, help="seconds for all phases together")
+    p.add_argument("--phase", choices=PHASES, help=argparse.SUPPRESS)  # one phase (run by the driver)
+    p.add_argument("--deadline", type=float, help=argparse.SUPPRESS)  # time.time() the phase must end by
+    return p.parse_args(argv)
+
+
+def run_phase(args, out_dir: Path) -> int:
+    plan = Plan(args.cpu_smoke)
+    results = Results(out_dir, args.phase)
+    # The phase's own soft deadline (stop starting work), on the monotonic clock; the
+    # driver's timeout is the hard one.
+    deadline = time.monotonic() + max(0.0, (args.deadline or math.inf) - time.time())
+    return {
+        "versions": phase_versions,
+        "prewarm": phase_prewarm,
+        "correctness": phase_correctness,
+        "throughput": phase_throughput,
+    }[args.phase](plan, results, deadline)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    out_dir = Path(args.out_dir or out_dir_default())
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if args.phase:
+        return run_phase(args, out_dir)
+
+    start = time.time()
+    end = start + args.budget_s
+    driver = Results(out_dir, "driver")
+    driver.add(
+        "start", budget_s=args.budget_s, cpu_smoke=args.cpu_smoke, argv=sys.argv[1:] if argv is None else argv
+    )
+    env = dict(os.environ)
+    env.pop("TRITON_INTERPRET", None)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(KERNELS_SRC), env.get("PYTHONPATH")]))
+    for phase in PHASES:
+        left = end - SUMMARY_RESERVE_S - time.time()
+        hard = left if phase == "throughput" else min(PHASE_CAP_S[phase], left)
+        if hard < 5:
+            driver.add("phase", name=phase, status="not run (time budget)", seconds=0.0)
+            continue
+        # The phase stops starting work 10% (at least 5 s) before its hard timeout.
+        soft_deadline = time.time() + hard - max(5.0, 0.1 * hard)
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--phase", phase, "--out-dir", str(out_dir)]
+        cmd += ["--deadline", f"{soft_deadline:.1f}"] + (["--cpu-smoke"] if args.cpu_smoke else [])
+        print(f"== {phase} (at most {hard:.0f} s; log {out_dir / (phase + '.log')})", flush=True)
+        t0 = time.time()
+        with open(out_dir / f"{phase}.log", "a", encoding="utf-8") as log:
+            try:
+                rc = subprocess.run(
+                    cmd, env=env, stdout=log, stderr=subprocess.STDOUT, timeout=hard
+                ).returncode
+                status = "ok" if rc == 0 else f"exit {rc}"
+            except subprocess.TimeoutExpired:
+                rc, status = None, f"timed out after {hard:.0f} s"
+        driver.add("phase", name=phase, status=status, exit=rc, seconds=round(time.time() - t0, 1))
+        print(f"   {phase}: {status} ({time.time() - t0:.0f} s)", flush=True)
+        if phase == "versions" and rc == 2:
+            print((out_dir / "versions.log").read_text(encoding="utf-8")[-2000:], file=sys.stderr)
+            break
+    table, summary, status = summarize(read_results(out_dir))
+    records = read_results(out_dir)
+    gpu = next((r.get("gpu", "") for r in records if r["kind"] == "environment"), "")
+    sku = next((s for s in ("H200", "H100") if s in gpu), "cpu-smoke" if args.cpu_smoke else "gpu")
+    table_path = out_dir / f"kernels-{sku.lower()}.md"
+    table_path.write_text(table, encoding="utf-8")
+    print(f"== results: {out_dir / RESULTS}, table: {table_path}")
+    print("\n".join(summary))
+    print(f"== gpu_check: exit {status}")
+    return status
 
 
 if __name__ == "__main__":

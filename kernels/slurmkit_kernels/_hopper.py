@@ -21,9 +21,11 @@ and of FlashAttention-2/3 (Dao 2023; Shah et al. 2024):
 * **5-matmul backward** (FlashAttention-2's Algorithm 2): one program per (key block,
   batch, query head) computes S^T, dV, dP^T, dK and the block's dQ contribution, which it
   adds to an fp32 dQ accumulator with atomics, instead of recomputing S and dP in a
-  separate dQ kernel (7 matmuls). K is pre-scaled by ``qk_scale`` once per program, so
-  ``S^T = (K * qk_scale) Q^T`` needs no per-element multiply; dQ is multiplied by ``ln 2``
-  (``scale / qk_scale``) once at the end.
+  separate dQ kernel (7 matmuls). The scale enters in the exponent, ``exp2(S^T * qk_scale
+  - lse)`` (one FMA per element, as in the forward), never in the operands: pre-scaling K
+  by ``qk_scale`` and rounding it back to bf16/fp16 (the tutorial's trick, done here
+  before) made dQ up to 2.2x torch's own error. dQ is multiplied by ``scale`` once at
+  the end.
 * **Deterministic dQ by default**: a semaphore per (batch x head, query block) lets the
   key blocks add their dQ contributions in ascending order, so the fp32 sums are bitwise
   reproducible (FlashAttention's ``deterministic=True``). ``deterministic=False`` drops
@@ -34,7 +36,7 @@ and of FlashAttention-2/3 (Dao 2023; Shah et al. 2024):
   group's heads serially.
 
 fp32 inputs and every layout TMA cannot address (last dim not contiguous, strides or base
-not 16-byte aligned) use the portable kernels; see ``attention._hopper_eligible``.
+not 16-byte aligned) use the portable kernels; see ``attention._use_hopper``.
 
 Under ``TRITON_INTERPRET=1`` these kernels also run (the interpreter emulates tensor
 descriptors with masked pointer loads and ignores ``warp_specialize``), which is how the
@@ -221,7 +223,7 @@ def _hopper_fwd(
 def _hopper_bwd_inner(
     dk,
     dv,
-    k_s,
+    k,
     v,
     desc_q,
     desc_do,
@@ -239,6 +241,7 @@ def _hopper_bwd_inner(
     N_K,
     D_LO,
     D_HI,
+    qk_scale,
     MASK: tl.constexpr,
     DETERMINISTIC: tl.constexpr,
     BLOCK_M: tl.constexpr,
@@ -248,8 +251,9 @@ def _hopper_bwd_inner(
 ):
     """dK, dV of one key block over query blocks ``[lo, hi)``, adding each block's dQ share.
 
-    Five matmuls per step: S^T, dV, dP^T, dK, dQ. ``k_s`` is K * qk_scale, so S^T is
-    already in the log2 domain.
+    Five matmuls per step: S^T, dV, dP^T, dK, dQ. ``k`` is unscaled: S^T enters the log2
+    domain in the exponent's FMA (``qk_scale``), and the dQ share is ``dS K`` without the
+    softmax scale, applied once to the finished sum.
     """
     offs_m0 = tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_DIM)
@@ -260,8 +264,8 @@ def _hopper_bwd_inner(
         do = _desc_tile(desc_do, off_b, off_h, start_m, BLOCK_M, HEAD_DIM)
         lse = tl.load(lse_base + offs_m, mask=row_ok, other=float("inf"))
         delta = tl.load(delta_base + offs_m, mask=row_ok, other=0.0)
-        s_t = _dot(k_s, tl.trans(q), EMULATE_BF16, "tf32")
-        p_t = tl.math.exp2(s_t - lse[None, :])
+        s_t = _dot(k, tl.trans(q), EMULATE_BF16, "tf32")
+        p_t = tl.math.exp2(s_t * qk_scale - lse[None, :])
         if MASK:
             # Key rows past N_K hold zeros (TMA padding): zero their P so that no
             # exp2(0 - lse) overflow can reach dQ.
@@ -271,7 +275,7 @@ def _hopper_bwd_inner(
         dp_t = _dot(v, tl.trans(do), EMULATE_BF16, "tf32")
         ds_t = _cast(p_t * (dp_t - delta[None, :]), q.dtype, EMULATE_BF16)
         dk += _dot(ds_t, q, EMULATE_BF16, "tf32")
-        dq = _dot(tl.trans(ds_t), k_s, EMULATE_BF16, "tf32")
+        dq = _dot(tl.trans(ds_t), k, EMULATE_BF16, "tf32")
         dq_ptrs = dq_base + offs_m.to(tl.int64)[:, None] * HEAD_DIM + offs_d[None, :]
         if DETERMINISTIC:
             # Key blocks add into this query block in ascending order: wait until the
@@ -330,7 +334,6 @@ def _hopper_bwd(
     off_hkv = off_h // GROUP
     offs_n = start_n + tl.arange(0, BLOCK_N)
     k = _desc_tile(desc_k, off_b, off_hkv, start_n, BLOCK_N, HEAD_DIM)
-    k_s = _cast(k.to(tl.float32) * qk_scale, k.dtype, EMULATE_BF16)
     v = _desc_tile(desc_v, off_b, off_hkv, start_n, BLOCK_N, HEAD_DIM)
 
     # Query i sees key j iff D_LO <= j - i <= D_HI, i.e. -D_HI <= i - j <= -D_LO.
@@ -349,7 +352,7 @@ def _hopper_bwd(
     dk, dv = _hopper_bwd_inner(
         dk,
         dv,
-        k_s,
+        k,
         v,
         desc_q,
         desc_do,
@@ -367,6 +370,7 @@ def _hopper_bwd(
         N_K,
         D_LO,
         D_HI,
+        qk_scale,
         True,
         DETERMINISTIC,
         BLOCK_M,
@@ -377,7 +381,7 @@ def _hopper_bwd(
     dk, dv = _hopper_bwd_inner(
         dk,
         dv,
-        k_s,
+        k,
         v,
         desc_q,
         desc_do,
@@ -395,6 +399,7 @@ def _hopper_bwd(
         N_K,
         D_LO,
         D_HI,
+        qk_scale,
         False,
         DETERMINISTIC,
         BLOCK_M,
@@ -405,7 +410,7 @@ def _hopper_bwd(
     dk, dv = _hopper_bwd_inner(
         dk,
         dv,
-        k_s,
+        k,
         v,
         desc_q,
         desc_do,
@@ -423,6 +428,7 @@ def _hopper_bwd(
         N_K,
         D_LO,
         D_HI,
+        qk_scale,
         True,
         DETERMINISTIC,
         BLOCK_M,
@@ -451,32 +457,10 @@ def _hopper_bwd(
 # on Hopper yet. The flag is plumbed through so a newer Triton can be tried by flipping it.
 WARP_SPECIALIZE = False
 
-# Tiles per (kernel, head dim): (BLOCK_M, BLOCK_N, num_warps, num_stages). For ``bwd`` the
-# program owns BLOCK_N keys and walks queries in BLOCK_M steps. Chosen so that every entry
-# compiles for sm_90 without spills and within shared memory (tests/kernels/test_hopper.py);
-# not yet timed on a GPU.
-HOPPER_TILES = {
-    # 8 warps: two warpgroups share the 128-row tile (FA3's consumer split).
-    ("fwd", 16): (128, 64, 8, 3),
-    ("fwd", 32): (128, 64, 8, 3),
-    ("fwd", 64): (128, 64, 8, 3),
-    ("fwd", 128): (128, 128, 8, 2),
-    ("bwd", 16): (64, 128, 8, 2),
-    ("bwd", 32): (64, 128, 8, 2),
-    ("bwd", 64): (64, 128, 8, 2),
-    # d128: dK, dV (fp32) plus K, V stay resident per program; every larger tile tried
-    # (64x128, 32x128, 64x64, 32x64 at 4/8/16 warps) spills on sm_90, so this one is small.
-    ("bwd", 128): (16, 64, 8, 2),
-    # Without the semaphore's spin loop the d128 backward fits a larger tile spill-free.
-    ("bwd-nondet", 128): (32, 64, 8, 2),
-}
-
-
-def backward_tiles(head_dim: int, deterministic: bool) -> tuple[int, int, int, int]:
-    """The backward's tiles: a ``bwd-nondet`` entry, if any, serves ``deterministic=False``."""
-    if not deterministic and ("bwd-nondet", head_dim) in HOPPER_TILES:
-        return HOPPER_TILES["bwd-nondet", head_dim]
-    return HOPPER_TILES["bwd", head_dim]
+# Tiles and stages live in the per-GPU config files (``hopper_fwd``, ``hopper_bwd``,
+# ``hopper_bwd_nondet``; see ``config.py``), chosen by the autotune tool and compiled for
+# sm_90 by compile_check's ``hopper`` kernel set; the launch functions below take them as
+# ``tiles = (BLOCK_M, BLOCK_N, num_warps, num_stages)``.
 
 
 def _desc(t: torch.Tensor, rows: int) -> TensorDescriptor:
@@ -626,8 +610,8 @@ def backward(q, k, v, do, lse, delta, dq, dk, dv, band, scale, qk_scale, tiles, 
         emulate_bf16,
     )
     kernel[grid](*args, **kwargs)
-    # S^T used K * qk_scale, so the dQ sums carry a factor qk_scale / scale = log2(e).
-    dq.copy_(dq_acc * (scale / qk_scale))
+    # The dQ sums are dS K without the softmax scale (see _hopper_bwd_inner).
+    dq.copy_(dq_acc * scale)
     if group > 1:
         # A fixed-order reduction over the group (deterministic, unlike atomics).
         dk.copy_(dk_out.view(batch, h_kv, group, n_k, d).sum(dim=2))

@@ -15,7 +15,7 @@ import torch
 from triton.runtime.interpreter import InterpretedFunction
 
 from . import _hopper, _kernels
-from .config import KernelConfig, LaunchConfig, config_for_device, parse_config
+from .config import KernelConfig, LaunchConfig, config_for_device, hopper_entry, parse_config
 
 SUPPORTED_HEAD_DIMS = (16, 32, 64, 128)
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -160,8 +160,18 @@ def _launch(cfg: LaunchConfig) -> dict[str, int]:
     }
 
 
+def _hopper_tiles(config: KernelConfig, kernel: str, q: torch.Tensor) -> tuple[int, int, int, int]:
+    """(BLOCK_M, BLOCK_N, num_warps, num_stages) of a Hopper kernel, from the config file."""
+    cfg = hopper_entry(config, kernel, q.shape[3], _dtype_name(q.dtype))
+    return cfg.BLOCK_M, cfg.BLOCK_N, cfg.num_warps, cfg.num_stages
+
+
 def _use_hopper(q, k, v, scale: float, hopper: bool | None) -> bool:
     """Whether this call runs the Hopper kernels (TMA, warp specialisation, 5-matmul backward).
+
+    Called inside the custom ops' implementations, on the real tensors: the alignment
+    check reads ``data_ptr()``, which Dynamo's fake tensors do not have, so deciding in
+    :func:`flash_attention` itself broke ``torch.compile(fullgraph=True)``.
 
     ``hopper=None`` follows ``SLURMKIT_KERNELS_HOPPER``; ``True`` uses them regardless of
     it, also under the interpreter (tests); ``False`` never. On CUDA they need compute
@@ -196,7 +206,7 @@ def _forward(q, k, v, band, scale, precision, config, hopper=False):
             lse,
             band,
             scale * _LOG2E,
-            _hopper.HOPPER_TILES["fwd", q.shape[3]],
+            _hopper_tiles(config, "hopper_fwd", q),
             _hopper.WARP_SPECIALIZE,
             emulate_bf16,
         )
@@ -273,7 +283,7 @@ def _backward(do, q, k, v, o, lse, band, scale, precision, config, hopper=False,
             band,
             scale,
             qk_scale,
-            _hopper.backward_tiles(d, deterministic),
+            _hopper_tiles(config, "hopper_bwd" if deterministic else "hopper_bwd_nondet", q),
             deterministic,
             emulate_bf16,
         )
@@ -364,12 +374,13 @@ def _flash_attention_fwd(
     scale: float,
     precision: str,
     config_json: str | None,
-    hopper: bool,
+    hopper: bool | None,
     deterministic: bool,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     config = _config_from_json(config_json, q)
+    use_hopper = _use_hopper(q, k, v, scale, hopper)
     with _on_device(q):
-        return _forward(q, k, v, (d_lo, d_hi), scale, precision, config, hopper)
+        return _forward(q, k, v, (d_lo, d_hi), scale, precision, config, use_hopper)
 
 
 @_flash_attention_fwd.register_fake
@@ -391,14 +402,19 @@ def _flash_attention_bwd(
     scale: float,
     precision: str,
     config_json: str | None,
-    hopper: bool,
+    hopper: bool | None,
     deterministic: bool,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     if do.dtype != q.dtype or do.device != q.device:
         raise ValueError(f"grad_output has dtype {do.dtype} on {do.device}; expected {q.dtype} on {q.device}")
     config = _config_from_json(config_json, q)
+    # The same inputs as the forward's, so the same decision (both paths keep the lse in
+    # the same log2 domain, so either backward matches either forward).
+    use_hopper = _use_hopper(q, k, v, scale, hopper)
     with _on_device(q):
-        return _backward(do, q, k, v, o, lse, (d_lo, d_hi), scale, precision, config, hopper, deterministic)
+        return _backward(
+            do, q, k, v, o, lse, (d_lo, d_hi), scale, precision, config, use_hopper, deterministic
+        )
 
 
 @_flash_attention_bwd.register_fake
@@ -513,9 +529,9 @@ def flash_attention(
         raise ValueError(f"hopper must be None, True or False, got {hopper!r}")
     if not isinstance(deterministic, bool):
         raise ValueError(f"deterministic must be a bool, got {deterministic!r}")
-    use_hopper = _use_hopper(q, k, v, scale, hopper)
     config_json = None if config is None else config.json
+    # Which kernels run (portable or Hopper) is decided inside the op, on real tensors.
     out, _lse = _flash_attention_fwd(
-        q, k, v, band[0], band[1], scale, precision, config_json, use_hopper, deterministic
+        q, k, v, band[0], band[1], scale, precision, config_json, hopper, deterministic
     )
     return out

@@ -11,7 +11,11 @@ Method: for each head dim, bf16, a 16k-token batch (B = 16384 // seq_len, H*D = 
 each kernel's candidates are timed with ``triton.testing.do_bench`` (median) on the
 causal and the non-causal problem and ranked by the sum. The forward kernel is timed
 alone; each backward kernel is timed through a full backward with the other backward
-kernel held at the starting config. Candidates that fail to compile or run (e.g. out of
+kernel held at the starting config. On sm_90 and newer the Hopper path's kernels
+(``hopper_fwd``, ``hopper_bwd``, ``hopper_bwd_nondet``: ``flash_attention(hopper=True)``,
+the last with ``deterministic=False``) are tuned the same way into their own tables; re-run
+``python -m slurmkit_kernels.compile_check --config FILE`` on the result, which compiles
+them for sm_90 and fails on spills. Candidates that fail to compile or run (e.g. out of
 shared memory) are skipped. fp16 uses the same entries (same tile shapes and smem);
 ``<d>/float32`` entries are copied unchanged from the starting config. Needs a CUDA GPU;
 exits with code 2 without one.
@@ -26,7 +30,15 @@ import itertools
 import json
 import sys
 
-from .config import KernelConfig, LaunchConfig, config_for_device, parse_config
+from .config import (
+    HOPPER_KERNEL_NAMES,
+    KERNEL_NAMES,
+    KernelConfig,
+    LaunchConfig,
+    builtin_config,
+    config_for_device,
+    parse_config,
+)
 
 # Tile candidates per kernel (BLOCK_M, BLOCK_N) and launch candidates (warps, stages), from
 # the ranges the Triton tutorial explores on Hopper.
@@ -34,6 +46,9 @@ TILES = {
     "fwd": [(64, 32), (64, 64), (128, 32), (128, 64), (128, 128)],
     "bwd_dkdv": [(16, 64), (32, 64), (32, 128), (64, 64), (64, 128)],
     "bwd_dq": [(64, 16), (64, 32), (64, 64), (128, 32), (128, 64)],
+    "hopper_fwd": [(64, 64), (64, 128), (128, 64), (128, 128)],
+    "hopper_bwd": [(16, 64), (32, 64), (32, 128), (64, 64), (64, 128)],
+    "hopper_bwd_nondet": [(16, 64), (32, 64), (32, 128), (64, 64), (64, 128)],
 }
 WARPS = (4, 8)
 STAGES = (2, 3, 4)
@@ -62,6 +77,8 @@ def candidates(kernel: str) -> list[LaunchConfig]:
 
 def with_entry(base: KernelConfig, kernel: str, key: str, entry: LaunchConfig) -> KernelConfig:
     kernels = {k: dict(v) for k, v in base.kernels.items()}
+    if kernel not in kernels:  # a file without Hopper tables starts from default.json's
+        kernels[kernel] = dict(builtin_config("default").kernels[kernel])
     kernels[kernel][key] = entry
     return KernelConfig(base.name, base.match, base.provenance, kernels)
 
@@ -77,9 +94,19 @@ def measure(torch, triton, flash_attention, config, head_dim, seq_len, kernel) -
             )
             for _ in range(3)
         )
-        out = flash_attention(q, k, v, causal=causal, config=config)
-        if kernel == "fwd":
-            fn = functools.partial(flash_attention, q, k, v, causal=causal, config=config)
+        run = functools.partial(
+            flash_attention,
+            q,
+            k,
+            v,
+            causal=causal,
+            config=config,
+            hopper=kernel in HOPPER_KERNEL_NAMES,
+            deterministic=kernel != "hopper_bwd_nondet",
+        )
+        out = run()
+        if kernel in ("fwd", "hopper_fwd"):
+            fn = run
         else:
             fn = functools.partial(out.backward, torch.randn_like(out), retain_graph=True)
         total += triton.testing.do_bench(fn, grad_to_none=[q, k, v], return_mode="median")
@@ -104,8 +131,9 @@ def main(argv=None) -> int:
     gpu = torch.cuda.get_device_name(0)
     base = config_for_device(gpu)
     tuned = base
+    kernels = KERNEL_NAMES + (HOPPER_KERNEL_NAMES if torch.cuda.get_device_capability(0)[0] >= 9 else ())
     for head_dim in args.head_dims:
-        for kernel in ("fwd", "bwd_dkdv", "bwd_dq"):
+        for kernel in kernels:
             best = None
             for cand in candidates(kernel):
                 trial = with_entry(tuned, kernel, str(head_dim), cand)

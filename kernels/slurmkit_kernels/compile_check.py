@@ -302,6 +302,17 @@ _PTXAS_REGS = re.compile(r"Used (\d+) registers")
 _PTXAS_SPILLS = re.compile(r"(\d+) bytes spill stores, (\d+) bytes spill loads")
 
 
+def count_instructions(ptx: str, opcode: str) -> int:
+    """Instructions in ``ptx`` whose opcode starts with ``opcode`` (e.g. ``"wgmma.mma_async"``).
+
+    An instruction may carry a predicate guard, ``@%p1 cp.async.bulk.tensor...`` or
+    ``@!%p2 ...``: Triton guards every TMA copy so one thread issues it, and a pattern
+    anchored at the opcode alone counted 0 TMA instructions in every Hopper kernel.
+    """
+    pattern = r"^\s*(?:@!?%\w+\s+)?" + re.escape(opcode) + r"(?![\w])"
+    return len(re.findall(pattern, ptx, re.MULTILINE))
+
+
 def parse_ptxas_log(log: str) -> tuple[int, int, int]:
     """(registers, spill-store bytes, spill-load bytes) per thread from ``ptxas -v`` output."""
     regs, spills = _PTXAS_REGS.search(log), _PTXAS_SPILLS.search(log)
@@ -444,8 +455,8 @@ def _record(rows, by_kernel, kset, config, problem, launch, target, limit, progr
             smem=meta.shared,
         )
         ptx = compiled.asm["ptx"]
-        row.wgmma = len(re.findall(r"^\s*wgmma\.mma_async", ptx, re.MULTILINE))
-        row.tma = len(re.findall(r"^\s*cp\.async\.bulk\.tensor", ptx, re.MULTILINE))
+        row.wgmma = count_instructions(ptx, "wgmma.mma_async")
+        row.tma = count_instructions(ptx, "cp.async.bulk.tensor")
         try:
             log = _ptxas_log(compiled, target, captured)
             row.regs, row.spill_stores, row.spill_loads = parse_ptxas_log(log)

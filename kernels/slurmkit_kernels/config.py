@@ -16,7 +16,8 @@ File format (``configs/*.json``)::
       "kernels": {
         "fwd":      {"default": {...}, "128": {...}, "128/float32": {...}},
         "bwd_dkdv": {...},
-        "bwd_dq":   {...}
+        "bwd_dq":   {...},
+        "hopper_fwd": {...}, "hopper_bwd": {...}, "hopper_bwd_nondet": {...}   # optional
       }
     }
 
@@ -41,6 +42,11 @@ from importlib import resources
 from typing import Any
 
 KERNEL_NAMES = ("fwd", "bwd_dkdv", "bwd_dq")
+# The Hopper path's kernels (``_hopper.py``): optional in a file, whose missing tables fall
+# back to the shipped ``default.json`` (see :func:`hopper_entry`). For ``hopper_bwd`` and
+# ``hopper_bwd_nondet`` (``deterministic=False``) the program owns BLOCK_N keys and walks
+# queries in BLOCK_M steps, as ``bwd_dkdv``.
+HOPPER_KERNEL_NAMES = ("hopper_fwd", "hopper_bwd", "hopper_bwd_nondet")
 _ENTRY_KEYS = ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages")
 CONFIG_ENV = "SLURMKIT_KERNELS_CONFIG"
 
@@ -127,11 +133,11 @@ def parse_config(data: Mapping[str, Any], source: str = "<dict>") -> KernelConfi
     if not isinstance(kernels_raw, Mapping):
         raise ValueError(f"{source}: 'kernels' must be an object with keys {list(KERNEL_NAMES)}")
     missing = [k for k in KERNEL_NAMES if k not in kernels_raw]
-    extra = [k for k in kernels_raw if k not in KERNEL_NAMES]
+    extra = [k for k in kernels_raw if k not in KERNEL_NAMES + HOPPER_KERNEL_NAMES]
     if missing or extra:
         raise ValueError(
-            f"{source}: 'kernels' must have exactly the keys {list(KERNEL_NAMES)} "
-            f"(missing {missing}, unknown {extra})"
+            f"{source}: 'kernels' must have the keys {list(KERNEL_NAMES)} and may have "
+            f"{list(HOPPER_KERNEL_NAMES)} (missing {missing}, unknown {extra})"
         )
     kernels: dict[str, dict[str, LaunchConfig]] = {}
     for kernel, table in kernels_raw.items():
@@ -207,3 +213,12 @@ def config_for_device(device_name: str | None) -> KernelConfig:
                     break
     _cache[cache_key] = config
     return config
+
+
+def hopper_entry(config: KernelConfig, kernel: str, head_dim: int, dtype_name: str) -> LaunchConfig:
+    """The Hopper path's tiles for ``kernel`` (one of :data:`HOPPER_KERNEL_NAMES`): from
+    ``config``, or from the shipped ``default.json`` when the file has no such table (files
+    written before the Hopper kernels had entries)."""
+    if kernel not in config.kernels:
+        config = builtin_config("default")
+    return config.lookup(kernel, head_dim, dtype_name)

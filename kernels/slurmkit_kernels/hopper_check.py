@@ -24,6 +24,8 @@ import subprocess
 import sys
 import tempfile
 
+from .compile_check import count_instructions
+
 SMEM_LIMIT_SM90 = 232448
 DTYPES = ("bfloat16", "float16")
 HEAD_DIMS = (16, 32, 64, 128)
@@ -106,20 +108,22 @@ def compile_launch(kernel, args, kwargs, arch: int = 90) -> dict:
         "registers": regs,
         "spill_bytes": spills,
         "shared": compiled.metadata.shared,
-        "wgmma": len(re.findall(r"\bwgmma\.mma_async", ptx)),
-        "tma": len(re.findall(r"\bcp\.async\.bulk\.tensor", ptx)),
+        "wgmma": count_instructions(ptx, "wgmma.mma_async"),
+        "tma": count_instructions(ptx, "cp.async.bulk.tensor"),
         # Release increments of the deterministic backward's dQ semaphore.
-        "sem": len(re.findall(r"\batom\.global\.gpu\.release\.add", ptx)),
+        "sem": count_instructions(ptx, "atom.global.gpu.release.add"),
         "num_warps": compiled.metadata.num_warps,
     }
 
 
-def hopper_launches(dtype_name: str, head_dim: int):
-    """[(name, kernel, args, kwargs)] of the Hopper kernels for one dtype and head dim,
-    built by the same functions the dispatcher launches through, on meta tensors."""
+def hopper_launches(dtype_name: str, head_dim: int, config_name: str = "h100"):
+    """[(name, kernel, args, kwargs)] of the Hopper kernels for one dtype and head dim with a
+    shipped config's ``hopper_*`` tiles, built by the same functions the dispatcher launches
+    through, on meta tensors."""
     import torch
 
-    from . import _hopper
+    from . import _hopper, attention
+    from .config import builtin_config
 
     dtype = getattr(torch, dtype_name)
     batch, heads, seq = _SHAPE
@@ -131,7 +135,8 @@ def hopper_launches(dtype_name: str, head_dim: int):
     lse, delta = meta(batch, heads, seq, dt=torch.float32), meta(batch, heads, seq, dt=torch.float32)
     full, causal = (-(2**30), 2**30), (-(2**30), 0)
     qk_scale = head_dim**-0.5 * 1.4426950408889634
-    fwd_tiles = _hopper.HOPPER_TILES["fwd", head_dim]
+    config = builtin_config(config_name)
+    fwd_tiles = attention._hopper_tiles(config, "hopper_fwd", q)
     out = []
     for name, band in (("fwd", full), ("fwd-causal", causal)):
         launch = _hopper.forward_launch(
@@ -140,7 +145,7 @@ def hopper_launches(dtype_name: str, head_dim: int):
         out.append((name, launch[0], launch[2], launch[3]))
     dq_acc = meta(batch, heads, seq, head_dim, dt=torch.float32)
     for name, deterministic in (("bwd", True), ("bwd-nondet", False)):
-        bwd_tiles = _hopper.backward_tiles(head_dim, deterministic)
+        bwd_tiles = attention._hopper_tiles(config, "hopper_bwd" if deterministic else "hopper_bwd_nondet", q)
         sem = meta(batch * heads, seq // bwd_tiles[0], dt=torch.int32)
         launch = _hopper.backward_launch(
             q,

@@ -15,12 +15,12 @@ from .attention import (
     _UNBOUNDED,
     _band,
     _cdiv,
+    _config_from_json,
     _dtype_name,
     _empty,
     _kernel_flags,
     _launch,
     _on_device,
-    _select_config,
     _validate,
 )
 from .config import KernelConfig
@@ -29,12 +29,9 @@ from .config import KernelConfig
 _MAX_GRID_YZ = 65535
 
 
-def _validate_cu_seqlens(name: str, cu: torch.Tensor, total: int, max_seqlen, device) -> list[int]:
-    """Raise ValueError unless ``cu`` is a valid offsets vector for ``total`` packed tokens.
-
-    Reads the offsets to the host (one small copy): a wrong offset would make the kernels
-    read another sequence's rows or leave output rows unwritten, silently.
-    """
+def _check_offsets_tensor(name: str, cu: torch.Tensor, max_seqlen, device) -> None:
+    """The checks of :func:`_validate_cu_seqlens` that need no values (so they run while
+    ``torch.compile`` traces with fake tensors)."""
     if not isinstance(cu, torch.Tensor):
         raise ValueError(f"{name} must be a torch.Tensor, got {type(cu).__name__}")
     if cu.dtype != torch.int32 or cu.dim() != 1 or cu.numel() < 2:
@@ -44,6 +41,18 @@ def _validate_cu_seqlens(name: str, cu: torch.Tensor, total: int, max_seqlen, de
         )
     if cu.device != device:
         raise ValueError(f"{name} is on {cu.device}; q, k, v are on {device}")
+    if isinstance(max_seqlen, bool) or not isinstance(max_seqlen, int):
+        raise ValueError(f"max_seqlen for {name} must be an int >= the longest sequence, got {max_seqlen!r}")
+
+
+def _validate_cu_seqlens(name: str, cu: torch.Tensor, total: int, max_seqlen, device) -> list[int]:
+    """Raise ValueError unless ``cu`` is a valid offsets vector for ``total`` packed tokens.
+
+    Reads the offsets to the host (one small copy): a wrong offset would make the kernels
+    read another sequence's rows or leave output rows unwritten, silently. Runs inside the
+    custom op (on real tensors: the values are data, which Dynamo's fake tensors lack).
+    """
+    _check_offsets_tensor(name, cu, max_seqlen, device)
     offsets = cu.tolist()
     if offsets[0] != 0 or offsets[-1] != total:
         raise ValueError(
@@ -196,26 +205,106 @@ def _varlen_backward(do, q, k, v, o, lse, cu_q, cu_k, max_q, max_k, sides, causa
     return dq, dk, dv
 
 
-class _FlashAttentionVarlenFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, q, k, v, cu_q, cu_k, max_q, max_k, sides, causal, scale, precision, config):
-        with _on_device(q):
-            o, lse = _varlen_forward(q, k, v, cu_q, cu_k, max_q, sides, causal, scale, precision, config)
-        ctx.save_for_backward(q, k, v, o, lse, cu_q, cu_k)
-        ctx.args = (max_q, max_k, sides, causal, scale, precision, config)
-        return o
+# The varlen kernels as torch.library custom ops (as flash_attention's), so torch.compile
+# records one opaque node per pass: the offsets' values are checked inside the forward op.
+@torch.library.custom_op("slurmkit::flash_attention_varlen_fwd", mutates_args=())
+def _varlen_fwd_op(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    cu_q: torch.Tensor,
+    cu_k: torch.Tensor,
+    max_q: int,
+    max_k: int,
+    left: int,
+    right: int,
+    causal: bool,
+    scale: float,
+    precision: str,
+    config_json: str | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    _validate_cu_seqlens("cu_seqlens_q", cu_q, q.shape[0], max_q, q.device)
+    _validate_cu_seqlens("cu_seqlens_k", cu_k, k.shape[0], max_k, q.device)
+    config = _config_from_json(config_json, q)
+    with _on_device(q):
+        return _varlen_forward(
+            q, k, v, cu_q, cu_k, max(max_q, 1), (left, right), causal, scale, precision, config
+        )
 
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx, do):
-        q, k, v, o, lse, cu_q, cu_k = ctx.saved_tensors
-        if do.dtype != q.dtype or do.device != q.device:
-            raise ValueError(
-                f"grad_output has dtype {do.dtype} on {do.device}; expected {q.dtype} on {q.device}"
-            )
-        with _on_device(q):
-            dq, dk, dv = _varlen_backward(do, q, k, v, o, lse, cu_q, cu_k, *ctx.args)
-        return dq, dk, dv, None, None, None, None, None, None, None, None, None
+
+@_varlen_fwd_op.register_fake
+def _(q, k, v, cu_q, cu_k, max_q, max_k, left, right, causal, scale, precision, config_json):
+    total_q, h_q, d = q.shape
+    return q.new_empty((total_q, h_q, d)), q.new_empty((h_q, total_q), dtype=torch.float32)
+
+
+@torch.library.custom_op("slurmkit::flash_attention_varlen_bwd", mutates_args=())
+def _varlen_bwd_op(
+    do: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    o: torch.Tensor,
+    lse: torch.Tensor,
+    cu_q: torch.Tensor,
+    cu_k: torch.Tensor,
+    max_q: int,
+    max_k: int,
+    left: int,
+    right: int,
+    causal: bool,
+    scale: float,
+    precision: str,
+    config_json: str | None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    if do.dtype != q.dtype or do.device != q.device:
+        raise ValueError(f"grad_output has dtype {do.dtype} on {do.device}; expected {q.dtype} on {q.device}")
+    config = _config_from_json(config_json, q)
+    with _on_device(q):
+        return _varlen_backward(
+            do,
+            q,
+            k,
+            v,
+            o,
+            lse,
+            cu_q,
+            cu_k,
+            max(max_q, 1),
+            max(max_k, 1),
+            (left, right),
+            causal,
+            scale,
+            precision,
+            config,
+        )
+
+
+@_varlen_bwd_op.register_fake
+def _(do, q, k, v, o, lse, cu_q, cu_k, max_q, max_k, left, right, causal, scale, precision, config_json):
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+
+
+def _varlen_setup_context(ctx, inputs, output):
+    q, k, v, cu_q, cu_k, *args = inputs
+    o, lse = output
+    ctx.save_for_backward(q, k, v, o, lse, cu_q, cu_k)
+    ctx.args = tuple(args)
+    ctx.mark_non_differentiable(lse)
+
+
+def _varlen_backward_rule(ctx, do, _dlse):
+    q, k, v, o, lse, cu_q, cu_k = ctx.saved_tensors
+    dq, dk, dv = _varlen_bwd_op(do, q, k, v, o, lse, cu_q, cu_k, *ctx.args)
+    return (dq, dk, dv) + (None,) * 10
+
+
+def _varlen_no_double_backward(ctx, *grads):
+    raise RuntimeError("flash_attention_varlen supports first-order gradients only")
+
+
+_varlen_fwd_op.register_autograd(_varlen_backward_rule, setup_context=_varlen_setup_context)
+_varlen_bwd_op.register_autograd(_varlen_no_double_backward, setup_context=lambda ctx, inputs, output: None)
 
 
 def flash_attention_varlen(
@@ -281,29 +370,31 @@ def flash_attention_varlen(
     # The dense checks, on (1, heads, tokens, head_dim) views of the packed tensors.
     scale = _validate(*(t.transpose(0, 1)[None] for t in (q, k, v)), scale, precision)
     sides = _window_sides(causal, window)
-    _validate_cu_seqlens("cu_seqlens_q", cu_seqlens_q, q.shape[0], max_seqlen_q, q.device)
-    _validate_cu_seqlens("cu_seqlens_k", cu_seqlens_k, k.shape[0], max_seqlen_k, q.device)
+    # The offsets' values are checked inside the op (see _varlen_fwd_op); their type here.
+    _check_offsets_tensor("cu_seqlens_q", cu_seqlens_q, max_seqlen_q, q.device)
+    _check_offsets_tensor("cu_seqlens_k", cu_seqlens_k, max_seqlen_k, q.device)
     batch = cu_seqlens_q.numel() - 1
     if cu_seqlens_k.numel() - 1 != batch:
         raise ValueError(
-            f"cu_seqlens_q describes {batch} sequences and cu_seqlens_k {cu_seqlens_k.numel() - 1}"
+            f"cu_seqlens_q describes {batch} sequences and cu_seqlens_k {cu_seqlens_k.numel() - 1} "
+            "(the batch sizes differ)"
         )
     if batch > _MAX_GRID_YZ or q.shape[1] > _MAX_GRID_YZ:
         raise ValueError(f"at most {_MAX_GRID_YZ} sequences and heads per call, got {batch} and {q.shape[1]}")
     if config is not None and not isinstance(config, KernelConfig):
         raise ValueError(f"config must be a KernelConfig (see load_config), got {type(config).__name__}")
-    config = _select_config(q, config)
-    return _FlashAttentionVarlenFunction.apply(
+    out, _lse = _varlen_fwd_op(
         q,
         k,
         v,
         cu_seqlens_q,
         cu_seqlens_k,
-        max(max_seqlen_q, 1),
-        max(max_seqlen_k, 1),
-        sides,
+        max_seqlen_q,
+        max_seqlen_k,
+        *sides,
         causal,
         scale,
         precision,
-        config,
+        None if config is None else config.json,
     )
+    return out

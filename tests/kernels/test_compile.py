@@ -197,3 +197,102 @@ print(json.dumps(seen))
     assert {"Q", "K", "V", "O", "LSE", "stride_qm", "N_Q", "N_K"} <= set(fwd["divisible"])
     dkdv = seen["_attn_bwd_dkdv"]
     assert dkdv["constants"]["stride_dkd"] == "1" and dkdv["constants"]["GROUP"] == "1"
+
+
+def test_instruction_counts_allow_a_predicate_guard():
+    """Triton guards each TMA copy with a predicate (one thread issues it); the counter must
+    see ``@%p1 cp.async.bulk.tensor`` as a TMA instruction, not only an unguarded one."""
+    from slurmkit_kernels.compile_check import count_instructions
+
+    ptx = "\n".join(
+        [
+            "\t// begin inline asm",
+            "\t@%p1 cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%r1], [%rd2, {%r3, %r4, %r5, %r6}], [%r7];",
+            "\t@!%p12 cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%rd9, {%r3, %r4, %r5, %r6}], [%r8];",
+            "\tcp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%r1], [%rd2, {%r3, %r4}], [%r7];",
+            "\tcp.async.bulk.commit_group;",  # not a tensor copy
+            "\t// cp.async.bulk.tensor in a comment does not count",
+            "\twgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%f1}, %rd1, %rd2, 1, 1, 1, 0, 1;",
+            "\t@%p3 wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%f1}, %rd1, %rd2, 1, 1, 1, 0, 1;",
+            "\twgmma.fence.sync.aligned;",
+            "\t@%p2 atom.global.gpu.release.add.u32 %r9, [%rd3], 1;",
+            "\tsetmaxnreg.inc.sync.aligned.u32 240;",
+        ]
+    )
+    assert count_instructions(ptx, "cp.async.bulk.tensor") == 3
+    assert count_instructions(ptx, "wgmma.mma_async") == 2
+    assert count_instructions(ptx, "atom.global.gpu.release.add") == 1
+    assert count_instructions(ptx, "setmaxnreg") == 1
+    assert count_instructions(ptx, "cp.async.bulk") == 4
+
+
+@pytest.mark.timeout(1200)
+def test_hopper_kernels_report_their_tma_instructions(cache_dir):
+    """On a real compiled Hopper kernel's PTX (bf16 d64, sm_90): every Hopper kernel that
+    moves tiles through descriptors reports TMA instructions; the pointer-based portable
+    preprocess kernel the backward also launches reports none."""
+    proc = run_compile_check(
+        [
+            "--kernel-sets",
+            "hopper",
+            "--config",
+            "h100",
+            "--dtypes",
+            "bfloat16",
+            "--head-dims",
+            "64",
+            "--seq-lens",
+            "4096",
+            "--gqa",
+            "1",
+        ],
+        cache_dir,
+        timeout=1100,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = table_rows(proc.stdout)
+    hopper = [r for r in rows if r["kernel"] in ("_hopper_fwd", "_hopper_bwd")]
+    assert len(hopper) >= 3, proc.stdout  # forward (+ longest-first), both backward modes
+    assert all(int(r["tma"]) > 0 and int(r["wgmma"]) > 0 for r in hopper), proc.stdout
+    assert all(r["tma"] == "0" for r in rows if r["kernel"] == "_attn_bwd_preprocess"), proc.stdout
+
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "kernels.md"
+
+
+def _marked_table(text: str) -> list[str]:
+    from slurmkit_kernels.compile_check import MARK_BEGIN, MARK_END
+
+    section = text[text.index(MARK_BEGIN) : text.index(MARK_END)]
+    return [
+        line for line in section.splitlines() if line.startswith("| ") and not line.startswith("| kernel |")
+    ]
+
+
+@pytest.mark.timeout(1800)
+def test_docs_table_is_the_tools_output_for_every_kernel_set(tmp_path, cache_dir):
+    """docs/kernels.md's compile table lists every registered kernel set, and its rows are
+    what the tool prints now: the bf16 d64 slice is regenerated (every kernel set, MHA and
+    GQA 4:1) and must match the docs row for row, so a kernel or config change that alters
+    what compiles fails here until the table is regenerated."""
+    from slurmkit_kernels import compile_check
+
+    docs_rows = _marked_table(DOCS.read_text(encoding="utf-8"))
+    names = {entry.rsplit(":", 1)[1].removesuffix("_kernel_set") for entry in compile_check.KERNEL_SETS}
+    assert names == {"portable", "hopper", "varlen"}
+    listed = {row.split(" | ")[0].removeprefix("| ").split("/")[0] for row in docs_rows}
+    assert listed == names, f"docs/kernels.md lists kernel sets {sorted(listed)}, registered {sorted(names)}"
+    assert "python -m slurmkit_kernels.compile_check --markdown-into docs/kernels.md" in DOCS.read_text()
+
+    out = tmp_path / "table.md"
+    out.write_text(f"{compile_check.MARK_BEGIN}\n{compile_check.MARK_END}\n")
+    proc = run_compile_check(
+        ["--dtypes", "bfloat16", "--head-dims", "64", "--seq-lens", "4096", "--markdown-into", str(out)],
+        cache_dir,
+        timeout=1700,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    fresh = _marked_table(out.read_text())
+    assert {row.split(" | ")[0].removeprefix("| ").split("/")[0] for row in fresh} == names
+    docs_slice = [row for row in docs_rows if " | bfloat16 | 64 | " in row]
+    assert sorted(docs_slice) == sorted(fresh), "\n".join(["docs:", *docs_slice, "tool:", *fresh])

@@ -10,6 +10,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
 
 from slurmkit_kernels import autotune, builtin_config, compile_check  # noqa: E402
+from slurmkit_kernels.config import parse_config  # noqa: E402
 
 BENCHMARK = Path(__file__).resolve().parents[2] / "benchmarks" / "attention.py"
 
@@ -73,12 +74,20 @@ def test_autotune_without_gpu_exits_2_and_writes_nothing(monkeypatch, tmp_path, 
 
 def test_autotune_candidates_are_valid_and_entries_do_not_leak():
     base = builtin_config("h100")
-    for kernel in ("fwd", "bwd_dkdv", "bwd_dq"):
+    for kernel in ("fwd", "bwd_dkdv", "bwd_dq", "hopper_fwd", "hopper_bwd", "hopper_bwd_nondet"):
         cands = autotune.candidates(kernel)
         assert len(cands) == len(set(cands)) > 1
         trial = autotune.with_entry(base, kernel, "64", cands[0])
         assert trial.lookup(kernel, 64, "bfloat16") == cands[0]
     assert base.lookup("fwd", 64, "bfloat16") == builtin_config("h100").lookup("fwd", 64, "bfloat16")
+    # A file without Hopper tables gets default.json's table plus the candidate.
+    old = builtin_config("h100").to_dict()
+    del old["kernels"]["hopper_bwd"]
+    trial = autotune.with_entry(parse_config(old), "hopper_bwd", "128", autotune.candidates("hopper_bwd")[0])
+    assert trial.lookup("hopper_bwd", 128, "bfloat16") == autotune.candidates("hopper_bwd")[0]
+    assert trial.lookup("hopper_bwd", 64, "bfloat16") == builtin_config("default").lookup(
+        "hopper_bwd", 64, "bfloat16"
+    )
 
 
 def test_compile_check_refuses_the_interpreter(monkeypatch, capsys):
@@ -120,26 +129,141 @@ def test_benchmark_sweep_runs_end_to_end_on_cpu():
 GPU_CHECK = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu_check.py"
 
 
-def test_gpu_check_cpu_smoke_runs_every_step(tmp_path, capsys):
-    """benchmarks/gpu_check.py's correctness and throughput steps, through the interpreter
-    with tiny shapes: the GPU run (benchmarks/gpu_check.sh) uses the same functions."""
-    from slurmkit_kernels import interpreter_active
-
-    if not interpreter_active():
-        pytest.skip("the smoke run needs CPU tensors, i.e. the interpreter")
+def _load_gpu_check():
     spec = importlib.util.spec_from_file_location("gpu_check", GPU_CHECK)
     gpu_check = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(gpu_check)
-    out = tmp_path / "table.md"
-    assert gpu_check.main(["--cpu-smoke", "--out", str(out)]) == 0
-    text = out.read_text()
-    assert "Correctness of the shipped configs: 0 failure(s)" in text
-    rows = [line for line in text.splitlines() if line.startswith(("| float16", "| bfloat16"))]
-    assert len(rows) == 2 * 2 * 2  # dtypes x causal x modes, one length
-    for row in rows:
-        cells = [c.strip() for c in row.strip("|").split("|")]
-        assert float(cells[7]) > 0 and float(cells[8]) > 0 and cells[9] == "n/a"  # no cuDNN on CPU
-    assert "ok float32 d16 causal" in capsys.readouterr().out
+    return gpu_check
+
+
+@pytest.mark.timeout(900)
+def test_gpu_check_cpu_smoke_runs_every_phase(tmp_path):
+    """``gpu_check.py --cpu-smoke`` end to end, as the GPU run goes: every phase in its own
+    process with its own timeout, results appended to the results file under ``$OUT`` as
+    they come, the Hopper path measured next to the portable one, the summary printed last."""
+    import json
+    import os
+    import subprocess
+
+    out = tmp_path / "out"
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["OUT"] = str(out)
+    env["TRITON_CACHE_DIR"] = str(tmp_path / "triton-cache")
+    proc = subprocess.run(
+        [sys.executable, str(GPU_CHECK), "--cpu-smoke"], env=env, capture_output=True, text=True, timeout=850
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = proc.stdout.strip().splitlines()
+    assert lines[-1] == "== gpu_check: exit 0"
+    assert any(line.startswith("gpu_check summary:") for line in lines[-8:]), proc.stdout
+    records = [json.loads(line) for line in (out / "gpu_check.jsonl").read_text().splitlines()]
+    phases = [r for r in records if r["kind"] == "phase"]
+    assert [(p["name"], p["status"]) for p in phases] == [
+        ("versions", "ok"),
+        ("prewarm", "ok"),
+        ("correctness", "ok"),
+        ("throughput", "ok"),
+    ]
+    # Each phase ran in its own process and wrote its own records before the next began.
+    order = [r["phase"] for r in records if r["kind"] != "phase" and r["phase"] != "driver"]
+    assert order == sorted(order, key=["versions", "prewarm", "correctness", "throughput"].index)
+    env_record = next(r for r in records if r["kind"] == "environment")
+    assert "4*B*H*Nq*Nk*D" in env_record["flops"]
+    compiled = [r for r in records if r["kind"] == "compile"]
+    # Prewarm compiles only what the run launches: here the Hopper forward and backward
+    # (deterministic dQ) and the shared preprocess kernel, nothing else.
+    assert sorted(r["kernel"] for r in compiled) == [
+        "hopper/_attn_bwd_preprocess",
+        "hopper/_hopper_bwd",
+        "hopper/_hopper_fwd",
+    ]
+    assert all(r["result"] == "ok" and r["spill"] == 0 for r in compiled)
+    corr = [r for r in records if r["kind"] == "correctness"]
+    assert {r["path"] for r in corr} == {"hopper", "portable"} and all(r["status"] == "ok" for r in corr)
+    thr = [r for r in records if r["kind"] == "throughput" and r["status"] == "ok"]
+    for provider in ("hopper", "portable"):
+        mine = [r for r in thr if r["provider"] == provider]
+        assert len(mine) == 2 * 2 and all(r["tflops"] > 0 and r["path"] == provider for r in mine)
+    table = (out / "kernels-cpu-smoke.md").read_text()
+    assert "4*B*H*Nq*Nk*D" in table and "8 of 8 cases ok" in table
+    assert table.count("| bfloat16 | 16 | no | 32 |") == 2
+
+
+def test_gpu_check_summary_fails_on_a_timed_out_phase_and_keeps_earlier_results(tmp_path):
+    """A phase killed at its deadline fails the run, and the records written before it
+    (here one correctness case and one throughput measurement) still make the table."""
+    import json
+
+    gpu_check = _load_gpu_check()
+    records = [
+        {
+            "phase": "versions",
+            "kind": "environment",
+            "gpu": "NVIDIA H200",
+            "torch": "2.11.0",
+            "triton": "3.6.0",
+        },
+        {"phase": "driver", "kind": "phase", "name": "versions", "status": "ok", "exit": 0, "seconds": 3.0},
+        {
+            "phase": "correctness",
+            "kind": "correctness",
+            "status": "ok",
+            "path": "hopper",
+            "dtype": "bfloat16",
+            "d": 128,
+            "causal": False,
+            "B": 1,
+            "Hq": 4,
+            "Hkv": 4,
+            "Nq": 1000,
+            "Nk": 1000,
+        },
+        {
+            "phase": "throughput",
+            "kind": "throughput",
+            "status": "ok",
+            "provider": "hopper",
+            "mode": "fwd",
+            "tflops": 400.0,
+            "dtype": "bfloat16",
+            "d": 128,
+            "causal": False,
+            "N": 8192,
+            "B": 2,
+            "H": 16,
+        },
+        {
+            "phase": "throughput",
+            "kind": "throughput",
+            "status": "ok",
+            "provider": "sdpa-cudnn",
+            "mode": "fwd",
+            "tflops": 500.0,
+            "dtype": "bfloat16",
+            "d": 128,
+            "causal": False,
+            "N": 8192,
+            "B": 2,
+            "H": 16,
+        },
+        {
+            "phase": "driver",
+            "kind": "phase",
+            "name": "throughput",
+            "status": "timed out after 300 s",
+            "exit": None,
+            "seconds": 300.0,
+        },
+    ]
+    (tmp_path / "gpu_check.jsonl").write_text(
+        "".join(json.dumps(r) + "\n" for r in records) + '{"cut by a ki'
+    )
+    table, summary, status = gpu_check.summarize(gpu_check.read_results(tmp_path))
+    assert status == 1
+    assert "- throughput: timed out after 300 s" in table
+    assert "| bfloat16 | 128 | no | 8192 | 2 | 16 | fwd | 400.0 | n/a | n/a | 500.0 | 0.80 | - | - |" in table
+    assert "1 of 1 cases ok" in table
+    assert any("throughput timed out after 300 s" in line for line in summary)
 
 
 def test_gpu_check_script_without_gpu_exits_2(tmp_path):
@@ -151,10 +275,13 @@ def test_gpu_check_script_without_gpu_exits_2(tmp_path):
     env["PYTHON"] = sys.executable
     env["TRITON_CACHE_DIR"] = str(tmp_path)
     env["CUDA_VISIBLE_DEVICES"] = ""  # no GPU even on a GPU machine
+    env["OUT"] = str(tmp_path / "out")
     proc = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "torch sees no CUDA GPU" in proc.stderr
     assert "== versions" in proc.stdout and "torch 2." in proc.stdout
+    assert proc.stdout.strip().splitlines()[-1] == "== gpu_check: exit 2"
+    assert "torch sees no CUDA GPU" in (tmp_path / "out" / "versions.log").read_text()
 
 
 PTXAS_LOG = """ptxas info    : Compiling entry function '_attn_bwd_dkdv' for 'sm_90a'
