@@ -250,7 +250,7 @@ def _ingest(directory: str, src: FileSource, plan: _Plan, select: List[str]) -> 
     out: Dict[str, object] = {"rows": 0, "skipped": 0, "not_started": 0, "malformed": 0, "months": {}}
     with session() as con:
         con.execute(f"""CREATE TEMP TABLE new AS
-            SELECT {", ".join(select)}, coalesce({plan.count_ok}, FALSE) AND NOT {plan.surplus} AS ok
+            SELECT {", ".join(select)}, coalesce({plan.count_ok}, FALSE) AND NOT {plan.surplus} AND {plan.id_ok} AS ok
             FROM {plan.reader()} WHERE NOT coalesce({plan.step}, FALSE) AND NOT (f1 IS NULL AND trim(f0) = '')""")
         _typed_columns(con, "new")
         # the reference's rules: what it would skip as not started, malformed or impossible

@@ -157,6 +157,21 @@ def epoch_sql(expr: str, hour_epoch: str) -> str:
     )
 
 
+def job_id_sql(job_id: str, raw: Optional[str]) -> str:
+    """SQL of :func:`slurmkit.report.sacct.job_id_ok` (``raw`` None: the dump has no JobIDRaw);
+    the plain job whose JobIDRaw equals its JobID is tested first (most rows)."""
+    shape = f"regexp_full_match({job_id}, {_q(sacct.JOB_ID_PATTERN)})"
+    if raw is None:
+        return f"coalesce({shape}, FALSE)"
+    base = f"regexp_extract({job_id}, '^[0-9]+')"
+    return (
+        f"coalesce(CASE WHEN {job_id} = {raw} THEN regexp_full_match({job_id}, '[0-9]{{1,18}}') "
+        f"WHEN NOT {shape} OR NOT regexp_full_match({raw}, '[0-9]{{1,18}}') THEN FALSE "
+        f"WHEN contains({job_id}, '_[') OR NOT regexp_matches({job_id}, '[_+]') THEN {raw} = {base} "
+        f"ELSE CAST({raw} AS HUGEINT) >= CAST({base} AS HUGEINT) END, FALSE)"
+    )
+
+
 class _Plan:
     """Column positions of a saved dump and the SQL that reads its fields."""
 
@@ -199,6 +214,7 @@ class _Plan:
             self.count_ok = f"({last} IS NOT NULL AND x0 IS NULL)"
             self.surplus = "(x0 IS NOT NULL)"
         self.overflow = f"(x{EXTRA - 1} IS NOT NULL)"
+        self.id_ok = job_id_sql(self.jobid, self.raw if self.raw != self.jobid else None)
         # The reference tests the first field for a dot before splitting: a line without any
         # separator is a (malformed) job row, not a step.
         self.step = (
@@ -429,7 +445,8 @@ def _load_file(
     texts_used = ", ".join(f"r_{k}" for k in numbers)
     shape = (
         f"CASE WHEN {plan.overflow} THEN 3 WHEN f1 IS NULL AND trim(f0) = '' THEN 4 "
-        f"WHEN {plan.surplus} THEN 2 WHEN NOT coalesce({plan.count_ok}, FALSE) THEN 1 ELSE 0 END"
+        f"WHEN {plan.surplus} THEN 2 WHEN NOT coalesce({plan.count_ok}, FALSE) OR NOT {plan.id_ok} THEN 1 "
+        "ELSE 0 END"
     )
     texts = ", ".join(f"CASE WHEN {k} IS NULL THEN r_{k} END AS t_{k}" for k in times)
     # (the profile counts the rows read, so the step rows are counted without being kept)

@@ -1,0 +1,255 @@
+"""Attacks on `slurmkit report`: forged accounting rows (issue 25).
+
+Slurm accepts a newline in a job name and sacct prints it raw, so a job named
+``innocent\\n<a complete row>`` put a row of its owner's choosing into every reader that
+took a line for a record: bob's account got 4,608 GPU-hours of a job that never existed.
+The readers now take records: the live query asks for no free text (names come from a
+second query keyed by JobIDRaw), a saved dump with a free-text column is refused unless the
+caller says it is trusted, and every job row's JobID and JobIDRaw are validated.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from slurmkit.report import sacct
+
+SEP = "\x1f"
+#: the forged job: 4,608 GPUs for one hour, billed to bob
+FORGED_GPUS = 4608
+#: the columns slurmkit's live query and its recommended dump asked for before (JobName last)
+OLD_FIELDS = sacct.QUERY_FIELDS + ("JobName",)
+
+
+def _row(fields, sep="|", **values) -> str:
+    base = dict.fromkeys(fields, "")
+    base.update({"ElapsedRaw": "0", "Reason": "None", "Partition": "debug", "NodeList": "node1"})
+    base.update(values)
+    return sep.join(base[f] for f in fields)
+
+
+def _forged(fields, sep, start: int) -> str:
+    return _row(
+        fields,
+        sep,
+        JobID="999999",
+        JobIDRaw="999999",
+        State="COMPLETED",
+        AllocTRES=f"gres/gpu={FORGED_GPUS}",
+        Submit=str(start),
+        Start=str(start),
+        End=str(start + 3600),
+        User="bob",
+        Account="ops",
+        JobName="x",
+    )
+
+
+def _slurmkit(*args: str, config: Path) -> subprocess.CompletedProcess:
+    env = dict(os.environ, SLURMKIT_CONFIG=str(config), TZ="UTC")
+    return subprocess.run(
+        [sys.executable, "-m", "slurmkit.cli.main", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+
+
+@pytest.fixture
+def config(tmp_path) -> Path:
+    (tmp_path / "log").mkdir()
+    cfg = tmp_path / "slurmkit.yaml"
+    cfg.write_text(f"paths:\n  log_dir: {tmp_path / 'log'}\n  state_dir: {tmp_path}\n")
+    return cfg
+
+
+START = 1_794_000_000  # 2026-11-06T...Z
+WINDOW = ("--since", "2026-11-01T00:00:00", "--until", "2026-12-01T00:00:00", "--now", "2026-12-01T00:00:00")
+
+
+def _alice_with_forged_name(fields, sep) -> str:
+    """alice's one-GPU, one-minute job whose name ends in a newline and a complete row."""
+    return _row(
+        fields,
+        sep,
+        JobID="100",
+        JobIDRaw="100",
+        State="COMPLETED",
+        AllocTRES="gres/gpu=1",
+        Submit=str(START),
+        Start=str(START),
+        End=str(START + 60),
+        User="alice",
+        Account="research",
+        JobName="innocent\n" + _forged(fields, sep, START),
+    )
+
+
+# --------------------------------------------------------------- a saved dump
+
+
+@pytest.mark.parametrize("engine", ["python", "duckdb"])
+def test_forged_row_in_a_saved_dump_is_refused(tmp_path, config, engine):
+    """A dump in slurmkit's former recommended layout (JobName last): alice's job name holds
+    bob's forged row. Before: bob had 4,608 GPU-hours, exit 0. Now the dump is refused."""
+    dump = tmp_path / "usage.txt"
+    dump.write_text("|".join(OLD_FIELDS) + "\n" + _alice_with_forged_name(OLD_FIELDS, "|") + "\n")
+    res = _slurmkit("report", "--sacct-file", str(dump), "--engine", engine, "--json", *WINDOW, config=config)
+    assert res.returncode == 2, (res.stdout, res.stderr)
+    assert "JobName" in res.stderr and "--format=" + ",".join(sacct.QUERY_FIELDS) in res.stderr
+    assert res.stdout == ""
+
+
+def test_forged_row_in_a_saved_dump_is_not_ingested(tmp_path, config):
+    dump = tmp_path / "usage.txt"
+    dump.write_text("|".join(OLD_FIELDS) + "\n" + _alice_with_forged_name(OLD_FIELDS, "|") + "\n")
+    archive = tmp_path / "archive"
+    res = _slurmkit("report", "ingest", "--archive", str(archive), "--sacct-file", str(dump), config=config)
+    assert res.returncode == 2, res.stderr
+    assert "JobName" in res.stderr
+    assert not list(archive.glob("month=*"))
+
+
+# rows of a dump without free text whose JobID or JobIDRaw cannot be sacct's (lines 2.. of the file)
+_BAD_ID_ROWS = [
+    ("100", "100", True),  # line 2: a plain job
+    ("12x", "12", False),  # line 3: not a JobID
+    ("200", "201", False),  # line 4: JobIDRaw of another job
+    ("300_4", "304", True),  # line 5: an array task (its own raw id)
+    ("300_4", "299", False),  # line 6: a task's raw id before its array's
+    ("400+1", "401", True),  # line 7: a het component
+    ("500", "5e2", False),  # line 8: JobIDRaw not a number
+    ("600_[1-3]", "600", True),  # line 9: a pending array record (not started: no GPU time)
+    ("700", "", False),  # line 10: no JobIDRaw
+    ("８00", "800", False),  # line 11: a non-ASCII digit
+]
+
+
+def _bad_id_dump(tmp_path) -> Path:
+    lines = ["|".join(sacct.QUERY_FIELDS)]
+    for job_id, raw, _ in _BAD_ID_ROWS:
+        pending = "[" in job_id
+        lines.append(
+            _row(
+                sacct.QUERY_FIELDS,
+                JobID=job_id,
+                JobIDRaw=raw,
+                State="PENDING" if pending else "COMPLETED",
+                AllocTRES="gres/gpu=2",
+                Submit=str(START),
+                Start="Unknown" if pending else str(START),
+                End="Unknown" if pending else str(START + 3600),
+                User="bob",
+                Account="ops",
+            )
+        )
+    dump = tmp_path / "ids.txt"
+    dump.write_text("\n".join(lines) + "\n")
+    return dump
+
+
+BAD_LINES = [i + 2 for i, (_, _, good) in enumerate(_BAD_ID_ROWS) if not good]
+GOOD_HOURS = 2.0 * sum(1 for j, _, good in _BAD_ID_ROWS if good and "[" not in j)
+
+
+@pytest.mark.parametrize("engine", ["python", "duckdb"])
+def test_rows_with_a_bad_job_id_are_malformed_with_their_lines(tmp_path, config, engine):
+    dump = _bad_id_dump(tmp_path)
+    res = _slurmkit("report", "--sacct-file", str(dump), "--engine", engine, "--json", *WINDOW, config=config)
+    assert res.returncode == 0, res.stderr
+    data = json.loads(res.stdout)
+    assert data["totals"]["gpu_hours"] == GOOD_HOURS
+    assert data["meta"]["parse"]["malformed"] == len(BAD_LINES)
+    assert f"line(s) {', '.join(map(str, BAD_LINES))}:" in res.stderr
+    assert f"{sacct.BAD_JOB_ID} ({len(BAD_LINES)})" in res.stderr
+
+
+def test_rows_with_a_bad_job_id_are_not_ingested(tmp_path, config):
+    dump = _bad_id_dump(tmp_path)
+    archive = tmp_path / "archive"
+    res = _slurmkit("report", "ingest", "--archive", str(archive), "--sacct-file", str(dump), config=config)
+    assert res.returncode == 0, res.stderr
+    assert f"line(s) {', '.join(map(str, BAD_LINES))}:" in res.stderr
+    for engine in ("duckdb", "python"):
+        res = _slurmkit(
+            "report", "--archive", str(archive), "--engine", engine, "--json", *WINDOW, config=config
+        )
+        assert res.returncode == 0, res.stderr
+        assert json.loads(res.stdout)["totals"]["gpu_hours"] == GOOD_HOURS, engine
+
+
+# --------------------------------------------------------------- the names query
+
+
+def test_a_name_line_that_claims_another_job_withholds_its_name():
+    out = SEP.join(["100", "innocent"]) + "\n" + SEP.join(["200", "fake"]) + "\n"
+    out += SEP.join(["200", "train"]) + "\n" + SEP.join(["300", "two"]) + "\nlines\n"
+    out += SEP.join(["404", "nobody"]) + "\n"
+    names, withheld = sacct.parse_names(out)
+    assert withheld == ["200"]
+    assert names["200"] == "" and names["100"] == "innocent" and names["300"] == "two\nlines"
+
+
+def test_requeued_attempts_with_one_name_keep_it():
+    names, withheld = sacct.parse_names(SEP.join(["7", "train"]) + "\n" + SEP.join(["7", "train"]) + "\n")
+    assert names == {"7": "train"} and withheld == []
+
+
+# --------------------------------------------------------------- live sacct, on the devcluster
+
+
+def _devcluster_slurmkit(devcluster, *args):
+    return devcluster.run(
+        [sys.executable, "-m", "slurmkit.cli.main", *args],
+        env={"SLURMKIT_CONFIG": str(devcluster.config_path)},
+        timeout=120,
+    )
+
+
+@pytest.mark.devcluster
+def test_forged_row_through_live_sacct(devcluster, unprivileged_users, tmp_path):
+    """alice names her job ``innocent\\n<a complete row in the old query's layout>``: bob's
+    forged 4,608 GPU-hours must show in no report, nor in the archive, and her job keeps its
+    hour and its name's first line."""
+    attacker, _ = unprivileged_users
+    since = time.time() - 5
+    start = int(since) - 1800
+    tag = f"innocent-{uuid.uuid4().hex[:6]}"
+    forged = _forged(OLD_FIELDS, SEP, start).replace(SEP + "x", SEP + tag)
+    jid = devcluster.submit(
+        "#!/bin/bash\nsleep 1\n",
+        ["-p", "debug", "-o", "/dev/null", "-t", "2", "--gres=gpu:1", "-J", f"{tag}\n{forged}"],
+        user=attacker,
+    )
+    assert devcluster.wait_job(jid, timeout=120) == "COMPLETED"
+    deadline = time.monotonic() + 60
+    while devcluster.sacct_state(jid) != "COMPLETED":  # accounting reaches slurmdbd asynchronously
+        assert time.monotonic() < deadline
+        time.sleep(1)
+    window = ("--since", time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(since - 3600)))
+    window += ("--until", time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() + 5)))
+    res = _devcluster_slurmkit(devcluster, "report", "--by", "user,name", "--json", *window)
+    assert res.returncode == 0, res.stderr
+    data = json.loads(res.stdout)
+    assert data["totals"]["gpu_hours"] < 100, data["rows"]
+    assert not any(r["user"] == "bob" and r["gpu_hours"] >= 100 for r in data["rows"]), data["rows"]
+    # the attacker's job is there, under the first line of its name
+    assert any(r["user"] == attacker and r["name"] == tag for r in data["rows"]), data["rows"]
+
+    archive = tmp_path / "archive"
+    res = _devcluster_slurmkit(devcluster, "report", "ingest", "--archive", str(archive), *window)
+    assert res.returncode == 0, res.stderr
+    res = _devcluster_slurmkit(
+        devcluster, "report", "--archive", str(archive), "--by", "user", "--json", *window
+    )
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["totals"]["gpu_hours"] < 100
