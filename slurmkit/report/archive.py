@@ -26,6 +26,12 @@ requeued job's attempts have their own Start and stay distinct. Dumps must be ta
 the next window. The month of a row is its Start's month in UTC; reports clip to their
 window, so the partition only spreads the files.
 
+**Never a partial file.** Files are written under ``DIR/.tmp/`` (private, outside every
+glob) and renamed into place, the glob lists only the committed name ``data.parquet``, and
+the next ingest removes what a killed one left there (through a descriptor of the checked
+directory, never by a path others could redirect): a killed ingest leaves each month as it
+was or as the new ingest made it, never half of one or twice.
+
 The layout is Hive-style partitioning, so Spark (``spark.read.parquet(DIR)``), Trino
 (the Hive connector) and DuckDB read it as they are; see docs/report.md.
 """
@@ -34,6 +40,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import sys
 import tempfile
 from typing import Dict, Iterator, List, Optional, Tuple
@@ -77,8 +84,87 @@ LOCK_TIMEOUT = 300.0
 PARQUET_OPTIONS = "FORMAT parquet, COMPRESSION zstd, PARQUET_VERSION V2"
 
 
+#: where files are written before they are renamed into place (no glob of the archive reads it)
+TMP_DIR = ".tmp"
+#: what a killed ingest can leave behind: in TMP_DIR, and in the month directories of
+#: archives written before TMP_DIR existed
+LEFTOVER_PREFIXES = (".data-", ".multi-")
+#: the one file of a month (the glob lists nothing else)
+DATA = "data.parquet"
+
+
 def parquet_glob(directory: str) -> str:
-    return os.path.join(directory, "month=*", "*.parquet")
+    return os.path.join(directory, "month=*", DATA)
+
+
+def _private_dir(path: str) -> int:
+    """A descriptor of directory ``path``, created 0700 if absent; refused (UsageError)
+    unless it is a real directory (not a symlink) of this user that nobody else can write."""
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise UsageError(f"--archive: {path}: {exc.strerror} (a symlink or not a directory?)") from None
+    st = os.fstat(fd)
+    if st.st_uid != os.geteuid() or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        os.close(fd)
+        raise UsageError(
+            f"--archive: {path} is not this user's private directory: refusing to write or clean it"
+        )
+    return fd
+
+
+def _remove_leftovers(path: str, strict: bool = True) -> int:
+    """Remove the temporaries a killed ingest left in directory ``path`` (names starting with
+    :data:`LEFTOVER_PREFIXES`, regular files), by name relative to a descriptor of the
+    checked directory: a symlink swapped in for ``path`` is refused, and a symlink inside it
+    is unlinked, never followed. Returns how many were removed. ``strict=False`` (a month
+    directory, where only archives of an earlier slurmkit left temporaries, which no glob
+    reads now): a directory that is not private is left alone instead of refused."""
+    if not strict:
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            return 0
+        if (
+            not stat.S_ISDIR(st.st_mode)
+            or st.st_uid != os.geteuid()
+            or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+        ):
+            return 0
+    fd = _private_dir(path)
+    removed = 0
+    try:
+        for name in os.listdir(fd):
+            if not name.startswith(LEFTOVER_PREFIXES):
+                continue
+            st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            if stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode):
+                os.unlink(name, dir_fd=fd)
+                removed += 1
+    finally:
+        os.close(fd)
+    return removed
+
+
+def _clean(directory: str) -> None:
+    """At the start of an ingest (under its lock): what killed ones left behind goes."""
+    removed = _remove_leftovers(os.path.join(directory, TMP_DIR))
+    for name in os.listdir(directory):
+        if name.startswith("month=") and os.path.isdir(os.path.join(directory, name)):
+            removed += _remove_leftovers(os.path.join(directory, name), strict=False)
+    if removed:
+        print(f"slurmkit: {directory}: removed {removed} file(s) a killed ingest left", file=sys.stderr)
+
+
+def _temporary(directory: str, prefix: str) -> str:
+    """A new empty file in the archive's private temporary directory."""
+    fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=".parquet", dir=os.path.join(directory, TMP_DIR))
+    os.close(fd)
+    return tmp
 
 
 def _months(directory: str) -> List[str]:
@@ -86,7 +172,7 @@ def _months(directory: str) -> List[str]:
         names = sorted(n for n in os.listdir(directory) if n.startswith("month="))
     except FileNotFoundError:
         return []
-    return [n for n in names if os.path.exists(os.path.join(directory, n, "data.parquet"))]
+    return [n for n in names if os.path.exists(os.path.join(directory, n, DATA))]
 
 
 def _files(directory: str) -> str:
@@ -146,8 +232,8 @@ def typed(directory: str) -> bool:
 def _fingerprint(directory: str) -> Dict[str, List[int]]:
     out = {}
     for m in _months(directory):
-        st = os.stat(os.path.join(directory, m, "data.parquet"))
-        out[f"{m}/data.parquet"] = [st.st_size, st.st_mtime_ns]
+        st = os.stat(os.path.join(directory, m, DATA))
+        out[f"{m}/{DATA}"] = [st.st_size, st.st_mtime_ns]
     return out
 
 
@@ -178,8 +264,7 @@ def _write_multi(con: duckdb.DuckDBPyConnection, directory: str) -> None:
     )
     distinct = [t for (t,) in con.execute('SELECT DISTINCT "AllocTRES" FROM mr').fetchall()]
     _tres_tables(con, distinct, sys.maxsize, None, False, name="tres_order")
-    fd, tmp = tempfile.mkstemp(prefix=".multi-", suffix=".parquet", dir=directory)
-    os.close(fd)
+    tmp = _temporary(directory, ".multi-")
     # (lost._order after Start and End; JobName, its last text field, is left out: two
     # attempts tied on everything before it are the same in every sum, whichever comes first)
     reason = """CASE WHEN state_n IN ('REQUEUED', 'FAILED') THEN "Reason" END"""
@@ -241,6 +326,7 @@ def ingest(directory: str, src: FileSource) -> Dict[str, object]:
     except trust.UntrustedFile as exc:
         raise UsageError(f"--archive {directory}: {exc}") from None
     try:
+        _clean(directory)
         return _ingest(directory, src, plan, select)
     finally:
         os.close(lock)
@@ -284,7 +370,7 @@ def _ingest(directory: str, src: FileSource, plan: _Plan, select: List[str]) -> 
         for (m,) in con.execute("SELECT DISTINCT month FROM fresh ORDER BY month").fetchall():
             part = os.path.join(directory, f"month={m}")
             os.makedirs(part, exist_ok=True)
-            target = os.path.join(part, "data.parquet")
+            target = os.path.join(part, DATA)
             old = ""
             if os.path.exists(target):
                 # the month's rows, typed again from their text (the source of truth; a month
@@ -300,8 +386,7 @@ def _ingest(directory: str, src: FileSource, plan: _Plan, select: List[str]) -> 
                     + " AND ".join(f"f.{_ident(k)} = o.{_ident(k)}" for k in KEY)
                     + ")"
                 )
-            fd, tmp = tempfile.mkstemp(prefix=".data-", suffix=".parquet", dir=part)
-            os.close(fd)
+            tmp = _temporary(directory, ".data-")
             # sorted by Start, so each row group covers a span of time and a report's window
             # skips the others by their statistics
             month_no = int(m[:4]) * 12 + int(m[5:7]) - 1

@@ -253,3 +253,72 @@ def test_forged_row_through_live_sacct(devcluster, unprivileged_users, tmp_path)
     )
     assert res.returncode == 0, res.stderr
     assert json.loads(res.stdout)["totals"]["gpu_hours"] < 100
+
+
+# --------------------------------------------------------------- a killed ingest
+
+
+def _two_month_dump(tmp_path, jobs: int = 30000) -> Path:
+    """``jobs`` one-GPU jobs of one hour each over November and December 2026 (no free text)."""
+    lines = ["|".join(sacct.QUERY_FIELDS)]
+    for i in range(jobs):
+        start = START + (i % 50) * 86400 // 2 + i
+        lines.append(
+            _row(
+                sacct.QUERY_FIELDS,
+                JobID=str(1000 + i),
+                JobIDRaw=str(1000 + i),
+                State="COMPLETED",
+                AllocTRES="gres/gpu=1",
+                Submit=str(start),
+                Start=str(start),
+                End=str(start + 3600),
+                User=f"u{i % 7}",
+                Account="research",
+            )
+        )
+    dump = tmp_path / "months.txt"
+    dump.write_text("\n".join(lines) + "\n")
+    return dump
+
+
+def _archive_total(archive: Path, config: Path) -> float:
+    res = _slurmkit(
+        "report", "--archive", str(archive), "--by", "user", "--json", "--since", "2026-11-01", "--until",
+        "2027-01-01", "--now", "2027-01-01T00:00:00", config=config,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    return json.loads(res.stdout)["totals"]["gpu_hours"]
+
+
+def test_a_killed_ingest_leaves_the_archive_exact(tmp_path, config):
+    """SIGKILL ``report ingest`` of the same dump at 20 random points: every report after it
+    is exact (the ingest is idempotent, so the archive must read as after the first one), and
+    the next complete ingest removes what the killed ones left. Before: a temporary Parquet
+    file in the month directory matched the archive's glob (a partial one failed every report,
+    a complete one doubled its month)."""
+    import random
+    import signal
+
+    jobs = 30000
+    dump = _two_month_dump(tmp_path, jobs)
+    archive = tmp_path / "archive"
+    argv = [sys.executable, "-m", "slurmkit.cli.main", "report", "ingest", "--archive", str(archive)]
+    argv += ["--sacct-file", str(dump)]
+    env = dict(os.environ, SLURMKIT_CONFIG=str(config), TZ="UTC")
+    began = time.monotonic()
+    subprocess.run(argv, env=env, check=True, capture_output=True, timeout=300)
+    full = time.monotonic() - began
+    assert _archive_total(archive, config) == float(jobs)
+    rng = random.Random(25)
+    for _ in range(20):
+        proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(rng.uniform(0.3, 1.0) * full)  # (python and duckdb start in the first third)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=60)
+        assert _archive_total(archive, config) == float(jobs)
+    res = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    assert _archive_total(archive, config) == float(jobs)
+    leftovers = [p.name for p in archive.rglob(".*") if p.name.startswith((".data-", ".multi-"))]
+    assert leftovers == []
