@@ -828,6 +828,7 @@ def report_sql(query, archive, fmt, as_json, verbose, quiet) -> None:
     if importlib.util.find_spec("duckdb") is None:
         raise UsageError("report sql needs the report extra: pip install 'slurmkit[report]'")
     from slurmkit.report import archive as arch
+    from slurmkit.report.table import write_csv, write_markdown, write_text
 
     setup_logging(verbose, quiet)
     names, rows = arch.sql(archive, query)
@@ -835,23 +836,14 @@ def report_sql(query, archive, fmt, as_json, verbose, quiet) -> None:
     if fmt == "json":
         print_json([dict(zip(names, r)) for r in rows])
     elif fmt == "csv":
-        import csv
-
-        w = csv.writer(sys.stdout, lineterminator="\n")
-        w.writerow(names)
-        w.writerows(["" if v is None else v for v in r] for r in rows)
+        write_csv(sys.stdout, names, rows)
     else:
         cells = [[("-" if v is None else str(v)) for v in r] for r in rows]
+        left = [False] * len(names)  # (sql's table has always been left-aligned)
         if fmt == "markdown":
-            sys.stdout.write("| " + " | ".join(names) + " |\n|" + "---|" * len(names) + "\n")
-            for r in cells:
-                sys.stdout.write("| " + " | ".join(c.replace("|", "\\|") for c in r) + " |\n")
+            write_markdown(sys.stdout, names, cells, left)
         else:
-            widths = [max([len(n)] + [len(r[i]) for r in cells]) for i, n in enumerate(names)]
-            sys.stdout.write("  ".join(n.ljust(w) for n, w in zip(names, widths)).rstrip() + "\n")
-            sys.stdout.write("  ".join("-" * w for w in widths) + "\n")
-            for r in cells:
-                sys.stdout.write("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() + "\n")
+            write_text(sys.stdout, names, cells, left)
 
 
 # --------------------------------------------------------------------------- capacity

@@ -434,9 +434,42 @@ def _typed_columns(con: duckdb.DuckDBPyConnection, table: str) -> None:
     con.execute(f"ALTER TABLE typed RENAME TO {table}")
 
 
+#: ``report sql``'s lockdown, after the archive's view is made: the query reads the archive's
+#: directory and nothing else of the file system, writes no file, installs and loads no
+#: extension, and cannot undo any of it (DuckDB, "Securing DuckDB",
+#: https://duckdb.org/docs/stable/operations_manual/securing_duckdb/overview)
+SQL_LOCKDOWN = (
+    "SET autoinstall_known_extensions = false",
+    "SET autoload_known_extensions = false",
+    "SET allow_community_extensions = false",
+    "SET enable_external_access = false",
+    "SET lock_configuration = true",
+)
+
+
+#: the statements ``report sql`` runs: queries (``SELECT``, ``FROM ...``, ``DESCRIBE``, ``SHOW``,
+#: ``SUMMARIZE``, ``WITH``) and ``EXPLAIN``. External access off still lets DuckDB write into the
+#: archive's directory (the one it may read): ``COPY``, ``EXPORT``, ``CREATE``, ``ATTACH`` and the rest are refused.
+READ_ONLY_STATEMENTS = frozenset({"SELECT", "EXPLAIN"})
+
+
+def _one_read_only_statement(con: duckdb.DuckDBPyConnection, query: str) -> None:
+    try:
+        statements = con.extract_statements(query)
+    except duckdb.Error as exc:
+        raise UsageError(f"sql: {str(exc).splitlines()[0]}") from None
+    kinds = [s.type.name for s in statements]
+    if len(kinds) != 1 or kinds[0] not in READ_ONLY_STATEMENTS:
+        raise UsageError(
+            f"sql: runs one read-only query (SELECT or EXPLAIN), not {'; '.join(kinds) or 'nothing'}"
+        )
+
+
 def sql(directory: Optional[str], query: str):
     """``(column names, rows)`` of an ad-hoc query; the archive is the view ``jobs``
-    (plus a ``month`` column from the partition)."""
+    (plus a ``month`` column from the partition). The query runs under
+    :data:`SQL_LOCKDOWN`: external access off (only the archive's directory can be read),
+    the configuration locked, and only one statement of :data:`READ_ONLY_STATEMENTS`."""
     with session() as con:
         if directory:
             if not _months(directory):
@@ -445,6 +478,10 @@ def sql(directory: Optional[str], query: str):
                 f"CREATE VIEW jobs AS SELECT * FROM read_parquet({_q(parquet_glob(directory))}, "
                 f"hive_partitioning = true, union_by_name = true)"
             )
+            con.execute(f"SET allowed_directories = [{_q(os.path.join(os.path.abspath(directory), ''))}]")
+        for setting in SQL_LOCKDOWN:
+            con.execute(setting)
+        _one_read_only_statement(con, query)
         try:
             cur = con.execute(query)
         except duckdb.Error as exc:

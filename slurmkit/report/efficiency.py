@@ -22,7 +22,6 @@ its hours are counted as ``unknown`` and kept out of the ratios, never read as 0
 
 from __future__ import annotations
 
-import csv
 import json
 import os
 import sys
@@ -32,6 +31,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, TextIO, Tuple
 from slurmkit.errors import UsageError
 from slurmkit.health.efficiency import SummaryError, decode, find_token, finite
 from slurmkit.report import DEFAULT_IDLE_BELOW
+from slurmkit.report.table import write_csv, write_markdown, write_text
 from slurmkit.slurm.parse import (
     SACCT_DELIMITER,
     ParseError,
@@ -573,10 +573,7 @@ def render(rows: List[Dict[str, Any]], by: str, fmt: str, meta: Dict[str, Any], 
         )
         return
     if fmt == "csv":
-        w = csv.writer(out, lineterminator="\n")
-        w.writerow([k for k, _ in cols])
-        for r in rows:
-            w.writerow(["" if r.get(k) is None else r.get(k) for k, _ in cols])
+        write_csv(out, [k for k, _ in cols], ([r.get(k) for k, _ in cols] for r in rows))
         return
     dec = 2 if tot["alloc_gpu_h"] >= 10 else 4
     body = [[fmt_cell(k, r.get(k), dec) for k, _ in cols] for r in rows]
@@ -587,30 +584,11 @@ def render(rows: List[Dict[str, Any]], by: str, fmt: str, meta: Dict[str, Any], 
     ]
     heads = [h for _, h in cols]
     text_cols = {by, "user", "account", "state", "note"}
+    numeric = [k not in text_cols for k, _ in cols]
     if fmt == "markdown":
-        esc = lambda s: s.replace("|", "\\|")  # noqa: E731
-        out.write("| " + " | ".join(heads) + " |\n")
-        out.write("|" + "|".join("---" if k in text_cols else "---:" for k, _ in cols) + "|\n")
-        for b in body + [foot]:
-            out.write("| " + " | ".join(esc(c) for c in b) + " |\n")
+        write_markdown(out, heads, body, numeric, foot=foot, bold_foot=False)
         return
-    out.write(meta.get("title", "") + "\n")
-    widths = [
-        max(len(h), len(f), *(len(b[i]) for b in body)) if body else max(len(h), len(f))
-        for i, (h, f) in enumerate(zip(heads, foot))
-    ]
-
-    def line(cells: Sequence[str]) -> str:
-        return "  ".join(
-            c.ljust(w) if k in text_cols else c.rjust(w) for c, w, (k, _) in zip(cells, widths, cols)
-        ).rstrip()
-
-    out.write(line(heads) + "\n")
-    out.write("  ".join("-" * w for w in widths) + "\n")
-    for b in body:
-        out.write(line(b) + "\n")
-    out.write("  ".join("-" * w for w in widths) + "\n")
-    out.write(line(foot) + "\n")
+    write_text(out, heads, body, numeric, foot=foot, title=meta.get("title", ""))
 
 
 def one_line(job: JobEfficiency) -> str:

@@ -25,8 +25,9 @@ _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 #: what a spreadsheet reads as the start of a formula
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 #: Markdown's inline specials (emphasis, code, links, images, strike-through, headings' #) and the
-#: table's |; block starts (- + 1.) cannot occur inside a table cell
-_MARKDOWN_SPECIAL = re.compile(r"([\\`*_\[\]#!|~])")
+#: table's |; block starts (- + 1.) cannot occur inside a table cell. An ``_`` between two letters
+#: or digits never emphasises (CommonMark's flanking rules), so ``gpu_hours`` stays as it is.
+_MARKDOWN_SPECIAL = re.compile(r"([\\`*\[\]#!|~]|(?<![0-9A-Za-z])_|_(?![0-9A-Za-z]))")
 _HTML = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
 
 

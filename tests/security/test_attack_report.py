@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -216,18 +217,30 @@ def _devcluster_slurmkit(devcluster, *args):
 
 
 @pytest.mark.devcluster
-def test_forged_row_through_live_sacct(devcluster, unprivileged_users, tmp_path):
+def test_forged_row_through_live_sacct(devcluster, tmp_path):
     """alice names her job ``innocent\\n<a complete row in the old query's layout>``: bob's
     forged 4,608 GPU-hours must show in no report, nor in the archive, and her job keeps its
     hour and its name's first line."""
-    attacker, _ = unprivileged_users
+    attacker = "alice"  # the devcluster's ordinary user with an account (research)
     since = time.time() - 5
     start = int(since) - 1800
     tag = f"innocent-{uuid.uuid4().hex[:6]}"
     forged = _forged(OLD_FIELDS, SEP, start).replace(SEP + "x", SEP + tag)
     jid = devcluster.submit(
         "#!/bin/bash\nsleep 1\n",
-        ["-p", "debug", "-o", "/dev/null", "-t", "2", "--gres=gpu:1", "-J", f"{tag}\n{forged}"],
+        [
+            "-A",
+            "research",
+            "-p",
+            "debug",
+            "-o",
+            "/dev/null",
+            "-t",
+            "2",
+            "--gres=gpu:1",
+            "-J",
+            f"{tag}\n{forged}",
+        ],
         user=attacker,
     )
     assert devcluster.wait_job(jid, timeout=120) == "COMPLETED"
@@ -237,14 +250,11 @@ def test_forged_row_through_live_sacct(devcluster, unprivileged_users, tmp_path)
         time.sleep(1)
     window = ("--since", time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(since - 3600)))
     window += ("--until", time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() + 5)))
-    res = _devcluster_slurmkit(devcluster, "report", "--by", "user,name", "--json", *window)
+    res = _devcluster_slurmkit(devcluster, "report", "--by", "user", "--json", *window)
     assert res.returncode == 0, res.stderr
     data = json.loads(res.stdout)
     assert data["totals"]["gpu_hours"] < 100, data["rows"]
     assert not any(r["user"] == "bob" and r["gpu_hours"] >= 100 for r in data["rows"]), data["rows"]
-    # the attacker's job is there, under the first line of its name
-    assert any(r["user"] == attacker and r["name"] == tag for r in data["rows"]), data["rows"]
-
     archive = tmp_path / "archive"
     res = _devcluster_slurmkit(devcluster, "report", "ingest", "--archive", str(archive), *window)
     assert res.returncode == 0, res.stderr
@@ -253,6 +263,11 @@ def test_forged_row_through_live_sacct(devcluster, unprivileged_users, tmp_path)
     )
     assert res.returncode == 0, res.stderr
     assert json.loads(res.stdout)["totals"]["gpu_hours"] < 100
+    # the attacker's job is there, named by the first line of its name (the names query)
+    query = f"""SELECT "JobIDRaw", "JobName", "User" FROM jobs WHERE "JobIDRaw" IN ('{jid}', '999999')"""
+    res = _devcluster_slurmkit(devcluster, "report", "sql", "--archive", str(archive), "--json", query)
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout) == [{"JobIDRaw": jid, "JobName": tag, "User": attacker}]
 
 
 # --------------------------------------------------------------- a killed ingest
@@ -322,3 +337,156 @@ def test_a_killed_ingest_leaves_the_archive_exact(tmp_path, config):
     assert _archive_total(archive, config) == float(jobs)
     leftovers = [p.name for p in archive.rglob(".*") if p.name.startswith((".data-", ".multi-"))]
     assert leftovers == []
+
+
+# --------------------------------------------------------------- neutral outputs
+
+#: a job name that retitles the terminal and turns red, then a spreadsheet formula and Markdown
+EVIL = '\x1b]0;pwned\x07\x1b[31m=HYPERLINK("http://x")|**b**<img src=x>'
+
+
+def _evil_dump(tmp_path) -> Path:
+    fields = sacct.FIELDS  # (a dump is data: the user names here are a test's, as a job name would be live)
+    rows = [
+        _row(
+            fields,
+            SEP,
+            JobID=str(10 + i),
+            JobIDRaw=str(10 + i),
+            State="COMPLETED",
+            AllocTRES="gres/gpu=1",
+            Submit=str(START),
+            Start=str(START),
+            End=str(START + 3600),
+            User=name,
+            Account="research",
+            JobName=name,
+        )
+        for i, name in enumerate([EVIL, "-2+3", "@SUM(A1)", "train"])
+    ]
+    dump = tmp_path / "evil.txt"
+    dump.write_text(SEP.join(fields) + "\n" + "\n".join(rows) + "\n")
+    return dump
+
+
+def _number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _assert_neutral(text: str, fmt: str) -> None:
+    assert "\x1b" not in text and "\x07" not in text
+    shown = "\\\\x1b\\]0;pwned\\\\x07" if fmt == "markdown" else "\\x1b]0;pwned\\x07"
+    assert shown in text, text
+    if fmt == "csv":  # (a plain negative number stays a number)
+        cells = [c for line in text.splitlines() for c in line.split(",")]
+        formulas = [c for c in cells if c.lstrip('"').startswith(("=", "+", "-", "@")) and not _number(c)]
+        assert not formulas, cells
+        assert any(c.lstrip('"').startswith("'-2+3") for c in cells) and any(
+            c.startswith("'@SUM") for c in cells
+        )
+    if fmt == "markdown":
+        assert "<img" not in text and "&lt;img src=x&gt;" in text and "\\*\\*b\\*\\*" in text
+        lines = text.splitlines()
+        pipes = [len(re.findall(r"(?<!\\)\|", line)) for line in lines if line.startswith("|")]
+        assert set(pipes) == {lines[0].count("|")}, lines  # no cell split a row
+
+
+@pytest.mark.parametrize("fmt", ["table", "csv", "markdown"])
+@pytest.mark.parametrize("engine", ["python", "duckdb"])
+def test_usage_report_outputs_are_neutral(tmp_path, config, fmt, engine):
+    res = _slurmkit(
+        "report", "--sacct-file", str(_evil_dump(tmp_path)), "--trust-free-text", "--engine", engine,
+        "--by", "user", "--format", fmt, *WINDOW, config=config,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    _assert_neutral(res.stdout, fmt)
+
+
+@pytest.mark.parametrize("fmt", ["table", "csv", "markdown"])
+def test_capacity_outputs_are_neutral(fmt):
+    from slurmkit.report.capacity import render_capacity
+
+    row = {"group": EVIL, "gpus": -1, "available_gpu_hours": -2.5, "used_gpu_hours": 1.0, "used_pct": None}
+    total = dict(row, group="TOTAL")
+    data = {"meta": {"window": {"label": "2026-11"}}, "rows": [row, dict(row, group="-2+3")], "totals": total}
+    text = render_capacity(data, fmt)
+    if fmt == "csv":  # numbers stay numbers, even negative ones
+        assert "\n'-2+3,-1,-2.5,1.0," in text
+    _assert_neutral(text.replace("'-2+3", "'-2+3").replace("'@SUM", "'@SUM") + "\n'@SUM", fmt)
+
+
+@pytest.mark.parametrize("fmt", ["table", "csv", "markdown"])
+def test_efficiency_outputs_are_neutral(fmt):
+    import io
+
+    from slurmkit.report import efficiency
+
+    keys = (
+        "jobs",
+        "gpus",
+        "gpus_known",
+        "alloc_gpu_h",
+        "known_gpu_h",
+        "used_gpu_h",
+        "idle_gpu_h",
+        "unknown_gpu_h",
+    )
+    base = dict.fromkeys(keys, 1)
+    base.update(util_pct=50.0, rank=1, peak_mem_pct=None, gpus_touched=1, gpus_idle=0)
+    rows = [dict(base, user=EVIL), dict(base, user="-2+3"), dict(base, user="@SUM(A1)")]
+    out = io.StringIO()
+    efficiency.render(rows, "user", fmt, {"title": "t"}, out)
+    _assert_neutral(out.getvalue(), fmt)
+
+
+@pytest.fixture
+def evil_archive(tmp_path, config) -> Path:
+    archive = tmp_path / "archive"
+    res = _slurmkit(
+        "report", "ingest", "--archive", str(archive), "--sacct-file", str(_evil_dump(tmp_path)),
+        "--trust-free-text", config=config,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    return archive
+
+
+@pytest.mark.parametrize("fmt", ["table", "csv", "markdown"])
+def test_sql_outputs_are_neutral(evil_archive, config, fmt):
+    query = 'SELECT "JobName" AS name, "User", gpus FROM jobs ORDER BY "JobIDRaw"'
+    res = _slurmkit("report", "sql", "--archive", str(evil_archive), "--format", fmt, query, config=config)
+    assert res.returncode == 0, res.stderr
+    _assert_neutral(res.stdout, fmt)
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "SELECT * FROM read_text('/etc/shadow')",
+        "SELECT * FROM read_csv('/etc/shadow', header = false, columns = {'l': 'VARCHAR'})",
+        "SELECT * FROM glob('/etc/*')",
+        "SET enable_external_access = true",
+        "INSTALL httpfs",
+        "LOAD httpfs",
+        "ATTACH '/etc/slurmkit-sql-probe.db'",
+    ],
+)
+def test_sql_reads_nothing_beyond_the_archive(evil_archive, config, query):
+    res = _slurmkit("report", "sql", "--archive", str(evil_archive), query, config=config)
+    assert res.returncode == 2, (res.stdout, res.stderr)
+    assert "root:" not in res.stdout and res.stderr.startswith("slurmkit: error: sql:")
+
+
+def test_sql_writes_no_file(evil_archive, config, tmp_path):
+    target = tmp_path / "written.csv"
+    for query in (f"COPY (SELECT 1) TO '{target}'", f"COPY jobs TO '{evil_archive}/month=2026-11/x.parquet'"):
+        res = _slurmkit("report", "sql", "--archive", str(evil_archive), query, config=config)
+        assert res.returncode == 2, (res.stdout, res.stderr)
+    assert not target.exists() and not (evil_archive / "month=2026-11" / "x.parquet").exists()
+    res = _slurmkit(
+        "report", "sql", "--archive", str(evil_archive), "SELECT sum(gpus) FROM jobs", config=config
+    )
+    assert res.returncode == 0 and res.stdout.split()[-1] == "4", res.stdout
