@@ -31,6 +31,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, TextIO, Tuple
 from slurmkit.errors import UsageError
 from slurmkit.health.efficiency import SummaryError, decode, find_token, finite
 from slurmkit.report import DEFAULT_IDLE_BELOW
+from slurmkit.report.sacct import BAD_JOB_ID, SacctQuery, call_sacct, job_id_ok
 from slurmkit.report.table import write_csv, write_markdown, write_text
 from slurmkit.slurm.parse import (
     SACCT_DELIMITER,
@@ -40,6 +41,7 @@ from slurmkit.slurm.parse import (
     parse_tres,
     split_parsable2,
 )
+from slurmkit.slurm.states import ACTIVE_JOB_STATES
 
 FIELDS: Tuple[str, ...] = (
     "JobID",
@@ -59,7 +61,8 @@ FIELDS: Tuple[str, ...] = (
 )
 REQUIRED = ("JobID", "State", "AllocTRES", "AdminComment")
 FORMATS = ("table", "csv", "json", "markdown")
-RUNNING = frozenset({"RUNNING", "PENDING", "SUSPENDED", "COMPLETING", "CONFIGURING", "REQUEUED", "RESIZING"})
+#: a job in one of these has not ended: no summary yet, skipped (Slurm's own set, shared with squeue's readers)
+RUNNING = ACTIVE_JOB_STATES
 
 
 # --------------------------------------------------------------------------- per job
@@ -250,6 +253,8 @@ def parse(
         i = idx.get(name.lower())
         return f[i] if i is not None else ""
 
+    has_raw = "jobidraw" in idx
+
     for line_no, line in enumerate(lines, first_line):
         line = line.rstrip("\r\n")
         if not line.strip():
@@ -270,6 +275,10 @@ def parse(
             if util is not None or mem is not None:
                 pu, pm = steps.get(parent, (None, None))
                 steps[parent] = (_max(pu, util), _max(pm, mem))
+            continue
+        if not job_id_ok(jid, col(f, "JobIDRaw") if has_raw else None):
+            out.malformed += 1
+            out.warnings.append(f"line {line_no}: {BAD_JOB_ID}")
             continue
         state = col(f, "State").split(" ")[0]
         if state in RUNNING:
@@ -384,10 +393,7 @@ def sacct_args(
 def from_sacct(
     args: List[str], *, idle_below: float, window: Optional[Tuple[int, int]], timeout: Optional[float] = None
 ) -> ParseResult:
-    from slurmkit.slurm import client
-
-    env = dict(os.environ, SLURM_TIME_FORMAT="%s")
-    res = client.call("sacct", args, env=env, timeout=timeout)
+    res = call_sacct(SacctQuery(list(args), {"SLURM_TIME_FORMAT": "%s"}), timeout)
     return parse(res.stdout.split("\n"), FIELDS, sep=SACCT_DELIMITER, idle_below=idle_below, window=window)
 
 

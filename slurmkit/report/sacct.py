@@ -54,6 +54,7 @@ from slurmkit.errors import ExternalCommandError, SlurmCommandError, UsageError
 from slurmkit.report.neutral import neutral_text
 from slurmkit.report.window import Window, iso_local
 from slurmkit.slurm.parse import SACCT_DELIMITER, ParseError, gpus_from_tres, parse_tres, split_parsable2
+from slurmkit.slurm.states import ALLOCATED_JOB_STATES
 
 log = logging.getLogger("slurmkit.report")
 
@@ -95,9 +96,7 @@ COLUMN_FOR = {
 }
 
 #: States whose attempt may still be running: End=Unknown means "up to now".
-RUNNING_STATES: FrozenSet[str] = frozenset(
-    {"RUNNING", "SUSPENDED", "COMPLETING", "CONFIGURING", "RESIZING", "STAGE_OUT", "SIGNALING", "STOPPED"}
-)
+RUNNING_STATES: FrozenSet[str] = ALLOCATED_JOB_STATES
 _UNKNOWN_TIMES = frozenset({"Unknown", "None", "", "N/A"})
 
 MAX_LISTED_LINES = 20
@@ -858,7 +857,7 @@ def parse_names(text: str, sep: str = SACCT_DELIMITER) -> Tuple[Dict[str, str], 
     return names, sorted(withheld, key=int)
 
 
-def _call_sacct(query: SacctQuery, timeout: Optional[float]):
+def call_sacct(query: SacctQuery, timeout: Optional[float]):
     """Run sacct through the shared runner; a missing sacct or an unreachable slurmdbd
     raises an exit-3 error that says so (the one sacct caller of the report)."""
     from slurmkit.slurm import client, runner
@@ -894,12 +893,12 @@ def live_lines(query: SacctQuery, *, names: bool, timeout: Optional[float] = Non
     so no separator or line break, survives in it), else empty. Step rows get no name."""
     # str.split, not io.StringIO: StringIO keeps a 4-byte-per-character copy of the
     # whole output (600 MB for a million-row month); the line list costs a third of that.
-    lines = _call_sacct(query, timeout).stdout.split("\n")
+    lines = call_sacct(query, timeout).stdout.split("\n")
     if lines and lines[-1] == "":
         lines.pop()
     if not names:
         return [line + SACCT_DELIMITER for line in lines]
-    table, withheld = parse_names(_call_sacct(name_query(query), timeout).stdout)
+    table, withheld = parse_names(call_sacct(name_query(query), timeout).stdout)
     if withheld:
         log.warning(
             "sacct: job name(s) of %d job(s) withheld: a name holds a line that claims another job "

@@ -233,3 +233,33 @@ def test_docs_sample_is_what_the_tool_prints(cli, sacct_file):
     res = cli("report", "efficiency", "--sacct-file", sacct_file, "--by", "job")
     assert res.exit_code == 0
     assert res.stdout.strip() in doc, "docs/report.md is out of date; paste the new output"
+
+
+@pytest.mark.parametrize("state", ["STAGE_OUT", "SIGNALING", "STOPPED", "REQUEUE_HOLD", "SPECIAL_EXIT"])
+def test_a_job_slurm_still_holds_is_not_reported_as_ended(state):
+    """One state set (slurmkit.slurm.states): before, the efficiency reader had its own, in which
+    these states meant "ended" (a job without its summary yet was reported as unknown)."""
+    lines = [row("301", "alice", "research", 2, 3600, state=state, end="Unknown")]
+    res = reff.parse(lines, HEADER.split("|"), sep="|", idle_below=10.0)
+    assert res.skipped_running == 1 and res.jobs == [] and res.malformed == 0
+
+
+def test_efficiency_rows_with_a_bad_job_id_are_malformed():
+    lines = [row("12x", "alice", "research", 2, 3600), row("302", "bob", "ops", 2, 3600)]
+    bad = "|".join(["303", "304"] + lines[1].split("|")[2:])  # JobIDRaw of another job
+    res = reff.parse([*lines, bad], HEADER.split("|"), sep="|", idle_below=10.0)
+    assert [j.job_id for j in res.jobs] == ["302"] and res.malformed == 2
+    assert res.warnings == ["line 1: bad JobID or JobIDRaw", "line 3: bad JobID or JobIDRaw"]
+
+
+def test_live_efficiency_gives_the_slurmdbd_hint(cli):
+    """One sacct caller: the efficiency report says what the usage report says when slurmdbd is down."""
+    from slurmkit.slurm import runner
+
+    err = "sacct: error: slurmdbd: Connection refused"
+    prev = runner.set_runner(lambda argv, t, i, e: runner.Result(list(argv), 1, "", err, 0.01))
+    try:
+        res = cli("report", "efficiency", "--last", "1d")
+    finally:
+        runner.set_runner(prev)
+    assert res.exit_code == 3 and "is slurmdbd running and reachable?" in res.stderr
