@@ -452,6 +452,14 @@ def _archive_sums(q: _Query, directory: str, engine: str):
     from slurmkit.report import sacct
 
     src = arch.source(directory)
+    stale = arch.stale_months(directory)
+    if stale:
+        listed = ", ".join(f"{m} (rules {v})" for m, v in sorted(stale.items()))
+        click.echo(
+            f"slurmkit: warning: archive {directory}: month(s) {listed} were ingested under other rules than "
+            f"this slurmkit's ({arch.RULES_VERSION}): their rows follow the old rules; ingest them again",
+            err=True,
+        )
     why = "--engine python"
     if src.multi is None and not arch.typed(directory):  # (an archive of this slurmkit has src.multi)
         why = "months written before the typed columns (ingest them again)"

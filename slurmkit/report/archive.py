@@ -65,6 +65,7 @@ from slurmkit.report.engine import (
     hours_table,
     session,
 )
+from slurmkit.report.rules import RULES_VERSION
 from slurmkit.slurm.parse import ParseError
 
 SEP = sacct.SACCT_DELIMITER
@@ -75,6 +76,9 @@ TYPED = ("start_s", "end_s", "submit_s", "gpus", "jid_i", "state_n")
 #: the rows of the jobs with more than one row anywhere in the archive (see _write_multi), and
 #: the month files (size, mtime) it was computed from
 MULTI, MULTI_STAMP = "_multi.parquet", "_multi.json"  # "_": Spark and Hive skip it
+#: ``{"months": {"YYYY-MM": rule version}}``: the rules each month file was written under
+#: (:mod:`.rules`; a month missing there predates the stamp: version 1)
+RULES_STAMP = "_rules.json"
 #: how long an ingest waits for another one to finish (cron runs may overlap)
 LOCK_TIMEOUT = 300.0
 #: how the archive's files are written. Parquet's version 2 encodings store the epoch and id
@@ -247,6 +251,8 @@ def _multi(directory: str) -> Optional[str]:
         return None
     if not isinstance(stamp, dict) or stamp.get("files") != _fingerprint(directory):
         return None
+    if stamp.get("rules") != RULES_VERSION:  # computed by other rules: recomputed from the rows
+        return None
     return _relation(f"read_parquet({_q(os.path.join(directory, MULTI))})", ", tie_rank, pflag, lflag")
 
 
@@ -276,7 +282,35 @@ def _write_multi(con: duckdb.DuckDBPyConnection, directory: str) -> None:
             FROM mr JOIN tres_order t ON t.tres = mr."AllocTRES") TO {_q(tmp)} ({PARQUET_OPTIONS})"""
     )
     os.replace(tmp, os.path.join(directory, MULTI))
-    files.write_json_atomic(os.path.join(directory, MULTI_STAMP), {"files": _fingerprint(directory)})
+    files.write_json_atomic(
+        os.path.join(directory, MULTI_STAMP), {"files": _fingerprint(directory), "rules": RULES_VERSION}
+    )
+
+
+def _rule_versions(directory: str) -> Dict[str, int]:
+    try:
+        with open(os.path.join(directory, RULES_STAMP), encoding="utf-8") as fh:
+            stamp = json.load(fh)
+        months = stamp["months"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+    return (
+        {m: v for m, v in months.items() if isinstance(m, str) and isinstance(v, int)}
+        if isinstance(months, dict)
+        else {}
+    )
+
+
+def stale_months(directory: str) -> Dict[str, int]:
+    """``{month: rule version}`` of the month files written under other rules than these
+    (version 1: before the stamp existed)."""
+    versions = _rule_versions(directory)
+    out = {}
+    for m in _months(directory):
+        v = versions.get(m[len("month=") :], 1)
+        if v != RULES_VERSION:
+            out[m[len("month=") :]] = v
+    return out
 
 
 def _ident(name: str) -> str:
@@ -400,6 +434,9 @@ def _ingest(directory: str, src: FileSource, plan: _Plan, select: List[str]) -> 
             os.replace(tmp, target)
             out["months"][m] = n
         if out["months"]:
+            versions = _rule_versions(directory)
+            versions.update(dict.fromkeys(out["months"], RULES_VERSION))
+            files.write_json_atomic(os.path.join(directory, RULES_STAMP), {"months": versions})
             _write_multi(con, directory)
     return out
 

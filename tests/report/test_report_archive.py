@@ -315,3 +315,80 @@ def test_months_are_delta_encoded_and_read_beside_plain_ones(cli, tmp_path):
     data = json.loads(res.stdout)
     assert data["meta"]["engine"] == {"name": "duckdb"}
     assert data["totals"]["gpu_hours"] == 6.0 and data["totals"]["jobs"] == 2
+
+
+def _ingest_prolog_fixture(cli, fixture_path, tmp_path) -> str:
+    arch = str(tmp_path / "arch")
+    res = cli(
+        "report",
+        "ingest",
+        "--archive",
+        arch,
+        "--trust-free-text",
+        "--sacct-file",
+        fixture_path("prolog_requeue.txt"),
+    )
+    assert res.exit_code == 0, res.stderr
+    return arch
+
+
+def _rewrite_multi(arch: str, version: int) -> None:
+    """What an archive of another rule version holds: ``_multi.parquet`` with the prolog flags of
+    another rule (here: every flag inverted), stamped with ``version``."""
+    from slurmkit.core import files
+    from slurmkit.report import archive
+    from slurmkit.report.duck import duckdb
+
+    multi = os.path.join(arch, archive.MULTI)
+    con = duckdb.connect()
+    con.execute(
+        f"COPY (SELECT * REPLACE (NOT pflag AS pflag, NOT lflag AS lflag) FROM read_parquet('{multi}')) "
+        f"TO '{multi}.new' (FORMAT parquet)"
+    )
+    con.close()
+    os.replace(multi + ".new", multi)
+    stamp_path = os.path.join(arch, archive.MULTI_STAMP)
+    stamp = json.load(open(stamp_path))
+    files.write_json_atomic(stamp_path, dict(stamp, rules=version))
+
+
+def test_rule_outputs_of_another_rule_version_are_not_used(cli, fixture_path, tmp_path):
+    """The archive stamps the rule version its stored rule outputs were computed under; a report
+    over outputs of another version recomputes them from the rows (the same answer as a fresh
+    archive), and only outputs of this version are used (shown by tampering with them)."""
+    from slurmkit.report import archive
+    from slurmkit.report.rules import RULES_VERSION
+
+    args = ["--since", "2026-11-01", "--until", "2026-12-01", *NOW, "--by", "account,user", "--json"]
+    arch = _ingest_prolog_fixture(cli, fixture_path, tmp_path)
+    truth = _json(cli("report", "lost", "--archive", arch, *args))
+    assert truth["totals"]["lost_by_cause"].get(
+        "FAILED_AFTER_PROLOG_REQUEUE"
+    )  # the fixture has prolog requeues
+
+    _rewrite_multi(arch, RULES_VERSION)  # this version's (tampered) outputs are used...
+    assert archive.source(arch).multi is not None
+    assert _json(cli("report", "lost", "--archive", arch, *args))["totals"] != truth["totals"]
+
+    _rewrite_multi(arch, RULES_VERSION - 1)  # ...another version's are not
+    assert archive.source(arch).multi is None
+    assert _json(cli("report", "lost", "--archive", arch, *args)) == truth
+
+
+def test_months_of_another_rule_version_are_named(cli, fixture_path, tmp_path):
+    from slurmkit.core import files
+    from slurmkit.report import archive
+    from slurmkit.report.rules import RULES_VERSION
+
+    arch = _ingest_prolog_fixture(cli, fixture_path, tmp_path)
+    args = ["--since", "2026-11-01", "--until", "2026-12-01", *NOW, "--json"]
+    res = cli("report", "--archive", arch, *args)
+    assert res.exit_code == 0 and "other rules" not in res.stderr
+    files.write_json_atomic(
+        os.path.join(arch, archive.RULES_STAMP), {"months": {"2026-11": RULES_VERSION - 1}}
+    )
+    res = cli("report", "--archive", arch, *args)
+    assert res.exit_code == 0
+    assert f"month(s) 2026-11 (rules {RULES_VERSION - 1}) were ingested under other rules" in res.stderr
+    os.remove(os.path.join(arch, archive.RULES_STAMP))  # an archive from before the stamp: rules 1
+    assert "month(s) 2026-11 (rules 1)" in cli("report", "--archive", arch, *args).stderr
