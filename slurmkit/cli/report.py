@@ -1107,6 +1107,9 @@ def run_efficiency(
     fmt,
     as_json,
     plot_path,
+    sacct_columns=None,
+    sacct_delimiter=None,
+    trust_free_text=False,
 ) -> int:
     """``slurmkit report efficiency``; returns the exit code."""
     from slurmkit.report.efficiency import (
@@ -1138,8 +1141,19 @@ def run_efficiency(
         _csv_list(partitions),
         _csv_list(job_ids),
     )
+    if (sacct_columns or sacct_delimiter) and not sacct_file:
+        raise UsageError("--sacct-columns and --sacct-delimiter describe a --sacct-file; give one")
     if sacct_file:
-        res = from_file(sacct_file, idle_below=idle_below, window=window)
+        from slurmkit.report.sacct import parse_column_list
+
+        res = from_file(
+            sacct_file,
+            idle_below=idle_below,
+            window=window,
+            columns=parse_column_list(sacct_columns) if sacct_columns is not None else None,
+            delimiter=_delimiter(sacct_delimiter),
+            trust_free_text=trust_free_text,
+        )
         command = None
     else:
         args = sacct_args(window, users_l, accounts_l, parts_l, jobs_l)
@@ -1195,6 +1209,7 @@ def run_efficiency(
 @report.command("efficiency")
 @common_options
 @period_options
+@dump_format_options
 @efficiency_options
 def report_efficiency(**kwargs: Any) -> None:
     """GPU efficiency per job, user, account or partition from the epilog's AdminComment

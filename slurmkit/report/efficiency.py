@@ -24,14 +24,24 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, Iterable, List, Optional, Sequence, TextIO, Tuple
 
 from slurmkit.errors import UsageError
 from slurmkit.health.efficiency import SummaryError, decode, find_token, finite
 from slurmkit.report import DEFAULT_IDLE_BELOW
-from slurmkit.report.sacct import BAD_JOB_ID, SacctQuery, call_sacct, job_id_ok
+from slurmkit.report.sacct import (
+    BAD_JOB_ID,
+    SacctQuery,
+    call_sacct,
+    dump_rows,
+    job_id_ok,
+    missing_columns,
+    open_dump,
+    parse_time,
+    read_dump_head,
+    refuse_free_text,
+)
 from slurmkit.report.table import write_csv, write_markdown, write_text
 from slurmkit.slurm.parse import (
     SACCT_DELIMITER,
@@ -297,7 +307,12 @@ def parse(
             out.malformed += 1
             out.warnings.append(f"line {line_no}: no usable ElapsedRaw or Start/End")
             continue
-        end = _epoch(col(f, "End"))
+        end_text = col(f, "End").strip()
+        end = _epoch(end_text)
+        if end is None and end_text not in ("Unknown", "None", "N/A", ""):
+            out.malformed += 1
+            out.warnings.append(f"line {line_no}: bad End time")
+            continue
         if window is not None and end is not None and not window[0] <= end < window[1]:
             continue
         job = JobEfficiency(
@@ -334,14 +349,11 @@ def _max(a: Optional[float], b: Optional[float]) -> Optional[float]:
 
 
 def _epoch(text: str) -> Optional[int]:
-    from slurmkit.report.window import parse_when
-
-    t = (text or "").strip()
-    if not t or t in ("Unknown", "None", "N/A"):
-        return None
+    """An sacct time by the report's one time parser (:func:`.sacct.parse_time`: epoch digits or
+    ISO local time); ``None`` when unknown or not a time (``now`` or a date in the data is not one)."""
     try:
-        return parse_when(t, "End")
-    except UsageError:
+        return parse_time((text or "").strip())
+    except ValueError:
         return None
 
 
@@ -397,36 +409,35 @@ def from_sacct(
     return parse(res.stdout.split("\n"), FIELDS, sep=SACCT_DELIMITER, idle_below=idle_below, window=window)
 
 
-def from_file(path: str, *, idle_below: float, window: Optional[Tuple[int, int]]) -> ParseResult:
-    try:
-        fh = sys.stdin if path == "-" else open(path, encoding="utf-8", errors="replace")
-    except OSError as exc:
-        raise UsageError(f"--sacct-file {path}: {exc.strerror}") from None
-    with fh:
-        header = ""
-        first = 1
-        for header in fh:
-            if header.strip() and not header.startswith("#"):
-                break
-            first += 1
-        line = header.rstrip("\r\n")
-        if not line.strip() or line.startswith("#"):
+def from_file(
+    path: str,
+    *,
+    idle_below: float,
+    window: Optional[Tuple[int, int]],
+    columns: Optional[Sequence[str]] = None,
+    delimiter: Optional[str] = None,
+    trust_free_text: bool = True,
+) -> ParseResult:
+    """A saved dump (``-``: standard input), read by the report's one dump reader
+    (:func:`.sacct.read_dump_head`: ``columns``, ``delimiter``, ``--parsable`` as for usage)."""
+    with open_dump(path) as fh:
+        head = read_dump_head(fh, columns, delimiter, hint=recommended_command())
+        if head is None:
             return ParseResult([])
-        sep = SACCT_DELIMITER if SACCT_DELIMITER in line else "|"
-        cols = [c.strip() for c in line.split(sep)]
-        if cols and cols[-1] == "":
-            cols = cols[:-1]
-        if "jobid" not in {c.lower() for c in cols}:
-            raise UsageError(
-                f"--sacct-file {path}: the first line is not an sacct --parsable2 header; "
-                f"{recommended_command()}"
-            )
-        lacking = [c for c in REQUIRED if c.lower() not in {x.lower() for x in cols}]
+        refuse_free_text(path, head.columns, trust_free_text)
+        lacking = missing_columns(head.columns, REQUIRED)
         if lacking:
             raise UsageError(
                 f"--sacct-file {path}: missing column(s) {', '.join(lacking)}; {recommended_command()}"
             )
-        return parse(fh, cols, sep=sep, idle_below=idle_below, window=window, first_line=first + 1)
+        return parse(
+            dump_rows(head),
+            head.columns,
+            sep=head.sep,
+            idle_below=idle_below,
+            window=window,
+            first_line=head.first_row,
+        )
 
 
 # --------------------------------------------------------------------------- grouping

@@ -102,27 +102,13 @@ class FileSource:
 def probe_file(
     path: str, columns: Optional[Sequence[str]] = None, delimiter: Optional[str] = None
 ) -> Optional[FileSource]:
-    """Read the head of ``path`` with the reference reader's rules; ``None`` when empty."""
-    try:
-        fh = open(path, "r", encoding="utf-8", errors="replace", newline=None)
-    except OSError as exc:
-        raise UsageError(f"--sacct-file {path}: {exc.strerror}") from None
-    with fh:
-        header = ""
-        first_line = 1
-        for header in fh:
-            if header.strip() and not header.startswith("#"):
-                break
-            first_line += 1
-        if not header.strip() or header.startswith("#"):
-            return None
-        if columns is not None:
-            first = header.rstrip("\r\n")
-            sep = delimiter or (sacct.SACCT_DELIMITER if sacct.SACCT_DELIMITER in first else "|")
-            trailing = first.endswith(sep) and len(first.split(sep)) == len(columns) + 1
-            return FileSource(path, list(columns), sep, trailing, first_line)
-        cols, sep, trailing = sacct.read_header(header, delimiter)
-        return FileSource(path, cols, sep, trailing, first_line + 1)
+    """Read the head of ``path`` with the reference reader's rules (:func:`.sacct.read_dump_head`);
+    ``None`` when it has no row."""
+    with sacct.open_dump(path) as fh:
+        head = sacct.read_dump_head(fh, columns, delimiter)
+    if head is None:
+        return None
+    return FileSource(path, head.columns, head.sep, head.trailing, head.first_row)
 
 
 def _q(text: str) -> str:

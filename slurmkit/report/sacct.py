@@ -633,7 +633,9 @@ def recommended_hint() -> str:
     return f"save it with: {recommended_command()}"
 
 
-def read_header(first_line: str, delimiter: Optional[str] = None) -> Tuple[List[str], str, bool]:
+def read_header(
+    first_line: str, delimiter: Optional[str] = None, hint: Optional[str] = None
+) -> Tuple[List[str], str, bool]:
     """``(columns, separator, trailing)`` from a saved file's header line.
 
     Both ``|`` and the unit separator (``--delimiter=$'\\x1f'``) are recognised, or
@@ -648,7 +650,7 @@ def read_header(first_line: str, delimiter: Optional[str] = None) -> Tuple[List[
         cols = cols[:-1]
     if "jobid" not in {c.strip().lower() for c in cols}:
         raise UsageError(
-            f"the first line is not an sacct --parsable2 header (no JobID column); {recommended_hint()}"
+            f"the first line is not an sacct --parsable2 header (no JobID column); {hint or recommended_hint()}"
         )
     return [c.strip() for c in cols], sep, trailing
 
@@ -690,6 +692,66 @@ def _strip_trailing(lines: Iterable[str], sep: str) -> Iterator[str]:
         yield line[: -len(sep)] if line.endswith(sep) else line
 
 
+@dataclass
+class DumpHead:
+    """A saved dump's layout, read from its head by :func:`read_dump_head`: its columns,
+    delimiter, whether each row ends with one (``--parsable``), the file line number of the
+    first data row, and the data rows that follow (the open file, or its first line again
+    when the dump has no header)."""
+
+    columns: List[str]
+    sep: str
+    trailing: bool
+    first_row: int
+    rows: Iterable[str]
+
+
+def open_dump(path: str):
+    """The saved dump ``path`` (``-``: standard input) as text; a file that cannot be opened
+    is a usage error naming it."""
+    try:
+        if path == "-":
+            return io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace", newline=None)
+        return open(path, "r", encoding="utf-8", errors="replace", newline=None)
+    except OSError as exc:
+        raise UsageError(f"--sacct-file {path}: {exc.strerror}") from None
+
+
+def read_dump_head(
+    fh: Iterable[str],
+    columns: Optional[Sequence[str]] = None,
+    delimiter: Optional[str] = None,
+    hint: Optional[str] = None,
+) -> Optional[DumpHead]:
+    """The one reader of a saved dump's head (usage, capacity, efficiency and ingest, both
+    engines): blank and leading ``#`` lines are skipped; the header line names the columns
+    unless ``columns`` does (a dump made with ``--noheader``, any column order:
+    ``--sacct-columns``); ``delimiter`` is sacct's ``--delimiter`` (default: the unit
+    separator or ``|``, recognised); ``--parsable`` output (a delimiter after the last field)
+    is recognised from the header, or for a header-less dump from its first row having one
+    more field. ``None`` for a dump without any row."""
+    header = ""
+    first_line = 1
+    for header in fh:
+        if header.strip() and not header.startswith("#"):
+            break
+        first_line += 1
+    if not header.strip() or header.startswith("#"):
+        return None
+    if columns is not None:
+        first = header.rstrip("\r\n")
+        sep = delimiter or (SACCT_DELIMITER if SACCT_DELIMITER in first else "|")
+        trailing = first.endswith(sep) and len(first.split(sep)) == len(columns) + 1
+        return DumpHead(list(columns), sep, trailing, first_line, itertools.chain([header], fh))
+    cols, sep, trailing = read_header(header, delimiter, hint)
+    return DumpHead(cols, sep, trailing, first_line + 1, fh)
+
+
+def dump_rows(head: DumpHead) -> Iterable[str]:
+    """The data rows of a dump, a trailing delimiter removed."""
+    return _strip_trailing(head.rows, head.sep) if head.trailing else head.rows
+
+
 def read_sacct_file(
     path: str,
     *,
@@ -706,60 +768,32 @@ def read_sacct_file(
     """Parse a saved ``sacct --parsable2`` file, streaming.
     ``-`` reads standard input (``sacct ... | slurmkit report --sacct-file -``).
 
-    The file starts with its header line unless ``columns`` names the fields (a dump
-    made with ``--noheader``, in any column order: ``--sacct-columns``). ``delimiter``
-    is sacct's ``--delimiter`` (default: the unit separator or ``|``, recognised).
-    ``--parsable`` output (a delimiter after the last field) is recognised too: from
-    the header, or for a header-less dump from its first row having one more field.
-    ``sink``: see :func:`parse_rows`. ``trust_free_text=False`` refuses a dump with a
-    free-text column (:func:`refuse_free_text`; the CLI's default).
+    ``columns`` and ``delimiter``: see :func:`read_dump_head`. ``sink``: see
+    :func:`parse_rows`. ``trust_free_text=False`` refuses a dump with a free-text column
+    (:func:`refuse_free_text`; the CLI's default).
     """
-    try:
-        if path == "-":
-            fh = io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace", newline=None)
-        else:
-            fh = open(path, "r", encoding="utf-8", errors="replace", newline=None)
-    except OSError as exc:
-        raise UsageError(f"--sacct-file {path}: {exc.strerror}") from None
-    with fh:
-        header = ""
-        first_line = 1
-        for header in fh:  # blank lines and leading '#' comment lines before the header are skipped
-            if header.strip() and not header.startswith("#"):
-                break
-            first_line += 1
-        if not header.strip() or header.startswith("#"):
+    with open_dump(path) as fh:
+        head = read_dump_head(fh, columns, delimiter)
+        if head is None:
             return [], ParseStats(), list(columns or FIELDS)
-        if columns is not None:
-            cols = list(columns)
-            first = header.rstrip("\r\n")
-            sep = delimiter or (SACCT_DELIMITER if SACCT_DELIMITER in first else "|")
-            trailing = first.endswith(sep) and len(first.split(sep)) == len(cols) + 1
-            rows: Iterable[str] = itertools.chain([header], fh)  # no header: the first line is data
-            first_row = first_line
-        else:
-            cols, sep, trailing = read_header(header, delimiter)
-            rows = fh
-            first_row = first_line + 1
-        refuse_free_text(path, cols, trust_free_text)
-        lacking = missing_columns(cols, list(REQUIRED_COLUMNS) + list(need_columns))
+        refuse_free_text(path, head.columns, trust_free_text)
+        lacking = missing_columns(head.columns, list(REQUIRED_COLUMNS) + list(need_columns))
         if lacking:
             raise UsageError(
                 f"--sacct-file {path}: missing column(s) {', '.join(lacking)}; {recommended_hint()}"
             )
-        lines: Iterable[str] = _strip_trailing(rows, sep) if trailing else rows
         attempts, stats = parse_rows(
-            lines,
-            cols,
-            sep=sep,
+            dump_rows(head),
+            head.columns,
+            sep=head.sep,
             window=window,
             now=now,
             filters=filters,
-            first_line=first_row,
+            first_line=head.first_row,
             max_gpus=max_gpus,
             sink=sink,
         )
-    return attempts, stats, cols
+    return attempts, stats, head.columns
 
 
 # --------------------------------------------------------------------------- live sacct

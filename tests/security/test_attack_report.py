@@ -37,17 +37,18 @@ def _row(fields, sep="|", **values) -> str:
     return sep.join(base[f] for f in fields)
 
 
-def _forged(fields, sep, start: int) -> str:
+def _forged(fields, sep, start: int, gpus: int = FORGED_GPUS, hours: int = 1) -> str:
+    """bob's forged job: ``gpus`` GPUs for ``hours`` hours (4,608 GPU-hours by default)."""
     return _row(
         fields,
         sep,
         JobID="999999",
         JobIDRaw="999999",
         State="COMPLETED",
-        AllocTRES=f"gres/gpu={FORGED_GPUS}",
+        AllocTRES=f"gres/gpu={gpus}",
         Submit=str(start),
         Start=str(start),
-        End=str(start + 3600),
+        End=str(start + hours * 3600),
         User="bob",
         Account="ops",
         JobName="x",
@@ -223,9 +224,10 @@ def test_forged_row_through_live_sacct(devcluster, tmp_path):
     hour and its name's first line."""
     attacker = "alice"  # the devcluster's ordinary user with an account (research)
     since = time.time() - 5
-    start = int(since) - 1800
+    # 8 GPUs for 576 hours (4,608 GPU-hours): a job no site's report.max_gpus would flag
+    start = int(since) - 576 * 3600
     tag = f"innocent-{uuid.uuid4().hex[:6]}"
-    forged = _forged(OLD_FIELDS, SEP, start).replace(SEP + "x", SEP + tag)
+    forged = _forged(OLD_FIELDS, SEP, start, gpus=8, hours=576).replace(SEP + "x", SEP + tag)
     jid = devcluster.submit(
         "#!/bin/bash\nsleep 1\n",
         [
@@ -248,7 +250,7 @@ def test_forged_row_through_live_sacct(devcluster, tmp_path):
     while devcluster.sacct_state(jid) != "COMPLETED":  # accounting reaches slurmdbd asynchronously
         assert time.monotonic() < deadline
         time.sleep(1)
-    window = ("--since", time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(since - 3600)))
+    window = ("--since", time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(start - 3600)))
     window += ("--until", time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() + 5)))
     res = _devcluster_slurmkit(devcluster, "report", "--by", "user", "--json", *window)
     assert res.returncode == 0, res.stderr
