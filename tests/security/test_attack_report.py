@@ -189,6 +189,54 @@ def test_rows_with_a_bad_job_id_are_not_ingested(tmp_path, config):
         assert json.loads(res.stdout)["totals"]["gpu_hours"] == GOOD_HOURS, engine
 
 
+_ID_CASES = [(j, r) for j, r, _ in _BAD_ID_ROWS] + [
+    ("123", None),
+    ("123_4", None),
+    ("123_[1-3%2]", None),
+    ("123+0", None),
+    ("123.batch", None),
+    ("123_", None),
+    ("1234567890123456789", "1234567890123456789"),  # 19 digits
+    ("123_[1-3]", "124"),
+    ("123+1", "123"),
+    ("123+1", "0123"),
+    (" 123", " 123"),
+    ("", ""),
+]
+
+
+def test_the_engines_job_id_rule_is_the_references():
+    """The SQL of the JobID/JobIDRaw rule answers as the Python one on every case (a stricter
+    SQL would only hand good dumps to the reference, which no report total would show)."""
+    from slurmkit.report.duck import duckdb
+    from slurmkit.report.engine import _q, job_id_sql
+
+    con = duckdb.connect()
+    for job_id, raw in _ID_CASES:
+        sql = job_id_sql(_q(job_id), None if raw is None else _q(raw))
+        assert con.execute(f"SELECT {sql}").fetchone()[0] == sacct.job_id_ok(job_id, raw), (job_id, raw)
+
+
+def test_good_ids_stay_in_the_engine(tmp_path, config):
+    """Array tasks, pending arrays and het components are good rows: the DuckDB engine answers."""
+    lines = ["|".join(sacct.QUERY_FIELDS)]
+    for job_id, raw in [("100", "100"), ("300_4", "304"), ("400+1", "401"), ("600_[1-3]", "600")]:
+        lines.append(
+            _row(
+                sacct.QUERY_FIELDS, JobID=job_id, JobIDRaw=raw, State="COMPLETED", AllocTRES="gres/gpu=2",
+                Submit=str(START), Start=str(START), End=str(START + 3600), User="bob", Account="ops",
+            )
+        )  # fmt: skip
+    dump = tmp_path / "good.txt"
+    dump.write_text("\n".join(lines) + "\n")
+    res = _slurmkit(
+        "report", "--sacct-file", str(dump), "--engine", "duckdb", "--json", *WINDOW, config=config
+    )
+    assert res.returncode == 0, res.stderr
+    data = json.loads(res.stdout)
+    assert data["meta"]["engine"]["name"] == "duckdb" and data["totals"]["gpu_hours"] == 8.0
+
+
 # --------------------------------------------------------------- the names query
 
 
