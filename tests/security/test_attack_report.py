@@ -542,3 +542,34 @@ def test_sql_writes_no_file(evil_archive, config, tmp_path):
         "report", "sql", "--archive", str(evil_archive), "SELECT sum(gpus) FROM jobs", config=config
     )
     assert res.returncode == 0 and res.stdout.split()[-1] == "4", res.stdout
+
+
+def test_ingest_cleans_only_its_own_private_temporary_directory(tmp_path, config):
+    """The leftovers' directory is checked before anything in it is removed: a symlink in its
+    place is refused (exit 2, the file it points at untouched), and a leftover that is a symlink
+    is unlinked, never followed."""
+    dump = _two_month_dump(tmp_path, 50)
+    archive = tmp_path / "archive"
+    ingest = ("report", "ingest", "--archive", str(archive), "--sacct-file", str(dump))
+    assert _slurmkit(*ingest, config=config).returncode == 0
+    victim_dir = tmp_path / "victim"
+    victim_dir.mkdir()
+    victim = victim_dir / ".data-precious.parquet"
+    victim.write_text("keep me")
+    tmp_dir = archive / ".tmp"
+    os.symlink(victim, tmp_dir / ".data-leftover.parquet")  # a leftover that is a symlink
+    (tmp_dir / ".data-partial.parquet").write_bytes(b"PAR1")  # a partial file
+    res = _slurmkit(*ingest, config=config)
+    assert res.returncode == 0, res.stderr
+    assert "removed 2 file(s) a killed ingest left" in res.stderr
+    assert victim.read_text() == "keep me" and sorted(os.listdir(tmp_dir)) == []
+    os.rmdir(tmp_dir)
+    os.symlink(victim_dir, tmp_dir)  # the directory itself swapped for a symlink
+    res = _slurmkit(*ingest, config=config)
+    assert res.returncode == 2 and ".tmp" in res.stderr, res.stderr
+    assert victim.read_text() == "keep me"
+    os.remove(tmp_dir)
+    os.mkdir(tmp_dir, 0o777)
+    os.chmod(tmp_dir, 0o777)  # writable by others: not private
+    res = _slurmkit(*ingest, config=config)
+    assert res.returncode == 2 and "private" in res.stderr, res.stderr
