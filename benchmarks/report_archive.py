@@ -52,6 +52,7 @@ def main() -> None:
                 "ingest",
                 "--archive",
                 args.archive,
+                "--trust-free-text",  # the generated names hold `|`: our own, trusted dump
                 "--sacct-file",
                 args.file,
             ],

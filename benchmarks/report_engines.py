@@ -76,6 +76,7 @@ def main() -> None:
             "-m",
             "slurmkit.cli.main",
             "report",
+            "--trust-free-text",  # the generated names hold `|`: our own, trusted dump
             "--sacct-file",
             args.file,
             "--by",

@@ -73,6 +73,12 @@ def dump_format_options(f: Callable) -> Callable:
             click.option(
                 "--sacct-delimiter", help="The file's sacct --delimiter (default: | or \\x1f, recognised)."
             ),
+            click.option(
+                "--trust-free-text",
+                is_flag=True,
+                help="Read a dump that has free-text columns (JobName, Comment, ...) all the same: a "
+                "newline in a job name can forge whole rows, so only for a dump you checked.",
+            ),
         ]
     ):
         f = opt(f)
@@ -221,6 +227,8 @@ def load_attempts(
     sacct_delimiter: Optional[str] = None,
     max_gpus: Optional[int] = None,
     sink=None,
+    trust_free_text: bool = False,
+    names: bool = False,
 ):
     """Attempts from a saved file or a live sacct call; prints the malformed-row warning.
     With ``sink`` each attempt goes there as it is parsed and none is kept (see
@@ -241,6 +249,7 @@ def load_attempts(
             columns=columns,
             delimiter=_delimiter(sacct_delimiter),
             sink=sink,
+            trust_free_text=trust_free_text,
             **limits,
         )
         source = sacct_file
@@ -252,7 +261,7 @@ def load_attempts(
         command = query.display(client.binary("sacct"))
         log.info("running %s", command)
         attempts, stats = sacct.run_query(
-            query, window=window, now=now, filters=filters, timeout=timeout, sink=sink, **limits
+            query, window=window, now=now, filters=filters, timeout=timeout, sink=sink, names=names, **limits
         )
         source = "sacct"
     warning = stats.warning(source)
@@ -345,7 +354,17 @@ class _Query:
         )
 
 
-def _sums(q: _Query, *, archive, sacct_file, sacct_columns, sacct_delimiter, engine: str, need):
+def _sums(
+    q: _Query,
+    *,
+    archive,
+    sacct_file,
+    sacct_columns,
+    sacct_delimiter,
+    engine: str,
+    need,
+    trust_free_text=False,
+):
     """``(groups, total, stats, engine meta, sacct command)``: the accumulators of the attempts
     of the archive (see :func:`_archive_sums`), of a saved file (the DuckDB engine where it
     takes the file, see :func:`_file_sums`) or of a live sacct call; the reference
@@ -357,7 +376,13 @@ def _sums(q: _Query, *, archive, sacct_file, sacct_columns, sacct_delimiter, eng
     meta: Dict[str, Any] = {"name": "python"}
     if _use_engine(engine, sacct_file):
         groups, total, stats, meta = _file_sums(
-            q, sacct_file, sacct_columns, sacct_delimiter, need, explicit=engine == "duckdb"
+            q,
+            sacct_file,
+            sacct_columns,
+            sacct_delimiter,
+            need,
+            explicit=engine == "duckdb",
+            trust=trust_free_text,
         )
         if groups is not None:
             return groups, total, stats, meta, None
@@ -373,12 +398,16 @@ def _sums(q: _Query, *, archive, sacct_file, sacct_columns, sacct_delimiter, eng
         sacct_delimiter=sacct_delimiter,
         max_gpus=q.rcfg["max_gpus"],
         sink=agg.add,
+        trust_free_text=trust_free_text,
+        names="JobName" in need,
     )
     groups, total = agg.result()
     return groups, total, stats, meta, command
 
 
-def _file_sums(q: _Query, sacct_file: str, sacct_columns, sacct_delimiter, need, *, explicit: bool):
+def _file_sums(
+    q: _Query, sacct_file: str, sacct_columns, sacct_delimiter, need, *, explicit: bool, trust: bool = False
+):
     """``(groups, total, stats, engine meta)``: the DuckDB engine's accumulators of a saved
     file, or ``(None, None, None, meta)`` when the input needs the reference path (rows to
     report with line numbers)."""
@@ -389,6 +418,7 @@ def _file_sums(q: _Query, sacct_file: str, sacct_columns, sacct_delimiter, need,
     src = engine.probe_file(sacct_file, columns, _delimiter(sacct_delimiter))
     if src is None:
         return None, None, None, {"name": "python", "why": "empty file"}
+    sacct.refuse_free_text(sacct_file, src.columns, trust)
     lacking = sacct.missing_columns(src.columns, list(sacct.REQUIRED_COLUMNS) + list(need))
     if lacking:
         raise UsageError(
@@ -422,6 +452,14 @@ def _archive_sums(q: _Query, directory: str, engine: str):
     from slurmkit.report import sacct
 
     src = arch.source(directory)
+    stale = arch.stale_months(directory)
+    if stale:
+        listed = ", ".join(f"{m} (rules {v})" for m, v in sorted(stale.items()))
+        click.echo(
+            f"slurmkit: warning: archive {directory}: month(s) {listed} were ingested under other rules than "
+            f"this slurmkit's ({arch.RULES_VERSION}): their rows follow the old rules; ingest them again",
+            err=True,
+        )
     why = "--engine python"
     if src.multi is None and not arch.typed(directory):  # (an archive of this slurmkit has src.multi)
         why = "months written before the typed columns (ingest them again)"
@@ -494,6 +532,7 @@ def _run_usage(
     engine="auto",
     archive=None,
     default_view: str = "usage",
+    trust_free_text: bool = False,
 ) -> int:
     from slurmkit.report import sacct
     from slurmkit.report.aggregate import parse_by
@@ -561,6 +600,7 @@ def _run_usage(
         sacct_delimiter=sacct_delimiter,
         engine=engine,
         need=need,
+        trust_free_text=trust_free_text,
     )
     report = _finish(groups, total, dims, prices, health=hl is not None)
     report.totals["excluded_rows"] = stats.malformed
@@ -683,6 +723,7 @@ def report_ingest(
     sacct_delimiter,
     now_opt,
     archive,
+    trust_free_text=False,
 ) -> None:
     """Add sacct job rows to the accounting archive (incremental and idempotent).
 
@@ -710,6 +751,7 @@ def report_ingest(
         if src is None:
             click.echo(f"slurmkit: {sacct_file}: no rows", err=True)
             return
+        sacct.refuse_free_text(sacct_file, src.columns, trust_free_text)
         out = arch.ingest(archive, src)
         if out["malformed"]:
             _warn_malformed(sacct_file, src)
@@ -718,13 +760,12 @@ def report_ingest(
         from slurmkit.slurm import client
 
         query = sacct.build_query(window, truncate=False)
-        env = dict(os.environ)
-        env.update(query.env)
-        res = client.call("sacct", query.args, env=env, timeout=rcfg["sacct_timeout"])
+        log.info("running %s", query.display(client.binary("sacct")))
+        records = sacct.live_lines(query, names=True, timeout=rcfg["sacct_timeout"])
         import tempfile
 
         with tempfile.NamedTemporaryFile("w", suffix=".txt", encoding="utf-8") as tmp:
-            tmp.write(res.stdout)
+            tmp.writelines(line + "\n" for line in records)
             tmp.flush()
             src = eng.FileSource(tmp.name, list(sacct.FIELDS), sacct.SACCT_DELIMITER, False, 1)
             out = arch.ingest(archive, src)
@@ -795,6 +836,7 @@ def report_sql(query, archive, fmt, as_json, verbose, quiet) -> None:
     if importlib.util.find_spec("duckdb") is None:
         raise UsageError("report sql needs the report extra: pip install 'slurmkit[report]'")
     from slurmkit.report import archive as arch
+    from slurmkit.report.table import write_csv, write_markdown, write_text
 
     setup_logging(verbose, quiet)
     names, rows = arch.sql(archive, query)
@@ -802,23 +844,14 @@ def report_sql(query, archive, fmt, as_json, verbose, quiet) -> None:
     if fmt == "json":
         print_json([dict(zip(names, r)) for r in rows])
     elif fmt == "csv":
-        import csv
-
-        w = csv.writer(sys.stdout, lineterminator="\n")
-        w.writerow(names)
-        w.writerows(["" if v is None else v for v in r] for r in rows)
+        write_csv(sys.stdout, names, rows)
     else:
         cells = [[("-" if v is None else str(v)) for v in r] for r in rows]
+        left = [False] * len(names)  # (sql's table has always been left-aligned)
         if fmt == "markdown":
-            sys.stdout.write("| " + " | ".join(names) + " |\n|" + "---|" * len(names) + "\n")
-            for r in cells:
-                sys.stdout.write("| " + " | ".join(c.replace("|", "\\|") for c in r) + " |\n")
+            write_markdown(sys.stdout, names, cells, left)
         else:
-            widths = [max([len(n)] + [len(r[i]) for r in cells]) for i, n in enumerate(names)]
-            sys.stdout.write("  ".join(n.ljust(w) for n, w in zip(names, widths)).rstrip() + "\n")
-            sys.stdout.write("  ".join("-" * w for w in widths) + "\n")
-            for r in cells:
-                sys.stdout.write("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() + "\n")
+            write_text(sys.stdout, names, cells, left)
 
 
 # --------------------------------------------------------------------------- capacity
@@ -872,6 +905,7 @@ def report_capacity(
     engine="auto",
     sacct_columns=None,
     sacct_delimiter=None,
+    trust_free_text=False,
 ) -> None:
     """Fraction of the installed GPU-hours (sinfo GPU counts x window) that jobs used.
 
@@ -902,6 +936,7 @@ def report_capacity(
             sacct_delimiter=sacct_delimiter,
             engine=engine,
             need=["Partition"] if by == "partition" or parts else [],
+            trust_free_text=trust_free_text,
         )
     used, used_total = used_from_usage(groups, total, by)
     if gpus_override is not None:
@@ -1072,6 +1107,9 @@ def run_efficiency(
     fmt,
     as_json,
     plot_path,
+    sacct_columns=None,
+    sacct_delimiter=None,
+    trust_free_text=False,
 ) -> int:
     """``slurmkit report efficiency``; returns the exit code."""
     from slurmkit.report.efficiency import (
@@ -1103,8 +1141,19 @@ def run_efficiency(
         _csv_list(partitions),
         _csv_list(job_ids),
     )
+    if (sacct_columns or sacct_delimiter) and not sacct_file:
+        raise UsageError("--sacct-columns and --sacct-delimiter describe a --sacct-file; give one")
     if sacct_file:
-        res = from_file(sacct_file, idle_below=idle_below, window=window)
+        from slurmkit.report.sacct import parse_column_list
+
+        res = from_file(
+            sacct_file,
+            idle_below=idle_below,
+            window=window,
+            columns=parse_column_list(sacct_columns) if sacct_columns is not None else None,
+            delimiter=_delimiter(sacct_delimiter),
+            trust_free_text=trust_free_text,
+        )
         command = None
     else:
         args = sacct_args(window, users_l, accounts_l, parts_l, jobs_l)
@@ -1160,6 +1209,7 @@ def run_efficiency(
 @report.command("efficiency")
 @common_options
 @period_options
+@dump_format_options
 @efficiency_options
 def report_efficiency(**kwargs: Any) -> None:
     """GPU efficiency per job, user, account or partition from the epilog's AdminComment

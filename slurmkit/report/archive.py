@@ -26,6 +26,12 @@ requeued job's attempts have their own Start and stay distinct. Dumps must be ta
 the next window. The month of a row is its Start's month in UTC; reports clip to their
 window, so the partition only spreads the files.
 
+**Never a partial file.** Files are written under ``DIR/.tmp/`` (private, outside every
+glob) and renamed into place, the glob lists only the committed name ``data.parquet``, and
+the next ingest removes what a killed one left there (through a descriptor of the checked
+directory, never by a path others could redirect): a killed ingest leaves each month as it
+was or as the new ingest made it, never half of one or twice.
+
 The layout is Hive-style partitioning, so Spark (``spark.read.parquet(DIR)``), Trino
 (the Hive connector) and DuckDB read it as they are; see docs/report.md.
 """
@@ -34,6 +40,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import sys
 import tempfile
 from typing import Dict, Iterator, List, Optional, Tuple
@@ -58,6 +65,7 @@ from slurmkit.report.engine import (
     hours_table,
     session,
 )
+from slurmkit.report.rules import RULES_VERSION
 from slurmkit.slurm.parse import ParseError
 
 SEP = sacct.SACCT_DELIMITER
@@ -68,6 +76,9 @@ TYPED = ("start_s", "end_s", "submit_s", "gpus", "jid_i", "state_n")
 #: the rows of the jobs with more than one row anywhere in the archive (see _write_multi), and
 #: the month files (size, mtime) it was computed from
 MULTI, MULTI_STAMP = "_multi.parquet", "_multi.json"  # "_": Spark and Hive skip it
+#: ``{"months": {"YYYY-MM": rule version}}``: the rules each month file was written under
+#: (:mod:`.rules`; a month missing there predates the stamp: version 1)
+RULES_STAMP = "_rules.json"
 #: how long an ingest waits for another one to finish (cron runs may overlap)
 LOCK_TIMEOUT = 300.0
 #: how the archive's files are written. Parquet's version 2 encodings store the epoch and id
@@ -77,8 +88,87 @@ LOCK_TIMEOUT = 300.0
 PARQUET_OPTIONS = "FORMAT parquet, COMPRESSION zstd, PARQUET_VERSION V2"
 
 
+#: where files are written before they are renamed into place (no glob of the archive reads it)
+TMP_DIR = ".tmp"
+#: what a killed ingest can leave behind: in TMP_DIR, and in the month directories of
+#: archives written before TMP_DIR existed
+LEFTOVER_PREFIXES = (".data-", ".multi-")
+#: the one file of a month (the glob lists nothing else)
+DATA = "data.parquet"
+
+
 def parquet_glob(directory: str) -> str:
-    return os.path.join(directory, "month=*", "*.parquet")
+    return os.path.join(directory, "month=*", DATA)
+
+
+def _private_dir(path: str) -> int:
+    """A descriptor of directory ``path``, created 0700 if absent; refused (UsageError)
+    unless it is a real directory (not a symlink) of this user that nobody else can write."""
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise UsageError(f"--archive: {path}: {exc.strerror} (a symlink or not a directory?)") from None
+    st = os.fstat(fd)
+    if st.st_uid != os.geteuid() or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        os.close(fd)
+        raise UsageError(
+            f"--archive: {path} is not this user's private directory: refusing to write or clean it"
+        )
+    return fd
+
+
+def _remove_leftovers(path: str, strict: bool = True) -> int:
+    """Remove the temporaries a killed ingest left in directory ``path`` (names starting with
+    :data:`LEFTOVER_PREFIXES`, regular files), by name relative to a descriptor of the
+    checked directory: a symlink swapped in for ``path`` is refused, and a symlink inside it
+    is unlinked, never followed. Returns how many were removed. ``strict=False`` (a month
+    directory, where only archives of an earlier slurmkit left temporaries, which no glob
+    reads now): a directory that is not private is left alone instead of refused."""
+    if not strict:
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            return 0
+        if (
+            not stat.S_ISDIR(st.st_mode)
+            or st.st_uid != os.geteuid()
+            or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+        ):
+            return 0
+    fd = _private_dir(path)
+    removed = 0
+    try:
+        for name in os.listdir(fd):
+            if not name.startswith(LEFTOVER_PREFIXES):
+                continue
+            st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            if stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode):
+                os.unlink(name, dir_fd=fd)
+                removed += 1
+    finally:
+        os.close(fd)
+    return removed
+
+
+def _clean(directory: str) -> None:
+    """At the start of an ingest (under its lock): what killed ones left behind goes."""
+    removed = _remove_leftovers(os.path.join(directory, TMP_DIR))
+    for name in os.listdir(directory):
+        if name.startswith("month=") and os.path.isdir(os.path.join(directory, name)):
+            removed += _remove_leftovers(os.path.join(directory, name), strict=False)
+    if removed:
+        print(f"slurmkit: {directory}: removed {removed} file(s) a killed ingest left", file=sys.stderr)
+
+
+def _temporary(directory: str, prefix: str) -> str:
+    """A new empty file in the archive's private temporary directory."""
+    fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=".parquet", dir=os.path.join(directory, TMP_DIR))
+    os.close(fd)
+    return tmp
 
 
 def _months(directory: str) -> List[str]:
@@ -86,7 +176,7 @@ def _months(directory: str) -> List[str]:
         names = sorted(n for n in os.listdir(directory) if n.startswith("month="))
     except FileNotFoundError:
         return []
-    return [n for n in names if os.path.exists(os.path.join(directory, n, "data.parquet"))]
+    return [n for n in names if os.path.exists(os.path.join(directory, n, DATA))]
 
 
 def _files(directory: str) -> str:
@@ -146,8 +236,8 @@ def typed(directory: str) -> bool:
 def _fingerprint(directory: str) -> Dict[str, List[int]]:
     out = {}
     for m in _months(directory):
-        st = os.stat(os.path.join(directory, m, "data.parquet"))
-        out[f"{m}/data.parquet"] = [st.st_size, st.st_mtime_ns]
+        st = os.stat(os.path.join(directory, m, DATA))
+        out[f"{m}/{DATA}"] = [st.st_size, st.st_mtime_ns]
     return out
 
 
@@ -160,6 +250,8 @@ def _multi(directory: str) -> Optional[str]:
     except (OSError, ValueError):
         return None
     if not isinstance(stamp, dict) or stamp.get("files") != _fingerprint(directory):
+        return None
+    if stamp.get("rules") != RULES_VERSION:  # computed by other rules: recomputed from the rows
         return None
     return _relation(f"read_parquet({_q(os.path.join(directory, MULTI))})", ", tie_rank, pflag, lflag")
 
@@ -178,8 +270,7 @@ def _write_multi(con: duckdb.DuckDBPyConnection, directory: str) -> None:
     )
     distinct = [t for (t,) in con.execute('SELECT DISTINCT "AllocTRES" FROM mr').fetchall()]
     _tres_tables(con, distinct, sys.maxsize, None, False, name="tres_order")
-    fd, tmp = tempfile.mkstemp(prefix=".multi-", suffix=".parquet", dir=directory)
-    os.close(fd)
+    tmp = _temporary(directory, ".multi-")
     # (lost._order after Start and End; JobName, its last text field, is left out: two
     # attempts tied on everything before it are the same in every sum, whichever comes first)
     reason = """CASE WHEN state_n IN ('REQUEUED', 'FAILED') THEN "Reason" END"""
@@ -191,7 +282,35 @@ def _write_multi(con: duckdb.DuckDBPyConnection, directory: str) -> None:
             FROM mr JOIN tres_order t ON t.tres = mr."AllocTRES") TO {_q(tmp)} ({PARQUET_OPTIONS})"""
     )
     os.replace(tmp, os.path.join(directory, MULTI))
-    files.write_json_atomic(os.path.join(directory, MULTI_STAMP), {"files": _fingerprint(directory)})
+    files.write_json_atomic(
+        os.path.join(directory, MULTI_STAMP), {"files": _fingerprint(directory), "rules": RULES_VERSION}
+    )
+
+
+def _rule_versions(directory: str) -> Dict[str, int]:
+    try:
+        with open(os.path.join(directory, RULES_STAMP), encoding="utf-8") as fh:
+            stamp = json.load(fh)
+        months = stamp["months"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+    return (
+        {m: v for m, v in months.items() if isinstance(m, str) and isinstance(v, int)}
+        if isinstance(months, dict)
+        else {}
+    )
+
+
+def stale_months(directory: str) -> Dict[str, int]:
+    """``{month: rule version}`` of the month files written under other rules than these
+    (version 1: before the stamp existed)."""
+    versions = _rule_versions(directory)
+    out = {}
+    for m in _months(directory):
+        v = versions.get(m[len("month=") :], 1)
+        if v != RULES_VERSION:
+            out[m[len("month=") :]] = v
+    return out
 
 
 def _ident(name: str) -> str:
@@ -241,6 +360,7 @@ def ingest(directory: str, src: FileSource) -> Dict[str, object]:
     except trust.UntrustedFile as exc:
         raise UsageError(f"--archive {directory}: {exc}") from None
     try:
+        _clean(directory)
         return _ingest(directory, src, plan, select)
     finally:
         os.close(lock)
@@ -250,7 +370,7 @@ def _ingest(directory: str, src: FileSource, plan: _Plan, select: List[str]) -> 
     out: Dict[str, object] = {"rows": 0, "skipped": 0, "not_started": 0, "malformed": 0, "months": {}}
     with session() as con:
         con.execute(f"""CREATE TEMP TABLE new AS
-            SELECT {", ".join(select)}, coalesce({plan.count_ok}, FALSE) AND NOT {plan.surplus} AS ok
+            SELECT {", ".join(select)}, coalesce({plan.count_ok}, FALSE) AND NOT {plan.surplus} AND {plan.id_ok} AS ok
             FROM {plan.reader()} WHERE NOT coalesce({plan.step}, FALSE) AND NOT (f1 IS NULL AND trim(f0) = '')""")
         _typed_columns(con, "new")
         # the reference's rules: what it would skip as not started, malformed or impossible
@@ -284,7 +404,7 @@ def _ingest(directory: str, src: FileSource, plan: _Plan, select: List[str]) -> 
         for (m,) in con.execute("SELECT DISTINCT month FROM fresh ORDER BY month").fetchall():
             part = os.path.join(directory, f"month={m}")
             os.makedirs(part, exist_ok=True)
-            target = os.path.join(part, "data.parquet")
+            target = os.path.join(part, DATA)
             old = ""
             if os.path.exists(target):
                 # the month's rows, typed again from their text (the source of truth; a month
@@ -300,8 +420,7 @@ def _ingest(directory: str, src: FileSource, plan: _Plan, select: List[str]) -> 
                     + " AND ".join(f"f.{_ident(k)} = o.{_ident(k)}" for k in KEY)
                     + ")"
                 )
-            fd, tmp = tempfile.mkstemp(prefix=".data-", suffix=".parquet", dir=part)
-            os.close(fd)
+            tmp = _temporary(directory, ".data-")
             # sorted by Start, so each row group covers a span of time and a report's window
             # skips the others by their statistics
             month_no = int(m[:4]) * 12 + int(m[5:7]) - 1
@@ -315,6 +434,9 @@ def _ingest(directory: str, src: FileSource, plan: _Plan, select: List[str]) -> 
             os.replace(tmp, target)
             out["months"][m] = n
         if out["months"]:
+            versions = _rule_versions(directory)
+            versions.update(dict.fromkeys(out["months"], RULES_VERSION))
+            files.write_json_atomic(os.path.join(directory, RULES_STAMP), {"months": versions})
             _write_multi(con, directory)
     return out
 
@@ -349,9 +471,42 @@ def _typed_columns(con: duckdb.DuckDBPyConnection, table: str) -> None:
     con.execute(f"ALTER TABLE typed RENAME TO {table}")
 
 
+#: ``report sql``'s lockdown, after the archive's view is made: the query reads the archive's
+#: directory and nothing else of the file system, writes no file, installs and loads no
+#: extension, and cannot undo any of it (DuckDB, "Securing DuckDB",
+#: https://duckdb.org/docs/stable/operations_manual/securing_duckdb/overview)
+SQL_LOCKDOWN = (
+    "SET autoinstall_known_extensions = false",
+    "SET autoload_known_extensions = false",
+    "SET allow_community_extensions = false",
+    "SET enable_external_access = false",
+    "SET lock_configuration = true",
+)
+
+
+#: the statements ``report sql`` runs: queries (``SELECT``, ``FROM ...``, ``DESCRIBE``, ``SHOW``,
+#: ``SUMMARIZE``, ``WITH``) and ``EXPLAIN``. External access off still lets DuckDB write into the
+#: archive's directory (the one it may read): ``COPY``, ``EXPORT``, ``CREATE``, ``ATTACH`` and the rest are refused.
+READ_ONLY_STATEMENTS = frozenset({"SELECT", "EXPLAIN"})
+
+
+def _one_read_only_statement(con: duckdb.DuckDBPyConnection, query: str) -> None:
+    try:
+        statements = con.extract_statements(query)
+    except duckdb.Error as exc:
+        raise UsageError(f"sql: {str(exc).splitlines()[0]}") from None
+    kinds = [s.type.name for s in statements]
+    if len(kinds) != 1 or kinds[0] not in READ_ONLY_STATEMENTS:
+        raise UsageError(
+            f"sql: runs one read-only query (SELECT or EXPLAIN), not {'; '.join(kinds) or 'nothing'}"
+        )
+
+
 def sql(directory: Optional[str], query: str):
     """``(column names, rows)`` of an ad-hoc query; the archive is the view ``jobs``
-    (plus a ``month`` column from the partition)."""
+    (plus a ``month`` column from the partition). The query runs under
+    :data:`SQL_LOCKDOWN`: external access off (only the archive's directory can be read),
+    the configuration locked, and only one statement of :data:`READ_ONLY_STATEMENTS`."""
     with session() as con:
         if directory:
             if not _months(directory):
@@ -360,6 +515,10 @@ def sql(directory: Optional[str], query: str):
                 f"CREATE VIEW jobs AS SELECT * FROM read_parquet({_q(parquet_glob(directory))}, "
                 f"hive_partitioning = true, union_by_name = true)"
             )
+            con.execute(f"SET allowed_directories = [{_q(os.path.join(os.path.abspath(directory), ''))}]")
+        for setting in SQL_LOCKDOWN:
+            con.execute(setting)
+        _one_read_only_statement(con, query)
         try:
             cur = con.execute(query)
         except duckdb.Error as exc:

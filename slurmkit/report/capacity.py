@@ -13,6 +13,7 @@ from typing import Any, Dict, FrozenSet, List, Optional, Tuple
 
 from slurmkit.report.aggregate import NO_GPU
 from slurmkit.report.cost import BuildVsRent, NodeGpus
+from slurmkit.report.table import write_csv, write_markdown, write_text
 from slurmkit.report.window import Window
 
 
@@ -96,12 +97,7 @@ def render_capacity(data: Dict[str, Any], fmt: str) -> str:
     rows = data["rows"] + [data["totals"]]
     buf = io.StringIO()
     if fmt == "csv":
-        import csv
-
-        w = csv.writer(buf, lineterminator="\n")
-        w.writerow(cols)
-        for r in data["rows"] or [data["totals"]]:
-            w.writerow(["" if r[c] is None else r[c] for c in cols])
+        write_csv(buf, cols, ([r[c] for c in cols] for r in data["rows"] or [data["totals"]]))
         return buf.getvalue()
 
     def cell(c: str, v: Any) -> str:
@@ -114,23 +110,13 @@ def render_capacity(data: Dict[str, Any], fmt: str) -> str:
         return str(v)
 
     cells = [[cell(c, r[c]) for c in cols] for r in rows]
+    numeric = [i > 0 for i in range(len(cols))]
     if fmt == "markdown":
-        buf.write("| " + " | ".join(cols) + " |\n|---|---:|---:|---:|---:|\n")
-        for r in cells:
-            buf.write("| " + " | ".join(r) + " |\n")
+        write_markdown(buf, cols, cells, numeric)
         return buf.getvalue()
-    widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(cols)]
-    buf.write(f"GPU capacity used, {data['meta']['window']['label']}\n")
-    buf.write(
-        "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cols, widths))) + "\n"
+    write_text(
+        buf, cols, cells, numeric, title=f"GPU capacity used, {data['meta']['window']['label']}", rules=False
     )
-    for r in cells:
-        buf.write(
-            "  ".join(
-                v.ljust(w) if i == 0 else v.rjust(w) for i, (v, w) in enumerate(zip(r, widths))
-            ).rstrip()
-            + "\n"
-        )
     return buf.getvalue()
 
 

@@ -22,16 +22,27 @@ its hours are counted as ``unknown`` and kept out of the ratios, never read as 0
 
 from __future__ import annotations
 
-import csv
 import json
 import os
-import sys
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, Iterable, List, Optional, Sequence, TextIO, Tuple
 
 from slurmkit.errors import UsageError
 from slurmkit.health.efficiency import SummaryError, decode, find_token, finite
 from slurmkit.report import DEFAULT_IDLE_BELOW
+from slurmkit.report.sacct import (
+    BAD_JOB_ID,
+    SacctQuery,
+    call_sacct,
+    dump_rows,
+    job_id_ok,
+    missing_columns,
+    open_dump,
+    parse_time,
+    read_dump_head,
+    refuse_free_text,
+)
+from slurmkit.report.table import write_csv, write_markdown, write_text
 from slurmkit.slurm.parse import (
     SACCT_DELIMITER,
     ParseError,
@@ -40,6 +51,7 @@ from slurmkit.slurm.parse import (
     parse_tres,
     split_parsable2,
 )
+from slurmkit.slurm.states import ACTIVE_STATES
 
 FIELDS: Tuple[str, ...] = (
     "JobID",
@@ -59,7 +71,8 @@ FIELDS: Tuple[str, ...] = (
 )
 REQUIRED = ("JobID", "State", "AllocTRES", "AdminComment")
 FORMATS = ("table", "csv", "json", "markdown")
-RUNNING = frozenset({"RUNNING", "PENDING", "SUSPENDED", "COMPLETING", "CONFIGURING", "REQUEUED", "RESIZING"})
+#: a job in one of these has not ended: no summary yet, skipped (Slurm's own set, shared with squeue's readers)
+RUNNING = ACTIVE_STATES
 
 
 # --------------------------------------------------------------------------- per job
@@ -250,6 +263,8 @@ def parse(
         i = idx.get(name.lower())
         return f[i] if i is not None else ""
 
+    has_raw = "jobidraw" in idx
+
     for line_no, line in enumerate(lines, first_line):
         line = line.rstrip("\r\n")
         if not line.strip():
@@ -271,6 +286,10 @@ def parse(
                 pu, pm = steps.get(parent, (None, None))
                 steps[parent] = (_max(pu, util), _max(pm, mem))
             continue
+        if not job_id_ok(jid, col(f, "JobIDRaw") if has_raw else None):
+            out.malformed += 1
+            out.warnings.append(f"line {line_no}: {BAD_JOB_ID}")
+            continue
         state = col(f, "State").split(" ")[0]
         if state in RUNNING:
             out.skipped_running += 1
@@ -288,7 +307,12 @@ def parse(
             out.malformed += 1
             out.warnings.append(f"line {line_no}: no usable ElapsedRaw or Start/End")
             continue
-        end = _epoch(col(f, "End"))
+        end_text = col(f, "End").strip()
+        end = _epoch(end_text)
+        if end is None and end_text not in ("Unknown", "None", "N/A", ""):
+            out.malformed += 1
+            out.warnings.append(f"line {line_no}: bad End time")
+            continue
         if window is not None and end is not None and not window[0] <= end < window[1]:
             continue
         job = JobEfficiency(
@@ -325,14 +349,11 @@ def _max(a: Optional[float], b: Optional[float]) -> Optional[float]:
 
 
 def _epoch(text: str) -> Optional[int]:
-    from slurmkit.report.window import parse_when
-
-    t = (text or "").strip()
-    if not t or t in ("Unknown", "None", "N/A"):
-        return None
+    """An sacct time by the report's one time parser (:func:`.sacct.parse_time`: epoch digits or
+    ISO local time); ``None`` when unknown or not a time (``now`` or a date in the data is not one)."""
     try:
-        return parse_when(t, "End")
-    except UsageError:
+        return parse_time((text or "").strip())
+    except ValueError:
         return None
 
 
@@ -384,43 +405,39 @@ def sacct_args(
 def from_sacct(
     args: List[str], *, idle_below: float, window: Optional[Tuple[int, int]], timeout: Optional[float] = None
 ) -> ParseResult:
-    from slurmkit.slurm import client
-
-    env = dict(os.environ, SLURM_TIME_FORMAT="%s")
-    res = client.call("sacct", args, env=env, timeout=timeout)
+    res = call_sacct(SacctQuery(list(args), {"SLURM_TIME_FORMAT": "%s"}), timeout)
     return parse(res.stdout.split("\n"), FIELDS, sep=SACCT_DELIMITER, idle_below=idle_below, window=window)
 
 
-def from_file(path: str, *, idle_below: float, window: Optional[Tuple[int, int]]) -> ParseResult:
-    try:
-        fh = sys.stdin if path == "-" else open(path, encoding="utf-8", errors="replace")
-    except OSError as exc:
-        raise UsageError(f"--sacct-file {path}: {exc.strerror}") from None
-    with fh:
-        header = ""
-        first = 1
-        for header in fh:
-            if header.strip() and not header.startswith("#"):
-                break
-            first += 1
-        line = header.rstrip("\r\n")
-        if not line.strip() or line.startswith("#"):
+def from_file(
+    path: str,
+    *,
+    idle_below: float,
+    window: Optional[Tuple[int, int]],
+    columns: Optional[Sequence[str]] = None,
+    delimiter: Optional[str] = None,
+    trust_free_text: bool = True,
+) -> ParseResult:
+    """A saved dump (``-``: standard input), read by the report's one dump reader
+    (:func:`.sacct.read_dump_head`: ``columns``, ``delimiter``, ``--parsable`` as for usage)."""
+    with open_dump(path) as fh:
+        head = read_dump_head(fh, columns, delimiter, hint=recommended_command())
+        if head is None:
             return ParseResult([])
-        sep = SACCT_DELIMITER if SACCT_DELIMITER in line else "|"
-        cols = [c.strip() for c in line.split(sep)]
-        if cols and cols[-1] == "":
-            cols = cols[:-1]
-        if "jobid" not in {c.lower() for c in cols}:
-            raise UsageError(
-                f"--sacct-file {path}: the first line is not an sacct --parsable2 header; "
-                f"{recommended_command()}"
-            )
-        lacking = [c for c in REQUIRED if c.lower() not in {x.lower() for x in cols}]
+        refuse_free_text(path, head.columns, trust_free_text)
+        lacking = missing_columns(head.columns, REQUIRED)
         if lacking:
             raise UsageError(
                 f"--sacct-file {path}: missing column(s) {', '.join(lacking)}; {recommended_command()}"
             )
-        return parse(fh, cols, sep=sep, idle_below=idle_below, window=window, first_line=first + 1)
+        return parse(
+            dump_rows(head),
+            head.columns,
+            sep=head.sep,
+            idle_below=idle_below,
+            window=window,
+            first_line=head.first_row,
+        )
 
 
 # --------------------------------------------------------------------------- grouping
@@ -573,10 +590,7 @@ def render(rows: List[Dict[str, Any]], by: str, fmt: str, meta: Dict[str, Any], 
         )
         return
     if fmt == "csv":
-        w = csv.writer(out, lineterminator="\n")
-        w.writerow([k for k, _ in cols])
-        for r in rows:
-            w.writerow(["" if r.get(k) is None else r.get(k) for k, _ in cols])
+        write_csv(out, [k for k, _ in cols], ([r.get(k) for k, _ in cols] for r in rows))
         return
     dec = 2 if tot["alloc_gpu_h"] >= 10 else 4
     body = [[fmt_cell(k, r.get(k), dec) for k, _ in cols] for r in rows]
@@ -587,30 +601,11 @@ def render(rows: List[Dict[str, Any]], by: str, fmt: str, meta: Dict[str, Any], 
     ]
     heads = [h for _, h in cols]
     text_cols = {by, "user", "account", "state", "note"}
+    numeric = [k not in text_cols for k, _ in cols]
     if fmt == "markdown":
-        esc = lambda s: s.replace("|", "\\|")  # noqa: E731
-        out.write("| " + " | ".join(heads) + " |\n")
-        out.write("|" + "|".join("---" if k in text_cols else "---:" for k, _ in cols) + "|\n")
-        for b in body + [foot]:
-            out.write("| " + " | ".join(esc(c) for c in b) + " |\n")
+        write_markdown(out, heads, body, numeric, foot=foot, bold_foot=False)
         return
-    out.write(meta.get("title", "") + "\n")
-    widths = [
-        max(len(h), len(f), *(len(b[i]) for b in body)) if body else max(len(h), len(f))
-        for i, (h, f) in enumerate(zip(heads, foot))
-    ]
-
-    def line(cells: Sequence[str]) -> str:
-        return "  ".join(
-            c.ljust(w) if k in text_cols else c.rjust(w) for c, w, (k, _) in zip(cells, widths, cols)
-        ).rstrip()
-
-    out.write(line(heads) + "\n")
-    out.write("  ".join("-" * w for w in widths) + "\n")
-    for b in body:
-        out.write(line(b) + "\n")
-    out.write("  ".join("-" * w for w in widths) + "\n")
-    out.write(line(foot) + "\n")
+    write_text(out, heads, body, numeric, foot=foot, title=meta.get("title", ""))
 
 
 def one_line(job: JobEfficiency) -> str:

@@ -102,27 +102,13 @@ class FileSource:
 def probe_file(
     path: str, columns: Optional[Sequence[str]] = None, delimiter: Optional[str] = None
 ) -> Optional[FileSource]:
-    """Read the head of ``path`` with the reference reader's rules; ``None`` when empty."""
-    try:
-        fh = open(path, "r", encoding="utf-8", errors="replace", newline=None)
-    except OSError as exc:
-        raise UsageError(f"--sacct-file {path}: {exc.strerror}") from None
-    with fh:
-        header = ""
-        first_line = 1
-        for header in fh:
-            if header.strip() and not header.startswith("#"):
-                break
-            first_line += 1
-        if not header.strip() or header.startswith("#"):
-            return None
-        if columns is not None:
-            first = header.rstrip("\r\n")
-            sep = delimiter or (sacct.SACCT_DELIMITER if sacct.SACCT_DELIMITER in first else "|")
-            trailing = first.endswith(sep) and len(first.split(sep)) == len(columns) + 1
-            return FileSource(path, list(columns), sep, trailing, first_line)
-        cols, sep, trailing = sacct.read_header(header, delimiter)
-        return FileSource(path, cols, sep, trailing, first_line + 1)
+    """Read the head of ``path`` with the reference reader's rules (:func:`.sacct.read_dump_head`);
+    ``None`` when it has no row."""
+    with sacct.open_dump(path) as fh:
+        head = sacct.read_dump_head(fh, columns, delimiter)
+    if head is None:
+        return None
+    return FileSource(path, head.columns, head.sep, head.trailing, head.first_row)
 
 
 def _q(text: str) -> str:
@@ -154,6 +140,21 @@ def epoch_sql(expr: str, hour_epoch: str) -> str:
         f"AND CAST(substr({expr}, 18, 2) AS INTEGER) <= 60 "
         f"THEN {hour_epoch} + 60 * CAST(substr({expr}, 15, 2) AS BIGINT) "
         f"+ CAST(substr({expr}, 18, 2) AS BIGINT) END)"
+    )
+
+
+def job_id_sql(job_id: str, raw: Optional[str]) -> str:
+    """SQL of :func:`slurmkit.report.sacct.job_id_ok` (``raw`` None: the dump has no JobIDRaw);
+    the plain job whose JobIDRaw equals its JobID is tested first (most rows)."""
+    shape = f"regexp_full_match({job_id}, {_q(sacct.JOB_ID_PATTERN)})"
+    if raw is None:
+        return f"coalesce({shape}, FALSE)"
+    base = f"regexp_extract({job_id}, '^[0-9]+')"
+    return (
+        f"coalesce(CASE WHEN {job_id} = {raw} THEN regexp_full_match({job_id}, '[0-9]{{1,18}}') "
+        f"WHEN NOT {shape} OR NOT regexp_full_match({raw}, '[0-9]{{1,18}}') THEN FALSE "
+        f"WHEN contains({job_id}, '_[') OR NOT regexp_matches({job_id}, '[_+]') THEN {raw} = {base} "
+        f"ELSE CAST({raw} AS HUGEINT) >= CAST({base} AS HUGEINT) END, FALSE)"
     )
 
 
@@ -199,6 +200,7 @@ class _Plan:
             self.count_ok = f"({last} IS NOT NULL AND x0 IS NULL)"
             self.surplus = "(x0 IS NOT NULL)"
         self.overflow = f"(x{EXTRA - 1} IS NOT NULL)"
+        self.id_ok = job_id_sql(self.jobid, self.raw if self.raw != self.jobid else None)
         # The reference tests the first field for a dot before splitting: a line without any
         # separator is a (malformed) job row, not a step.
         self.step = (
@@ -429,7 +431,8 @@ def _load_file(
     texts_used = ", ".join(f"r_{k}" for k in numbers)
     shape = (
         f"CASE WHEN {plan.overflow} THEN 3 WHEN f1 IS NULL AND trim(f0) = '' THEN 4 "
-        f"WHEN {plan.surplus} THEN 2 WHEN NOT coalesce({plan.count_ok}, FALSE) THEN 1 ELSE 0 END"
+        f"WHEN {plan.surplus} THEN 2 WHEN NOT coalesce({plan.count_ok}, FALSE) OR NOT {plan.id_ok} THEN 1 "
+        "ELSE 0 END"
     )
     texts = ", ".join(f"CASE WHEN {k} IS NULL THEN r_{k} END AS t_{k}" for k in times)
     # (the profile counts the rows read, so the step rows are counted without being kept)

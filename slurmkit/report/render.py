@@ -5,20 +5,22 @@ lost, cost), ``states`` (GPU-hours by final state) and ``lost`` (lost GPU-hours 
 cause, and the health-log suspect hours). JSON always carries everything; CSV has
 one header row, hours as plain floats and no totals row; the table and Markdown end
 with a totals row. The table uses rich only when stdout is a terminal and
-``NO_COLOR`` is unset; otherwise it is plain aligned text.
+``NO_COLOR`` is unset; otherwise it is plain aligned text. Every cell is made neutral
+(:mod:`.neutral`: control characters shown as ``\\xNN``, formulas and Markdown escaped).
 """
 
 from __future__ import annotations
 
-import csv
 import json
 import os
 import sys
-from typing import Any, Dict, List, Optional, Sequence, TextIO, Tuple
+from typing import Any, Dict, List, Optional, TextIO, Tuple
 
 from slurmkit.report import FORMATS, VIEWS  # noqa: F401  (re-exported)
 from slurmkit.report.aggregate import Report
 from slurmkit.report.lost import LOST_CAUSES
+from slurmkit.report.neutral import neutral_text
+from slurmkit.report.table import write_csv, write_markdown, write_text
 
 
 def format_duration(seconds: Optional[float]) -> str:
@@ -131,44 +133,25 @@ def render_table(report: Report, view: str, out: TextIO, color: Optional[bool] =
         except ImportError:  # pragma: no cover - rich is optional
             color = False
     if color:
-        table = Table(title=report.meta.get("title"), show_footer=True)
+        from rich.text import Text
+
+        # (Text, not str: rich reads "[...]" in a string as its own markup)
+        title = report.meta.get("title")
+        table = Table(title=Text(neutral_text(title)) if title else None, show_footer=True)
         for h, f, num in zip(headers, foot, numeric):
-            table.add_column(h, footer=f, justify="right" if num else "left")
+            table.add_column(Text(neutral_text(h)), footer=Text(f), justify="right" if num else "left")
         for row in body:
-            table.add_row(*row)
+            table.add_row(*(Text(neutral_text(c)) for c in row))
         Console(file=out).print(table)
         out.write(_excluded_note(report))
         return
-    title = report.meta.get("title")
-    if title:
-        out.write(title + "\n")
-    widths = [
-        max(len(h), len(f), *(len(r[i]) for r in body)) if body else max(len(h), len(f))
-        for i, (h, f) in enumerate(zip(headers, foot))
-    ]
-
-    def line(cells: Sequence[str]) -> str:
-        return "  ".join(
-            c.rjust(w) if num else c.ljust(w) for c, w, num in zip(cells, widths, numeric)
-        ).rstrip()
-
-    out.write(line(headers) + "\n")
-    out.write("  ".join("-" * w for w in widths) + "\n")
-    for r in body:
-        out.write(line(r) + "\n")
-    out.write("  ".join("-" * w for w in widths) + "\n")
-    out.write(line(foot) + "\n")
+    write_text(out, headers, body, numeric, foot=foot, title=report.meta.get("title") or None)
     out.write(_excluded_note(report))
 
 
 def render_markdown(report: Report, view: str, out: TextIO) -> None:
     headers, body, foot, numeric = _cells(report, view)
-    esc = lambda s: s.replace("|", "\\|")  # noqa: E731
-    out.write("| " + " | ".join(esc(h) for h in headers) + " |\n")
-    out.write("|" + "|".join("---:" if n else "---" for n in numeric) + "|\n")
-    for r in body:
-        out.write("| " + " | ".join(esc(c) for c in r) + " |\n")
-    out.write("| " + " | ".join(f"**{esc(c)}**" if c else "" for c in foot) + " |\n")
+    write_markdown(out, headers, body, numeric, foot=foot)
     note = _excluded_note(report)
     if note:
         out.write("\n" + note)
@@ -176,10 +159,7 @@ def render_markdown(report: Report, view: str, out: TextIO) -> None:
 
 def render_csv(report: Report, view: str, out: TextIO) -> None:
     cols = columns(report, view)
-    w = csv.writer(out, lineterminator="\n")
-    w.writerow([h for _, h in cols])
-    for r in report.rows:
-        w.writerow(["" if (v := _value(r, k)) is None else v for k, _ in cols])
+    write_csv(out, [h for _, h in cols], ([_value(r, k) for k, _ in cols] for r in report.rows))
 
 
 def render_json(report: Report, out: TextIO) -> None:

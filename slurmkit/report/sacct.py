@@ -18,8 +18,16 @@ What the command asks for, and why (sacct(1), https://slurm.schedmd.com/sacct.ht
   (``123.batch``, ``123.0``, ``123.extern``) repeat part of it and are skipped before
   the line is even split. Array tasks (``123_4``) and heterogeneous components
   (``123+0``) are job rows and count individually.
-* ``JobName`` is free text and is requested last, so a ``|`` inside it cannot shift
-  the other fields (``str.split`` with a maximum folds the surplus into it).
+* **No free text in the main query.** sacct prints fields raw: a job name may hold a
+  newline, and ``innocent\n<a complete row>`` would be read as a second record (a forged
+  job). The main query (:data:`QUERY_FIELDS`) asks only for fields users cannot write, so
+  every line is one record; names, when a view needs them, come from a second query keyed by
+  JobIDRaw (:func:`fetch_names`), where a forged line can only claim a job that already has a
+  line of its own, and such a job's name is withheld. Every job row is also validated
+  (:func:`job_id_ok`: the JobID's shape, JobIDRaw a number that matches it).
+* A saved dump with a free-text column (:data:`FREE_TEXT_COLUMNS`) cannot be trusted for
+  the same reason: the CLI refuses it unless told the dump is trusted
+  (``--trust-free-text``); :func:`recommended_command` saves one without.
 
 A malformed row (wrong field count, bad time, ``Unknown``/``None`` end on a finished
 job, garbage TRES) is counted and skipped with its line number; one bad row never
@@ -31,8 +39,10 @@ from __future__ import annotations
 import gc
 import io
 import itertools
+import logging
 import operator
 import os
+import re
 import shlex
 import sys
 import time
@@ -41,8 +51,12 @@ from dataclasses import dataclass, field
 from typing import Callable, Dict, FrozenSet, Iterable, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 from slurmkit.errors import ExternalCommandError, SlurmCommandError, UsageError
+from slurmkit.report.neutral import neutral_text
 from slurmkit.report.window import Window, iso_local
 from slurmkit.slurm.parse import SACCT_DELIMITER, ParseError, gpus_from_tres, parse_tres, split_parsable2
+from slurmkit.slurm.states import RUNNING_STATES
+
+log = logging.getLogger("slurmkit.report")
 
 #: The columns slurmkit asks sacct for, in this order (free-text JobName last).
 FIELDS: Tuple[str, ...] = (
@@ -61,6 +75,15 @@ FIELDS: Tuple[str, ...] = (
     "Reason",
     "JobName",
 )
+#: The columns of the live main query: :data:`FIELDS` without the free text (see the module
+#: docstring); JobName comes from :func:`fetch_names` when a view needs it.
+QUERY_FIELDS: Tuple[str, ...] = tuple(c for c in FIELDS if c != "JobName")
+#: sacct columns whose text users write (job name, comments, paths, the submit line, feature
+#: constraints): a newline in one breaks a saved dump's records. AdminComment is not among
+#: them: only operators and root (the epilog's summaries) can set it.
+FREE_TEXT_COLUMNS: FrozenSet[str] = frozenset(
+    {"jobname", "comment", "systemcomment", "workdir", "submitline", "constraints", "extra", "container"}
+)
 #: Without these a saved file cannot be reported at all.
 REQUIRED_COLUMNS: Tuple[str, ...] = ("JobID", "State", "AllocTRES", "Start", "End")
 #: Columns a grouping or feature needs (checked against a saved file's header).
@@ -73,9 +96,7 @@ COLUMN_FOR = {
 }
 
 #: States whose attempt may still be running: End=Unknown means "up to now".
-RUNNING_STATES: FrozenSet[str] = frozenset(
-    {"RUNNING", "SUSPENDED", "COMPLETING", "CONFIGURING", "RESIZING", "STAGE_OUT", "SIGNALING", "STOPPED"}
-)
+RUNNING_STATES: FrozenSet[str] = RUNNING_STATES
 _UNKNOWN_TIMES = frozenset({"Unknown", "None", "", "N/A"})
 
 MAX_LISTED_LINES = 20
@@ -271,6 +292,34 @@ def parse_gpu_tres(text: str) -> Tuple[int, Tuple[Tuple[str, int], ...]]:
     return total, tuple(sorted(typed.items()))
 
 
+#: A job row's JobID: ``123``, an array task ``123_4``, a pending array ``123_[1-3%2]``, a
+#: heterogeneous component ``123+1`` (step rows, ``123.batch``, are skipped before this test).
+#: ASCII digits only, at most 18 (the engine's SQL applies the same pattern).
+JOB_ID_PATTERN = r"([0-9]{1,18})(_\[[0-9,%-]+\]|[_+][0-9]{1,18})?"
+_job_id_re = re.compile(JOB_ID_PATTERN + r"\Z")
+_raw_re = re.compile(r"[0-9]{1,18}\Z")
+#: why a row failing :func:`job_id_ok` is skipped
+BAD_JOB_ID = "bad JobID or JobIDRaw"
+
+
+def job_id_ok(job_id: str, raw: Optional[str]) -> bool:
+    """Whether a job row's JobID has one of sacct's shapes and its JobIDRaw (``None``: the
+    dump has no such column) matches it: the same number for a plain job or a pending array,
+    a number at least the array's or het job's own for a task or a component (their raw ids
+    are their own job ids, allocated after it)."""
+    m = _job_id_re.match(job_id)
+    if m is None:
+        return False
+    if raw is None:
+        return True
+    if _raw_re.match(raw) is None:
+        return False
+    base, suffix = m.group(1), m.group(2)
+    if suffix is None or suffix.startswith("_["):
+        return raw == base
+    return int(raw) >= int(base)
+
+
 # --------------------------------------------------------------------------- the parser
 
 
@@ -359,6 +408,7 @@ def _parse_rows(
     nf = len(columns)
     i_jobid = idx["jobid"]
     i_raw = idx.get("jobidraw", i_jobid)
+    has_raw = "jobidraw" in idx
     i_state, i_tres = idx["state"], idx["alloctres"]
     i_submit = idx.get("submit")
     i_start, i_end = idx["start"], idx["end"]
@@ -429,6 +479,12 @@ def _parse_rows(
                     continue
         if not jobid_first and "." in f[i_jobid]:
             step_rows += 1
+            continue
+        jid = f[i_jobid]
+        if not (jid == f[i_raw] and jid.isdigit() and jid.isascii() and len(jid) <= 18) and not job_id_ok(
+            jid, f[i_raw] if has_raw else None
+        ):
+            bad(line_no, BAD_JOB_ID)
             continue
         job_rows += 1
         if need_pad:
@@ -569,7 +625,7 @@ def recommended_command(window: Optional[Window] = None) -> str:
     e = iso_local(window.end) if window and window.bounded else "2026-12-01"
     return (
         f"SLURM_TIME_FORMAT=%s sacct -a -D -T -S {s} -E {e} --parsable2 "
-        f"--format={','.join(FIELDS)} > usage.txt"
+        f"--format={','.join(QUERY_FIELDS)} > usage.txt"
     )
 
 
@@ -577,7 +633,9 @@ def recommended_hint() -> str:
     return f"save it with: {recommended_command()}"
 
 
-def read_header(first_line: str, delimiter: Optional[str] = None) -> Tuple[List[str], str, bool]:
+def read_header(
+    first_line: str, delimiter: Optional[str] = None, hint: Optional[str] = None
+) -> Tuple[List[str], str, bool]:
     """``(columns, separator, trailing)`` from a saved file's header line.
 
     Both ``|`` and the unit separator (``--delimiter=$'\\x1f'``) are recognised, or
@@ -592,9 +650,22 @@ def read_header(first_line: str, delimiter: Optional[str] = None) -> Tuple[List[
         cols = cols[:-1]
     if "jobid" not in {c.strip().lower() for c in cols}:
         raise UsageError(
-            f"the first line is not an sacct --parsable2 header (no JobID column); {recommended_hint()}"
+            f"the first line is not an sacct --parsable2 header (no JobID column); {hint or recommended_hint()}"
         )
     return [c.strip() for c in cols], sep, trailing
+
+
+def refuse_free_text(path: str, columns: Sequence[str], trusted: bool) -> None:
+    """Refuse a saved dump with a free-text column (:data:`FREE_TEXT_COLUMNS`) unless
+    ``trusted``: a newline in a job name makes a line that reads as a whole row, which no
+    reader can tell from a real one."""
+    found = [c for c in columns if c.strip().lower() in FREE_TEXT_COLUMNS]
+    if found and not trusted:
+        raise UsageError(
+            f"--sacct-file {path}: column(s) {', '.join(found)} hold text users write, where a newline "
+            f"can forge whole rows, so this dump cannot be trusted; {recommended_hint()} "
+            "(or give --trust-free-text for a dump you checked)"
+        )
 
 
 def parse_column_list(text: str) -> List[str]:
@@ -621,6 +692,66 @@ def _strip_trailing(lines: Iterable[str], sep: str) -> Iterator[str]:
         yield line[: -len(sep)] if line.endswith(sep) else line
 
 
+@dataclass
+class DumpHead:
+    """A saved dump's layout, read from its head by :func:`read_dump_head`: its columns,
+    delimiter, whether each row ends with one (``--parsable``), the file line number of the
+    first data row, and the data rows that follow (the open file, or its first line again
+    when the dump has no header)."""
+
+    columns: List[str]
+    sep: str
+    trailing: bool
+    first_row: int
+    rows: Iterable[str]
+
+
+def open_dump(path: str):
+    """The saved dump ``path`` (``-``: standard input) as text; a file that cannot be opened
+    is a usage error naming it."""
+    try:
+        if path == "-":
+            return io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace", newline=None)
+        return open(path, "r", encoding="utf-8", errors="replace", newline=None)
+    except OSError as exc:
+        raise UsageError(f"--sacct-file {path}: {exc.strerror}") from None
+
+
+def read_dump_head(
+    fh: Iterable[str],
+    columns: Optional[Sequence[str]] = None,
+    delimiter: Optional[str] = None,
+    hint: Optional[str] = None,
+) -> Optional[DumpHead]:
+    """The one reader of a saved dump's head (usage, capacity, efficiency and ingest, both
+    engines): blank and leading ``#`` lines are skipped; the header line names the columns
+    unless ``columns`` does (a dump made with ``--noheader``, any column order:
+    ``--sacct-columns``); ``delimiter`` is sacct's ``--delimiter`` (default: the unit
+    separator or ``|``, recognised); ``--parsable`` output (a delimiter after the last field)
+    is recognised from the header, or for a header-less dump from its first row having one
+    more field. ``None`` for a dump without any row."""
+    header = ""
+    first_line = 1
+    for header in fh:
+        if header.strip() and not header.startswith("#"):
+            break
+        first_line += 1
+    if not header.strip() or header.startswith("#"):
+        return None
+    if columns is not None:
+        first = header.rstrip("\r\n")
+        sep = delimiter or (SACCT_DELIMITER if SACCT_DELIMITER in first else "|")
+        trailing = first.endswith(sep) and len(first.split(sep)) == len(columns) + 1
+        return DumpHead(list(columns), sep, trailing, first_line, itertools.chain([header], fh))
+    cols, sep, trailing = read_header(header, delimiter, hint)
+    return DumpHead(cols, sep, trailing, first_line + 1, fh)
+
+
+def dump_rows(head: DumpHead) -> Iterable[str]:
+    """The data rows of a dump, a trailing delimiter removed."""
+    return _strip_trailing(head.rows, head.sep) if head.trailing else head.rows
+
+
 def read_sacct_file(
     path: str,
     *,
@@ -632,62 +763,37 @@ def read_sacct_file(
     delimiter: Optional[str] = None,
     max_gpus: int = DEFAULT_MAX_GPUS,
     sink: Optional[Sink] = None,
+    trust_free_text: bool = True,
 ) -> Tuple[List[Attempt], ParseStats, List[str]]:
     """Parse a saved ``sacct --parsable2`` file, streaming.
     ``-`` reads standard input (``sacct ... | slurmkit report --sacct-file -``).
 
-    The file starts with its header line unless ``columns`` names the fields (a dump
-    made with ``--noheader``, in any column order: ``--sacct-columns``). ``delimiter``
-    is sacct's ``--delimiter`` (default: the unit separator or ``|``, recognised).
-    ``--parsable`` output (a delimiter after the last field) is recognised too: from
-    the header, or for a header-less dump from its first row having one more field.
-    ``sink``: see :func:`parse_rows`.
+    ``columns`` and ``delimiter``: see :func:`read_dump_head`. ``sink``: see
+    :func:`parse_rows`. ``trust_free_text=False`` refuses a dump with a free-text column
+    (:func:`refuse_free_text`; the CLI's default).
     """
-    try:
-        if path == "-":
-            fh = io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace", newline=None)
-        else:
-            fh = open(path, "r", encoding="utf-8", errors="replace", newline=None)
-    except OSError as exc:
-        raise UsageError(f"--sacct-file {path}: {exc.strerror}") from None
-    with fh:
-        header = ""
-        first_line = 1
-        for header in fh:  # blank lines and leading '#' comment lines before the header are skipped
-            if header.strip() and not header.startswith("#"):
-                break
-            first_line += 1
-        if not header.strip() or header.startswith("#"):
+    with open_dump(path) as fh:
+        head = read_dump_head(fh, columns, delimiter)
+        if head is None:
             return [], ParseStats(), list(columns or FIELDS)
-        if columns is not None:
-            cols = list(columns)
-            first = header.rstrip("\r\n")
-            sep = delimiter or (SACCT_DELIMITER if SACCT_DELIMITER in first else "|")
-            trailing = first.endswith(sep) and len(first.split(sep)) == len(cols) + 1
-            rows: Iterable[str] = itertools.chain([header], fh)  # no header: the first line is data
-            first_row = first_line
-        else:
-            cols, sep, trailing = read_header(header, delimiter)
-            rows = fh
-            first_row = first_line + 1
-        lacking = missing_columns(cols, list(REQUIRED_COLUMNS) + list(need_columns))
+        refuse_free_text(path, head.columns, trust_free_text)
+        lacking = missing_columns(head.columns, list(REQUIRED_COLUMNS) + list(need_columns))
         if lacking:
             raise UsageError(
                 f"--sacct-file {path}: missing column(s) {', '.join(lacking)}; {recommended_hint()}"
             )
-        lines: Iterable[str] = _strip_trailing(rows, sep) if trailing else rows
         attempts, stats = parse_rows(
-            lines,
-            cols,
-            sep=sep,
+            dump_rows(head),
+            head.columns,
+            sep=head.sep,
             window=window,
             now=now,
             filters=filters,
-            first_line=first_row,
+            first_line=head.first_row,
             max_gpus=max_gpus,
             sink=sink,
         )
-    return attempts, stats, cols
+    return attempts, stats, head.columns
 
 
 # --------------------------------------------------------------------------- live sacct
@@ -731,7 +837,7 @@ def build_query(window: Window, filters: Optional[Filters] = None, truncate: boo
             "--parsable2",
             "--noheader",
             f"--delimiter={SACCT_DELIMITER}",
-            "--format=" + ",".join(FIELDS),
+            "--format=" + ",".join(QUERY_FIELDS),
         ]
     )
     if filters.users is not None:
@@ -745,20 +851,49 @@ def build_query(window: Window, filters: Optional[Filters] = None, truncate: boo
     return SacctQuery(args, {"SLURM_TIME_FORMAT": "%s"})
 
 
-def run_query(
-    query: SacctQuery,
-    *,
-    window: Window,
-    now: Optional[float] = None,
-    filters: Optional[Filters] = None,
-    timeout: Optional[float] = None,
-    max_gpus: int = DEFAULT_MAX_GPUS,
-    sink: Optional[Sink] = None,
-) -> Tuple[List[Attempt], ParseStats]:
-    """Run sacct through the shared runner and parse its output (``sink``: see :func:`parse_rows`).
+def name_query(query: SacctQuery) -> SacctQuery:
+    """The names query that goes with ``query``: the same window and filters, job rows only
+    (``-X``), ``JobIDRaw`` then the free text, so that each record starts with a number."""
+    args = [a for a in query.args if a != "-T" and not a.startswith("--format=")]
+    return SacctQuery(["-X", *args, "--format=JobIDRaw,JobName"], dict(query.env))
 
-    A missing sacct or an unreachable slurmdbd raises an exit-3 error that says so.
-    """
+
+def parse_names(text: str, sep: str = SACCT_DELIMITER) -> Tuple[Dict[str, str], List[str]]:
+    """``({JobIDRaw: name}, withheld ids)`` from the names query's output.
+
+    A line that starts with a number and the separator starts a record; any other line
+    continues the previous name (a newline in it). A name may still hold a line that looks
+    like a record (``innocent\n999<sep>fake``): it can only claim a job that has its own
+    line too, so a JobIDRaw given two different names is withheld (its name is empty and
+    the id is listed), and one that no main-query row has is never looked up."""
+    names: Dict[str, str] = {}
+    withheld: set = set()
+    key: Optional[str] = None
+    buf: List[str] = []
+
+    def commit() -> None:
+        if key is None:
+            return
+        name = "\n".join(buf)
+        if names.setdefault(key, name) != name:
+            withheld.add(key)
+
+    for line in text.rstrip("\n").split("\n"):
+        head, found, rest = line.partition(sep)
+        if found and _raw_re.match(head):
+            commit()
+            key, buf = head, [rest]
+        elif key is not None:
+            buf.append(line)
+    commit()
+    for k in withheld:
+        names[k] = ""
+    return names, sorted(withheld, key=int)
+
+
+def call_sacct(query: SacctQuery, timeout: Optional[float]):
+    """Run sacct through the shared runner; a missing sacct or an unreachable slurmdbd
+    raises an exit-3 error that says so (the one sacct caller of the report)."""
     from slurmkit.slurm import client, runner
 
     env = dict(os.environ)
@@ -782,10 +917,54 @@ def run_query(
             returncode=res.returncode,
             stderr=res.stderr,
         )
+    return res
+
+
+def live_lines(query: SacctQuery, *, names: bool, timeout: Optional[float] = None) -> List[str]:
+    """sacct's records for ``query`` (made by :func:`build_query`: :data:`QUERY_FIELDS`, no
+    free text) as lines in the layout of :data:`FIELDS`: JobName appended, from
+    :func:`fetch_names`' query when ``names`` is true (made neutral: no control character,
+    so no separator or line break, survives in it), else empty. Step rows get no name."""
     # str.split, not io.StringIO: StringIO keeps a 4-byte-per-character copy of the
     # whole output (600 MB for a million-row month); the line list costs a third of that.
+    lines = call_sacct(query, timeout).stdout.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    if not names:
+        return [line + SACCT_DELIMITER for line in lines]
+    table, withheld = parse_names(call_sacct(name_query(query), timeout).stdout)
+    if withheld:
+        log.warning(
+            "sacct: job name(s) of %d job(s) withheld: a name holds a line that claims another job "
+            "(JobIDRaw %s)",
+            len(withheld),
+            ", ".join(withheld[:MAX_LISTED_LINES]),
+        )
+    get = table.get
+    out = []
+    for line in lines:
+        parts = line.split(SACCT_DELIMITER, 2)
+        name = get(parts[1], "") if len(parts) > 2 else ""
+        out.append(line + SACCT_DELIMITER + (neutral_text(name) if name else ""))
+    return out
+
+
+def run_query(
+    query: SacctQuery,
+    *,
+    window: Window,
+    now: Optional[float] = None,
+    filters: Optional[Filters] = None,
+    timeout: Optional[float] = None,
+    max_gpus: int = DEFAULT_MAX_GPUS,
+    sink: Optional[Sink] = None,
+    names: bool = False,
+) -> Tuple[List[Attempt], ParseStats]:
+    """Run sacct and parse its records (``sink``: see :func:`parse_rows`; ``names``: fetch the
+    job names too, see :func:`live_lines`; a name filter always does)."""
+    names = names or bool(filters and filters.names is not None)
     return parse_rows(
-        res.stdout.split("\n"),
+        live_lines(query, names=names, timeout=timeout),
         FIELDS,
         sep=SACCT_DELIMITER,
         window=window,

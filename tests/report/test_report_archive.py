@@ -37,10 +37,12 @@ def _split(path, tmp_path):
 @pytest.mark.parametrize("by", ["account,user", "day", "node", "gpu_type", "state"])
 def test_archive_report_equals_file_report(cli, fixture_path, tmp_path, by):
     arch = str(tmp_path / "arch")
-    res = cli("report", "ingest", "--archive", arch, "--sacct-file", fixture_path("basic.txt"))
+    res = cli(
+        "report", "ingest", "--archive", arch, "--trust-free-text", "--sacct-file", fixture_path("basic.txt")
+    )
     assert res.exit_code == 0
     args = ["--month", "2026-11", *NOW, "--by", by, "--json"]
-    from_file = _json(cli("report", "--sacct-file", fixture_path("basic.txt"), *args))
+    from_file = _json(cli("report", "--trust-free-text", "--sacct-file", fixture_path("basic.txt"), *args))
     from_archive = _json(cli("report", "--archive", arch, *args))
     # the archive keeps job rows only: the step and not-started rows are not there to count
     for data in (from_file, from_archive):
@@ -54,9 +56,11 @@ def test_ingest_is_idempotent_for_overlapping_windows(cli, fixture_path, tmp_pat
     arch = str(tmp_path / "arch")
     a, b = _split(fixture_path("basic.txt"), tmp_path)
     for f in (a, b, a, b):  # overlapping, and each twice
-        assert cli("report", "ingest", "--archive", arch, "--sacct-file", f).exit_code == 0
+        assert (
+            cli("report", "ingest", "--archive", arch, "--trust-free-text", "--sacct-file", f).exit_code == 0
+        )
     args = ["--month", "2026-11", *NOW, "--by", "account,user", "--json"]
-    whole = _json(cli("report", "--sacct-file", fixture_path("basic.txt"), *args))
+    whole = _json(cli("report", "--trust-free-text", "--sacct-file", fixture_path("basic.txt"), *args))
     got = _json(cli("report", "--archive", arch, *args))
     assert got["totals"] == whole["totals"] and got["rows"] == whole["rows"]
     assert got["totals"]["gpu_hours"] == 62.0 and got["totals"]["attempts"] == 16
@@ -81,7 +85,10 @@ def test_a_running_job_is_updated_not_doubled(cli, tmp_path):
     )
     arch = str(tmp_path / "arch")
     for f in (first, later):
-        assert cli("report", "ingest", "--archive", arch, "--sacct-file", str(f)).exit_code == 0
+        assert (
+            cli("report", "ingest", "--archive", arch, "--trust-free-text", "--sacct-file", str(f)).exit_code
+            == 0
+        )
     res = cli("report", "sql", "--archive", arch, "--format", "csv", 'SELECT "State", "End" FROM jobs')
     assert res.stdout == "State,End\nCOMPLETED,1795003600\n"
     t = _json(
@@ -102,7 +109,10 @@ def test_running_jobs_and_unknown_submits_are_read_by_the_engine(cli, tmp_path):
         + "9|9|COMPLETED|gres/gpu=1|1794999400|1795000000|1795003600|3600|b|x|p|n2|None|j\n"
     )
     arch = str(tmp_path / "arch")
-    assert cli("report", "ingest", "--archive", arch, "--sacct-file", str(dump)).exit_code == 0
+    assert (
+        cli("report", "ingest", "--archive", arch, "--trust-free-text", "--sacct-file", str(dump)).exit_code
+        == 0
+    )
     args = ["--month", "2026-11", "--now", "1795007200", "--json"]  # two hours after the Starts
     res = cli("report", "--archive", arch, *args)
     assert json.loads(res.stdout)["meta"]["engine"] == {"name": "duckdb"}
@@ -112,7 +122,9 @@ def test_running_jobs_and_unknown_submits_are_read_by_the_engine(cli, tmp_path):
     assert got["totals"]["gpu_hours"] == 7.0 and got["totals"]["attempts"] == 3
     assert got["totals"]["gpu_hours_by_state"] == {"COMPLETED": 3.0, "RUNNING": 4.0}
     assert got["totals"]["mean_wait_s"] == 300.0
-    reference = _json(cli("report", "--sacct-file", str(dump), "--engine", "python", *args))
+    reference = _json(
+        cli("report", "--trust-free-text", "--sacct-file", str(dump), "--engine", "python", *args)
+    )
     assert got["rows"] == reference["rows"] and got["totals"] == reference["totals"]
 
 
@@ -120,9 +132,25 @@ def test_ingest_skips_malformed_rows_with_line_numbers(cli, fixture_path, tmp_pa
     """Rows the reference would not count are not archived: ingest reports them by line, and
     the archive's report is the file's (the DuckDB engine, nothing left to report by line)."""
     arch = str(tmp_path / "arch")
-    res = cli("report", "ingest", "--archive", arch, "--sacct-file", fixture_path("malformed.txt"))
+    res = cli(
+        "report",
+        "ingest",
+        "--archive",
+        arch,
+        "--trust-free-text",
+        "--sacct-file",
+        fixture_path("malformed.txt"),
+    )
     assert res.exit_code == 0
-    from_file = cli("report", "--sacct-file", fixture_path("malformed.txt"), "--json", "--month", "2026-11")
+    from_file = cli(
+        "report",
+        "--trust-free-text",
+        "--sacct-file",
+        fixture_path("malformed.txt"),
+        "--json",
+        "--month",
+        "2026-11",
+    )
     # the same warning as the file's report, line numbers and reasons included
     warning = next(line for line in from_file.stderr.splitlines() if "malformed row(s)" in line)
     assert warning in res.stderr
@@ -156,7 +184,16 @@ def test_multi_attempt_list_is_used_only_when_current(cli, fixture_path, tmp_pat
 
     arch = str(tmp_path / "arch")
     assert (
-        cli("report", "ingest", "--archive", arch, "--sacct-file", fixture_path("basic.txt")).exit_code == 0
+        cli(
+            "report",
+            "ingest",
+            "--archive",
+            arch,
+            "--trust-free-text",
+            "--sacct-file",
+            fixture_path("basic.txt"),
+        ).exit_code
+        == 0
     )
     assert archive.source(arch).multi is not None
     args = ["--month", "2026-11", *NOW, "--by", "account,user", "--json"]
@@ -178,12 +215,28 @@ def test_concurrent_ingest_waits_then_gives_a_clear_error(cli, fixture_path, tmp
     held = trust.lock(str(arch / ".ingest.lock"), 1.0, owners=frozenset({os.geteuid()}))
     try:
         monkeypatch.setattr(archive, "LOCK_TIMEOUT", 0.2)
-        res = cli("report", "ingest", "--archive", str(arch), "--sacct-file", fixture_path("basic.txt"))
+        res = cli(
+            "report",
+            "ingest",
+            "--archive",
+            str(arch),
+            "--trust-free-text",
+            "--sacct-file",
+            fixture_path("basic.txt"),
+        )
         assert res.exit_code == 2 and "another `report ingest` is still running" in res.stderr
     finally:
         os.close(held)
     assert (
-        cli("report", "ingest", "--archive", str(arch), "--sacct-file", fixture_path("basic.txt")).exit_code
+        cli(
+            "report",
+            "ingest",
+            "--archive",
+            str(arch),
+            "--trust-free-text",
+            "--sacct-file",
+            fixture_path("basic.txt"),
+        ).exit_code
         == 0
     )
 
@@ -204,7 +257,12 @@ def test_a_month_from_an_older_slurmkit_is_read_then_upgraded(cli, tmp_path):
     assert data["meta"]["engine"]["name"] == "python" and data["totals"]["gpu_hours"] == 4.0
     new = tmp_path / "new.txt"
     new.write_text(head + "9|9|COMPLETED|gres/gpu=2|1795000000|1795000000|1795003600|3600|b|x|p|n2|None|k\n")
-    assert cli("report", "ingest", "--archive", str(arch), "--sacct-file", str(new)).exit_code == 0
+    assert (
+        cli(
+            "report", "ingest", "--archive", str(arch), "--trust-free-text", "--sacct-file", str(new)
+        ).exit_code
+        == 0
+    )
     data = json.loads(cli("report", "--archive", str(arch), *args).stdout)
     assert data["meta"]["engine"]["name"] == "duckdb"
     assert data["totals"]["gpu_hours"] == 6.0 and data["totals"]["jobs"] == 2
@@ -231,7 +289,12 @@ def test_months_are_delta_encoded_and_read_beside_plain_ones(cli, tmp_path):
         head + "9|9|COMPLETED|gres/gpu=2|1795000000|1795000000|1795003600|3600|b|x|p|n2|None|k\n"
     )
     arch = tmp_path / "arch"
-    assert cli("report", "ingest", "--archive", str(arch), "--sacct-file", str(october)).exit_code == 0
+    assert (
+        cli(
+            "report", "ingest", "--archive", str(arch), "--trust-free-text", "--sacct-file", str(october)
+        ).exit_code
+        == 0
+    )
     oct_file = str(arch / "month=2026-10" / "data.parquet")
     assert _encodings(oct_file)["start_s"] == "DELTA_BINARY_PACKED"
     plain = str(tmp_path / "plain.parquet")
@@ -239,7 +302,12 @@ def test_months_are_delta_encoded_and_read_beside_plain_ones(cli, tmp_path):
     os.replace(plain, oct_file)
     assert _encodings(oct_file)["start_s"] == "PLAIN"
     # the next ingest (another month) writes the list of jobs with several rows again
-    assert cli("report", "ingest", "--archive", str(arch), "--sacct-file", str(november)).exit_code == 0
+    assert (
+        cli(
+            "report", "ingest", "--archive", str(arch), "--trust-free-text", "--sacct-file", str(november)
+        ).exit_code
+        == 0
+    )
     assert _encodings(str(arch / "month=2026-11" / "data.parquet"))["end_s"] == "DELTA_BINARY_PACKED"
     res = cli(
         "report", "--archive", str(arch), "--json", "--since", "2026-10-01", "--until", "2026-12-01", *NOW
@@ -247,3 +315,80 @@ def test_months_are_delta_encoded_and_read_beside_plain_ones(cli, tmp_path):
     data = json.loads(res.stdout)
     assert data["meta"]["engine"] == {"name": "duckdb"}
     assert data["totals"]["gpu_hours"] == 6.0 and data["totals"]["jobs"] == 2
+
+
+def _ingest_prolog_fixture(cli, fixture_path, tmp_path) -> str:
+    arch = str(tmp_path / "arch")
+    res = cli(
+        "report",
+        "ingest",
+        "--archive",
+        arch,
+        "--trust-free-text",
+        "--sacct-file",
+        fixture_path("prolog_requeue.txt"),
+    )
+    assert res.exit_code == 0, res.stderr
+    return arch
+
+
+def _rewrite_multi(arch: str, version: int) -> None:
+    """What an archive of another rule version holds: ``_multi.parquet`` with the prolog flags of
+    another rule (here: every flag inverted), stamped with ``version``."""
+    from slurmkit.core import files
+    from slurmkit.report import archive
+    from slurmkit.report.duck import duckdb
+
+    multi = os.path.join(arch, archive.MULTI)
+    con = duckdb.connect()
+    con.execute(
+        f"COPY (SELECT * REPLACE (NOT pflag AS pflag, NOT lflag AS lflag) FROM read_parquet('{multi}')) "
+        f"TO '{multi}.new' (FORMAT parquet)"
+    )
+    con.close()
+    os.replace(multi + ".new", multi)
+    stamp_path = os.path.join(arch, archive.MULTI_STAMP)
+    stamp = json.load(open(stamp_path))
+    files.write_json_atomic(stamp_path, dict(stamp, rules=version))
+
+
+def test_rule_outputs_of_another_rule_version_are_not_used(cli, fixture_path, tmp_path):
+    """The archive stamps the rule version its stored rule outputs were computed under; a report
+    over outputs of another version recomputes them from the rows (the same answer as a fresh
+    archive), and only outputs of this version are used (shown by tampering with them)."""
+    from slurmkit.report import archive
+    from slurmkit.report.rules import RULES_VERSION
+
+    args = ["--since", "2026-11-01", "--until", "2026-12-01", *NOW, "--by", "account,user", "--json"]
+    arch = _ingest_prolog_fixture(cli, fixture_path, tmp_path)
+    truth = _json(cli("report", "lost", "--archive", arch, *args))
+    assert truth["totals"]["lost_by_cause"].get(
+        "FAILED_AFTER_PROLOG_REQUEUE"
+    )  # the fixture has prolog requeues
+
+    _rewrite_multi(arch, RULES_VERSION)  # this version's (tampered) outputs are used...
+    assert archive.source(arch).multi is not None
+    assert _json(cli("report", "lost", "--archive", arch, *args))["totals"] != truth["totals"]
+
+    _rewrite_multi(arch, RULES_VERSION - 1)  # ...another version's are not
+    assert archive.source(arch).multi is None
+    assert _json(cli("report", "lost", "--archive", arch, *args)) == truth
+
+
+def test_months_of_another_rule_version_are_named(cli, fixture_path, tmp_path):
+    from slurmkit.core import files
+    from slurmkit.report import archive
+    from slurmkit.report.rules import RULES_VERSION
+
+    arch = _ingest_prolog_fixture(cli, fixture_path, tmp_path)
+    args = ["--since", "2026-11-01", "--until", "2026-12-01", *NOW, "--json"]
+    res = cli("report", "--archive", arch, *args)
+    assert res.exit_code == 0 and "other rules" not in res.stderr
+    files.write_json_atomic(
+        os.path.join(arch, archive.RULES_STAMP), {"months": {"2026-11": RULES_VERSION - 1}}
+    )
+    res = cli("report", "--archive", arch, *args)
+    assert res.exit_code == 0
+    assert f"month(s) 2026-11 (rules {RULES_VERSION - 1}) were ingested under other rules" in res.stderr
+    os.remove(os.path.join(arch, archive.RULES_STAMP))  # an archive from before the stamp: rules 1
+    assert "month(s) 2026-11 (rules 1)" in cli("report", "--archive", arch, *args).stderr

@@ -46,7 +46,16 @@ def ok(stdout="", stderr="", rc=0):
 
 
 def test_json_matches_hand_totals(cli, fixture_path):
-    res = cli("report", "--sacct-file", fixture_path("basic.txt"), *NOV, "--by", "account,user", "--json")
+    res = cli(
+        "report",
+        "--trust-free-text",
+        "--sacct-file",
+        fixture_path("basic.txt"),
+        *NOV,
+        "--by",
+        "account,user",
+        "--json",
+    )
     assert res.exit_code == 0, res.stderr
     data = json.loads(res.stdout)
     got = {(r["account"], r["user"]): r["gpu_hours"] for r in data["rows"]}
@@ -64,6 +73,7 @@ def test_month_option_as_written(cli, fixture_path):
         "2026-11",
         "--by",
         "account,user",
+        "--trust-free-text",
         "--sacct-file",
         fixture_path("basic.txt"),
         "--now",
@@ -76,7 +86,17 @@ def test_month_option_as_written(cli, fixture_path):
 
 
 def test_plain_table_when_not_a_tty(cli, fixture_path):
-    res = cli("report", "--sacct-file", fixture_path("basic.txt"), *NOV, "--by", "user", "--price", "2.5")
+    res = cli(
+        "report",
+        "--trust-free-text",
+        "--sacct-file",
+        fixture_path("basic.txt"),
+        *NOV,
+        "--by",
+        "user",
+        "--price",
+        "2.5",
+    )
     assert res.exit_code == 0
     lines = res.stdout.splitlines()
     assert lines[0].startswith("GPU-hours by user")
@@ -91,7 +111,15 @@ def test_plain_table_when_not_a_tty(cli, fixture_path):
 
 def test_csv(cli, fixture_path):
     res = cli(
-        "report", "--sacct-file", fixture_path("basic.txt"), *NOV, "--by", "gpu_type", "--format", "csv"
+        "report",
+        "--trust-free-text",
+        "--sacct-file",
+        fixture_path("basic.txt"),
+        *NOV,
+        "--by",
+        "gpu_type",
+        "--format",
+        "csv",
     )
     rows = list(csv.DictReader(io.StringIO(res.stdout)))
     assert {r["gpu_type"]: float(r["gpu_hours"]) for r in rows} == {
@@ -106,6 +134,7 @@ def test_csv(cli, fixture_path):
 def test_markdown_states_view(cli, fixture_path):
     res = cli(
         "report",
+        "--trust-free-text",
         "--sacct-file",
         fixture_path("basic.txt"),
         *NOV,
@@ -123,17 +152,31 @@ def test_markdown_states_view(cli, fixture_path):
 
 
 def test_lost_subcommand(cli, fixture_path):
-    res = cli("report", "lost", "--sacct-file", fixture_path("basic.txt"), *NOV, "--by", "user", "--json")
+    res = cli(
+        "report",
+        "lost",
+        "--trust-free-text",
+        "--sacct-file",
+        fixture_path("basic.txt"),
+        *NOV,
+        "--by",
+        "user",
+        "--json",
+    )
     data = json.loads(res.stdout)
     assert data["totals"]["lost_gpu_hours"] == 9.0
     assert data["totals"]["lost_by_cause"] == {"NODE_FAIL": 4.0, "REQUEUED": 1.0, "TIMEOUT": 4.0}
-    table = cli("report", "lost", "--sacct-file", fixture_path("basic.txt"), *NOV, "--by", "user").stdout
+    table = cli(
+        "report", "lost", "--trust-free-text", "--sacct-file", fixture_path("basic.txt"), *NOV, "--by", "user"
+    ).stdout
     header = table.splitlines()[1].split()
     assert header[:4] == ["user", "gpu_hours", "lost_gpu_hours", "lost_%"] and "NODE_FAIL" in header
 
 
 def test_malformed_rows_warn_but_do_not_abort(cli, fixture_path):
-    res = cli("report", "--sacct-file", fixture_path("malformed.txt"), "--by", "user", "--json")
+    res = cli(
+        "report", "--trust-free-text", "--sacct-file", fixture_path("malformed.txt"), "--by", "user", "--json"
+    )
     assert res.exit_code == 0
     assert json.loads(res.stdout)["totals"]["gpu_hours"] == 4.0
     assert "skipped 7 malformed row(s) at line(s) 16, 17, 18, 19, 20, 21, 23" in res.stderr
@@ -141,7 +184,14 @@ def test_malformed_rows_warn_but_do_not_abort(cli, fixture_path):
 
 def test_no_jobs_in_window(cli, fixture_path):
     res = cli(
-        "report", "--sacct-file", fixture_path("basic.txt"), "--since", "2025-01-01", "--until", "2025-02-01"
+        "report",
+        "--trust-free-text",
+        "--sacct-file",
+        fixture_path("basic.txt"),
+        "--since",
+        "2025-01-01",
+        "--until",
+        "2025-02-01",
     )
     assert res.exit_code == 0 and res.stdout == "" and "no jobs in window" in res.stderr
 
@@ -155,12 +205,15 @@ def test_no_jobs_in_window(cli, fixture_path):
         (("--since", "2026-11-05", "--until", "2026-11-01"), "window is empty"),
         (("--by", "qos"), "unknown grouping 'qos'"),
         (("--price", "cheap"), "--price 'cheap'"),
-        (("--sacct-file", "/nonexistent/file.txt"), "--sacct-file /nonexistent/file.txt"),
+        (
+            ("--trust-free-text", "--sacct-file", "/nonexistent/file.txt"),
+            "--sacct-file /nonexistent/file.txt",
+        ),
         (("--plot", "chart.gif"), "must end in .png or .svg"),
     ],
 )
 def test_usage_errors_exit_2(cli, fixture_path, args, message):
-    base = () if "--sacct-file" in args else ("--sacct-file", fixture_path("basic.txt"))
+    base = () if "--sacct-file" in args else ("--trust-free-text", "--sacct-file", fixture_path("basic.txt"))
     res = cli("report", *base, *args)
     assert res.exit_code == 2, (res.stdout, res.stderr)
     assert message in res.stderr and "Traceback" not in res.stderr
@@ -170,7 +223,7 @@ def test_usage_errors_exit_2(cli, fixture_path, args, message):
 def test_missing_columns_exit_2_with_command(cli, tmp_path):
     f = tmp_path / "few.txt"
     f.write_text("JobID|State|AllocTRES|Start|End\n1|COMPLETED|gres/gpu=1|1|2\n")
-    res = cli("report", "--sacct-file", str(f), "--by", "account")
+    res = cli("report", "--trust-free-text", "--sacct-file", str(f), "--by", "account")
     assert (
         res.exit_code == 2 and "missing column(s) Account" in res.stderr and "--format=JobID," in res.stderr
     )
@@ -241,12 +294,29 @@ def test_health_log_joined_from_config_log_dir(cli, fixture_path, site_config):
         json.dumps({"node": "node2", "timestamp": drain, "status": "fail", "code": "XID_79", "check": "xid"})
         + "\n"
     )
-    res = cli("report", "--sacct-file", fixture_path("basic.txt"), *NOV, "--by", "user", "--json")
+    res = cli(
+        "report",
+        "--trust-free-text",
+        "--sacct-file",
+        fixture_path("basic.txt"),
+        *NOV,
+        "--by",
+        "user",
+        "--json",
+    )
     data = json.loads(res.stdout)
     # job 101 (node[1-2], 16 GPUs, 10:00-11:00 on 11-03) ran on node2 within 6 h before 12:00
     assert data["meta"]["health_log"]["joined"] and data["totals"]["suspect_gpu_hours"] == 16.0
     off = json.loads(
-        cli("report", "--sacct-file", fixture_path("basic.txt"), *NOV, "--no-health-log", "--json").stdout
+        cli(
+            "report",
+            "--trust-free-text",
+            "--sacct-file",
+            fixture_path("basic.txt"),
+            *NOV,
+            "--no-health-log",
+            "--json",
+        ).stdout
     )
     assert "suspect_gpu_hours" not in off["totals"]
 
@@ -257,7 +327,15 @@ def test_health_log_joined_from_config_log_dir(cli, fixture_path, site_config):
 def test_plot_png_is_valid_with_title_and_axes(cli, fixture_path, tmp_path):
     out = tmp_path / "usage.png"
     res = cli(
-        "report", "--sacct-file", fixture_path("basic.txt"), *NOV, "--by", "account,user", "--plot", str(out)
+        "report",
+        "--trust-free-text",
+        "--sacct-file",
+        fixture_path("basic.txt"),
+        *NOV,
+        "--by",
+        "account,user",
+        "--plot",
+        str(out),
     )
     assert res.exit_code == 0, res.stderr
     data = out.read_bytes()
@@ -292,7 +370,17 @@ def test_plot_figure_content(fixture_path):
 
 def test_plot_svg(cli, fixture_path, tmp_path):
     out = tmp_path / "days.svg"
-    res = cli("report", "--sacct-file", fixture_path("basic.txt"), *NOV, "--by", "day", "--plot", str(out))
+    res = cli(
+        "report",
+        "--trust-free-text",
+        "--sacct-file",
+        fixture_path("basic.txt"),
+        *NOV,
+        "--by",
+        "day",
+        "--plot",
+        str(out),
+    )
     assert res.exit_code == 0
     text = out.read_text()
     assert text.lstrip().startswith("<?xml") and "<svg" in text
@@ -311,7 +399,9 @@ SINFO = (
 def test_capacity_from_sinfo(cli, fixture_path, fake_runner):
     answers, _ = fake_runner
     answers["sinfo"] = ok(SINFO)
-    res = cli("report", "capacity", "--sacct-file", fixture_path("basic.txt"), *NOV, "--json")
+    res = cli(
+        "report", "capacity", "--trust-free-text", "--sacct-file", fixture_path("basic.txt"), *NOV, "--json"
+    )
     assert res.exit_code == 0, res.stderr
     data = json.loads(res.stdout)
     # 16 GPUs x 30 days x 24 h = 11,520 GPU-hours available; 62 used
@@ -322,6 +412,7 @@ def test_capacity_from_sinfo(cli, fixture_path, fake_runner):
         cli(
             "report",
             "capacity",
+            "--trust-free-text",
             "--sacct-file",
             fixture_path("basic.txt"),
             *NOV,
@@ -339,7 +430,16 @@ def test_capacity_from_sinfo(cli, fixture_path, fake_runner):
 
 
 def test_capacity_gpus_override_and_table(cli, fixture_path):
-    res = cli("report", "capacity", "--sacct-file", fixture_path("basic.txt"), *NOV, "--gpus", "4")
+    res = cli(
+        "report",
+        "capacity",
+        "--trust-free-text",
+        "--sacct-file",
+        fixture_path("basic.txt"),
+        *NOV,
+        "--gpus",
+        "4",
+    )
     assert res.exit_code == 0
     last = res.stdout.splitlines()[-1].split()
     assert last[:4] == ["TOTAL", "4", "2,880.00", "62.00"]
@@ -355,11 +455,13 @@ def test_capacity_from_the_archive_equals_capacity_from_the_file(
     answers["sinfo"] = ok(SINFO)
     dump = fixture_path("basic.txt")
     arch = str(tmp_path / "arch")
-    assert cli("report", "ingest", "--archive", arch, "--sacct-file", dump).exit_code == 0
+    assert (
+        cli("report", "ingest", "--archive", arch, "--trust-free-text", "--sacct-file", dump).exit_code == 0
+    )
     args = ["report", "capacity", *NOV, "--by", by, "--json"]
     sources = {  # (arguments, meta.jobs, meta.engine.name)
-        "file": (["--sacct-file", dump], dump, "python"),
-        "file, duckdb": (["--sacct-file", dump, "--engine", "duckdb"], dump, "duckdb"),
+        "file": (["--trust-free-text", "--sacct-file", dump], dump, "python"),
+        "file, duckdb": (["--trust-free-text", "--sacct-file", dump, "--engine", "duckdb"], dump, "duckdb"),
         "archive": (["--archive", arch], "archive " + arch, "duckdb"),
         "archive, python": (["--archive", arch, "--engine", "python"], "archive " + arch, "python"),
     }
@@ -372,12 +474,14 @@ def test_capacity_from_the_archive_equals_capacity_from_the_file(
         assert data["meta"].pop("engine")["name"] == engine, name
     assert got["file, duckdb"] == got["archive"] == got["archive, python"] == got["file"]
     assert got["archive"]["totals"]["used_gpu_hours"] == 62.0  # as test_capacity_from_sinfo
-    two = cli(*args, "--archive", arch, "--sacct-file", dump)
+    two = cli(*args, "--archive", arch, "--trust-free-text", "--sacct-file", dump)
     assert two.exit_code == 2 and "two sources" in two.stderr
 
 
 def test_capacity_needs_bounded_window(cli, fixture_path):
-    res = cli("report", "capacity", "--sacct-file", fixture_path("basic.txt"), "--gpus", "4")
+    res = cli(
+        "report", "capacity", "--trust-free-text", "--sacct-file", fixture_path("basic.txt"), "--gpus", "4"
+    )
     assert res.exit_code == 2 and "bounded window" in res.stderr
 
 
@@ -436,7 +540,17 @@ def test_build_vs_rent_errors(cli, tmp_path):
 
 
 def test_options_before_the_lost_subcommand_apply(cli, fixture_path):
-    res = cli("report", "--sacct-file", fixture_path("basic.txt"), *NOV, "--by", "account", "lost", "--json")
+    res = cli(
+        "report",
+        "--trust-free-text",
+        "--sacct-file",
+        fixture_path("basic.txt"),
+        *NOV,
+        "--by",
+        "account",
+        "lost",
+        "--json",
+    )
     assert res.exit_code == 0, res.stderr
     data = json.loads(res.stdout)
     assert data["by"] == ["account"] and data["totals"]["lost_gpu_hours"] == 9.0
@@ -448,7 +562,7 @@ def test_report_does_not_import_matplotlib_unless_plotting(fixture_path, site_co
 
     code = (
         "import sys, runpy\n"
-        f"sys.argv = ['slurmkit', 'report', '--sacct-file', {fixture_path('basic.txt')!r}, '--json']\n"
+        f"sys.argv = ['slurmkit', 'report', '--trust-free-text', '--sacct-file', {fixture_path('basic.txt')!r}, '--json']\n"
         "try:\n    runpy.run_module('slurmkit.cli.main', run_name='__main__')\n"
         "except SystemExit:\n    pass\n"
         "print('HEAVY:' + ','.join(sorted(m for m in sys.modules if m.split('.')[0] in "
@@ -482,7 +596,17 @@ def test_sacct_file_from_stdin(cli, fixture_path, monkeypatch):
 
     text = open(fixture_path("basic.txt")).read()
     res = subprocess.run(
-        [sys.executable, "-m", "slurmkit.cli.main", "report", "--sacct-file", "-", *NOV, "--json"],
+        [
+            sys.executable,
+            "-m",
+            "slurmkit.cli.main",
+            "report",
+            "--trust-free-text",
+            "--sacct-file",
+            "-",
+            *NOV,
+            "--json",
+        ],
         input=text,
         capture_output=True,
         text=True,

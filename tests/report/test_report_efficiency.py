@@ -233,3 +233,78 @@ def test_docs_sample_is_what_the_tool_prints(cli, sacct_file):
     res = cli("report", "efficiency", "--sacct-file", sacct_file, "--by", "job")
     assert res.exit_code == 0
     assert res.stdout.strip() in doc, "docs/report.md is out of date; paste the new output"
+
+
+@pytest.mark.parametrize("state", ["STAGE_OUT", "SIGNALING", "STOPPED", "REQUEUE_HOLD", "SPECIAL_EXIT"])
+def test_a_job_slurm_still_holds_is_not_reported_as_ended(state):
+    """One state set (slurmkit.slurm.states): before, the efficiency reader had its own, in which
+    these states meant "ended" (a job without its summary yet was reported as unknown)."""
+    lines = [row("301", "alice", "research", 2, 3600, state=state, end="Unknown")]
+    res = reff.parse(lines, HEADER.split("|"), sep="|", idle_below=10.0)
+    assert res.skipped_running == 1 and res.jobs == [] and res.malformed == 0
+
+
+def test_efficiency_rows_with_a_bad_job_id_are_malformed():
+    lines = [row("12x", "alice", "research", 2, 3600), row("302", "bob", "ops", 2, 3600)]
+    bad = "|".join(["303", "304"] + lines[1].split("|")[2:])  # JobIDRaw of another job
+    res = reff.parse([*lines, bad], HEADER.split("|"), sep="|", idle_below=10.0)
+    assert [j.job_id for j in res.jobs] == ["302"] and res.malformed == 2
+    assert res.warnings == ["line 1: bad JobID or JobIDRaw", "line 3: bad JobID or JobIDRaw"]
+
+
+def test_live_efficiency_gives_the_slurmdbd_hint(cli):
+    """One sacct caller: the efficiency report says what the usage report says when slurmdbd is down."""
+    from slurmkit.slurm import runner
+
+    err = "sacct: error: slurmdbd: Connection refused"
+    prev = runner.set_runner(lambda argv, t, i, e: runner.Result(list(argv), 1, "", err, 0.01))
+    try:
+        res = cli("report", "efficiency", "--last", "1d")
+    finally:
+        runner.set_runner(prev)
+    assert res.exit_code == 3 and "is slurmdbd running and reachable?" in res.stderr
+
+
+def test_efficiency_reads_dumps_as_the_usage_report_does(cli, tmp_path):
+    """One dump reader: the efficiency report ignored --sacct-columns and --sacct-delimiter and
+    misread --parsable output (a delimiter after the last field); it reads them as usage does."""
+    body = [LINES[1], LINES[2]]
+    plain = tmp_path / "plain.txt"
+    plain.write_text("\n".join([HEADER, *body]) + "\n")
+    expected = json.loads(cli("report", "efficiency", "--sacct-file", str(plain), "--json").stdout)["rows"]
+    assert [r["user"] for r in expected] == ["bob", "alice"]
+    snowman = tmp_path / "snowman.txt"  # --noheader --delimiter=☃, columns given
+    snowman.write_text("\n".join(line.replace("|", "☃") for line in body) + "\n")
+    res = cli(
+        "report", "efficiency", "--sacct-file", str(snowman), "--sacct-delimiter", "☃",
+        "--sacct-columns", ",".join(reff.FIELDS), "--json",
+    )  # fmt: skip
+    assert res.exit_code == 0, res.stderr
+    assert json.loads(res.stdout)["rows"] == expected
+    parsable = tmp_path / "parsable.txt"  # --parsable: a delimiter after the last field
+    parsable.write_text("\n".join(line + "|" for line in [HEADER, *body]) + "\n")
+    res = cli("report", "efficiency", "--sacct-file", str(parsable), "--json")
+    assert res.exit_code == 0, res.stderr
+    assert json.loads(res.stdout)["rows"] == expected
+
+
+def test_efficiency_times_are_sacct_times_not_options():
+    """One time parser: `now` or a bare date in the data is not an sacct time (the efficiency
+    reader used the --since/--until parser, which takes both)."""
+    lines = [
+        row("401", "alice", "research", 2, 3600, end="now"),
+        row("402", "bob", "ops", 2, 3600, end="2026-11-10"),
+        row("403", "carol", "ops", 2, 3600),
+    ]
+    res = reff.parse(lines, HEADER.split("|"), sep="|", idle_below=10.0, window=(1793491200, 1796083200))
+    assert [j.job_id for j in res.jobs] == ["403"] and res.malformed == 2
+    assert res.warnings == ["line 1: bad End time", "line 2: bad End time"]
+
+
+def test_efficiency_refuses_a_dump_with_free_text(cli, tmp_path):
+    dump = tmp_path / "named.txt"
+    dump.write_text(HEADER + "|JobName\n" + LINES[1] + "|innocent\n")
+    res = cli("report", "efficiency", "--sacct-file", str(dump), "--json")
+    assert res.exit_code == 2 and "JobName" in res.stderr
+    res = cli("report", "efficiency", "--sacct-file", str(dump), "--trust-free-text", "--json")
+    assert res.exit_code == 0 and json.loads(res.stdout)["rows"][0]["user"] == "alice"

@@ -57,6 +57,7 @@ def _strip(data: dict) -> dict:
 def test_fixtures_same_json_both_engines(cli, fixture_path, fixture, args, by):
     common = [
         "report",
+        "--trust-free-text",
         "--sacct-file",
         fixture_path(fixture),
         *args,
@@ -75,10 +76,26 @@ def test_fixtures_same_json_both_engines(cli, fixture_path, fixture, args, by):
 
 
 def test_engine_is_used_and_said(cli, fixture_path):
-    res = cli("report", "--sacct-file", fixture_path("basic.txt"), "--json", "--engine", "duckdb")
+    res = cli(
+        "report",
+        "--trust-free-text",
+        "--sacct-file",
+        fixture_path("basic.txt"),
+        "--json",
+        "--engine",
+        "duckdb",
+    )
     assert json.loads(res.stdout)["meta"]["engine"]["name"] == "duckdb"
     # malformed rows need line numbers: the reference path answers, and says so
-    res = cli("report", "--sacct-file", fixture_path("malformed.txt"), "--json", "--engine", "duckdb")
+    res = cli(
+        "report",
+        "--trust-free-text",
+        "--sacct-file",
+        fixture_path("malformed.txt"),
+        "--json",
+        "--engine",
+        "duckdb",
+    )
     meta = json.loads(res.stdout)["meta"]["engine"]
     assert meta["name"] == "python" and "malformed" in meta["why"]
 
@@ -97,6 +114,7 @@ def test_real_dump_both_engines(cli, monkeypatch):
     for by in ("user", "day", "node", "gpu_type"):
         common = [
             "report",
+            "--trust-free-text",
             "--sacct-file",
             str(REAL),
             "--sacct-columns",
@@ -330,7 +348,7 @@ def test_auto_engine_by_file_size(cli, fixture_path, monkeypatch):
     """`--engine auto`: the reference for small files, DuckDB from AUTO_ENGINE_BYTES up."""
     from slurmkit.cli import report as report_cli
 
-    args = ("report", "--sacct-file", fixture_path("basic.txt"), "--json")
+    args = ("report", "--trust-free-text", "--sacct-file", fixture_path("basic.txt"), "--json")
     assert json.loads(cli(*args).stdout)["meta"]["engine"]["name"] == "python"
     monkeypatch.setattr(report_cli, "AUTO_ENGINE_BYTES", 1)
     assert json.loads(cli(*args).stdout)["meta"]["engine"]["name"] == "duckdb"
@@ -521,7 +539,7 @@ def test_engine_refuses_a_pipe(cli, tmp_path):
     pipe gets a clear error, not two readers splitting its data."""
     fifo = tmp_path / "dump.fifo"
     os.mkfifo(fifo)
-    res = cli("report", "--sacct-file", str(fifo), "--engine", "duckdb", "--json")
+    res = cli("report", "--trust-free-text", "--sacct-file", str(fifo), "--engine", "duckdb", "--json")
     assert res.exit_code == 2 and "reads a regular file" in res.stderr
 
 

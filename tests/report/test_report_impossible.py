@@ -16,6 +16,7 @@ def max32(site_config):
 def test_impossible_rows_are_excluded_with_line_numbers(cli, fixture_path, max32):
     res = cli(
         "report",
+        "--trust-free-text",
         "--sacct-file",
         fixture_path("impossible.txt"),
         "--now",
@@ -48,6 +49,7 @@ def test_impossible_rows_are_excluded_with_line_numbers(cli, fixture_path, max32
 def test_table_total_says_how_many_were_excluded(cli, fixture_path, max32):
     res = cli(
         "report",
+        "--trust-free-text",
         "--sacct-file",
         fixture_path("impossible.txt"),
         "--now",
@@ -64,6 +66,7 @@ def test_without_site_limit_only_the_absurd_gpu_count_is_excluded(cli, fixture_p
     """Default report.max_gpus (100,000): the 64-GPU row counts (64 GPU-h), the 1e14 one does not."""
     res = cli(
         "report",
+        "--trust-free-text",
         "--sacct-file",
         fixture_path("impossible.txt"),
         "--now",

@@ -24,6 +24,7 @@ COLUMNS = (
 # Pinned "now": the two RUNNING GPU jobs count up to it. Local time of the cluster.
 NOW = "2024-04-19T12:00:00"
 ARGS = (
+    "--trust-free-text",
     "--sacct-file",
     DUMP,
     "--sacct-columns",
@@ -152,13 +153,15 @@ def test_real_dump_node_split(cli, amsterdam):
 
 
 def test_headerless_dump_without_columns_is_one_line_error(cli):
-    res = cli("report", "--sacct-file", DUMP, "--now", NOW)
+    res = cli("report", "--trust-free-text", "--sacct-file", DUMP, "--now", NOW)
     assert res.exit_code == 2
     assert "header" in res.stderr and "\n" not in res.stderr.strip()
 
 
 def test_bad_column_list_is_usage_error(cli):
-    res = cli("report", "--sacct-file", DUMP, "--sacct-columns", "JobName,User", "--now", NOW)
+    res = cli(
+        "report", "--trust-free-text", "--sacct-file", DUMP, "--sacct-columns", "JobName,User", "--now", NOW
+    )
     assert res.exit_code == 2 and "JobID" in res.stderr
 
 

@@ -1,0 +1,88 @@
+#!/usr/bin/env python3
+"""Benchmark: ``slurmkit report`` against mawk's one-pass GPU-hour sum, on dumps made by
+``report_gen_dirty.py`` (ISO times, bad rows, duplicates) and ``report_gen.py`` (clean),
+run side by side (alternating, in one run, so a busy machine weighs on both alike).
+
+    TZ=UTC .venv/bin/python benchmarks/report_dirty.py /tmp/report-dirty-1m.txt /tmp/report-1m.txt --runs 3
+
+mawk's sum: for each job row (JobID without a dot), GPUs from ``gres/gpu=N`` times
+End - Start, the ISO times turned into epochs by the civil-calendar arithmetic in awk (UTC:
+run with ``TZ=UTC``), or taken as they are when they are epochs. It does the least any
+report must do, and none of the checks (duplicates and bad rows are summed as they parse).
+Prints, per file and command, the median wall time, its range and the peak RSS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+
+AWK = r"""
+function ep(t,  y, m, d) {
+    if (t ~ /^[0-9]+$/) return t + 0
+    y = substr(t, 1, 4) + 0; m = substr(t, 6, 2) + 0; d = substr(t, 9, 2) + 0
+    if (m <= 2) { y--; m += 12 }
+    return (365 * y + int(y / 4) - int(y / 100) + int(y / 400) + int((153 * (m - 3) + 2) / 5) + d - 719469) * 86400 \
+        + substr(t, 12, 2) * 3600 + substr(t, 15, 2) * 60 + substr(t, 18, 2)
+}
+NR > 1 && $1 !~ /\./ {
+    if (match($4, /gres\/gpu=[0-9]+/)) s += substr($4, RSTART + 9, RLENGTH - 9) * (ep($7) - ep($6))
+}
+END { printf "%.6f\n", s / 3600 }
+"""
+
+
+def timed(argv, env):
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
+    out = proc.stdout.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    return time.perf_counter() - t0, usage.ru_maxrss / 1024, out, os.waitstatus_to_exitcode(status)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("files", nargs="+")
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--by", default="user")
+    args = ap.parse_args()
+    env = dict(os.environ)
+    py = sys.executable
+    commands = {}
+    for f in args.files:
+        if shutil.which("mawk"):
+            commands[(f, "mawk")] = ["mawk", "-F", "|", AWK, f]
+        for eng in ("duckdb", "auto"):
+            commands[(f, f"slurmkit --engine {eng}")] = [
+                py, "-m", "slurmkit.cli.main", "report", "--sacct-file", f, "--trust-free-text",
+                "--by", args.by, "--format", "json", "--no-health-log", "--engine", eng,
+            ]  # fmt: skip
+    samples = {k: [] for k in commands}
+    rss = {k: 0.0 for k in commands}
+    with open("/proc/loadavg") as fh:
+        print("load before:", fh.read().split()[:3])
+    for _ in range(args.runs):
+        for k, argv in commands.items():
+            wall, peak, out, rc = timed(argv, env)
+            samples[k].append(wall)
+            rss[k] = max(rss[k], peak)
+            if rc != 0:
+                print(f"{k}: exit {rc}")
+    with open("/proc/loadavg") as fh:
+        print("load after:", fh.read().split()[:3])
+    for (f, name), xs in samples.items():
+        mawk = statistics.median(samples[(f, "mawk")]) if (f, "mawk") in samples else None
+        ratio = f" ({statistics.median(xs) / mawk:.1f}x mawk)" if mawk and name != "mawk" else ""
+        print(
+            f"{os.path.basename(f)}  {name:24s} median {statistics.median(xs):6.2f} s "
+            f"({min(xs):.2f}-{max(xs):.2f}){ratio}, peak RSS {rss[(f, name)]:.0f} MiB"
+        )
+
+
+if __name__ == "__main__":
+    main()
