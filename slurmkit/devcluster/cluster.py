@@ -336,7 +336,8 @@ class DevCluster:
     def _in_root(self, spec: ClusterSpec, verb: str, timeout: float, check: bool = True) -> runner.Result:
         """Run ``python -m slurmkit.devcluster.inroot <verb>`` inside the cluster's root."""
         assert spec.rootfs
-        argv = rootfs.chroot_argv(
+        argv = rootfs.ns_argv(
+            self.root,
             Path(spec.rootfs),
             [
                 sys.executable,
@@ -359,7 +360,7 @@ class DevCluster:
         if user:
             cmd = ["runuser", "-u", user, "--", *cmd]
         if spec is not None and spec.rootfs:
-            return rootfs.chroot_argv(Path(spec.rootfs), cmd, cwd=os.getcwd())
+            return rootfs.ns_argv(self.root, Path(spec.rootfs), cmd, cwd=os.getcwd())
         return cmd
 
     def in_root_argv(self, slurm: str, argv: List[str]) -> "tuple[List[str], Callable[[], None]]":
@@ -371,16 +372,17 @@ class DevCluster:
         if release is None:
             return list(argv), lambda: None
         root = rootfs.ensure(release)
-        rootfs.mount(root, self.root, REPO_ROOT)
+        started = rootfs.holder(self.root) is None
+        rootfs.start(root, self.root, REPO_ROOT)
 
         def cleanup() -> None:
             current = self.load_spec()
-            if current is None or not self.running(current):
-                rootfs.unmount(root)
-                if self.load_spec() is None and self.root.exists() and not any(self.root.iterdir()):
-                    self.root.rmdir()
+            if started and (current is None or not self.running(current)):
+                rootfs.stop(self.root)
+                if current is None:
+                    shutil.rmtree(self.root, ignore_errors=True)
 
-        return rootfs.chroot_argv(root, list(argv), cwd=os.getcwd()), cleanup
+        return rootfs.ns_argv(self.root, root, list(argv), cwd=os.getcwd()), cleanup
 
     # ------------------------------------------------------------------ checks
     @staticmethod
@@ -1072,7 +1074,7 @@ class DevCluster:
         root = rootfs.ensure(release)
         spec.rootfs = str(root)
         spec.release = release.name
-        rootfs.mount(root, self.root, REPO_ROOT)
+        rootfs.start(root, self.root, REPO_ROOT)
         if current is None:
             self.save_spec(spec)  # so `down` finds the root even if the bring-up inside fails
         self._in_root(spec, "up", timeout=900)
@@ -1196,13 +1198,12 @@ class DevCluster:
                 )
             return
         if spec.rootfs and not os.environ.get(rootfs.INSIDE_ENV):
-            # Stop it where it runs, then detach the root's binds (the root stays cached).
-            if Path(spec.rootfs, "proc", "self").exists():
+            # Stop it where it runs, then end the namespace (the root stays cached).
+            if rootfs.holder(self.root) is not None:
                 self._in_root(spec, "down", timeout=300, check=False)
             else:
                 self.stop_daemons(spec)
-            rootfs.unmount(Path(spec.rootfs))
-            self._unmount_under_root()
+            rootfs.stop(self.root)
             if not keep_state:
                 shutil.rmtree(self.root, ignore_errors=True)
             return

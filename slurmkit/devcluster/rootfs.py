@@ -17,7 +17,10 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
+import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -176,6 +179,9 @@ def binds(state_dir: Path, repo: Path) -> List[Path]:
     this Python's venv and home. An interpreter under /usr would be shadowed by the root's
     own /usr, so it is refused with what to do instead."""
     paths = [state_dir, repo, Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()]
+    # and whatever else this Python imports from (a venv may take packages from elsewhere)
+    paths += [Path(p).resolve() for p in sys.path if p and os.path.isdir(p)]
+    paths = [p for p in paths if not str(p).startswith(("/usr/", "/lib", "/bin", "/etc", "/sbin"))]
     home = Path(sys.base_prefix).resolve()
     if home == Path("/usr") or str(home).startswith(("/usr/", "/bin", "/lib", "/etc")):
         raise DevclusterError(
@@ -189,40 +195,100 @@ def binds(state_dir: Path, repo: Path) -> List[Path]:
     return kept
 
 
-def mount(root: Path, state_dir: Path, repo: Path) -> None:
-    """Bind what the cluster needs into ``root`` (idempotent). ``/proc``, ``/sys`` and
-    ``/dev`` are recursive binds made slaves, so an unmount inside never reaches the host."""
+HOLDER_PID = "rootfs-ns.pid"
+
+
+def _holder_script(root: Path, state_dir: Path, repo: Path) -> str:
+    """What the namespace's first process runs: the binds, ``pivot_root`` into the root,
+    then it waits. ``pivot_root`` (not ``chroot``) because Slurm's job_container/namespace
+    plugin moves each job into a mount namespace of its own with ``setns``, which resets a
+    chroot to the namespace's root: under a chroot the jobs would run on this machine's
+    files, not the release's."""
+    q = shlex.quote
+    r = q(str(root))
+    lines = ["set -e", f"mount --bind {r} {r}"]
     for sys_path in ("/proc", "/sys", "/dev"):
-        target = root / sys_path.lstrip("/")
-        target.mkdir(parents=True, exist_ok=True)
-        if not os.path.ismount(target):
-            _run(["mount", "--rbind", sys_path, str(target)], timeout=20, what=f"binding {sys_path}")
-            _run(["mount", "--make-rslave", str(target)], timeout=20, what=f"making {target} a slave")
-    state_dir.mkdir(parents=True, exist_ok=True)
+        lines.append(f"mount --rbind {sys_path} {r}{sys_path}")
     for host in binds(state_dir, repo):
-        target = root / str(host).lstrip("/")
-        target.mkdir(parents=True, exist_ok=True)
-        if not os.path.ismount(target):
-            _run(["mount", "--bind", str(host), str(target)], timeout=20, what=f"binding {host}")
+        target = q(f"{root}{host}")
+        lines += [f"mkdir -p {target}", f"mount --bind {q(str(host))} {target}"]
+    lines += [
+        f"[ -e {r}/etc/hosts ] || cp /etc/hosts {r}/etc/hosts",  # debootstrap leaves none
+        f"mkdir -p {r}/.oldroot",
+        f"cd {r}",
+        "pivot_root . .oldroot",
+        "cd /",
+        "umount -l /.oldroot",
+        "exec sleep infinity",
+    ]
+    return "\n".join(lines) + "\n"
 
 
-def unmount(root: Path) -> None:
-    """Detach everything mounted in ``root``, deepest first (lazily: a mount a dying process
-    still holds goes when it does)."""
-    for point in mounts_under(root):
-        if point != str(root):
-            try:
-                runner.run(["umount", "-l", point], timeout=20, check=False)
-            except ExternalCommandError:
-                pass
-    left = [p for p in mounts_under(root) if p != str(root)]
-    if left:
-        raise DevclusterError(f"could not unmount {', '.join(left)}")
+def holder(state_dir: Path) -> Optional[int]:
+    """The pid holding the root's mount namespace, if it is alive and inside the root."""
+    try:
+        pid = int((state_dir / HOLDER_PID).read_text().strip())
+    except (OSError, ValueError):
+        return None
+    return pid if os.path.exists(f"/proc/{pid}/root/{MARKER}") else None
 
 
-def chroot_argv(root: Path, argv: List[str], cwd: Optional[str] = None) -> List[str]:
-    """``argv`` run inside ``root`` (from ``cwd``, a path that exists in the root)."""
+def start(root: Path, state_dir: Path, repo: Path, timeout: float = 20) -> int:
+    """A mount namespace whose root is ``root``, with ``/proc``, ``/sys`` (the cgroup
+    mounts with it), ``/dev``, the state directory, the checkout and this Python bound in
+    at their own paths; private, so nothing mounted in it shows on this machine and it all
+    goes when its last process does. Idempotent: an alive one is reused."""
+    pid = holder(state_dir)
+    if pid is not None:
+        return pid
+    state_dir.mkdir(parents=True, exist_ok=True)
+    for sub in ("proc", "sys", "dev"):
+        (root / sub).mkdir(exist_ok=True)
+    argv = [
+        "unshare",
+        "--mount",
+        "--propagation",
+        "private",
+        "--",
+        "sh",
+        "-c",
+        _holder_script(root, state_dir, repo),
+    ]
+    with open(state_dir / "rootfs-ns.log", "ab") as log:
+        try:
+            proc = runner.spawn(argv, detach=True, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+        except ExternalCommandError as exc:
+            raise DevclusterError(f"starting the namespace for {root}: {exc}") from None
+    pid = proc.pid
+    (state_dir / HOLDER_PID).write_text(f"{pid}\n")
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if holder(state_dir) is not None:
+            return pid
+        if not os.path.exists(f"/proc/{pid}"):
+            break
+        time.sleep(0.1)
+    raise DevclusterError(f"the namespace for {root} did not come up; read {state_dir / 'rootfs-ns.log'}")
+
+
+def stop(state_dir: Path) -> None:
+    """End the namespace's holder (the daemons in it are stopped first by ``down``)."""
+    pid = holder(state_dir)
+    if pid is not None:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    (state_dir / HOLDER_PID).unlink(missing_ok=True)
+
+
+def ns_argv(state_dir: Path, root: Path, argv: List[str], cwd: Optional[str] = None) -> List[str]:
+    """``argv`` inside the root's namespace (from ``cwd``, a path that exists there)."""
+    pid = holder(state_dir)
+    if pid is None:
+        raise DevclusterError(f"no namespace holds {root}; run `slurmkit devcluster up` again")
     inner = ["env", f"{INSIDE_ENV}={root}", *argv]
     if cwd:
+        # not nsenter --wd: it opens the directory before entering, outside the root
         inner = ["sh", "-c", 'cd "$1" && shift && exec "$@"', "sh", cwd, *inner]
-    return ["chroot", str(root), *inner]
+    return ["nsenter", f"--mount=/proc/{pid}/ns/mnt", "--", *inner]

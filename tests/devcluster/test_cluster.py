@@ -109,9 +109,20 @@ def test_fake_gpu_device_numbers_are_repaired(tmp_path):
 def test_rootfs_binds_the_state_dir_checkout_and_python(tmp_path, monkeypatch):
     monkeypatch.setattr(sys, "prefix", str(tmp_path / "repo" / ".venv"))
     monkeypatch.setattr(sys, "base_prefix", str(tmp_path / "pyenv" / "3.11"))
+    (tmp_path / "elsewhere" / "site-packages").mkdir(parents=True)
+    monkeypatch.setattr(
+        sys, "path", ["", "/usr/lib/python3/dist-packages", str(tmp_path / "elsewhere" / "site-packages")]
+    )
     got = rootfs.binds(tmp_path / "state", tmp_path / "repo")
     # the venv is inside the checkout: one bind covers both
-    assert sorted(got) == sorted([tmp_path / "state", tmp_path / "repo", tmp_path / "pyenv" / "3.11"])
+    # ... and what the venv imports from elsewhere; never a system directory the root has
+    want = [
+        tmp_path / "state",
+        tmp_path / "repo",
+        tmp_path / "pyenv" / "3.11",
+        tmp_path / "elsewhere" / "site-packages",
+    ]
+    assert sorted(got) == sorted(want)
     monkeypatch.setattr(sys, "base_prefix", "/usr")
     with pytest.raises(DevclusterError, match="outside /usr"):
         rootfs.binds(tmp_path / "state", tmp_path / "repo")
