@@ -942,7 +942,19 @@ class DevCluster:
 
         _wait(ready, 30, "slurmctld (scontrol ping)", log)
 
+    def _private_base_paths(self, spec: ClusterSpec) -> None:
+        """Each node's job_container BasePath a private mount of its own: the plugin makes
+        every job's namespace under it, and from 24.11 on it no longer binds it itself
+        (the extern step fails with "ns base mount failed: Invalid argument"). ``down``
+        unmounts them with everything else under the state directory."""
+        for n in spec.node_names:
+            base = self.root / "jobcontainer" / n
+            if not os.path.ismount(base):
+                _run(["mount", "--bind", str(base), str(base)], timeout=20, what=f"binding {base}")
+            _run(["mount", "--make-private", str(base)], timeout=20, what=f"making {base} private")
+
     def _start_slurmds(self, spec: ClusterSpec, env: Dict[str, str]) -> None:
+        self._private_base_paths(spec)
         for n in spec.node_names:
             pidfile = self.root / "run" / f"slurmd-{n}.pid"
             if _pid_alive(pidfile):
