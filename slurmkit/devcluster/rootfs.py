@@ -6,8 +6,9 @@ is built once into the cache (:data:`CACHE_DIR`, kept by ``devcluster down``) an
 
 The cluster runs *inside* that root: ``slurmkit devcluster up --slurm 26.05`` bind-mounts
 ``/proc``, ``/sys`` (with the cgroup mounts), ``/dev``, the state directory, the checkout
-and this Python (its home and venv, at the same paths) into the root and runs the ordinary
-bring-up there under ``chroot``, where the root's ``slurmd -V`` is the release asked for.
+and this Python (its home and venv, at the same paths) into a private mount namespace whose
+root is the Debian root (``pivot_root``; see :func:`_holder_script`) and runs the ordinary
+bring-up there, where the root's ``slurmd -V`` is the release asked for.
 Every program of the cluster, the hooks slurmd runs and the Slurm clients then come from
 the root; the Python is this machine's (backward compatible with the newer libc), so the
 venv with torch needs no second install.
