@@ -373,12 +373,13 @@ class DevCluster:
             return list(argv), lambda: None
         root = rootfs.ensure(release)
         started = rootfs.holder(self.root) is None
-        rootfs.start(root, self.root, REPO_ROOT)
+        pid = rootfs.start(root, self.root, REPO_ROOT)
 
         def cleanup() -> None:
             current = self.load_spec()
             if started and (current is None or not self.running(current)):
-                rootfs.stop(self.root)
+                # by the pid started here: a `down` inside removed the state directory's pid file
+                rootfs.stop(self.root, pid)
                 if current is None:
                     shutil.rmtree(self.root, ignore_errors=True)
 

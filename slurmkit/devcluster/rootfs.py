@@ -272,9 +272,11 @@ def start(root: Path, state_dir: Path, repo: Path, timeout: float = 20) -> int:
     raise DevclusterError(f"the namespace for {root} did not come up; read {state_dir / 'rootfs-ns.log'}")
 
 
-def stop(state_dir: Path) -> None:
-    """End the namespace's holder (the daemons in it are stopped first by ``down``)."""
-    pid = holder(state_dir)
+def stop(state_dir: Path, pid: Optional[int] = None) -> None:
+    """End the namespace's holder (the daemons in it are stopped first by ``down``): the one
+    named in the state directory, or ``pid`` when it still holds a Slurm root."""
+    if pid is None or not os.path.exists(f"/proc/{pid}/root/{MARKER}"):
+        pid = holder(state_dir)
     if pid is not None:
         try:
             os.kill(pid, signal.SIGKILL)
