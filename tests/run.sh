@@ -16,10 +16,30 @@ if [ "$#" -eq 0 ]; then
   "$PY" -m ruff check --quiet . || { echo "slurmkit: ruff check failed (fix, or ruff check --fix)" >&2; exit 1; }
   "$PY" -m ruff format --check --quiet . || { echo "slurmkit: ruff format --check failed (run ruff format)" >&2; exit 1; }
 fi
+# Which Slurm each part runs on is in pytest's header and its last line ("devcluster tests
+# of this run ran on Slurm ...").
+echo "=== part 1: the whole suite on this machine's Slurm ($(/usr/sbin/slurmd -V 2>/dev/null || echo 'packages not installed yet'))"
+t0=$(date +%s)
 set +e
 "$PY" -m pytest -q -p no:cacheprovider --durations=15 "$@"
 rc=$?
 set -e
+echo "=== part 1 took $(( $(date +%s) - t0 ))s (exit $rc)"
+# Part 2, for the whole suite only: the Slurm-facing suites again on Slurm 26.05, inside a
+# Debian sid root (debootstrap, installed and run here; the root is cached in
+# /var/cache/slurmkit-devcluster). SLURMKIT_CI_RELEASES="24.11 26.05" adds 24.11.
+if [ "$#" -eq 0 ] && [ "$rc" -eq 0 ]; then
+  for release in ${SLURMKIT_CI_RELEASES:-26.05}; do
+    echo "=== part 2: the Slurm-facing suites on Slurm $release"
+    t0=$(date +%s)
+    set +e
+    timeout 3000 bash "$REPO/tests/run-release.sh" "$release"
+    rc=$?
+    set -e
+    echo "=== part 2 (Slurm $release) took $(( $(date +%s) - t0 ))s (exit $rc)"
+    [ "$rc" -eq 0 ] || break
+  done
+fi
 if [ "$rc" -eq 5 ]; then
   # pytest's 5 = nothing collected. For a selection (`-k`, a path) that is not an
   # error; for the whole suite it means the tests vanished, which is.
