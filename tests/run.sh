@@ -25,11 +25,12 @@ set +e
 rc=$?
 set -e
 echo "=== part 1 took $(( $(date +%s) - t0 ))s (exit $rc)"
-# Part 2, for the whole suite only: the Slurm-facing suites again on Slurm 26.05, inside a
-# Debian sid root (debootstrap, installed and run here; the root is cached in
-# /var/cache/slurmkit-devcluster). SLURMKIT_CI_RELEASES="24.11 26.05" adds 24.11.
+# Part 2, for the whole suite only and only when asked: the Slurm-facing suites again on a
+# newer Slurm inside a Debian root (debootstrap, installed and run here; the root is cached in
+# /var/cache/slurmkit-devcluster): SLURMKIT_CI_RELEASES="26.05" (or "24.11 26.05").
+# Not yet on by default: the whole part 2 has not been run green end to end (docs/compatibility.md).
 if [ "$#" -eq 0 ] && [ "$rc" -eq 0 ]; then
-  for release in ${SLURMKIT_CI_RELEASES:-26.05}; do
+  for release in ${SLURMKIT_CI_RELEASES:-}; do
     echo "=== part 2: the Slurm-facing suites on Slurm $release"
     t0=$(date +%s)
     set +e
