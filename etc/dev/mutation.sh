@@ -25,11 +25,11 @@ JOBS="${SLURMKIT_MUTATION_JOBS:-2}"
 
 # module -> "source file|test paths (space separated)". Unit tests only: no devcluster, no root.
 declare -A MODULES=(
-  [trust]="slurmkit/core/trust.py|tests/health/test_node_rules.py tests/core/test_files.py tests/report/test_report_archive.py"
+  [trust]="slurmkit/core/trust.py|tests/health/test_node_rules.py tests/core/test_trust.py tests/core/test_files.py"
   [gate]="slurmkit/health/gate.py|tests/health/test_node_rules.py tests/health/test_gate.py"
   [xid]="slurmkit/health/xid.py|tests/health/test_xid.py tests/health/test_xid_catalog.py tests/health/test_node_rules.py"
   [kmsg]="slurmkit/health/kmsg.py|tests/health/test_xid.py tests/health/test_xid_real.py tests/health/test_node_rules.py"
-  [lost]="slurmkit/report/lost.py|tests/report/test_report_edges.py tests/report/test_report_aggregate.py"
+  [lost]="slurmkit/report/lost.py|tests/report/test_report_edges.py tests/report/test_report_lost.py tests/report/test_report_aggregate.py"
   [efficiency]="slurmkit/report/efficiency.py|tests/report/test_report_efficiency.py tests/report/test_report_edges.py"
   [archive]="slurmkit/report/archive.py|tests/report/test_report_archive.py tests/report/test_report_edges.py"
 )
@@ -65,6 +65,8 @@ text += (
     'source_paths = ["slurmkit"]\n'
     f"only_mutate = {q([src])}\n"
     'also_copy = ["etc", "prolog", "epilog"]\n'
+    # log messages are not behaviour: a mutant of one is not a test gap
+    'do_not_mutate_patterns = ["\\\\blog\\\\.(debug|info|warning|error|exception)\\\\("]\n'
     f"pytest_add_cli_args_test_selection = {q(tests)}\n"
     'pytest_add_cli_args = ["-p", "no:cacheprovider", "-q", "-x"]\n'
 )
