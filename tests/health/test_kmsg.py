@@ -85,7 +85,7 @@ def test_parse_record_of_a_fallen_off_line_is_four_fields():
         12.5,
         "0000:29:00",
         79,
-        "GPU 0000:29:00.0: GPU has fallen off the bus.",
+        "NVRM: GPU 0000:29:00.0: GPU has fallen off the bus.",
     )
 
 
