@@ -51,7 +51,7 @@ run_module() {
   rm -rf "$work"
   mkdir -p "$work"
   # the tree the tests need (hooks, tables, fixtures), without the venv or build outputs
-  (cd "$REPO" && tar -cf - --exclude=__pycache__ --exclude='*.egg-info' slurmkit tests etc prolog epilog pyproject.toml) \
+  (cd "$REPO" && tar -cf - --exclude=__pycache__ --exclude='*.egg-info' slurmkit tests etc docs prolog epilog pyproject.toml) \
     | tar -xf - -C "$work"
   # this module's [tool.mutmut]: the one file and its tests (pytest's own options come from
   # [tool.pytest.ini_options]; hypothesis keeps its examples database out of the copy)
@@ -64,7 +64,7 @@ text += (
     "\n[tool.mutmut]\n"
     'source_paths = ["slurmkit"]\n'
     f"only_mutate = {q([src])}\n"
-    'also_copy = ["etc", "prolog", "epilog"]\n'
+    'also_copy = ["etc", "docs", "prolog", "epilog"]\n'
     # log messages are not behaviour: a mutant of one is not a test gap
     'do_not_mutate_patterns = ["\\\\blog\\\\.(debug|info|warning|error|exception)\\\\("]\n'
     f"pytest_add_cli_args_test_selection = {q(tests)}\n"
