@@ -387,3 +387,147 @@ def test_lock_unexpected_lock_errors_propagate_and_close(tmp_path, monkeypatch):
     with pytest.raises(OSError) as err:
         trust.lock(str(tmp_path / "i.lock"), 0.1)
     assert err.value.errno == 5 and len(closed) == 1
+
+
+# --------------------------------------------------------------------------- the survivors of the first mutation run
+
+
+def test_untrusted_file_message():
+    exc = trust.UntrustedFile("/p", "why")
+    assert str(exc) == "/p: why" and exc.path == "/p" and exc.why == "why"
+
+
+def test_root_needs_no_account_lookup(monkeypatch):
+    import pwd
+
+    def no_nss(name):
+        raise AssertionError("looked up " + name)
+
+    monkeypatch.setattr(pwd, "getpwnam", no_nss)
+    assert trust.uid_of("root") == 0
+
+
+def test_other_execute_is_not_write():
+    st = os.stat_result((0o100641, 0, 0, 1, ME, 0, 0, 0, 0, 0))
+    assert trust._mode_problem(st, frozenset({ME}), "f") is None
+    st = os.stat_result((0o040755 | 0o001, 0, 0, 1, ME, 0, 0, 0, 0, 0))
+    assert trust._mode_problem(st, frozenset({ME}), "d") is None
+
+
+def test_dir_problem_checks_the_first_level_directory(tmp_path, monkeypatch):
+    """Every level, the first below / included (a writable, not sticky /tmp would do)."""
+    first = "/" + str(tmp_path).split("/")[1]
+    real = os.lstat
+
+    def lstat(path):
+        st = real(path)
+        if path != first:
+            return st
+        mode = stat.S_IFDIR | 0o777  # writable by all, not sticky
+        return os.stat_result((mode, st.st_ino, st.st_dev, st.st_nlink, 0, 0, st.st_size, 0, 0, 0))
+
+    monkeypatch.setattr(trust.os, "lstat", lstat)
+    assert trust.dir_problem(str(tmp_path)) == f"directory {first} is writable by group or others (mode 0777)"
+
+
+def test_open_and_read_pass_their_owners_on(tmp_path):
+    d = _dir(tmp_path / "d")
+    f = _file(d / "f", "z")
+    stranger = frozenset({4242})
+    with pytest.raises(trust.UntrustedFile) as err:
+        trust.open_trusted(str(f), stranger)
+    assert err.value.path == str(f) and err.value.why.startswith("directory /")
+    assert "not by a trusted account" in err.value.why
+    with pytest.raises(trust.UntrustedFile):
+        trust.read_strict(str(f), stranger)
+    assert trust.read_trusted(str(f), stranger) is None
+    assert trust.writable_dir(str(d), owners=stranger) is not None
+    assert trust.writable_dir(str(d)) is None
+
+
+def test_refusals_name_the_path(tmp_path):
+    d = _dir(tmp_path / "d")
+    fifo = d / "fifo"
+    os.mkfifo(fifo, 0o644)
+    with pytest.raises(trust.UntrustedFile) as err:
+        trust.open_trusted(str(fifo))
+    assert err.value.path == str(fifo)
+    big = _file(d / "big", "x" * 20)
+    with pytest.raises(trust.UntrustedFile) as err:
+        trust.read_strict(str(big), max_bytes=10)
+    assert err.value.path == str(big)
+    with pytest.raises(trust.UntrustedFile) as err:
+        trust.lock(str(fifo), 0.1)
+    assert err.value.path == str(fifo)
+    link = d / "l.lock"
+    link.symlink_to(d / "t")
+    with pytest.raises(trust.UntrustedFile) as err:
+        trust.lock(str(link), 0.1)
+    assert (err.value.path, err.value.why) == (str(link), "lock file is a symbolic link")
+    mine = _file(d / "m.lock", "", 0o600)
+    with pytest.raises(trust.UntrustedFile) as err:
+        trust.lock(str(mine), 0.1, owners=frozenset({4242}))
+    assert err.value.path == str(mine)
+
+
+def test_the_size_limit_counts_every_chunk(tmp_path):
+    f = _file(_dir(tmp_path / "d") / "f", "x" * 100_000)  # two reads of at most 64 KiB
+    with pytest.raises(trust.UntrustedFile):
+        trust.read_strict(str(f), max_bytes=70_000)
+
+
+def test_a_read_that_would_block_ends_the_file(tmp_path, monkeypatch):
+    f = _file(_dir(tmp_path / "d") / "f", "abc")
+
+    def would_block(fd, n):
+        raise BlockingIOError(11, "again")
+
+    monkeypatch.setattr(trust.os, "read", would_block)
+    assert trust.read_strict(str(f)) == b""
+
+
+def test_missing_parents_are_made_0755_whatever_the_umask(tmp_path):
+    old = os.umask(0)
+    try:
+        assert trust.writable_dir(str(_dir(tmp_path / "b") / "p" / "s"), 0o700) is None
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "b" / "p").stat().st_mode) == 0o755
+    assert stat.S_IMODE((tmp_path / "b" / "p" / "s").stat().st_mode) == 0o700
+
+
+def test_lock_modes_are_narrowed_never_widened(tmp_path):
+    narrow = _file(tmp_path / "n.lock", "", 0o400)
+    os.close(trust.lock(str(narrow), 0.1))
+    assert stat.S_IMODE(narrow.stat().st_mode) == 0o400
+    other = _file(tmp_path / "o.lock", "", 0o044)
+    os.close(trust.lock(str(other), 0.1))
+    assert stat.S_IMODE(other.stat().st_mode) == 0o600
+
+
+def test_a_zero_timeout_does_not_wait(tmp_path):
+    import time
+
+    path = str(tmp_path / "z.lock")
+    held = trust.lock(path, 0.1)
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(TimeoutError):
+            trust.lock(path, 0.0)
+        assert time.monotonic() - t0 < 0.5
+    finally:
+        os.close(held)
+
+
+def test_the_wait_polls_often(tmp_path):
+    """Backing off from 2 ms to at most 50 ms: a lock freed after 0.05 s, or after 1.2 s, is
+    taken within a few polls of that."""
+    import time
+
+    path = str(tmp_path / "w.lock")
+    for hold in (0.05, 1.2):
+        held = trust.lock(path, 0.1)
+        threading.Timer(hold, os.close, (held,)).start()
+        t0 = time.monotonic()
+        os.close(trust.lock(path, 5.0))
+        assert time.monotonic() - t0 < hold + 0.4, hold
