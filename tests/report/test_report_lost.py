@@ -217,3 +217,11 @@ def test_an_attempt_outside_every_window_is_not_expanded():
     )
     assert test(early) is False and test(late) is False
     assert test.expanded == {}
+
+
+def test_a_blank_line_in_the_middle_is_skipped_not_the_end(tmp_path):
+    rec = json.dumps({"node": "n1", "time": 1, "status": "fail"}) + "\n"
+    path = tmp_path / "h.jsonl"
+    path.write_text(rec + "\n  \n" + rec)
+    hl = read_health_log(str(path))
+    assert hl.records == 2 and len(hl.events) == 2 and hl.bad_lines == 0
