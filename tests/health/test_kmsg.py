@@ -184,3 +184,13 @@ def test_read_kmsg_records_stops_at_max_records(fake_kmsg):
 
 def test_read_kmsg_records_of_a_missing_device(tmp_path):
     assert kmsg.read_kmsg_records(str(tmp_path / "no-kmsg")) == []
+
+
+def test_short_pci_pads_a_short_domain_on_the_left():
+    assert kmsg.short_pci("1:1a:00.0") == "0001:1a:00"
+
+
+def test_read_kmsg_records_strips_only_the_newline_and_opens_dev_kmsg(fake_kmsg):
+    fake = fake_kmsg([b"6,1,1,-;ends with X\n", b"6,2,2,-;trailing space \n"])
+    assert kmsg.read_kmsg_records() == ["6,1,1,-;ends with X", "6,2,2,-;trailing space "]
+    assert fake.opened[0][0] == "/dev/kmsg"
