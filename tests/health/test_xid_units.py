@@ -368,3 +368,49 @@ def test_the_locked_cursor_is_exclusive_and_bounded(tmp_path):
         assert os.waitstatus_to_exitcode(status) == 7
     with xid.locked_cursor(state, "n1", 0.1):
         pass
+
+
+def test_table_errors_are_one_line_naming_the_file(tmp_path, monkeypatch):
+    path = write_table(tmp_path, "- 1\n")
+    with pytest.raises(ConfigError) as err:
+        xid.load_table(path)
+    assert str(err.value) == f"{path}: expected a mapping with an 'xids' mapping"
+    path = write_table(tmp_path, "xids: {}\nxid154_recovery_actions:\n  - {action: x}\n", name="r.yaml")
+    with pytest.raises(ConfigError) as err:
+        xid.load_table(path)
+    valid = "none|monitor|reset|reboot|isolate"
+    want = f"{path}: xid154_recovery_actions[0]: expected {{code: <int>, match: <label>, action: <{valid}>}}"
+    assert str(err.value) == want
+    path = write_table(tmp_path, "", name="u.yaml")
+    with open(path, "wb") as fh:
+        fh.write(b"\xff\n")
+    with pytest.raises(ConfigError) as err:
+        xid.load_table(path)
+    assert str(err.value) == f"{path}: not UTF-8 text"
+    path = write_table(tmp_path, "xids: [\n", name="y.yaml")
+    with pytest.raises(ConfigError) as err:
+        xid.load_table(path)
+    assert str(err.value).startswith(path)
+    os.chmod(write_table(tmp_path, TABLE, name="w.yaml"), 0o666)
+    monkeypatch.setattr(xid, "TABLE_CANDIDATES", (str(tmp_path / "tables" / "w.yaml"),))
+    with pytest.raises(ConfigError) as err:
+        xid.load_table(None)
+    assert str(err.value).startswith(str(tmp_path / "tables" / "w.yaml") + ": not trusted: ")
+    trust.REJECTED.clear()
+
+
+def test_a_recovery_state_without_a_label_matches_no_label():
+    t = xid.XidTable({"xids": {}, "xid154_recovery_actions": [{"code": 1, "action": "reset"}]})
+    assert t.recovery == [(1, "", "reset")]
+    assert t.recovery_action("changed to (XXXX)") == Action.MONITOR
+    assert t.recovery_action("changed to (None)") == Action.MONITOR
+
+
+def test_a_cursor_without_a_count_starts_counting(tmp_path):
+    path = xid.cursor_path(_state(tmp_path), "n1")
+    with open(path, "w") as fh:
+        fh.write('{"last_timestamp": 5}')
+    os.chmod(path, 0o600)
+    cur = xid.Cursor(path)
+    cur.advance(6.0, 2)
+    assert cur.data["events_seen"] == 2
