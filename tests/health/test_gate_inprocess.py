@@ -298,3 +298,133 @@ def test_say_never_raises(monkeypatch):
 
     monkeypatch.setattr(gate.sys, "stderr", Broken())
     gate._say("x")  # no exception
+
+
+def test_a_healthy_epilog_passes_and_records(run, gpu_fixture, tmp_path):
+    gpu_fixture()
+    code, err, recs, timers = run("epilog", env={"SLURM_JOB_UID": "4242424", "SLURM_JOB_USER": "nobody"})
+    assert code == 0, err
+    assert recs[-1]["hook"] == "epilog" and recs[-1]["status"] == "ok" and recs[-1]["exit_code"] == 0
+    assert timers[0].seconds == pytest.approx(gate.DEFAULT_DEADLINES["epilog"] + 1.0)
+    assert 'slurmkit_health_status{hook="epilog",node="node1"} 0.0' in prom(tmp_path, "epilog")
+
+
+def test_the_epilog_watchdog_allows_for_a_heavy_escalation(run, gpu_fixture):
+    gpu_fixture()
+    health = {"epilog_deadline": 7.0, "escalation": {"action": "heavy", "heavy_deadline": 40.0}}
+    _, _, _, timers = run("epilog", health=health, env={"SLURM_JOB_UID": "4242424"})
+    assert timers[0].seconds == pytest.approx(48.0)
+    _, _, _, timers = run("prolog", health=health)
+    assert timers[-1].seconds == pytest.approx(gate.DEFAULT_DEADLINES["prolog"] + 1.0)
+
+
+def test_the_healthcheck_has_its_own_default_budget(run, gpu_fixture):
+    gpu_fixture()
+    _, _, _, timers = run("healthcheck", env={"SLURM_JOB_ID": ""})
+    assert timers[0].seconds == pytest.approx(gate.DEFAULT_DEADLINES["healthcheck"] + 1.0)
+    assert gate.DEFAULT_DEADLINES == {"prolog": 5.0, "epilog": 30.0, "healthcheck": 30.0}
+
+
+def test_fail_closed_turns_the_first_internal_problem_into_an_isolating_fail(run, tmp_path):
+    code, err, recs, _ = run(health={"fail_closed": True})  # no GPU fixture: the checks cannot run
+    rec = recs[-1]
+    assert code == 1 and rec["status"] == "unknown"  # the worst result; the exit code is the FAIL
+    reason = rec["drain_reason"]
+    bad = next(r for r in rec["results"] if r["status"] == "unknown")
+    assert reason == f"slurmkit:{bad['code']} {bad['check']}: {bad['reason']}"[: len(reason)]
+    assert "slurmkit-prolog: node1: FAIL slurmkit:" in err
+
+
+def test_an_unknown_healthcheck_exits_0_or_nagios_unknown_when_fail_closed(run):
+    code, _, recs, _ = run("healthcheck", env={"SLURM_JOB_ID": ""})  # no fixture: unknown
+    assert code == 0 and recs[-1]["exit_code"] == 0
+    code, _, recs, _ = run("healthcheck", health={"fail_closed": True}, env={"SLURM_JOB_ID": ""})
+    assert code == 3 and recs[-1]["exit_code"] == 3  # Nagios UNKNOWN
+
+
+def test_the_config_error_record_says_why(monkeypatch, tmp_path, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("health:\n  prolog_deadlin: 3\n")
+    seen = {}
+    monkeypatch.setattr(
+        gate, "_record_bounded", lambda hook, secs, *a: seen.update(hook=hook, secs=secs, args=a)
+    )
+    monkeypatch.setenv("SLURMKIT_CONFIG", str(bad))
+    assert gate.run_hook("prolog", env=dict(ENV)) == 0
+    ctx, paths, status, results, seconds, exit_code, drain_reason, internal = seen["args"]
+    assert seen["hook"] == "prolog" and seen["secs"] == gate.RECORD_TIMEOUT == 1.0
+    assert ctx is None and status.value == "unknown" and exit_code == 0 and drain_reason is None
+    (r,) = results
+    assert (r.check, r.status.value, r.code, r.details) == (
+        "config",
+        "unknown",
+        "CONFIG_ERROR",
+        {"internal": True},
+    )
+    assert "prolog_deadlin" in r.reason and internal == [r.reason] and 0 <= seconds < 5
+
+
+def test_the_internal_error_record_says_why(run, gpu_fixture, monkeypatch):
+    from slurmkit.health import catalog
+
+    seen = {}
+    monkeypatch.setattr(gate, "_record_bounded", lambda hook, secs, *a: seen.update(secs=secs, args=a))
+
+    def broken(*a, **k):
+        raise ValueError("bug")
+
+    monkeypatch.setattr(catalog, "select", broken)
+    gpu_fixture()
+    code, _, _, _ = run()
+    ctx, paths, status, results, seconds, exit_code, drain_reason, internal = seen["args"]
+    assert code == 0 and seen["secs"] == gate.RECORD_TIMEOUT and ctx is not None and exit_code == 0
+    (r,) = results
+    assert (r.check, r.code, r.details, r.reason) == (
+        "internal",
+        "INTERNAL_ERROR",
+        {"internal": True},
+        "ValueError: bug",
+    )
+    assert paths["log_dir"].endswith("log") and internal == ["bug"] and drain_reason is None
+
+
+def test_the_watchdog_says_whether_it_fails_open_or_closed(monkeypatch, capsys):
+    timers = []
+    monkeypatch.setattr(
+        gate.threading,
+        "Timer",
+        lambda s, fn: timers.append(fn) or type("T", (), {"start": lambda self: None, "daemon": False})(),
+    )
+    monkeypatch.setattr(gate, "_decided", None)
+    monkeypatch.setattr(gate.os, "_exit", lambda code: None)
+    gate._start_watchdog(2.0, "epilog", True)
+    gate._start_watchdog(2.0, "epilog", False)
+    timers[0]()
+    assert (
+        "slurmkit-epilog: internal watchdog fired after 2.0s; failing (fail_closed)"
+        in capsys.readouterr().err
+    )
+    timers[1]()
+    assert "slurmkit-epilog: internal watchdog fired after 2.0s; failing open" in capsys.readouterr().err
+
+
+def test_a_node_record_without_state_or_reason(monkeypatch):
+    from slurmkit.slurm import client
+
+    monkeypatch.setattr(client, "show_node", lambda node, timeout: {"NodeName": "node1"})
+    assert gate.current_drain("node1", 5) == {"state": "", "reason": ""}
+
+
+def test_drain_gives_each_call_a_bounded_share_of_its_time(monkeypatch):
+    from slurmkit.slurm import client
+
+    seen = {}
+    monkeypatch.setattr(client, "show_node", lambda node, timeout: seen.update(show=timeout) or None)
+    monkeypatch.setattr(
+        client, "drain_node", lambda node, reason, timeout: seen.update(drain=(node, reason, timeout))
+    )
+    assert gate.drain("node1", "slurmkit:X c: d", 4.0) == (True, "drained")
+    assert seen["show"] == 2.0 and seen["drain"][:2] == ("node1", "slurmkit:X c: d")
+    assert 3.5 < seen["drain"][2] <= 4.0
+    gate.drain("node1", "r", 0.1)
+    assert seen["show"] == 0.2 and seen["drain"][2] == 0.2  # never less than 0.2 s each
