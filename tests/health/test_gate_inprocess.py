@@ -428,3 +428,116 @@ def test_drain_gives_each_call_a_bounded_share_of_its_time(monkeypatch):
     assert 3.5 < seen["drain"][2] <= 4.0
     gate.drain("node1", "r", 0.1)
     assert seen["show"] == 0.2 and seen["drain"][2] == 0.2  # never less than 0.2 s each
+
+
+def test_drain_says_it_did_not_drain(fake_scontrol, monkeypatch):
+    from slurmkit.slurm import client
+
+    client.configure(fake_scontrol.bin_dir, 10)
+    fake_scontrol.set_node("node1", "DRAINED", "ops")
+    assert gate.drain("node1", "slurmkit:X c: d", 2.0)[0] is False
+
+    def broken(*a, **k):
+        raise RuntimeError("x")
+
+    monkeypatch.setattr(client, "drain_node", broken)
+    fake_scontrol.set_node("node1", "IDLE")
+    assert gate.drain("node1", "slurmkit:X c: d", 2.0) == (False, "scontrol drain failed: x")
+
+
+def test_untrusted_files_join_the_other_extras_and_the_metric(run, gpu_fixture, monkeypatch, tmp_path):
+    gpu_fixture(lambda d: d["gpus"][3]["ecc"].update(volatile_uncorrected=2))
+    original = gate._record
+
+    def rejecting_record(*args, **kwargs):
+        trust.REJECTED.extend([("/p", "why")] * 3)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(gate, "_record", rejecting_record)
+    code, _, recs, _ = run()
+    assert code == 1 and recs[0]["drain"] == "drained" and recs[0]["untrusted_files"] == ["/p: why"] * 3
+    assert 'slurmkit_health_untrusted_files{hook="prolog",node="node1"} 3.0' in prom(tmp_path)
+    trust.REJECTED.clear()
+
+
+def test_an_existing_path_is_kept(run, gpu_fixture, monkeypatch):
+    gpu_fixture()
+    monkeypatch.setenv("PATH", "/custom/bin:" + os.environ["PATH"])
+    run()
+    assert os.environ["PATH"].startswith("/custom/bin:")
+
+
+def test_without_an_env_the_process_environment_is_used(
+    gpu_fixture, site, fake_scontrol, monkeypatch, tmp_path
+):
+    gpu_fixture()
+    monkeypatch.setattr(gate.threading, "Timer", lambda s, fn: type("T", (), {"start": lambda self: None})())
+    monkeypatch.setenv("SLURMKIT_CONFIG", str(site(slurm={"bin_dir": fake_scontrol.bin_dir})))
+    for k, v in dict(ENV, SLURM_JOB_ID="777").items():
+        monkeypatch.setenv(k, v)
+    assert gate.run_hook("prolog") == 0
+    recs = [json.loads(x) for x in (tmp_path / "log" / "health.jsonl").read_text().splitlines()]
+    assert recs[-1]["job_id"] == "777"
+
+
+def test_main_exits_with_the_hooks_code(monkeypatch):
+    calls = []
+    monkeypatch.setattr(gate, "run_hook", lambda hook: calls.append(hook) or 1)
+
+    class Exited(Exception):
+        pass
+
+    def exit_(code):
+        calls.append(("exit", code))
+        raise Exited
+
+    monkeypatch.setattr(gate.os, "_exit", exit_)
+    with pytest.raises(Exited):
+        gate.main("epilog")
+    assert calls == ["epilog", ("exit", 1)]
+
+    def crash(hook):
+        raise KeyboardInterrupt
+
+    calls.clear()
+    monkeypatch.setattr(gate, "run_hook", crash)
+    with pytest.raises(Exited):
+        gate.main("prolog")
+    assert calls == [("exit", 0)]  # whatever escapes, the process ends (with 0: nothing decided)
+
+
+def test_debug_prints_the_traceback_and_after_the_verdict_names_the_error(run, gpu_fixture, monkeypatch):
+    from slurmkit.health import catalog
+
+    def broken(*a, **k):
+        raise ValueError("bug")
+
+    monkeypatch.setattr(catalog, "select", broken)
+    monkeypatch.setenv("SLURMKIT_DEBUG", "1")
+    gpu_fixture()
+    _, err, _, _ = run()
+    assert "Traceback (most recent call last)" in err
+    monkeypatch.delenv("SLURMKIT_DEBUG")
+    _, err, _, _ = run()
+    assert "Traceback" not in err
+
+
+def test_after_the_verdict_the_error_is_named(run, gpu_fixture, monkeypatch):
+    def broken_drain(*a, **k):
+        raise RuntimeError("late bug")
+
+    monkeypatch.setattr(gate, "drain", broken_drain)
+    gpu_fixture(lambda d: d["gpus"][3]["ecc"].update(volatile_uncorrected=2))
+    code, err, _, _ = run()
+    assert code == 1 and "slurmkit-prolog: internal error after the verdict: RuntimeError: late bug" in err
+
+
+def test_the_context_is_closed(run, gpu_fixture, monkeypatch):
+    from slurmkit.health.engine import Context
+
+    closed = []
+    real = Context.close
+    monkeypatch.setattr(Context, "close", lambda self: (closed.append(1), real(self)))
+    gpu_fixture()
+    run()
+    assert closed == [1]
