@@ -541,3 +541,12 @@ def test_the_context_is_closed(run, gpu_fixture, monkeypatch):
     gpu_fixture()
     run()
     assert closed == [1]
+
+
+def test_failing_open_names_every_fault_in_one_bounded_line(run):
+    code, err, recs, _ = run()  # no GPU fixture: every GPU check is a slurmkit fault
+    internal = recs[-1]["internal_errors"]
+    assert code == 0 and len(internal) >= 2
+    (line,) = [x for x in err.splitlines() if "failing open on slurmkit fault(s): " in x]
+    said = line.split("failing open on slurmkit fault(s): ", 1)[1]
+    assert said == "; ".join(internal)[:300]
