@@ -11,7 +11,8 @@ Slurm packages they are skipped with the reason, unless ``SLURMKIT_REQUIRE_DEVCL
 The same holds for the training stack: kernel, trainer and heavy-check tests
 ``pytest.importorskip`` torch and triton so that a node-side checkout can run the rest,
 but ``SLURMKIT_REQUIRE_TRAIN=1`` (set by tests/run.sh, whose bootstrap installs them)
-turns such a skip into a failure, so a missing torch or triton cannot pass CI.
+turns such a skip into a failure, so a missing torch or triton cannot pass CI; the same
+holds for DuckDB, which the report engine and archive tests import or skip.
 """
 
 from __future__ import annotations
@@ -25,6 +26,11 @@ from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence
 
 import pytest
+
+# --- suite guards (issue 30; self-contained, see tests/suite_guards.py): no test writes to the
+# system's slurmkit paths, and SLURMKIT_UPDATE_GOLDENS is refused in CI. pytest finds the
+# fixture and the hook through these names.
+from suite_guards import no_writes_to_system_paths, pytest_configure  # noqa: E402, F401
 
 REPO = Path(__file__).resolve().parents[1]
 TERMINAL_STATES = (
@@ -40,8 +46,9 @@ TERMINAL_STATES = (
 )
 
 
-#: The ``[train]`` extra: in CI a test skipped because one of these cannot be imported fails.
-TRAIN_MODULES = ("torch", "triton", "numpy")
+#: The ``[train]`` extra, and the ``[report]`` extra's DuckDB (the engine and archive tests
+#: importorskip it): in CI a test skipped because one of these cannot be imported fails.
+TRAIN_MODULES = ("torch", "triton", "numpy", "duckdb")
 _IMPORT_SKIP = re.compile(r"could not import '([\w.]+)'")
 
 
@@ -60,7 +67,7 @@ def _fail_train_import_skip(report) -> None:
     if reason:
         report.outcome = "failed"
         report.longrepr = (
-            f"SLURMKIT_REQUIRE_TRAIN is set (tests/run.sh) but a training module is missing: {reason}"
+            f"SLURMKIT_REQUIRE_TRAIN is set (tests/run.sh) but a required module is missing: {reason}"
         )
 
 

@@ -87,13 +87,35 @@ def test_an_admins_drain_reason_is_never_overwritten(gpu_fixture, site, fake_sco
     assert not [c for c in fake_scontrol.calls() if c[:1] == ["update"]]
 
 
+#: The prolog with its default paths (where a bad config sends the record) moved under a
+#: temporary directory: a test must never write to the system's /var/log/slurmkit.
+PROLOG_WITH_DEFAULTS_UNDER = """
+import sys
+import slurmkit.health.gate as gate
+root = sys.argv[1]
+gate._default_paths = lambda: {"log_dir": root + "/log", "metrics_dir": root + "/metrics"}
+gate.main("prolog")
+"""
+
+
 def test_bad_config_fails_open(gpu_fixture, tmp_path):
     gpu_fixture()
     bad = tmp_path / "bad.yaml"
     bad.write_text("health:\n  backend: simulated\n  prolog_deadlin: 3\n")
-    res, _ = hook(PROLOG, bad)
+    res = subprocess.run(
+        [sys.executable, "-c", PROLOG_WITH_DEFAULTS_UNDER, str(tmp_path / "defaults")],
+        env={"SLURMKIT_CONFIG": str(bad), "SLURMD_NODENAME": "node1", "SLURM_JOB_ID": "4242"},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert res.returncode == 0
     assert "config error, failing open" in res.stderr and "prolog_deadlin" in res.stderr
+    # the fail-open verdict is recorded where the defaults point
+    rec = json.loads((tmp_path / "defaults" / "log" / "health.jsonl").read_text().splitlines()[-1])
+    assert (
+        rec["status"] == "unknown" and rec["exit_code"] == 0 and "prolog_deadlin" in rec["internal_errors"][0]
+    )
 
 
 def test_missing_fixture_fails_open_but_fail_closed_fails(site, fake_scontrol, tmp_path):

@@ -160,6 +160,10 @@ _tres = st.sampled_from(
         "gres/gpu=100000000000000",
         "gres/gpu:h100=8,gres/gpu=8",
         "gres/gpumem=80G,gres/gpu=1",
+        # typed and untyped counts that disagree: the untyped total wins (gpus_from_tres)
+        "gres/gpu:h100=2,gres/gpu=8",
+        "gres/gpu:h100=8,gres/gpu=2",
+        "gres/gpu:a100=1,gres/gpu:h100=2",
         "",
     ]
 )
@@ -172,8 +176,9 @@ def _time(draw, iso: bool, clean: bool = False):
     kinds = ["t"] if clean else ["t"] * 8 + ["Unknown", "None", "", "garbage", "old"]
     kind = draw(st.sampled_from(kinds))
     if kind == "t":
-        # anywhere in four days, or exactly on a window edge
-        t = BASE + draw(st.one_of(st.integers(0, 4 * 86400), st.sampled_from([3600, 2 * 86400 + 7])))
+        # anywhere in four days, or exactly on an edge: the window's, a drain's (DRAIN_TIMES) or
+        # the start of a drain's suspect window (6 h before it)
+        t = BASE + draw(st.one_of(st.integers(0, 4 * 86400), st.sampled_from(EDGES)))
         return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(t)) if iso else str(t)
     return {"old": "946000000"}.get(kind, kind)
 
@@ -185,8 +190,16 @@ _GOOD_TRES = [
     "billing=1,cpu=1",
     "gres/gpu:h100=8,gres/gpu=8",
     "gres/gpumem=80G,gres/gpu=1",
+    "gres/gpu:h100=2,gres/gpu=8",
+    "gres/gpu:h100=8,gres/gpu=2",
+    "gres/gpu:a100=1,gres/gpu:h100=2",
     "",
 ]
+#: the drains the tests join (node2, gpu03), as offsets from BASE
+DRAIN_TIMES = (86400, 2 * 86400)
+EDGES = (3600, 2 * 86400 + 7, *DRAIN_TIMES, *(t - 6 * 3600 for t in DRAIN_TIMES))
+#: how long an attempt lasts: anything up to two days, or exactly at the prolog-requeue boundary
+_DURATION = st.one_of(st.integers(0, 2 * 86400), st.sampled_from([119, 120, 121]))
 
 
 @st.composite
@@ -200,7 +213,7 @@ def _row(draw, iso: bool, clean: bool):
     start = draw(st.sampled_from(["Unknown", "None"])) if pending else draw(_time(iso, clean))
     if (clean or draw(st.booleans())) and start not in ("Unknown", "None", "", "garbage", "946000000"):
         s = int(start) if not iso else int(time.mktime(time.strptime(start, "%Y-%m-%dT%H:%M:%S")))
-        e = s + draw(st.integers(0, 2 * 86400))
+        e = s + draw(_DURATION)
         end = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(e)) if iso else str(e)
         if clean and state == "RUNNING" and draw(st.booleans()):
             end = "Unknown"
@@ -225,6 +238,15 @@ def _row(draw, iso: bool, clean: bool):
     ]
     shape = "ok" if clean else draw(st.sampled_from(["ok"] * 12 + ["short", "blank", "dup"]))
     line = "|".join(fields)
+    if (
+        shape == "ok"
+        and state not in ("RUNNING", "PENDING")
+        and end not in ("Unknown", "None", "")
+        and not draw(st.integers(0, 7))
+    ):
+        # the same attempt seen twice in one dump: still RUNNING (End unknown), and finished
+        running = "|".join(fields[:2] + ["RUNNING"] + fields[3:6] + ["Unknown"] + fields[7:])
+        return [running, line] if draw(st.booleans()) else [line, running]
     if shape == "short":
         line = "|".join(fields[: draw(st.integers(1, 10))])
     elif shape == "blank":
@@ -314,7 +336,7 @@ def test_generated_dumps_same_answer(
         Window(BASE + 3600, BASE + 2 * 86400 + 7, "w") if windowed else resolve_window(default_unbounded=True)
     )
     prices = PriceTable({"h100": 2.5}, 1.25) if priced else None
-    drains = [DrainEvent("node2", BASE + 86400), DrainEvent("gpu03", BASE + 2 * 86400)] if drained else None
+    drains = [DrainEvent(n, BASE + t) for n, t in zip(("node2", "gpu03"), DRAIN_TIMES)] if drained else None
     filters = sacct.Filters(users=frozenset({"alice"})) if user_filter else None
     ref, ref_stats = _reference(str(path), window, now, by, prices, drains, filters=filters)
     src = engine.probe_file(str(path))
@@ -425,7 +447,7 @@ def test_archive_same_answer_as_reference_over_its_rows(
     window = (
         Window(BASE + 3600, BASE + 2 * 86400 + 7, "w") if windowed else resolve_window(default_unbounded=True)
     )
-    drains = [DrainEvent("node2", BASE + 86400)] if drained else None
+    drains = [DrainEvent("node2", BASE + DRAIN_TIMES[0])] if drained else None
     prices = PriceTable({"h100": 2.5}, 1.25) if priced else None
     filters = sacct.Filters(names=frozenset({"train"})) if name_filter else None
     attempts, ref_stats = _read_archive(tmp, window, now, filters)

@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# Mutation testing with mutmut, module by module, outside CI (it is slow):
+#
+#   bash etc/dev/mutation.sh                 # every module below
+#   bash etc/dev/mutation.sh trust kmsg      # some of them
+#   bash etc/dev/mutation.sh --list          # the modules and the tests each one runs
+#
+# Each module runs in its own scratch copy of the tree ($SLURMKIT_MUTATION_DIR, default
+# /tmp/slurmkit-mutation/<module>), with a [tool.mutmut] section generated from the table
+# below: the one source file to mutate and only its fast unit tests (mutmut then runs, for
+# each mutant, only those of them that reach the mutated function). The score per module is
+# printed and written to <scratch>/score.txt; survivors are listed with `mutmut results`
+# and shown with `mutmut show <name>` run in that scratch directory. docs/testing.md has
+# the last scores and why each survivor is accepted.
+#
+# mutmut is a developer tool, not installed by etc/dev/bootstrap.sh (CI never runs this):
+# the first run installs the version pinned in etc/dev/constraints.txt into .venv.
+# Runs at nice 19 with SLURMKIT_MUTATION_JOBS workers (default 2).
+set -euo pipefail
+
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+PY="${PY:-$REPO/.venv/bin/python}"
+BASE_DIR="${SLURMKIT_MUTATION_DIR:-/tmp/slurmkit-mutation}"
+JOBS="${SLURMKIT_MUTATION_JOBS:-2}"
+
+# module -> "source file|test paths (space separated)". Unit tests only: no devcluster, no root.
+declare -A MODULES=(
+  [trust]="slurmkit/core/trust.py|tests/health/test_node_rules.py tests/core/test_trust.py tests/core/test_files.py"
+  [gate]="slurmkit/health/gate.py|tests/health/test_gate_inprocess.py tests/health/test_node_rules.py"
+  [xid]="slurmkit/health/xid.py|tests/health/test_xid_units.py tests/health/test_xid.py tests/health/test_xid_catalog.py tests/health/test_node_rules.py"
+  [kmsg]="slurmkit/health/kmsg.py|tests/health/test_kmsg.py tests/health/test_xid.py tests/health/test_xid_real.py tests/health/test_node_rules.py"
+  [lost]="slurmkit/report/lost.py|tests/report/test_report_edges.py tests/report/test_report_lost.py tests/report/test_report_aggregate.py"
+  [efficiency]="slurmkit/report/efficiency.py|tests/report/test_report_efficiency_summary.py tests/report/test_report_efficiency.py tests/report/test_report_edges.py"
+  [archive]="slurmkit/report/archive.py|tests/report/test_report_archive.py tests/report/test_report_edges.py"
+)
+ORDER=(kmsg lost trust xid efficiency gate archive)
+
+if [ "${1:-}" = "--list" ]; then
+  for m in "${ORDER[@]}"; do echo "$m: ${MODULES[$m]%%|*} <- ${MODULES[$m]#*|}"; done
+  exit 0
+fi
+if ! "$PY" -c "import mutmut" 2>/dev/null; then
+  echo "slurmkit: installing mutmut into $("$PY" -c 'import sys; print(sys.prefix)') (pinned in etc/dev/constraints.txt)" >&2
+  "$PY" -m pip install -q -c "$REPO/etc/dev/constraints.txt" mutmut
+fi
+MUTMUT="$(dirname "$PY")/mutmut"
+
+run_module() {
+  local name=$1 src=${MODULES[$1]%%|*} tests=${MODULES[$1]#*|}
+  local work="$BASE_DIR/$name"
+  rm -rf "$work"
+  mkdir -p "$work"
+  # the tree the tests need (hooks, tables, fixtures), without the venv or build outputs
+  (cd "$REPO" && tar -cf - --exclude=__pycache__ --exclude='*.egg-info' slurmkit tests etc docs prolog epilog pyproject.toml) \
+    | tar -xf - -C "$work"
+  # this module's [tool.mutmut]: the one file and its tests (pytest's own options come from
+  # [tool.pytest.ini_options]; hypothesis keeps its examples database out of the copy)
+  "$PY" - "$work/pyproject.toml" "$src" $tests <<'PY'
+import re, sys
+path, src, tests = sys.argv[1], sys.argv[2], sys.argv[3:]
+text = re.sub(r"(?ms)^\[tool\.mutmut\].*?(?=^\[|\Z)", "", open(path).read())
+q = lambda xs: "[" + ", ".join(f'"{x}"' for x in xs) + "]"
+text += (
+    "\n[tool.mutmut]\n"
+    'source_paths = ["slurmkit"]\n'
+    f"only_mutate = {q([src])}\n"
+    'also_copy = ["etc", "docs", "prolog", "epilog"]\n'
+    # log messages are not behaviour: a mutant of one is not a test gap
+    'do_not_mutate_patterns = ["\\\\blog\\\\.(debug|info|warning|error|exception)\\\\("]\n'
+    f"pytest_add_cli_args_test_selection = {q(tests)}\n"
+    'pytest_add_cli_args = ["-p", "no:cacheprovider", "-q", "-x"]\n'
+)
+open(path, "w").write(text)
+PY
+  echo "== $name: $src <- $tests" >&2
+  local t0=$SECONDS rc=0
+  # (mutmut runs the tests in-process from <scratch>/mutants, which then comes first on
+  # sys.path; a hook test's subprocess imports the installed tree and kills no mutant)
+  (cd "$work" && nice -n 19 "$MUTMUT" run --max-children "$JOBS" >run.log 2>&1) || rc=$?
+  local secs=$((SECONDS - t0))
+  (cd "$work" && "$MUTMUT" results --all true >results.txt 2>&1) || true
+  "$PY" - "$work" "$name" "$src" "$secs" "$rc" <<'PY'
+import collections, re, sys
+work, name, src, secs, rc = sys.argv[1:]
+counts = collections.Counter()
+for line in open(f"{work}/results.txt"):
+    m = re.match(r"\s*(\S+): (killed|survived|no tests|timeout|suspicious|skipped|caught by type check|not checked|segfault)\s*$", line)
+    if m:
+        counts[m.group(2)] += 1
+total = sum(counts.values())
+killed = counts["killed"] + counts["timeout"] + counts["caught by type check"] + counts["segfault"]
+pct = 100.0 * killed / total if total else 0.0
+line = f"{name}: {src}: {killed}/{total} killed ({pct:.1f} %), {dict(counts)}; {secs} s; mutmut exit {rc}"
+open(f"{work}/score.txt", "w").write(line + "\n")
+print(line)
+PY
+}
+
+for m in "${@:-${ORDER[@]}}"; do
+  if [ -z "${MODULES[$m]:-}" ]; then
+    echo "slurmkit: unknown module '$m' (etc/dev/mutation.sh --list)" >&2
+    exit 2
+  fi
+  run_module "$m"
+done

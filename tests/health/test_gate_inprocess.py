@@ -1,0 +1,552 @@
+"""The hook gate (slurmkit.health.gate.run_hook) in this process: what test_gate.py checks
+through whole processes, here where a mutation tool (and a debugger) can see the code
+run. The watchdog timer is captured, never started; ``scontrol`` is the recording fake."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from slurmkit.core import trust
+from slurmkit.health import gate
+
+ENV = {"SLURMD_NODENAME": "node1", "SLURM_JOB_ID": "4242", "SLURM_JOB_UID": "65534", "SLURM_JOB_GPUS": "0,1"}
+
+
+@pytest.fixture
+def run(monkeypatch, site, fake_scontrol, tmp_path, capsys):
+    """``run(hook="prolog", health=None, env=None)`` -> ``(exit code, stderr, records, timers)``."""
+    timers = []
+
+    class CapturedTimer:
+        def __init__(self, seconds, fn):
+            self.seconds, self.fn, self.daemon = seconds, fn, False
+            timers.append(self)
+
+        def start(self):
+            self.started = True
+
+    monkeypatch.setattr(gate.threading, "Timer", CapturedTimer)
+    monkeypatch.setattr(gate, "_decided", None)
+
+    def go(hook="prolog", health=None, env=None):
+        monkeypatch.setenv(
+            "SLURMKIT_CONFIG", str(site(health=health, slurm={"bin_dir": fake_scontrol.bin_dir}))
+        )
+        capsys.readouterr()
+        code = gate.run_hook(hook, env=dict(ENV, PATH=os.environ.get("PATH", ""), **(env or {})))
+        log = tmp_path / "log" / "health.jsonl"
+        recs = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+        return code, capsys.readouterr().err, recs, timers
+
+    return go
+
+
+def prom(tmp_path, hook="prolog"):
+    return (tmp_path / "metrics" / f"slurmkit_health_{hook}_node1.prom").read_text()
+
+
+def updates(fake_scontrol):
+    return [c for c in fake_scontrol.calls() if c[:1] == ["update"]]
+
+
+def test_a_healthy_prolog_passes_and_records(run, gpu_fixture, fake_scontrol, tmp_path):
+    gpu_fixture()
+    code, err, recs, timers = run()
+    assert code == 0 and err == "" and gate._decided == 0
+    (rec,) = recs
+    assert (rec["node"], rec["hook"], rec["job_id"], rec["status"], rec["exit_code"]) == (
+        "node1",
+        "prolog",
+        "4242",
+        "ok",
+        0,
+    )
+    assert rec["drain_reason"] is None and rec["internal_errors"] == [] and 0 <= rec["seconds"] < 30
+    assert "untrusted_files" not in rec
+    assert 'slurmkit_health_status{hook="prolog",node="node1"} 0.0' in prom(tmp_path)
+    assert updates(fake_scontrol) == []
+    (t,) = timers
+    assert t.seconds == pytest.approx(gate.DEFAULT_DEADLINES["prolog"] + 1.0) and t.daemon and t.started
+
+
+def test_the_watchdog_gets_the_configured_budget_plus_one(run, gpu_fixture):
+    gpu_fixture()
+    _, _, _, timers = run(health={"prolog_deadline": 3.5})
+    assert timers[0].seconds == pytest.approx(4.5)
+
+
+def test_a_failing_prolog_drains_records_and_exits_1(run, gpu_fixture, fake_scontrol, tmp_path):
+    gpu_fixture(lambda d: d["gpus"][3]["ecc"].update(volatile_uncorrected=2))
+    fake_scontrol.set_node("node1", "ALLOCATED")
+    code, err, recs, _ = run()
+    reason = "slurmkit:GPU_ECC_UNCORRECTED gpu_ecc: GPU 3: 2 uncorrected volatile ECC errors"
+    assert code == 1 and gate._decided == 1
+    assert updates(fake_scontrol) == [["update", "NodeName=node1", "State=DRAIN", f"Reason={reason}"]]
+    assert f"slurmkit-prolog: node1: FAIL {reason}" in err
+    (rec,) = recs
+    assert rec["status"] == "fail" and rec["exit_code"] == 1 and rec["drain_reason"] == reason
+    assert rec["drain"] == "drained"
+    assert 'slurmkit_health_status{hook="prolog",node="node1"} 2.0' in prom(tmp_path)
+
+
+def test_no_drain_when_drain_on_fail_is_off(run, gpu_fixture, fake_scontrol):
+    gpu_fixture(lambda d: d["gpus"][3]["ecc"].update(volatile_uncorrected=2))
+    code, _, recs, _ = run(health={"drain_on_fail": False})
+    assert code == 1 and updates(fake_scontrol) == [] and "drain" not in recs[0]
+
+
+def test_an_admins_drain_is_kept(run, gpu_fixture, fake_scontrol):
+    gpu_fixture(lambda d: d["gpus"][3]["ecc"].update(volatile_uncorrected=2))
+    fake_scontrol.set_node("node1", "DRAINED", "bad fan (ops)")
+    code, _, recs, _ = run()
+    assert code == 1 and updates(fake_scontrol) == []
+    assert recs[0]["drain"] == (
+        "already drained by someone else ('bad fan (ops) [root@2026-11-29T10:00:00]'); reason kept"
+    )
+
+
+def test_our_own_earlier_drain_is_updated(run, gpu_fixture, fake_scontrol):
+    gpu_fixture(lambda d: d["gpus"][3]["ecc"].update(volatile_uncorrected=2))
+    fake_scontrol.set_node("node1", "DRAINED", "slurmkit:OLD x: y")
+    code, _, recs, _ = run()
+    assert code == 1 and len(updates(fake_scontrol)) == 1 and recs[0]["drain"] == "drained"
+
+
+def test_a_failing_drain_keeps_the_fail(run, gpu_fixture, fake_scontrol, monkeypatch):
+    from slurmkit.slurm import client
+
+    def broken(*a, **k):
+        raise RuntimeError("scontrol: timed out")
+
+    monkeypatch.setattr(client, "drain_node", broken)
+    gpu_fixture(lambda d: d["gpus"][3]["ecc"].update(volatile_uncorrected=2))
+    code, _, recs, _ = run()
+    assert code == 1 and recs[0]["drain"] == "scontrol drain failed: scontrol: timed out"
+
+
+def test_current_drain_and_is_drained(fake_scontrol, monkeypatch):
+    from slurmkit.slurm import client
+
+    client.configure(fake_scontrol.bin_dir, 10)
+    assert gate.current_drain("node1", 5) is None  # the fake knows no node1 yet: an error
+    fake_scontrol.set_node("node1", "IDLE+DRAIN", "why")
+    assert gate.current_drain("node1", 5) == {
+        "state": "IDLE+DRAIN",
+        "reason": "why [root@2026-11-29T10:00:00]",
+    }
+    monkeypatch.setattr(client, "show_node", lambda node, timeout: None)
+    assert gate.current_drain("node1", 5) is None
+    assert gate.is_drained("idle+drain") and gate.is_drained("DRAINED") and not gate.is_drained("IDLE")
+
+
+def test_missing_fixture_fails_open_and_fail_closed_fails(run, fake_scontrol, tmp_path):
+    code, err, recs, _ = run()  # no GPU fixture: the checks cannot run
+    assert code == 0 and "failing open on slurmkit fault(s)" in err
+    assert recs[-1]["internal_errors"] and recs[-1]["exit_code"] == 0 and recs[-1]["drain_reason"] is None
+    assert 'slurmkit_health_internal_error{hook="prolog",node="node1"} 1.0' in prom(tmp_path)
+    assert updates(fake_scontrol) == []
+    code, err, recs, _ = run(health={"fail_closed": True})
+    assert code == 1 and recs[-1]["exit_code"] == 1 and recs[-1]["drain_reason"].startswith("slurmkit:")
+    assert len(updates(fake_scontrol)) == 1
+
+
+def test_a_bad_config_fails_open_and_records_under_the_defaults(run, monkeypatch, tmp_path, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("health:\n  prolog_deadlin: 3\n")
+    monkeypatch.setattr(
+        gate,
+        "_default_paths",
+        lambda: {"log_dir": str(tmp_path / "dlog"), "metrics_dir": str(tmp_path / "dm")},
+    )
+    monkeypatch.setenv("SLURMKIT_CONFIG", str(bad))
+    monkeypatch.setenv("SLURM_JOB_ID", "4242")  # without a context, the job comes from the environment
+    monkeypatch.setenv("SLURMD_NODENAME", "node1")
+    capsys.readouterr()
+    assert gate.run_hook("prolog", env=dict(ENV)) == 0
+    err = capsys.readouterr().err
+    assert "slurmkit-prolog: config error, failing open:" in err and "prolog_deadlin" in err
+    (rec,) = [json.loads(x) for x in (tmp_path / "dlog" / "health.jsonl").read_text().splitlines()]
+    assert (
+        rec["status"] == "unknown" and rec["exit_code"] == 0 and rec["results"][0]["code"] == "CONFIG_ERROR"
+    )
+    assert rec["job_id"] == "4242" and "prolog_deadlin" in rec["internal_errors"][0]
+    assert (tmp_path / "dm" / "slurmkit_health_prolog_node1.prom").exists()
+
+
+def test_a_bad_config_with_broken_defaults_uses_the_fixed_ones(monkeypatch, tmp_path, capsys):
+    seen = {}
+
+    def boom():
+        raise RuntimeError("no schema")
+
+    monkeypatch.setattr(gate, "_default_paths", boom)
+    monkeypatch.setattr(gate, "_record_bounded", lambda hook, secs, ctx, paths, *a: seen.update(paths=paths))
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("health: [1]\n")
+    monkeypatch.setenv("SLURMKIT_CONFIG", str(bad))
+    assert gate.run_hook("prolog", env=dict(ENV)) == 0
+    assert seen["paths"] == {
+        "log_dir": "/var/log/slurmkit",
+        "metrics_dir": "/var/lib/prometheus/node-exporter",
+    }
+
+
+def test_the_default_paths_are_the_schemas():
+    paths = gate._default_paths()
+    assert (
+        paths["log_dir"] == "/var/log/slurmkit"
+        and paths["metrics_dir"] == "/var/lib/prometheus/node-exporter"
+    )
+
+
+def test_an_internal_error_fails_open_and_is_recorded(run, gpu_fixture, monkeypatch):
+    from slurmkit.health import catalog
+
+    def broken(*a, **k):
+        raise ValueError("bug")
+
+    monkeypatch.setattr(catalog, "select", broken)
+    gpu_fixture()
+    code, err, recs, _ = run()
+    assert code == 0 and "slurmkit-prolog: internal error, failing open: ValueError: bug" in err
+    (rec,) = recs
+    assert (
+        rec["status"] == "unknown" and rec["exit_code"] == 0 and rec["results"][0]["code"] == "INTERNAL_ERROR"
+    )
+    assert rec["results"][0]["reason"] == "ValueError: bug" and rec["internal_errors"] == ["bug"]
+    code, err, recs, _ = run(health={"fail_closed": True})
+    assert code == 1 and "internal error, failing closed" in err and recs[-1]["exit_code"] == 1
+
+
+def test_the_healthcheck_exit_code_is_nagios_and_it_drains(run, gpu_fixture, fake_scontrol):
+    gpu_fixture(lambda d: d["gpus"][2].update(nvlink={"links": 18, "inactive": [0, 1]}))
+    fake_scontrol.set_node("node1", "IDLE")
+    code, _, recs, _ = run("healthcheck", env={"SLURM_JOB_ID": "", "SLURM_JOB_GPUS": ""})
+    assert code == 2 and recs[-1]["exit_code"] == 2
+    assert any("slurmkit:NVLINK_DOWN" in c[3] for c in updates(fake_scontrol))
+
+
+def test_a_healthy_healthcheck_exits_0_and_unknown_is_0_unless_fail_closed(run, gpu_fixture):
+    gpu_fixture()
+    assert run("healthcheck", env={"SLURM_JOB_ID": ""})[0] == 0
+
+
+def test_untrusted_files_are_reported_in_the_record_and_on_stderr(run, gpu_fixture, monkeypatch):
+    gpu_fixture()
+    real = gate.trust.REJECTED
+
+    def rejecting_record(*args, **kwargs):
+        real.extend([(f"/p{i}", "why") for i in range(25)])
+        return original(*args, **kwargs)
+
+    original = gate._record
+    monkeypatch.setattr(gate, "_record", rejecting_record)
+    code, err, recs, _ = run()
+    assert code == 0
+    assert len(recs[0]["untrusted_files"]) == 20 and recs[0]["untrusted_files"][0] == "/p0: why"
+    assert err.count("ignored untrusted") == 5 and "slurmkit-prolog: ignored untrusted /p0: why" in err
+    trust.REJECTED.clear()
+
+
+def test_a_record_that_cannot_be_written_keeps_the_exit_code(run, gpu_fixture, monkeypatch, tmp_path):
+    from slurmkit.verdict import record
+
+    def full(*a, **k):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(record, "append_jsonl", full)
+    monkeypatch.setattr(record, "write_verdict_metrics", full)
+    gpu_fixture(lambda d: d["gpus"][3]["ecc"].update(volatile_uncorrected=2))
+    code, err, _, _ = run()
+    assert code == 1
+    assert f"cannot write the health log under {tmp_path / 'log'}" in err
+    assert f"cannot write metrics under {tmp_path / 'metrics'}" in err
+
+
+def test_a_hung_record_is_abandoned_after_its_budget(gpu_fixture, monkeypatch, capsys):
+    import time
+
+    monkeypatch.setattr(gate, "_record", lambda *a, **k: time.sleep(5))
+    t0 = time.monotonic()
+    gate._record_bounded("prolog", 0.2, None)
+    assert time.monotonic() - t0 < 2
+    assert "slurmkit-prolog: recording the verdict took over 0.2s; abandoned" in capsys.readouterr().err
+
+    def broken(*a, **k):
+        raise KeyError("log_dir")
+
+    monkeypatch.setattr(gate, "_record", broken)
+    gate._record_bounded("prolog", 1.0, None)
+    assert "slurmkit-prolog: cannot record the verdict: 'log_dir'" in capsys.readouterr().err
+
+
+def test_hooks_get_a_path_when_slurm_gives_none(run, gpu_fixture, monkeypatch):
+    gpu_fixture()
+    monkeypatch.delenv("PATH")
+    monkeypatch.setattr(gate, "DEFAULT_PATH", os.defpath + ":/usr/local/bin:/usr/bin:/bin")
+    run()
+    assert os.environ["PATH"] == gate.DEFAULT_PATH
+
+
+def test_say_never_raises(monkeypatch):
+    class Broken:
+        def write(self, s):
+            raise OSError(5, "EIO")
+
+    monkeypatch.setattr(gate.sys, "stderr", Broken())
+    gate._say("x")  # no exception
+
+
+def test_a_healthy_epilog_passes_and_records(run, gpu_fixture, tmp_path):
+    gpu_fixture()
+    code, err, recs, timers = run("epilog", env={"SLURM_JOB_UID": "4242424", "SLURM_JOB_USER": "nobody"})
+    assert code == 0, err
+    assert recs[-1]["hook"] == "epilog" and recs[-1]["status"] == "ok" and recs[-1]["exit_code"] == 0
+    assert timers[0].seconds == pytest.approx(gate.DEFAULT_DEADLINES["epilog"] + 1.0)
+    assert 'slurmkit_health_status{hook="epilog",node="node1"} 0.0' in prom(tmp_path, "epilog")
+
+
+def test_the_epilog_watchdog_allows_for_a_heavy_escalation(run, gpu_fixture):
+    gpu_fixture()
+    health = {"epilog_deadline": 7.0, "escalation": {"action": "heavy", "heavy_deadline": 40.0}}
+    _, _, _, timers = run("epilog", health=health, env={"SLURM_JOB_UID": "4242424"})
+    assert timers[0].seconds == pytest.approx(48.0)
+    _, _, _, timers = run("prolog", health=health)
+    assert timers[-1].seconds == pytest.approx(gate.DEFAULT_DEADLINES["prolog"] + 1.0)
+
+
+def test_the_healthcheck_has_its_own_default_budget(run, gpu_fixture):
+    gpu_fixture()
+    _, _, _, timers = run("healthcheck", env={"SLURM_JOB_ID": ""})
+    assert timers[0].seconds == pytest.approx(gate.DEFAULT_DEADLINES["healthcheck"] + 1.0)
+    assert gate.DEFAULT_DEADLINES == {"prolog": 5.0, "epilog": 30.0, "healthcheck": 30.0}
+
+
+def test_fail_closed_turns_the_first_internal_problem_into_an_isolating_fail(run, tmp_path):
+    code, err, recs, _ = run(health={"fail_closed": True})  # no GPU fixture: the checks cannot run
+    rec = recs[-1]
+    assert code == 1 and rec["status"] == "unknown"  # the worst result; the exit code is the FAIL
+    reason = rec["drain_reason"]
+    bad = next(r for r in rec["results"] if r["status"] == "unknown")
+    assert reason == f"slurmkit:{bad['code']} {bad['check']}: {bad['reason']}"[: len(reason)]
+    assert "slurmkit-prolog: node1: FAIL slurmkit:" in err
+
+
+def test_an_unknown_healthcheck_exits_0_or_nagios_unknown_when_fail_closed(run):
+    code, _, recs, _ = run("healthcheck", env={"SLURM_JOB_ID": ""})  # no fixture: unknown
+    assert code == 0 and recs[-1]["exit_code"] == 0
+    code, _, recs, _ = run("healthcheck", health={"fail_closed": True}, env={"SLURM_JOB_ID": ""})
+    assert code == 3 and recs[-1]["exit_code"] == 3  # Nagios UNKNOWN
+
+
+def test_the_config_error_record_says_why(monkeypatch, tmp_path, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("health:\n  prolog_deadlin: 3\n")
+    seen = {}
+    monkeypatch.setattr(
+        gate, "_record_bounded", lambda hook, secs, *a: seen.update(hook=hook, secs=secs, args=a)
+    )
+    monkeypatch.setenv("SLURMKIT_CONFIG", str(bad))
+    assert gate.run_hook("prolog", env=dict(ENV)) == 0
+    ctx, paths, status, results, seconds, exit_code, drain_reason, internal = seen["args"]
+    assert seen["hook"] == "prolog" and seen["secs"] == gate.RECORD_TIMEOUT == 1.0
+    assert ctx is None and status.value == "unknown" and exit_code == 0 and drain_reason is None
+    (r,) = results
+    assert (r.check, r.status.value, r.code, r.details) == (
+        "config",
+        "unknown",
+        "CONFIG_ERROR",
+        {"internal": True},
+    )
+    assert "prolog_deadlin" in r.reason and internal == [r.reason] and 0 <= seconds < 5
+
+
+def test_the_internal_error_record_says_why(run, gpu_fixture, monkeypatch):
+    from slurmkit.health import catalog
+
+    seen = {}
+    monkeypatch.setattr(gate, "_record_bounded", lambda hook, secs, *a: seen.update(secs=secs, args=a))
+
+    def broken(*a, **k):
+        raise ValueError("bug")
+
+    monkeypatch.setattr(catalog, "select", broken)
+    gpu_fixture()
+    code, _, _, _ = run()
+    ctx, paths, status, results, seconds, exit_code, drain_reason, internal = seen["args"]
+    assert code == 0 and seen["secs"] == gate.RECORD_TIMEOUT and ctx is not None and exit_code == 0
+    (r,) = results
+    assert (r.check, r.code, r.details, r.reason) == (
+        "internal",
+        "INTERNAL_ERROR",
+        {"internal": True},
+        "ValueError: bug",
+    )
+    assert paths["log_dir"].endswith("log") and internal == ["bug"] and drain_reason is None
+
+
+def test_the_watchdog_says_whether_it_fails_open_or_closed(monkeypatch, capsys):
+    timers = []
+    monkeypatch.setattr(
+        gate.threading,
+        "Timer",
+        lambda s, fn: timers.append(fn) or type("T", (), {"start": lambda self: None, "daemon": False})(),
+    )
+    monkeypatch.setattr(gate, "_decided", None)
+    monkeypatch.setattr(gate.os, "_exit", lambda code: None)
+    gate._start_watchdog(2.0, "epilog", True)
+    gate._start_watchdog(2.0, "epilog", False)
+    timers[0]()
+    assert (
+        "slurmkit-epilog: internal watchdog fired after 2.0s; failing (fail_closed)"
+        in capsys.readouterr().err
+    )
+    timers[1]()
+    assert "slurmkit-epilog: internal watchdog fired after 2.0s; failing open" in capsys.readouterr().err
+
+
+def test_a_node_record_without_state_or_reason(monkeypatch):
+    from slurmkit.slurm import client
+
+    monkeypatch.setattr(client, "show_node", lambda node, timeout: {"NodeName": "node1"})
+    assert gate.current_drain("node1", 5) == {"state": "", "reason": ""}
+
+
+def test_drain_gives_each_call_a_bounded_share_of_its_time(monkeypatch):
+    from slurmkit.slurm import client
+
+    seen = {}
+    monkeypatch.setattr(client, "show_node", lambda node, timeout: seen.update(show=timeout) or None)
+    monkeypatch.setattr(
+        client, "drain_node", lambda node, reason, timeout: seen.update(drain=(node, reason, timeout))
+    )
+    assert gate.drain("node1", "slurmkit:X c: d", 4.0) == (True, "drained")
+    assert seen["show"] == 2.0 and seen["drain"][:2] == ("node1", "slurmkit:X c: d")
+    assert 3.5 < seen["drain"][2] <= 4.0
+    gate.drain("node1", "r", 0.1)
+    assert seen["show"] == 0.2 and seen["drain"][2] == 0.2  # never less than 0.2 s each
+
+
+def test_drain_says_it_did_not_drain(fake_scontrol, monkeypatch):
+    from slurmkit.slurm import client
+
+    client.configure(fake_scontrol.bin_dir, 10)
+    fake_scontrol.set_node("node1", "DRAINED", "ops")
+    assert gate.drain("node1", "slurmkit:X c: d", 2.0)[0] is False
+
+    def broken(*a, **k):
+        raise RuntimeError("x")
+
+    monkeypatch.setattr(client, "drain_node", broken)
+    fake_scontrol.set_node("node1", "IDLE")
+    assert gate.drain("node1", "slurmkit:X c: d", 2.0) == (False, "scontrol drain failed: x")
+
+
+def test_untrusted_files_join_the_other_extras_and_the_metric(run, gpu_fixture, monkeypatch, tmp_path):
+    gpu_fixture(lambda d: d["gpus"][3]["ecc"].update(volatile_uncorrected=2))
+    original = gate._record
+
+    def rejecting_record(*args, **kwargs):
+        trust.REJECTED.extend([("/p", "why")] * 3)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(gate, "_record", rejecting_record)
+    code, _, recs, _ = run()
+    assert code == 1 and recs[0]["drain"] == "drained" and recs[0]["untrusted_files"] == ["/p: why"] * 3
+    assert 'slurmkit_health_untrusted_files{hook="prolog",node="node1"} 3.0' in prom(tmp_path)
+    trust.REJECTED.clear()
+
+
+def test_an_existing_path_is_kept(run, gpu_fixture, monkeypatch):
+    gpu_fixture()
+    monkeypatch.setenv("PATH", "/custom/bin:" + os.environ["PATH"])
+    run()
+    assert os.environ["PATH"].startswith("/custom/bin:")
+
+
+def test_without_an_env_the_process_environment_is_used(
+    gpu_fixture, site, fake_scontrol, monkeypatch, tmp_path
+):
+    gpu_fixture()
+    monkeypatch.setattr(gate.threading, "Timer", lambda s, fn: type("T", (), {"start": lambda self: None})())
+    monkeypatch.setenv("SLURMKIT_CONFIG", str(site(slurm={"bin_dir": fake_scontrol.bin_dir})))
+    for k, v in dict(ENV, SLURM_JOB_ID="777").items():
+        monkeypatch.setenv(k, v)
+    assert gate.run_hook("prolog") == 0
+    recs = [json.loads(x) for x in (tmp_path / "log" / "health.jsonl").read_text().splitlines()]
+    assert recs[-1]["job_id"] == "777"
+
+
+def test_main_exits_with_the_hooks_code(monkeypatch):
+    calls = []
+    monkeypatch.setattr(gate, "run_hook", lambda hook: calls.append(hook) or 1)
+
+    class Exited(Exception):
+        pass
+
+    def exit_(code):
+        calls.append(("exit", code))
+        raise Exited
+
+    monkeypatch.setattr(gate.os, "_exit", exit_)
+    with pytest.raises(Exited):
+        gate.main("epilog")
+    assert calls == ["epilog", ("exit", 1)]
+
+    def crash(hook):
+        raise KeyboardInterrupt
+
+    calls.clear()
+    monkeypatch.setattr(gate, "run_hook", crash)
+    with pytest.raises(Exited):
+        gate.main("prolog")
+    assert calls == [("exit", 0)]  # whatever escapes, the process ends (with 0: nothing decided)
+
+
+def test_debug_prints_the_traceback_and_after_the_verdict_names_the_error(run, gpu_fixture, monkeypatch):
+    from slurmkit.health import catalog
+
+    def broken(*a, **k):
+        raise ValueError("bug")
+
+    monkeypatch.setattr(catalog, "select", broken)
+    monkeypatch.setenv("SLURMKIT_DEBUG", "1")
+    gpu_fixture()
+    _, err, _, _ = run()
+    assert "Traceback (most recent call last)" in err
+    monkeypatch.delenv("SLURMKIT_DEBUG")
+    _, err, _, _ = run()
+    assert "Traceback" not in err
+
+
+def test_after_the_verdict_the_error_is_named(run, gpu_fixture, monkeypatch):
+    def broken_drain(*a, **k):
+        raise RuntimeError("late bug")
+
+    monkeypatch.setattr(gate, "drain", broken_drain)
+    gpu_fixture(lambda d: d["gpus"][3]["ecc"].update(volatile_uncorrected=2))
+    code, err, _, _ = run()
+    assert code == 1 and "slurmkit-prolog: internal error after the verdict: RuntimeError: late bug" in err
+
+
+def test_the_context_is_closed(run, gpu_fixture, monkeypatch):
+    from slurmkit.health.engine import Context
+
+    closed = []
+    real = Context.close
+    monkeypatch.setattr(Context, "close", lambda self: (closed.append(1), real(self)))
+    gpu_fixture()
+    run()
+    assert closed == [1]
+
+
+def test_failing_open_names_every_fault_in_one_bounded_line(run):
+    code, err, recs, _ = run()  # no GPU fixture: every GPU check is a slurmkit fault
+    internal = recs[-1]["internal_errors"]
+    assert code == 0 and len(internal) >= 2
+    (line,) = [x for x in err.splitlines() if "failing open on slurmkit fault(s): " in x]
+    said = line.split("failing open on slurmkit fault(s): ", 1)[1]
+    assert said == "; ".join(internal)[:300]
