@@ -25,6 +25,15 @@ set +e
 rc=$?
 set -e
 echo "=== part 1 took $(( $(date +%s) - t0 ))s (exit $rc)"
+# Installed as an admin would: the wheel built from this checkout, in a clean venv, its hooks
+# run with an empty environment on a simulated node (about 30 s).
+if [ "$#" -eq 0 ] && [ "$rc" -eq 0 ]; then
+  echo "=== the wheel, installed into a clean venv, runs the hooks as slurmd would"
+  set +e
+  timeout 600 bash "$REPO/tests/packaging/check_wheel.sh" "$PY"
+  rc=$?
+  set -e
+fi
 # Part 2, for the whole suite only and only when asked: the Slurm-facing suites again on a
 # newer Slurm inside a Debian root (debootstrap, installed and run here; the root is cached in
 # /var/cache/slurmkit-devcluster): SLURMKIT_CI_RELEASES="26.05" (or "24.11 26.05").
