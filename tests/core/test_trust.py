@@ -134,7 +134,10 @@ def test_a_sticky_writable_dir_is_fine_above_a_trusted_entry_only(tmp_path):
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(trust.os, "lstat", lstat)
-        assert trust.dir_problem(str(below)) == f"directory {top} is writable by group or others (mode 1777)"
+        assert (
+            trust.dir_problem(str(below))
+            == f"directory {below} is owned by uid 4242, not by a trusted account"
+        )
     # a writable dir that is not sticky is refused above any entry
     top.chmod(0o777)
     assert trust.dir_problem(str(below)) == f"directory {top} is writable by group or others (mode 0777)"
@@ -155,10 +158,19 @@ def test_open_trusted_refuses_a_symlinked_file(tmp_path, monkeypatch):
     target = _file(d / "target")
     link = d / "link"
     link.symlink_to(target)
-    # the path is resolved once: a link to a sound file is that file
+    other = _file(d / "other")
+    # a trusted link on the way is followed: a link to a sound file is that file
     os.close(trust.open_trusted(str(link)))
-    # a link swapped in after the resolution is refused by O_NOFOLLOW
-    monkeypatch.setattr(trust.os.path, "realpath", lambda p: p)
+    # a link swapped in for the file after the walk is refused by O_NOFOLLOW
+    real_resolve = trust._resolve
+
+    def resolve_then_swap(path, owners):
+        walked = real_resolve(path, owners)
+        target.unlink()
+        target.symlink_to(other)
+        return walked
+
+    monkeypatch.setattr(trust, "_resolve", resolve_then_swap)
     with pytest.raises(trust.UntrustedFile) as err:
         trust.open_trusted(str(link))
     assert err.value.why == "is a symbolic link" and err.value.path == str(link)
@@ -181,7 +193,9 @@ def test_open_trusted_refuses_a_writable_file(tmp_path):
 
 def test_open_trusted_refuses_a_file_of_an_untrusted_owner(tmp_path, monkeypatch):
     f = _file(_dir(tmp_path / "d") / "f")
-    monkeypatch.setattr(trust, "dir_problem", lambda d, owners=None: None)  # judge the file alone
+    real_resolve = trust._resolve
+    # judge the file alone: the walk with the default owners, the opened file with 4242 only
+    monkeypatch.setattr(trust, "_resolve", lambda path, owners: real_resolve(path, trust.trusted_uids()))
     with pytest.raises(trust.UntrustedFile) as err:
         trust.open_trusted(str(f), frozenset({4242}))
     assert err.value.why == f"the file is owned by uid {ME}, not by a trusted account (uids [4242])"

@@ -11,6 +11,7 @@ import pytest
 
 from slurmkit.core import trust
 from slurmkit.health import gate
+from slurmkit.slurm import drain
 
 ENV = {"SLURMD_NODENAME": "node1", "SLURM_JOB_ID": "4242", "SLURM_JOB_UID": "65534", "SLURM_JOB_GPUS": "0,1"}
 
@@ -127,19 +128,19 @@ def test_a_failing_drain_keeps_the_fail(run, gpu_fixture, fake_scontrol, monkeyp
     assert code == 1 and recs[0]["drain"] == "scontrol drain failed: scontrol: timed out"
 
 
-def test_current_drain_and_is_drained(fake_scontrol, monkeypatch):
+def test_node_drain_and_is_drained(fake_scontrol, monkeypatch):
     from slurmkit.slurm import client
 
     client.configure(fake_scontrol.bin_dir, 10)
-    assert gate.current_drain("node1", 5) is None  # the fake knows no node1 yet: an error
+    assert drain.node_drain("node1", 5) is None  # the fake knows no node1 yet: an error
     fake_scontrol.set_node("node1", "IDLE+DRAIN", "why")
-    assert gate.current_drain("node1", 5) == {
+    assert drain.node_drain("node1", 5) == {
         "state": "IDLE+DRAIN",
         "reason": "why [root@2026-11-29T10:00:00]",
     }
     monkeypatch.setattr(client, "show_node", lambda node, timeout: None)
-    assert gate.current_drain("node1", 5) is None
-    assert gate.is_drained("idle+drain") and gate.is_drained("DRAINED") and not gate.is_drained("IDLE")
+    assert drain.node_drain("node1", 5) is None
+    assert drain.is_drained("idle+drain") and drain.is_drained("DRAINED") and not drain.is_drained("IDLE")
 
 
 def test_missing_fixture_fails_open_and_fail_closed_fails(run, fake_scontrol, tmp_path):
@@ -412,7 +413,7 @@ def test_a_node_record_without_state_or_reason(monkeypatch):
     from slurmkit.slurm import client
 
     monkeypatch.setattr(client, "show_node", lambda node, timeout: {"NodeName": "node1"})
-    assert gate.current_drain("node1", 5) == {"state": "", "reason": ""}
+    assert drain.node_drain("node1", 5) == {"state": "", "reason": ""}
 
 
 def test_drain_gives_each_call_a_bounded_share_of_its_time(monkeypatch):
@@ -423,10 +424,10 @@ def test_drain_gives_each_call_a_bounded_share_of_its_time(monkeypatch):
     monkeypatch.setattr(
         client, "drain_node", lambda node, reason, timeout: seen.update(drain=(node, reason, timeout))
     )
-    assert gate.drain("node1", "slurmkit:X c: d", 4.0) == (True, "drained")
+    assert drain.guarded_drain("node1", "slurmkit:X c: d", 4.0) == (True, "drained")
     assert seen["show"] == 2.0 and seen["drain"][:2] == ("node1", "slurmkit:X c: d")
     assert 3.5 < seen["drain"][2] <= 4.0
-    gate.drain("node1", "r", 0.1)
+    drain.guarded_drain("node1", "r", 0.1)
     assert seen["show"] == 0.2 and seen["drain"][2] == 0.2  # never less than 0.2 s each
 
 
@@ -435,14 +436,14 @@ def test_drain_says_it_did_not_drain(fake_scontrol, monkeypatch):
 
     client.configure(fake_scontrol.bin_dir, 10)
     fake_scontrol.set_node("node1", "DRAINED", "ops")
-    assert gate.drain("node1", "slurmkit:X c: d", 2.0)[0] is False
+    assert drain.guarded_drain("node1", "slurmkit:X c: d", 2.0)[0] is False
 
     def broken(*a, **k):
         raise RuntimeError("x")
 
     monkeypatch.setattr(client, "drain_node", broken)
     fake_scontrol.set_node("node1", "IDLE")
-    assert gate.drain("node1", "slurmkit:X c: d", 2.0) == (False, "scontrol drain failed: x")
+    assert drain.guarded_drain("node1", "slurmkit:X c: d", 2.0) == (False, "scontrol drain failed: x")
 
 
 def test_untrusted_files_join_the_other_extras_and_the_metric(run, gpu_fixture, monkeypatch, tmp_path):
@@ -526,7 +527,7 @@ def test_after_the_verdict_the_error_is_named(run, gpu_fixture, monkeypatch):
     def broken_drain(*a, **k):
         raise RuntimeError("late bug")
 
-    monkeypatch.setattr(gate, "drain", broken_drain)
+    monkeypatch.setattr(gate, "guarded_drain", broken_drain)
     gpu_fixture(lambda d: d["gpus"][3]["ecc"].update(volatile_uncorrected=2))
     code, err, _, _ = run()
     assert code == 1 and "slurmkit-prolog: internal error after the verdict: RuntimeError: late bug" in err

@@ -62,31 +62,33 @@ def test_fallen_off_the_bus_text_joins_its_lines_with_single_spaces():
 
 def test_unrelated_messages_are_not_xids():
     assert kmsg.parse_message("usb 1-1: new device") is None
-    assert kmsg.parse_record("4,1,5000000,-;usb 1-1: new device", 1000.0) is None
+    assert kmsg.xid_records(["4,1,5000000,-;usb 1-1: new device"], 1000.0) == []
 
 
-def test_parse_record_splits_at_the_first_semicolon():
+def test_a_record_splits_at_the_first_semicolon():
     rec = "6,1,5000000,-;NVRM: Xid (PCI:0000:18:00): 13, pid=1; name=a;b"
-    assert kmsg.parse_record(rec, 1000.0) == (1005.0, "0000:18:00", 13, "pid=1; name=a;b")
+    assert kmsg.xid_records([rec], 1000.0) == [(1005.0, "0000:18:00", 13, "pid=1; name=a;b")]
 
 
 @pytest.mark.parametrize("head", ["6,1", "6,1,notanumber,-", ""])
-def test_parse_record_with_a_broken_header(head):
-    assert kmsg.parse_record(f"{head};NVRM: Xid (PCI:0000:18:00): 13", 1000.0) is None
+def test_a_record_with_a_broken_header(head):
+    assert kmsg.xid_records([f"{head};NVRM: Xid (PCI:0000:18:00): 13"], 1000.0) == []
 
 
-def test_parse_record_without_a_header():
-    assert kmsg.parse_record("NVRM: Xid (PCI:0000:18:00): 13", 1000.0) is None
+def test_a_record_without_a_header():
+    assert kmsg.xid_records(["NVRM: Xid (PCI:0000:18:00): 13"], 1000.0) == []
 
 
-def test_parse_record_of_a_fallen_off_line_is_four_fields():
+def test_a_fallen_off_record_is_four_fields():
     rec = "3,2,2500000,-;NVRM: GPU 0000:29:00.0: GPU has fallen off the bus."
-    assert kmsg.parse_record(rec, 10.0) == (
-        12.5,
-        "0000:29:00",
-        79,
-        "NVRM: GPU 0000:29:00.0: GPU has fallen off the bus.",
-    )
+    assert kmsg.xid_records([rec], 10.0) == [
+        (
+            12.5,
+            "0000:29:00",
+            79,
+            "NVRM: GPU 0000:29:00.0: GPU has fallen off the bus.",
+        )
+    ]
 
 
 def test_boot_time_from_proc_stat():

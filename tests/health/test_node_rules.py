@@ -68,7 +68,7 @@ def test_a_sticky_ancestor_is_sound_only_above_a_trusted_entry(tmp_path):
 
 
 def test_a_writable_ancestor_is_refused_through_a_symlinked_path(tmp_path):
-    """The path is resolved once, then every ancestor of the *resolved* file is judged."""
+    """A trusted link is followed, and every directory on the way to its target is judged."""
     anc, _, f = _trusted_tree(tmp_path)
     anc.chmod(0o777)
     link = tmp_path / "link"
@@ -183,7 +183,7 @@ def test_an_exception_after_the_fail_is_decided_keeps_the_fail(in_process_gate, 
     def broken_drain(*args, **kwargs):
         raise RuntimeError("bug after the verdict")
 
-    monkeypatch.setattr(gate, "drain", broken_drain)
+    monkeypatch.setattr(gate, "guarded_drain", broken_drain)
     code, _ = in_process_gate()
     assert code == 1
     assert "internal error after the verdict" in capsys.readouterr().err
