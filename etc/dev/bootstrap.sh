@@ -6,31 +6,13 @@
 # starts daemons). Source it; it sets REPO and PY.
 set -euo pipefail
 
-REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd -P)"
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+VENV="${SLURMKIT_VENV:-$REPO/.venv}"
 
 if [ "$(id -u)" -ne 0 ]; then
   echo "slurmkit: this set-up needs root (apt-get and the local Slurm daemons); run it with sudo" >&2
   exit 2
 fi
-
-# The devcluster runs Slurm's job_container/tmpfs: every job sees its own empty /tmp and
-# /dev/shm, so a checkout (and the venv in it) under either is invisible to the jobs. Such a
-# checkout runs from a bind mount of itself at a path the jobs see, chosen from its own path.
-case "$REPO/" in
-  /tmp/* | /dev/shm/*)
-    if [ -z "${SLURMKIT_CHECKOUT_ALIAS:-}" ]; then
-      alias_dir="/var/lib/slurmkit-checkouts/$(printf '%s' "$REPO" | sha256sum | cut -c1-16)"
-      mkdir -p "$alias_dir"
-      mountpoint -q "$alias_dir" || mount --bind "$REPO" "$alias_dir"
-      script="$(cd "$(dirname "$0")" && pwd -P)/$(basename "$0")"
-      echo "slurmkit: $REPO is under /tmp or /dev/shm, which each devcluster job sees as its own" \
-           "private directory; running from a bind mount of it at $alias_dir" >&2
-      export SLURMKIT_CHECKOUT_ALIAS="$REPO"
-      exec bash "$alias_dir/${script#"$REPO"/}" "$@"
-    fi
-    ;;
-esac
-VENV="${SLURMKIT_VENV:-$REPO/.venv}"
 
 APT_PACKAGES=(python3 python3-venv python3-dev gcc iproute2 util-linux procps prometheus
               slurm-wlm slurmctld slurmd slurm-client slurmdbd munge mariadb-server)
@@ -66,9 +48,8 @@ EXTRAS=(train gpu plot metrics report test)
 # a multi-GB CUDA build.
 CONSTRAINTS="$REPO/etc/dev/constraints.txt"
 stamp="$VENV/.slurmkit-installed"
-# Reinstall when the metadata, the pins, the extras or the checkout's path change (an editable
-# install and its console scripts name the path).
-want="$( { cat "$REPO/pyproject.toml" "$REPO/kernels/pyproject.toml" "$CONSTRAINTS"; echo "${EXTRAS[*]}"; echo "$REPO"; } \
+# Reinstall when the metadata, the pins or the extras change.
+want="$( { cat "$REPO/pyproject.toml" "$REPO/kernels/pyproject.toml" "$CONSTRAINTS"; echo "${EXTRAS[*]}"; } \
          | sha256sum | cut -c1-16)"
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   extras="$(IFS=,; echo "${EXTRAS[*]}")"
