@@ -104,11 +104,10 @@ def no_writes_to_system_paths(request):
             + "; ".join(f"{p} {what}" for p, what in sorted(diff.items()))
             + " (give the code under test tmp_path paths)"
         )
-        # A devcluster test's hooks are started by slurmd, not by the test: a prolog that
-        # falls back to its defaults on a refused config (the attack tests provoke it) writes
-        # where a real node's would. Not yet redirected (the devcluster's hooks would need a
-        # defaults override of their own), so those warn instead of failing.
-        if strict() and request.node.get_closest_marker("devcluster") is None:
+        # A test marked ``writes_system_defaults`` runs the real prolog file in a subprocess
+        # with a config the prolog refuses, so it falls back to the system defaults as a node's
+        # would; until those runs get defaults of their own, such a test warns, named.
+        if strict() and request.node.get_closest_marker("writes_system_defaults") is None:
             pytest.fail(message, pytrace=False)
         warnings.warn(
             pytest.PytestWarning(message + "; or another test run on this machine did"), stacklevel=2
@@ -122,6 +121,11 @@ def strict() -> bool:
 
 
 def pytest_configure(config):
+    config.addinivalue_line(
+        "markers",
+        "writes_system_defaults(reason): runs the real prolog with a refused config, which falls "
+        "back to the system's default paths (the path guard warns instead of failing)",
+    )
     if os.environ.get("CI") and os.environ.get("SLURMKIT_UPDATE_GOLDENS"):
         raise pytest.UsageError(
             "SLURMKIT_UPDATE_GOLDENS is set in CI: it rewrites the golden files instead of "

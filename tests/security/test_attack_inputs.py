@@ -266,6 +266,7 @@ def _drains(tmp_path: Path):
     return [c for c in calls if c[:1] == ["update"] or c[:1] == ["reboot"]]
 
 
+@pytest.mark.writes_system_defaults(reason="a refused config falls back to the default paths")
 def test_a_nan_check_timeout_does_not_drain_a_healthy_node(tmp_path):
     """The prolog as slurmd runs it, with ``health.check_timeout: .nan`` in the site config."""
     data = site_dict(tmp_path)

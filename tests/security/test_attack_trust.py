@@ -113,6 +113,7 @@ def test_a_xid_table_a_user_can_write_is_ignored(node, unprivileged_users):
     assert any("xid-site.yaml" in u for u in rec["untrusted_files"])
 
 
+@pytest.mark.writes_system_defaults(reason="a refused config falls back to the default paths")
 def test_root_refuses_a_config_a_user_can_write(node, unprivileged_users):
     """Old: root read any config it was pointed at; one that switches the Xid check off
     was applied. Now it is a config error (fail open, logged, metric), not obeyed."""
