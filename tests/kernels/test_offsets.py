@@ -26,6 +26,7 @@ import triton.language as tl  # noqa: E402
 from slurmkit_kernels import LaunchConfig, flash_attention  # noqa: E402
 from slurmkit_kernels import attention as attention_mod  # noqa: E402
 from slurmkit_kernels._kernels import _tile  # noqa: E402
+from slurmkit_kernels._varlen import _tile as varlen_tile  # noqa: E402
 from slurmkit_kernels.config import KernelConfig  # noqa: E402
 
 TWO_31 = 2**31
@@ -37,11 +38,22 @@ def _tile_probe(OUT, stride_row, stride_col, ROWS: tl.constexpr, COLS: tl.conste
     tl.store(OUT + tl.arange(0, ROWS)[:, None] * COLS + tl.arange(0, COLS)[None, :], offs)
 
 
+@triton.jit
+def _varlen_tile_probe(OUT, stride_row, stride_col, ROWS: tl.constexpr, COLS: tl.constexpr):
+    offs = varlen_tile(tl.arange(0, ROWS), tl.arange(0, COLS), stride_row, stride_col)
+    tl.store(OUT + tl.arange(0, ROWS)[:, None] * COLS + tl.arange(0, COLS)[None, :], offs)
+
+
+#: the dense kernels' `_tile` and varlen's own copy of it, each behind a probe kernel
+TILE_PROBES = {"dense": _tile_probe, "varlen": _varlen_tile_probe}
+
+
+@pytest.mark.parametrize("kind", sorted(TILE_PROBES))
 @pytest.mark.parametrize("stride_row, stride_col", [(2**30 + 3, 1), (3 * 8192, 2**28 + 1), (7, 5)])
-def test_tile_offsets_are_exact_past_2_31(stride_row, stride_col, device):
+def test_tile_offsets_are_exact_past_2_31(kind, stride_row, stride_col, device):
     rows, cols = 16, 16
     out = torch.empty((rows, cols), dtype=torch.int64, device=device)
-    _tile_probe[(1,)](out, stride_row, stride_col, ROWS=rows, COLS=cols)
+    TILE_PROBES[kind][(1,)](out, stride_row, stride_col, ROWS=rows, COLS=cols)
     expect = [[r * stride_row + c * stride_col for c in range(cols)] for r in range(rows)]
     assert out.cpu().tolist() == expect
 

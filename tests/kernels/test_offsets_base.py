@@ -1,10 +1,9 @@
-"""64-bit offsets where tests/kernels/test_offsets.py does not look (issue 30): varlen's own copy
-of the ``_tile`` helper, and the dense kernels' per-(batch, head) base offsets.
+"""64-bit offsets of the dense kernels' per-(batch, head) bases (issue 30); varlen's own copy of
+the ``_tile`` helper is probed beside the dense one in tests/kernels/test_offsets.py.
 
 Both run on the CPU through Triton's interpreter, whose integer arithmetic is numpy's: an
 ``int32`` product wraps exactly as it does on a GPU.
 
-* ``_varlen._tile`` is probed with strides whose products pass 2**31 (only numbers);
 * forward and backward run on ``(B, H, N, D)`` views whose batch (B = 3) or head (H = 3)
   stride is just over 2**30 elements, so batch or head 2 starts past 2**31 elements while
   the stride itself still fits in ``int32`` (a stride of 2**31 or more is passed as
@@ -17,29 +16,12 @@ import pytest
 
 torch = pytest.importorskip("torch")
 triton = pytest.importorskip("triton")
-import triton.language as tl  # noqa: E402
 
 from slurmkit_kernels import LaunchConfig, flash_attention  # noqa: E402
 from slurmkit_kernels import attention as attention_mod  # noqa: E402
-from slurmkit_kernels._varlen import _tile as varlen_tile  # noqa: E402
 from slurmkit_kernels.config import KernelConfig  # noqa: E402
 
 TWO_31 = 2**31
-
-
-@triton.jit
-def _varlen_tile_probe(OUT, stride_row, stride_col, ROWS: tl.constexpr, COLS: tl.constexpr):
-    offs = varlen_tile(tl.arange(0, ROWS), tl.arange(0, COLS), stride_row, stride_col)
-    tl.store(OUT + tl.arange(0, ROWS)[:, None] * COLS + tl.arange(0, COLS)[None, :], offs)
-
-
-@pytest.mark.parametrize("stride_row, stride_col", [(2**30 + 3, 1), (3 * 8192, 2**28 + 1), (7, 5)])
-def test_varlen_tile_offsets_are_exact_past_2_31(stride_row, stride_col, device):
-    rows, cols = 16, 16
-    out = torch.empty((rows, cols), dtype=torch.int64, device=device)
-    _varlen_tile_probe[(1,)](out, stride_row, stride_col, ROWS=rows, COLS=cols)
-    expect = [[r * stride_row + c * stride_col for c in range(cols)] for r in range(rows)]
-    assert out.cpu().tolist() == expect
 
 
 N, D = 8, 16
