@@ -520,7 +520,13 @@ class Job:
                 job_id=jid, index=int(jid.split("_")[1]) if "_" in jid else None, state=""
             )
             row.state, row.nodes, row.exit_code, row.signal = q["state"], q["nodelist"], None, None
+            row.raw_id = q["raw_id"] or row.raw_id
             rows[jid] = row
+        if any(k.startswith(f"{self.job_id}_") for k in rows):
+            # slurmdbd can still hold the array's meta record under the bare array id for a
+            # moment after its last task split off (sacct prints ``42`` beside ``42_1``): the
+            # task rows are the array; the bare row would hide them
+            rows.pop(self.job_id, None)
         if self.job_id in rows or "_" in self.job_id:
             return [rows[k] for k in rows if k == self.job_id] or list(rows.values())[:1]
         return sorted(rows.values(), key=lambda r: (r.index is None, r.index or 0))

@@ -182,7 +182,7 @@ def node_states(partition: Optional[str] = None, *, timeout: Optional[float] = N
     return {row["name"]: row["state"] for row in nodes(partition, timeout=timeout)}
 
 
-JOB_FIELDS = ("job_id", "state", "user", "partition", "nodelist", "reason", "name")
+JOB_FIELDS = ("job_id", "raw_id", "state", "user", "partition", "nodelist", "reason", "name")
 
 
 def jobs(
@@ -194,11 +194,12 @@ def jobs(
     array_tasks: bool = False,
     timeout: Optional[float] = None,
 ) -> List[Dict[str, str]]:
-    """Queued and running jobs from ``squeue`` (``%i`` gives array tasks as ``123_4``).
+    """Queued and running jobs from ``squeue`` (``%i`` gives array tasks as ``123_4``; ``%A``,
+    the ``raw_id``, is each task's own job id, the array's id for the task that keeps it).
 
     ``array_tasks`` (``squeue -r``) lists every pending array task on its own row instead
     of one ``123_[4-9%2]`` row for all of them."""
-    args = ["-h", "-o", "%i|%T|%u|%P|%N|%r|%j"]
+    args = ["-h", "-o", "%i|%A|%T|%u|%P|%N|%r|%j"]
     if array_tasks:
         args.append("-r")
     if user:

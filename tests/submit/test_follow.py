@@ -28,7 +28,7 @@ class ScriptedSlurm:
             self.on_squeue()
             if self.queued:
                 state = self.queued.pop(0)
-                return Result(argv, 0, f"4242|{state}|root|debug|node[1-2]|None|job\n", "", 0)
+                return Result(argv, 0, f"4242|4242|{state}|root|debug|node[1-2]|None|job\n", "", 0)
             return Result(argv, 0, "", "", 0)
         if name == "sacct":
             if self.final is None:

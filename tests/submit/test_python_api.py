@@ -267,8 +267,8 @@ def test_array_status_merges_squeue_and_sacct_and_counts_restarts(site, canned):
                 ("70_2", "73", "RUNNING", "0:0", "node2"),
                 ("70_[3-4%2]", "70", "PENDING", "0:0", "None assigned"),
             ),
-            "70_2|RUNNING|root|debug|node2|None|sw\n70_3|PENDING|root|debug||JobArrayTaskLimit|sw\n"
-            "70_4|PENDING|root|debug||JobArrayTaskLimit|sw\n",
+            "70_2|73|RUNNING|root|debug|node2|None|sw\n70_3|70|PENDING|root|debug||JobArrayTaskLimit|sw\n"
+            "70_4|70|PENDING|root|debug||JobArrayTaskLimit|sw\n",
         )
     )
     job = sk.Job("70")
@@ -284,6 +284,26 @@ def test_array_status_merges_squeue_and_sacct_and_counts_restarts(site, canned):
     assert [t.job_id for t in job.tasks] == [f"70_{i}" for i in range(5)]
     squeue = [c for c in fake.calls if c[0] == "squeue"][0]
     assert "-r" in squeue[1] and squeue[2] == sk.STATUS_TIMEOUT  # every pending task, with a timeout
+
+
+def test_array_status_drops_the_meta_record_slurmdbd_still_lists_under_the_bare_id(site, canned):
+    """Just after an array's last task splits off, sacct can still print the meta record as
+    ``42`` (raw id 42) while squeue shows ``42_1`` (its own id, 42) running: the status lists
+    the two tasks, the meta task with its raw id from squeue, and no bare row."""
+    canned(
+        **array_answers(
+            sacct_rows(
+                ("42_0", "43", "RUNNING", "0:0", "node1"),
+                ("42", "42", "PENDING", "0:0", "None assigned"),
+            ),
+            "42_0|43|RUNNING|root|debug|node1|None|sw\n42_1|42|RUNNING|root|debug|node2|None|sw\n",
+        )
+    )
+    rows = sk.Job("42").status(efficiency=False)
+    assert [(r.job_id, r.raw_id, r.state, r.nodes) for r in rows] == [
+        ("42_0", "43", "RUNNING", "node1"),
+        ("42_1", "42", "RUNNING", "node2"),
+    ]
 
 
 def test_array_end_state_and_exit_code(site, canned):
@@ -303,7 +323,7 @@ def test_array_end_state_and_exit_code(site, canned):
 
 
 def test_wait_times_out_with_a_typed_error(site, canned):
-    canned(squeue=(0, "90|RUNNING|root|debug|node1|None|j\n"), sacct=(0, ""))
+    canned(squeue=(0, "90|90|RUNNING|root|debug|node1|None|j\n"), sacct=(0, ""))
     with pytest.raises(sk.WaitTimeout) as err:
         sk.Job("90").wait(timeout=0.05, poll=0.01)
     assert err.value.exit_code == 124  # GNU timeout's code: one exit code per meaning

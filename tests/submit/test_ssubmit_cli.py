@@ -58,7 +58,7 @@ class FakeSlurm:
         if name == "squeue":
             if self.squeue_polls > 0:
                 self.squeue_polls -= 1
-                return Result(argv, 0, "4242|RUNNING|root|debug|node[1-2]|None|job\n", "", 0)
+                return Result(argv, 0, "4242|4242|RUNNING|root|debug|node[1-2]|None|job\n", "", 0)
             return Result(argv, 0, "", "", 0)
         if name == "sacct":
             return Result(argv, 0, f"4242\x1f{self.sacct_state}\x1f{self.exit_code}\x1fnode[1-2]\n", "", 0)

@@ -31,7 +31,7 @@ SINFO = (
 def env(tmp_path, fake_slurm, site_config):
     cfg = site_config(max_nodes=2, max_concurrent=3, min_interval_s=0)
     fake_slurm.sinfo = SINFO
-    fake_slurm.squeue = "77|RUNNING|root|sweep|node5|None|slurmkit-sweep.node5\n"
+    fake_slurm.squeue = "77|77|RUNNING|root|sweep|node5|None|slurmkit-sweep.node5\n"
     return cfg, fake_slurm
 
 
