@@ -29,6 +29,7 @@ sys.path.insert(0, str(REPO))
 from slurmkit.health import efficiency as eff  # noqa: E402
 from slurmkit.health.backends.simulated import SimulatedBackend  # noqa: E402
 from slurmkit.report.efficiency import FIELDS  # noqa: E402
+from slurmkit.slurm import admincomment  # noqa: E402
 
 
 def epilog_collect(tmp: Path, runs: int) -> list:
@@ -53,7 +54,7 @@ def epilog_collect(tmp: Path, runs: int) -> list:
         backend = SimulatedBackend(str(path))  # the epilog opens it once; its YAML load is timed too
         box: dict = {}
         eff.collect(backend, list(range(8)), cursor={}, job_start=None, job_pids=[], now=now, box=box)
-        eff.job_summary("1", {"node1": {"acct": "on", "gpus": box["gpus"]}})
+        admincomment.job_summary("1", {"node1": {"acct": "on", "gpus": box["gpus"]}})
         times.append(time.perf_counter() - t0)
     return times
 
@@ -75,7 +76,7 @@ def synthetic_file(path: Path, jobs: int) -> None:
                 }
                 for i in range(n)
             }
-            tok = eff.encode(
+            tok = admincomment.encode(
                 {
                     "v": 1,
                     "job": str(j),

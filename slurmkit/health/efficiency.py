@@ -36,7 +36,7 @@ else from the same ``scontrol show job``.
 Where it goes: the per-node detail (every process's stats) into the node's JSON-lines
 health log (``efficiency`` key of the epilog record), and one compact summary for the
 whole job into the job's ``AdminComment`` in the accounting database as ``sk1:`` +
-hex(gzip(JSON)), written by one node with one bounded ``sacctmgr`` update (see
+hex(gzip(JSON)) (the codec: :mod:`slurmkit.slurm.admincomment`), written by one node with one bounded ``sacctmgr`` update (see
 :func:`write_admin_comment` for why not scontrol, and why lower-case hex). An
 AdminComment that already holds another tool's text is left alone.
 
@@ -58,22 +58,19 @@ Nothing here can fail the job or drain the node: problems are recorded, never ra
 
 from __future__ import annotations
 
-import gzip
 import json
 import math
 import os
 import re
 import time
-import zlib
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 from slurmkit.core import trust
 from slurmkit.health import procs
 from slurmkit.health.backends import BackendError
+from slurmkit.slurm.admincomment import finite, foreign_text, job_summary, reject_constant
 from slurmkit.slurm.jobenv import JobEnv
 
-PREFIX = "sk1:"
-FORMAT_VERSION = 1
 CURSOR_FILE = "efficiency-cursor.{node}.json"
 SHARED_SUBDIR = "efficiency"
 CLAIM = ".merged"
@@ -87,17 +84,6 @@ FACTS_TIMEOUT = 2.0
 
 
 # ---------------------------------------------------------------------- summary maths
-
-
-def finite(value: Any) -> Optional[float]:
-    """A finite float or ``None`` (NaN, inf and garbage are not measurements)."""
-    if value is None or isinstance(value, bool):
-        return None
-    try:
-        f = float(value)
-    except (TypeError, ValueError):
-        return None
-    return f if math.isfinite(f) else None
 
 
 def _union_seconds(intervals: List[Tuple[float, float]]) -> float:
@@ -153,94 +139,6 @@ def summarize_gpu(stats: Iterable[Any], capacity_mib: Optional[float], now: floa
 
 def _round(value: Optional[float]) -> Optional[int]:
     return None if value is None else int(round(value))
-
-
-# ---------------------------------------------------------------------- AdminComment codec
-
-
-def encode(summary: Dict[str, Any]) -> str:
-    """``sk1:`` + hex(gzip(compact JSON)), lower case.
-
-    jobstats' layout (prefix + compressed JSON) with slurmkit's own prefix, but hex
-    instead of base64: Slurm 22.05's ``sacctmgr ... set AdminComment=`` stores the value
-    lower-cased (verified on the devcluster), which would corrupt base64. Lower-case hex
-    survives it and decodes in C (``bytes.fromhex``; Python's base32 decoder is pure
-    Python, 40x slower, and the report decodes one summary per job).
-    """
-    raw = json.dumps(summary, sort_keys=True, separators=(",", ":")).encode("utf-8")
-    return PREFIX + gzip.compress(raw, mtime=0).hex()
-
-
-def is_token(text: str) -> bool:
-    return text[: len(PREFIX)].lower() == PREFIX
-
-
-class SummaryError(ValueError):
-    """An AdminComment token that claims to be ours but does not decode."""
-
-
-def decode(token: str) -> Dict[str, Any]:
-    """The summary from an ``sk1:`` token (any case); raises :class:`SummaryError`."""
-    if not is_token(token):
-        raise SummaryError(f"not an {PREFIX} token")
-    try:
-        # wbits 31: a gzip stream, decoded in C without the gzip module's Python header parsing
-        raw = zlib.decompress(bytes.fromhex(token[len(PREFIX) :]), 31)
-        data = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
-    except SummaryError:
-        raise
-    except Exception as exc:
-        raise SummaryError(f"undecodable {PREFIX} payload ({type(exc).__name__})") from None
-    if not isinstance(data, dict) or not isinstance(data.get("nodes"), dict):
-        raise SummaryError(f"{PREFIX} payload is not a summary (no nodes)")
-    return data
-
-
-def _reject_constant(name: str) -> Any:
-    raise SummaryError(f"{name} in {PREFIX} payload")
-
-
-def find_token(admin_comment: str) -> Optional[str]:
-    """Our token inside an AdminComment that may hold other tools' text (space separated)."""
-    for part in (admin_comment or "").split():
-        if is_token(part):
-            return part
-    return None
-
-
-def foreign_text(admin_comment: str) -> str:
-    """What another tool put into AdminComment (everything but our token)."""
-    return " ".join(p for p in (admin_comment or "").split() if not is_token(p))
-
-
-def job_summary(
-    job_id: str, nodes: Dict[str, Dict[str, Any]], missing: Iterable[str] = (), max_chars: int = 16000
-) -> Tuple[Dict[str, Any], str]:
-    """The merged job summary and its token; collapses per-GPU detail to per-node totals
-    (``"agg": true``) when the token would be longer than ``max_chars``."""
-    summary = {"v": FORMAT_VERSION, "job": job_id, "nodes": nodes, "missing": sorted(missing)}
-    token = encode(summary)
-    if len(token) > max_chars:
-        summary["nodes"] = {n: aggregate_node(s) for n, s in nodes.items()}
-        token = encode(summary)
-    return summary, token
-
-
-def aggregate_node(node: Dict[str, Any]) -> Dict[str, Any]:
-    """One node's GPUs collapsed to totals: count, touched, busy seconds, peak memory."""
-    gpus = list((node.get("gpus") or {}).values())
-    known = [g for g in gpus if "a" not in g and g.get("b") is not None]
-    return {
-        "acct": node.get("acct"),
-        "agg": True,
-        "n": len(gpus),
-        "known": len(known),
-        "touched": sum(1 for g in known if (g.get("p") or 0) > 0),
-        "b": round(sum(g["b"] for g in known), 1),
-        "t": max((g.get("t") or 0 for g in known), default=0),
-        "m": max((g.get("m") or 0 for g in known), default=0),
-        "c": max((g.get("c") or 0 for g in gpus), default=0),
-    }
 
 
 # ---------------------------------------------------------------------- collection
@@ -394,8 +292,8 @@ def _ensure_dir(path: str) -> None:
 def _read_trusted_json(path: str) -> Optional[Dict[str, Any]]:
     try:
         raw = trust.read_trusted(path, max_bytes=1 << 20)
-        data = None if raw is None else json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
-    except (OSError, ValueError, SummaryError):
+        data = None if raw is None else json.loads(raw.decode("utf-8"), parse_constant=reject_constant)
+    except (OSError, ValueError):  # a SummaryError is a ValueError
         return None
     return data if isinstance(data, dict) else None
 

@@ -1,7 +1,7 @@
 """``slurmkit report efficiency``: which jobs held GPUs they did not use.
 
 Input: sacct's job rows with their ``AdminComment``, where the epilog left a summary
-(``SK1:`` token, :mod:`slurmkit.health.efficiency`), and the step rows' usage TRES
+(``SK1:`` token, :mod:`slurmkit.slurm.admincomment`), and the step rows' usage TRES
 (``gres/gpuutil``, ``gres/gpumem`` in ``TRESUsageInAve``/``TRESUsageInMax``) where Slurm
 itself recorded them (a Slurm built with NVML and
 ``AccountingStorageTRES=gres/gpumem,gres/gpuutil``). Jobs that ended in the window count
@@ -28,7 +28,6 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, Iterable, List, Optional, Sequence, TextIO, Tuple
 
 from slurmkit.errors import UsageError
-from slurmkit.health.efficiency import SummaryError, decode, find_token, finite
 from slurmkit.report import DEFAULT_IDLE_BELOW
 from slurmkit.report.sacct import (
     BAD_JOB_ID,
@@ -43,6 +42,7 @@ from slurmkit.report.sacct import (
     refuse_free_text,
 )
 from slurmkit.report.table import write_csv, write_markdown, write_text
+from slurmkit.slurm.admincomment import SummaryError, decode, find_token, finite
 from slurmkit.slurm.parse import (
     SACCT_DELIMITER,
     ParseError,

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from slurmkit.health.efficiency import decode, find_token
+from slurmkit.slurm.admincomment import decode, find_token
 from tests.integration.test_health_gate import (
     edited_fixture,
     env_of,

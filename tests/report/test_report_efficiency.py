@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from slurmkit.health.efficiency import encode
 from slurmkit.report import efficiency as reff
+from slurmkit.slurm.admincomment import encode
 
 HEADER = "|".join(reff.FIELDS)
 CAP = 81559

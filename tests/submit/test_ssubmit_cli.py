@@ -285,7 +285,7 @@ def test_docs_cover_every_spec_key_and_exit_code():
 
 
 def test_wait_prints_one_efficiency_line_and_status_shows_it(fake):
-    from slurmkit.health.efficiency import encode
+    from slurmkit.slurm.admincomment import encode
 
     gpus = {
         "0": {"u": 90.0, "t": 7200.0, "b": 6480.0, "m": 61440, "c": 81920, "p": 1},
