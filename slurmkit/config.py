@@ -223,7 +223,7 @@ def named_file_problems(cfg: SiteConfig) -> List[str]:
     A typo in such a path would otherwise show only when the file is first needed (the
     Xid table: when the first Xid arrives), so each is opened now. Each problem is one
     line naming the file, the line and the key. (Parsing the files is their owners' job:
-    ``slurmkit config validate`` also loads the Xid table through slurmkit.health.xid.)
+    ``slurmkit config validate`` also loads the Xid table through slurmkit.health.checks.xid.)
     """
     problems: List[str] = []
 

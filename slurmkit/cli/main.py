@@ -60,7 +60,7 @@ def config_validate(config_path, verbose, quiet) -> None:
     problems = named_file_problems(cfg)
     table = cfg.section("health")["checks"]["xid"]["table"]
     if table and not problems:
-        from slurmkit.health.xid import load_table
+        from slurmkit.health.checks.xid import load_table
 
         try:
             load_table(table)

@@ -18,8 +18,7 @@ from __future__ import annotations
 
 from typing import Dict, List, Optional
 
-from slurmkit.health import heavy
-from slurmkit.health.checks import gpu, host
+from slurmkit.health.checks import gpu, heavy, host
 from slurmkit.health.declare import ALL_HOOKS, HEAVY_HOOKS, CheckSpec, declared
 from slurmkit.verdict.base import Tier
 

@@ -400,7 +400,7 @@ def escalation_triggers(ctx, results: List[CheckResult]) -> List[str]:
     drain (empty: none). Evidence is what the job's user cannot fake: new Xids at or
     above ``escalation.xid_min_action`` (kernel log), a failed ECC, retired-page, GPU
     count or NVLink check, or a GPU backend that hung (NVML)."""
-    from slurmkit.health import xid as xidmod
+    from slurmkit.health.checks import xid as xidmod
 
     esc = ctx.health["escalation"]
     why = []

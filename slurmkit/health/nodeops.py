@@ -82,7 +82,7 @@ def run_recheck(
 def _clear_sticky_xids(node: str, paths: Dict[str, Any], report: Dict[str, Any]) -> None:
     """A resume is the admin's word that the node was repaired: forget the sticky Xid
     failures that every hook has been failing on (then re-check from a clean slate)."""
-    from slurmkit.health import xid
+    from slurmkit.health.checks import xid
 
     try:
         report["xid_cleared"] = xid.clear_sticky(paths["state_dir"], node)

@@ -6,7 +6,7 @@ rendezvous, the same NCCL/Gloo variables and the same nodes, minutes before the
 model loads rather than hours into the run.
 
 What it measures is the collective probe shared with the heavy check and the sweep
-(:mod:`slurmkit.health.collective`), the way nccl-tests does (doc/PERFORMANCE.md):
+(:mod:`slurmkit.health.checks.collective`), the way nccl-tests does (doc/PERFORMANCE.md):
 ``algbw = bytes / t`` and ``busbw = algbw x 2(n-1)/n`` for all_reduce, with ``t`` the
 slowest rank's mean time per iteration, and every element of the reduced buffer checked
 against the exact sum.
@@ -36,7 +36,7 @@ import time
 from datetime import timedelta
 from typing import Any, Dict, List, Optional, Sequence
 
-from slurmkit.health.collective import busbw_gbps, timed_allreduce
+from slurmkit.health.checks.collective import busbw_gbps, timed_allreduce
 
 # The same node naming and atomic JSON writes as the batch script's helpers, so the
 # verdict step reads exactly what this wrote.

@@ -6,7 +6,7 @@ leaf switches of ``topology.conf`` when it exists) and submits one 2-node job pe
 pair. The job runs ``srun`` over both nodes; every rank runs ``slurmkit sweep
 run-pair``, which joins a ``torch.distributed`` group (NCCL over the node's GPUs, one
 rank per GPU; gloo on CPU, one rank per node, when there are no GPUs) and runs the
-collective probe (:mod:`slurmkit.health.collective`, shared with the pre-flight and the
+collective probe (:mod:`slurmkit.health.checks.collective`, shared with the pre-flight and the
 heavy check). Rank 0 judges nccl-tests' busbw (``size/t x 2(n-1)/n``) against
 ``pairs.min_busbw_gbps`` and 90 % of ``pairs.theoretical_busbw_gbps``, and records
 ``pair_allreduce_busbw`` for both nodes in the verdict store (tier ``pair``: not a
@@ -24,7 +24,7 @@ import socket
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from slurmkit.errors import UsageError
-from slurmkit.health import collective
+from slurmkit.health.checks import collective
 from slurmkit.slurm.jobenv import JobEnv
 from slurmkit.sweep.jobscript import finish_sbatch_args
 from slurmkit.sweep.probes import (

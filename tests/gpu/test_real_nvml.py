@@ -248,7 +248,7 @@ def test_prolog_process_stays_within_its_budget(site, backend, seen):
 
 
 def test_heavy_tier_on_cuda(site, seen):
-    from slurmkit.health import heavy
+    from slurmkit.health.checks import heavy
 
     _, health, paths = site
     ctx = Context.from_env(health, paths, "manual", env={}, node="gpu-selftest")

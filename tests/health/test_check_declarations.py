@@ -110,7 +110,7 @@ def test_loading_the_declarations_imports_nothing_heavy():
     code = (
         "import sys\n"
         "import slurmkit.health.config, slurmkit.health.catalog, slurmkit.health.engine\n"
-        "assert 'slurmkit.health.heavy' in sys.modules\n"
+        "assert 'slurmkit.health.checks.heavy' in sys.modules\n"
         "heavy = ('torch', 'numpy', 'triton', 'statistics')\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in heavy))\n"
     )

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from slurmkit.health import collective, heavy
+from slurmkit.health.checks import collective, heavy
 from slurmkit.verdict.base import Action, Status
 
 

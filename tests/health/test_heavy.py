@@ -7,8 +7,8 @@ import math
 
 import pytest
 
-from slurmkit.health import heavy
 from slurmkit.health.catalog import CATALOG
+from slurmkit.health.checks import heavy
 from slurmkit.health.engine import run_one
 from slurmkit.verdict.base import Status
 

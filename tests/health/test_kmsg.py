@@ -1,4 +1,4 @@
-"""slurmkit.health.kmsg function by function: PCI addresses, record parsing, the boot time and
+"""slurmkit.health.checks.kmsg function by function: PCI addresses, record parsing, the boot time and
 the non-blocking /dev/kmsg reader (a scripted stand-in for the device). Written to kill the
 mutants etc/dev/mutation.sh found surviving (docs/testing.md); the 60 s "fallen off the
 bus" window is pinned in test_node_rules.py."""
@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from slurmkit.health import kmsg
+from slurmkit.health.checks import kmsg
 
 
 @pytest.mark.parametrize(

@@ -124,7 +124,7 @@ def test_library_missing_is_unavailable_not_hardware(nvml):
 
 
 def test_xids_from_the_kernel_log_map_to_minor_numbers(nvml, monkeypatch):
-    from slurmkit.health import kmsg
+    from slurmkit.health.checks import kmsg
 
     b = nvml()
     monkeypatch.setattr(

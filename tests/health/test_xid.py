@@ -9,8 +9,8 @@ import time
 import pytest
 
 from slurmkit.errors import ConfigError
-from slurmkit.health import kmsg, xid
 from slurmkit.health.catalog import CATALOG
+from slurmkit.health.checks import kmsg, xid
 from slurmkit.health.engine import run_one
 from slurmkit.verdict.base import Action, Status
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from slurmkit.health import xid
+from slurmkit.health.checks import xid
 from slurmkit.verdict.base import Action
 
 REPO = Path(__file__).resolve().parents[2]

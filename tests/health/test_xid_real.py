@@ -19,7 +19,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from slurmkit.health import kmsg, xid
+from slurmkit.health.checks import kmsg, xid
 from slurmkit.verdict.base import Action
 
 REAL = Path(__file__).resolve().parents[1] / "data" / "real"

@@ -1,4 +1,4 @@
-"""slurmkit.health.xid function by function: the table (parsing, validation, trust, look-ups,
+"""slurmkit.health.checks.xid function by function: the table (parsing, validation, trust, look-ups,
 Xid 154 targets), the cursor and the sticky file. Written to kill the mutants
 etc/dev/mutation.sh found surviving (docs/testing.md)."""
 
@@ -12,7 +12,7 @@ import pytest
 
 from slurmkit.core import trust
 from slurmkit.errors import ConfigError
-from slurmkit.health import xid
+from slurmkit.health.checks import xid
 from slurmkit.verdict.base import Action
 
 

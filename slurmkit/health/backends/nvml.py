@@ -230,7 +230,7 @@ class NvmlBackend(GpuBackend):
         return info.used / MIB
 
     def xid_events(self, since: float) -> List[XidEvent]:
-        from slurmkit.health import kmsg
+        from slurmkit.health.checks import kmsg
 
         bus_to_index = {kmsg.short_pci(g.pci_bus_id): g.index for g in self._info if g.pci_bus_id}
         out = []

@@ -447,7 +447,7 @@ def check_xid(ctx, params) -> CheckResult:
     state directory cost only the cursor (noted in ``details``), never the FAIL. Manual
     runs only look."""
     from slurmkit.core.trust import UntrustedFile
-    from slurmkit.health import xid as xidmod
+    from slurmkit.health.checks import xid as xidmod
 
     b = ctx.backend()
     state_dir = ctx.paths["state_dir"]

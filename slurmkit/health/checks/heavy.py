@@ -12,7 +12,7 @@ else pays for it. Each probe has two halves, so the judgement is tested without 
 Formulas: copy bandwidth = bytes / seconds (one direction per ordered pair); HBM copy
 bandwidth counts read + write (2 x bytes / s, as nvbandwidth and STREAM copy do);
 all_reduce busbw = (bytes / s) x 2(n-1)/n (nccl-tests doc/PERFORMANCE.md), measured and
-judged by :mod:`slurmkit.health.collective`, the probe the pre-flight and the sweep's pair
+judged by :mod:`slurmkit.health.checks.collective`, the probe the pre-flight and the sweep's pair
 test share; GEMM TFLOP/s = 2 n^3 / s / 1e12.
 """
 
@@ -22,7 +22,8 @@ import time
 from typing import Any, Dict, List, Optional, Sequence
 
 from slurmkit.core.schema import Field
-from slurmkit.health import collective, declare
+from slurmkit.health import declare
+from slurmkit.health.checks import collective
 from slurmkit.verdict.base import Action, CheckResult, Status, Tier
 
 GB = 1e9
@@ -300,7 +301,7 @@ def allreduce_busbw(
 
 
 def judge_allreduce(result: Dict[str, Any], expected_gbps: float, min_fraction: float) -> CheckResult:
-    """The collective probe's judgement (:func:`slurmkit.health.collective.judge`) of a
+    """The collective probe's judgement (:func:`slurmkit.health.checks.collective.judge`) of a
     single-node result from :func:`allreduce_busbw`."""
     return collective.judge(
         "allreduce_busbw",

@@ -5,7 +5,7 @@ Three callers share it, each with its own launcher (the probe runs inside a
 
 * ssubmit's pre-flight (:mod:`slurmkit.submit.preflight`): every rank of the job, under
   the job's own ``srun`` + ``torchrun``, and the node-pair tests that name a slow node;
-* the heavy check ``allreduce_busbw`` (:mod:`slurmkit.health.heavy`): one process per GPU
+* the heavy check ``allreduce_busbw`` (:mod:`slurmkit.health.checks.heavy`): one process per GPU
   of one node;
 * the sweep's pair test (:mod:`slurmkit.sweep.pairs`): every GPU of two nodes.
 

@@ -27,7 +27,7 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 #: Where the table is looked for, in order: the source tree, then an installed wheel's
 #: share/slurmkit (see slurmkit.resources; spelled out here to keep the prolog's imports small).
 TABLE_CANDIDATES = (
-    os.path.join(_HERE, "..", "..", "etc", "xid-actions.yaml"),
+    os.path.join(_HERE, "..", "..", "..", "etc", "xid-actions.yaml"),
     os.path.join(sys.prefix, "share", "slurmkit", "etc", "xid-actions.yaml"),
 )
 
