@@ -26,8 +26,8 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from slurmkit.health import efficiency as eff  # noqa: E402
 from slurmkit.health.backends.simulated import SimulatedBackend  # noqa: E402
+from slurmkit.hooks import efficiency as eff  # noqa: E402
 from slurmkit.report.efficiency import FIELDS  # noqa: E402
 from slurmkit.slurm import admincomment  # noqa: E402
 

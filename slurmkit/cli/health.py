@@ -46,7 +46,7 @@ def _sections(config_path):
 
 def _local_or_simulated(node, health):
     from slurmkit.health.engine import node_name
-    from slurmkit.health.nodeops import NotHere, can_check_locally
+    from slurmkit.hooks.nodeops import NotHere, can_check_locally
 
     if node is None:
         return node_name()
@@ -152,7 +152,7 @@ def health_accounting(enable, node, fmt, as_json, config_path, verbose, quiet) -
     """
     setup_logging(verbose, quiet)
     from slurmkit.health.backends import BackendError, open_backend
-    from slurmkit.health.efficiency import accounting_setup
+    from slurmkit.hooks.efficiency import accounting_setup
 
     health_cfg, _ = _sections(config_path)
     node = _local_or_simulated(node, health_cfg)
@@ -220,7 +220,7 @@ def node() -> None:
 def node_status_cmd(name, fmt, as_json, config_path, verbose, quiet) -> None:
     """Slurm state, drain reason (and whether slurmkit owns it), last verdict, sweep verdicts."""
     setup_logging(verbose, quiet)
-    from slurmkit.health.nodeops import node_status
+    from slurmkit.hooks.nodeops import node_status
 
     health_cfg, paths = _sections(config_path)
     st = node_status(name, health_cfg, paths)
@@ -259,7 +259,7 @@ def node_resume_cmd(name, dry_run, fmt, as_json, config_path, verbose, quiet) ->
     or not drained, 1 refused, 2 re-check failed, 3 cannot re-check.
     """
     setup_logging(verbose, quiet)
-    from slurmkit.health.nodeops import guarded_resume
+    from slurmkit.hooks.nodeops import guarded_resume
 
     health_cfg, paths = _sections(config_path)
     report = guarded_resume(name, health_cfg, paths, dry_run=dry_run)
@@ -285,7 +285,7 @@ def kill_leaks(dry_run, node, fmt, as_json, config_path, verbose, quiet) -> None
     SIGKILL; every action is audited. Root only. Exit: 0 none, 1 found, 2 survivor (or not
     root: refused), 3 squeue failed.
     """
-    from slurmkit.health.leaks import NOT_ROOT_MESSAGE
+    from slurmkit.hooks.leaks import NOT_ROOT_MESSAGE
 
     if os.geteuid() != 0:  # before any scan, kill or write: a user's run could only half work
         click.echo(NOT_ROOT_MESSAGE, err=True)
@@ -293,8 +293,8 @@ def kill_leaks(dry_run, node, fmt, as_json, config_path, verbose, quiet) -> None
     setup_logging(verbose, quiet)
     from slurmkit.health.backends import BackendError
     from slurmkit.health.engine import Context
-    from slurmkit.health.leaks import exit_code, write_metrics
-    from slurmkit.health.leaks import kill_leaks as run_kill
+    from slurmkit.hooks.leaks import exit_code, write_metrics
+    from slurmkit.hooks.leaks import kill_leaks as run_kill
 
     health_cfg, paths = _sections(config_path)
     node = _local_or_simulated(node, health_cfg)

@@ -5,7 +5,7 @@
 pip writes the console scripts with the venv's interpreter on their first line, so Slurm
 can run them as installed (``Prolog=/opt/slurmkit/venv/bin/slurmkit-prolog``) with no
 PATH, HOME or virtualenv in the environment. Everything else lives in
-``slurmkit.health.gate.main``, which the hook name parameterises.
+``slurmkit.hooks.gate.main``, which the hook name parameterises.
 
 The gate is imported when the hook runs, not with this module, because a broken install
 must fail open: if slurmkit or one of its dependencies cannot be imported (an
@@ -91,7 +91,7 @@ def fail_open(hook: str, exc: BaseException) -> None:
 def run(hook: str) -> None:
     """Run the ``hook`` gate in this process and exit with its code."""
     try:
-        from slurmkit.health.gate import main
+        from slurmkit.hooks.gate import main
     except Exception as exc:  # ImportError, or a broken dependency failing at import: fail open
         fail_open(hook, exc)
     main(hook)

@@ -138,7 +138,7 @@ class HealthLog:
 
 
 def _is_drain(rec: dict) -> bool:
-    """A record that drained its node. slurmkit's hooks (slurmkit.health.gate) write a
+    """A record that drained its node. slurmkit's hooks (slurmkit.hooks.gate) write a
     ``drain_reason`` whenever a check failed: the hook then drains the node itself or
     exits non-zero, which makes Slurm drain it. Other writers may say ``drained: true``
     or ``event: "drain"``; a record without any of these keys counts when its

@@ -172,7 +172,7 @@ def default_resume(site_cfg, node: str, results: List[CheckResult]) -> tuple:
     logic: only a ``slurmkit:`` drain, reason re-read right before resuming), handing
     it this pass's results as the re-check, since they were measured on the node.
     Returns ``(resumed, message)``."""
-    from slurmkit.health.nodeops import guarded_resume
+    from slurmkit.hooks.nodeops import guarded_resume
 
     report = guarded_resume(node, site_cfg.section("health"), site_cfg.section("paths"), results=results)
     return report.get("action") == "resumed", str(report.get("message", ""))

@@ -16,9 +16,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from slurmkit.health import efficiency as eff
 from slurmkit.health.backends import AccountingStats
 from slurmkit.health.backends.simulated import SimulatedBackend
+from slurmkit.hooks import efficiency as eff
 from slurmkit.slurm import admincomment
 from tests.health.conftest import REPO
 
@@ -545,7 +545,7 @@ def test_array_tasks_keep_their_own_summary_and_another_users_process_stays_out(
     last one's summary on every task) and the other user's and the older process counted."""
     other = subprocess.Popen(["/bin/sleep", "60"], user=12345)
     try:
-        from slurmkit.health import procs
+        from slurmkit.hooks import procs
 
         deadline = time.monotonic() + 5
         while procs.read_proc(other.pid).comm != "sleep":

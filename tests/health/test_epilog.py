@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from slurmkit.health import epilog as ep
-from slurmkit.health import procs
+from slurmkit.hooks import epilog as ep
+from slurmkit.hooks import procs
 from slurmkit.verdict.base import Action, CheckResult, Status
 from tests.health.conftest import REPO, spawn_as
 

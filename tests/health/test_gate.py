@@ -91,7 +91,7 @@ def test_an_admins_drain_reason_is_never_overwritten(gpu_fixture, site, fake_sco
 #: temporary directory: a test must never write to the system's /var/log/slurmkit.
 PROLOG_WITH_DEFAULTS_UNDER = """
 import sys
-import slurmkit.health.gate as gate
+import slurmkit.hooks.gate as gate
 root = sys.argv[1]
 gate._default_paths = lambda: {"log_dir": root + "/log", "metrics_dir": root + "/metrics"}
 gate.main("prolog")
@@ -211,7 +211,7 @@ def test_a_hook_that_cannot_import_the_gate_fails_open_without_a_verdict(
         if entry == "thin-file"
         else "from slurmkit.cli.hooks import prolog; prolog()"
     )
-    code = f"import runpy, sys\nsys.modules['slurmkit.health.gate'] = None  # import fails\n{run}\n"
+    code = f"import runpy, sys\nsys.modules['slurmkit.hooks.gate'] = None  # import fails\n{run}\n"
     res = subprocess.run(
         [sys.executable, "-c", code],
         capture_output=True,

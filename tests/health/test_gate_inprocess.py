@@ -1,4 +1,4 @@
-"""The hook gate (slurmkit.health.gate.run_hook) in this process: what test_gate.py checks
+"""The hook gate (slurmkit.hooks.gate.run_hook) in this process: what test_gate.py checks
 through whole processes, here where a mutation tool (and a debugger) can see the code
 run. The watchdog timer is captured, never started; ``scontrol`` is the recording fake."""
 
@@ -10,7 +10,7 @@ import os
 import pytest
 
 from slurmkit.core import trust
-from slurmkit.health import gate
+from slurmkit.hooks import gate
 from slurmkit.slurm import drain
 
 ENV = {"SLURMD_NODENAME": "node1", "SLURM_JOB_ID": "4242", "SLURM_JOB_UID": "65534", "SLURM_JOB_GPUS": "0,1"}

@@ -108,7 +108,7 @@ def test_resume_of_a_node_that_is_not_drained_does_nothing(runner, site, fake_sc
 
 def test_resume_elsewhere_with_nvml_refuses_with_3(runner, site, fake_scontrol):
     fake_scontrol.set_node("gpu-node-77", "IDLE+DRAIN", "slurmkit:XID_79 xid: GPU 0: Xid 79")
-    from slurmkit.health.nodeops import NotHere
+    from slurmkit.hooks.nodeops import NotHere
 
     res = runner.invoke(
         cli,
@@ -151,7 +151,7 @@ def test_kill_leaks_cli_dry_run(runner, site, gpu_fixture, fake_scontrol, tmp_pa
 def test_kill_leaks_as_an_ordinary_user_refuses_to_start(runner, site, gpu_fixture, monkeypatch, extra):
     """Before: it scanned and killed what it could, then ended in an internal error writing
     root's audit log. Now: one line, exit 2, nothing scanned or killed."""
-    from slurmkit.health import leaks
+    from slurmkit.hooks import leaks
 
     called = []
     monkeypatch.setattr(leaks, "kill_leaks", lambda *a, **k: called.append(a) or pytest.fail("it started"))

@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from slurmkit.health import leaks, procs
 from slurmkit.health.backends.simulated import SimulatedBackend
+from slurmkit.hooks import leaks, procs
 from tests.health.conftest import spawn_as
 
 NOBODY = 65534

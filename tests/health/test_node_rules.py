@@ -17,10 +17,10 @@ import time
 import pytest
 
 from slurmkit.core import trust
-from slurmkit.health import gate
 from slurmkit.health.catalog import CATALOG
 from slurmkit.health.checks import kmsg, xid
 from slurmkit.health.engine import run_one
+from slurmkit.hooks import gate
 from slurmkit.verdict.base import Status
 
 # --------------------------------------------------------------------------- the trust rule

@@ -15,8 +15,8 @@ from dataclasses import replace
 
 import pytest
 
-from slurmkit.health import procs
-from slurmkit.health.procs import CgroupJob, slurm_cgroup_job
+from slurmkit.hooks import procs
+from slurmkit.hooks.procs import CgroupJob, slurm_cgroup_job
 
 NOBODY = 65534
 

@@ -29,7 +29,7 @@ import pytest
 import yaml
 from attack_helpers import HEALTHY, Node
 
-from slurmkit.health import procs
+from slurmkit.hooks import procs
 
 CGROUP_V1_PIDS = Path("/sys/fs/cgroup/pids")
 
@@ -107,9 +107,9 @@ def test_kill_leaks_kills_a_leak_in_a_user_made_cgroup_named_after_a_running_job
     """Failed before: ``.../job_<id>/`` anywhere in /proc/<pid>/cgroup counted, so the leak
     was spared as part of the victim's running job."""
     from slurmkit.core.schema import defaults
-    from slurmkit.health import leaks
     from slurmkit.health.backends.simulated import SimulatedBackend
     from slurmkit.health.config import SITE_SCHEMA
+    from slurmkit.hooks import leaks
 
     attacker, cgroot = delegated_cgroup
     _, victim = unprivileged_users
@@ -191,9 +191,9 @@ def test_the_epilog_never_signals_a_process_that_took_a_judged_pid(unprivileged_
     by the time of the kill, names the victim's process (same pid, later start time, other
     uid). Failed before: the kill step re-read the pid at kill time and killed the victim."""
     from slurmkit.core.schema import defaults
-    from slurmkit.health import epilog
     from slurmkit.health.config import SITE_SCHEMA
     from slurmkit.health.engine import Context
+    from slurmkit.hooks import epilog
 
     attacker, victim = unprivileged_users
     vproc = subprocess.Popen(["runuser", "-u", victim, "--", "/bin/sleep", "300"], start_new_session=True)
@@ -311,9 +311,9 @@ def test_a_scan_out_of_time_is_recorded_and_what_was_found_is_still_killed(unpri
     """The scan's budget runs out (a slow /proc, simulated by a slow environment read):
     the cleanup stops scanning, records it, kills what it found and returns in its time."""
     from slurmkit.core.schema import defaults
-    from slurmkit.health import epilog
     from slurmkit.health.config import SITE_SCHEMA
     from slurmkit.health.engine import Context
+    from slurmkit.hooks import epilog
 
     attacker, _ = unprivileged_users
     uid = _uid(attacker)

@@ -116,9 +116,9 @@ def test_epilog_does_not_kill_another_users_process_on_the_jobs_gpus(unprivilege
 def test_kill_leaks_kills_a_leak_that_fakes_a_running_jobs_id(unprivileged_users, tmp_path):
     """No Slurm here: the running job ids are given as squeue would list them."""
     from slurmkit.core.schema import defaults
-    from slurmkit.health import leaks
     from slurmkit.health.backends.simulated import SimulatedBackend
     from slurmkit.health.config import SITE_SCHEMA
+    from slurmkit.hooks import leaks
 
     attacker, _ = unprivileged_users
     leak = _spawn(attacker, ["/bin/sleep", "300"], env={"SLURM_JOB_ID": "9001"})
@@ -289,9 +289,9 @@ def test_kill_leaks_is_not_fooled_by_a_users_own_slurmstepd(unprivileged_users, 
     """A user can name a program ``slurmstepd`` and run the leak under it; only a root-owned
     slurmstepd is a live job step."""
     from slurmkit.core.schema import defaults
-    from slurmkit.health import leaks
     from slurmkit.health.backends.simulated import SimulatedBackend
     from slurmkit.health.config import SITE_SCHEMA
+    from slurmkit.hooks import leaks
 
     attacker, _ = unprivileged_users
     fake = dropbox / "slurmstepd"

@@ -127,7 +127,7 @@ def hang(real):
 
 builtins.open, os.open = hang(real_open), hang(real_os_open)
 os.lstat, os.stat = hang(real_lstat), hang(real_stat)
-from slurmkit.health.gate import main
+from slurmkit.hooks.gate import main
 main("prolog")
 """
 

@@ -133,7 +133,7 @@ def test_dev_shm_cleanup_still_removes_the_users_own_tree(unprivileged_users, tm
     afterwards, while a symlink the user left there is removed without being followed."""
     attacker, _victim = unprivileged_users
     uid = pwd.getpwnam(attacker).pw_uid
-    from slurmkit.health import epilog as ep
+    from slurmkit.hooks import epilog as ep
 
     precious = tmp_path / "root-owned"
     precious.mkdir()

@@ -59,7 +59,7 @@ def test_a_user_locking_the_health_log_cannot_make_the_watchdog_pass_a_fail(node
 
 HANGING_METRICS = """
 import sys, time
-import slurmkit.health.gate as gate
+import slurmkit.hooks.gate as gate
 import slurmkit.verdict.record as record
 record.write_verdict_metrics = lambda *a, **k: time.sleep(600)  # a disk that never answers
 if sys.argv[1] == "watchdog":

@@ -36,7 +36,7 @@ def test_resume_clears_the_sticky_xid(node):
     """The sticky failure lasts until `slurmkit node resume` (the admin's word that the GPU
     was repaired), and no longer."""
     from slurmkit.config import load_site_config
-    from slurmkit.health.nodeops import guarded_resume
+    from slurmkit.hooks.nodeops import guarded_resume
     from slurmkit.slurm import runner
     from slurmkit.slurm.runner import Result
 

@@ -19,7 +19,8 @@ LAYERS: List[Set[str]] = [
     {"cli"},  # command-line code only
     {"api"},  # the public Python API (ssubmit's CLI is a front end over it)
     {"sweep", "submit", "report", "devcluster"},  # orchestration
-    {"health"},  # the checks, their backends and the hook logic
+    {"hooks"},  # the node-side programs at job boundaries: gate, epilog, efficiency, leaks, node ops
+    {"health"},  # the check framework, the checks and their GPU backends
     {"verdict", "config"},  # status/action/result, the store, the record; the site config
     {"metrics"},  # Prometheus textfiles, written through core's atomic writer and trust rule
     {"slurm", "core"},  # the Slurm CLI (runner, parse, client); YAML, schema, files, trust
@@ -28,8 +29,8 @@ LAYERS: List[Set[str]] = [
 RANK: Dict[str, int] = {unit: i for i, units in enumerate(LAYERS) for unit in units}
 
 #: Downward edges that are still not allowed: the report reads accounting data (the
-#: AdminComment codec is in ``slurm/``), never the node side's checks.
-FORBIDDEN: Dict[str, Set[str]] = {"report": {"health"}}
+#: AdminComment codec is in ``slurm/``), never the node side's programs or checks.
+FORBIDDEN: Dict[str, Set[str]] = {"report": {"hooks", "health"}}
 
 
 def _unit(path: Path, package: Path = PACKAGE) -> str:

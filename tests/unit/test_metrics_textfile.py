@@ -102,7 +102,7 @@ def test_the_prolog_does_not_import_prometheus_client(tmp_path):
     config.write_text(yaml.safe_dump(site_dict(tmp_path)))
     code = (
         "import sys\n"
-        "from slurmkit.health import gate\n"
+        "from slurmkit.hooks import gate\n"
         "code = gate.run_hook('prolog')\n"
         "print('CODE', code, 'prometheus_client' in sys.modules)\n"
     )

@@ -31,7 +31,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, List, Optional, Set, Union
 
-from slurmkit.health import procs
+from slurmkit.hooks import procs
 
 #: What ``slurmkit kill-leaks`` says (exit 2) when started by anyone but root.
 NOT_ROOT_MESSAGE = (

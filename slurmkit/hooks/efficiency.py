@@ -52,7 +52,7 @@ the others; if some never arrive it writes a partial summary that lists them und
 ``missing``.
 
 Bounded: collection runs in a worker thread under its own deadline (an NVML call into a
-wedged driver cannot be interrupted; see :mod:`.deadline`), and so does publishing.
+wedged driver cannot be interrupted; see :mod:`slurmkit.health.deadline`), and so does publishing.
 Nothing here can fail the job or drain the node: problems are recorded, never raised.
 """
 
@@ -66,8 +66,8 @@ import time
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 from slurmkit.core import trust
-from slurmkit.health import procs
 from slurmkit.health.backends import BackendError
+from slurmkit.hooks import procs
 from slurmkit.slurm.admincomment import finite, foreign_text, job_summary, reject_constant
 from slurmkit.slurm.jobenv import JobEnv
 

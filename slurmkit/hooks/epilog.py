@@ -9,7 +9,7 @@ Leftovers are found three ways, because each misses something:
   ``system.slice/[<node>_]slurmstepd.scope/job_<id>`` on v2);
 * processes of the job's uid whose environment carries ``SLURM_JOB_ID=<id>`` (no
   cgroup needed; a double-forked process keeps its environment; each is read only up
-  to the job id, at most :data:`~slurmkit.health.procs.ENVIRON_MAX_BYTES`);
+  to the job id, at most :data:`~slurmkit.hooks.procs.ENVIRON_MAX_BYTES`);
 * processes of the job's uid computing on the job's GPUs, per the GPU backend (even a
   process that scrubbed its environment).
 
@@ -19,7 +19,7 @@ it provably belongs to another live job (that job's cgroup, or a ``slurmstepd`` 
 job above it), and another user's process on the job's GPUs (a shared node without
 ``ConstrainDevices=yes``) is reported, never killed. Root's processes are reported too.
 Each signal goes to the process judged, never to a process that took its pid since
-(:func:`~slurmkit.health.procs.kill_with_grace`).
+(:func:`~slurmkit.hooks.procs.kill_with_grace`).
 
 Bounded by construction: the scan may use :data:`SCAN_SHARE` of the cleanup's time and
 the GPU listing :data:`GPU_SHARE`; a step that reaches its budget stops, says so in the
@@ -50,9 +50,9 @@ def _job_gpu_indices(ctx) -> List[int]:
 
 def cleanup(ctx, deadline: float, extra: Dict[str, Any]) -> List[CheckResult]:
     """Kill the job's leftovers and check the GPUs' memory came back. Returns one or two results."""
-    from slurmkit.health import procs
     from slurmkit.health.backends import BackendError
     from slurmkit.health.deadline import ProbeTimeout, call_with_deadline
+    from slurmkit.hooks import procs
 
     out: List[CheckResult] = []
     start = time.monotonic()
@@ -283,7 +283,7 @@ def _memory_back(ctx, backend, indices: List[int], deadline: float) -> CheckResu
 def other_jobs_of_user(uid: int, job_id: str, deadline: Optional[float] = None) -> Optional[List[str]]:
     """Job ids (from process environments, read up to the job id) of ``uid``'s other jobs
     still on this host; ``None`` when ``deadline`` came first (the answer is not known)."""
-    from slurmkit.health import procs
+    from slurmkit.hooks import procs
 
     jobs = set()
     for p in procs.iter_procs(deadline):

@@ -203,15 +203,15 @@ def run_hook(hook: str, env: Optional[Dict[str, str]] = None) -> int:
         # keep time for the verdict: the drain call and the record
         reserve = min(float(health["drain_timeout"]), budget * 0.3) + 0.1
         if hook == "epilog":
-            from slurmkit.health.epilog import cleanup
+            from slurmkit.hooks.epilog import cleanup
 
             results.extend(cleanup(ctx, deadline - reserve, extra))
-            from slurmkit.health.efficiency import epilog_step
+            from slurmkit.hooks.efficiency import epilog_step
 
             epilog_step(ctx, deadline - reserve, extra)  # bounded; records, never fails the job
         results.extend(run_checks(ctx, select(Tier.FAST, hook, health_cfg=health), deadline - reserve))
         if hook == "epilog":
-            from slurmkit.health.epilog import escalate
+            from slurmkit.hooks.epilog import escalate
 
             results.extend(escalate(ctx, results, extra))
         status = worst(results)
