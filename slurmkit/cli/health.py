@@ -45,11 +45,11 @@ def _sections(config_path):
 
 
 def _local_or_simulated(node, health):
-    from slurmkit.health.engine import node_name
     from slurmkit.hooks.nodeops import NotHere, can_check_locally
+    from slurmkit.slurm.node import this_node
 
     if node is None:
-        return node_name()
+        return this_node()
     if not can_check_locally(node, health):
         raise NotHere(
             f"checks read this machine's GPUs: run them on {node} (e.g. `ssh {node} slurmkit health run`)"

@@ -49,9 +49,6 @@ def parse_gpu_list(text: Optional[str]) -> Optional[List[int]]:
     return out or None
 
 
-node_name = this_node  # kept under its old name for callers in slurmkit.health
-
-
 def _digits(value: Optional[str]) -> Optional[str]:
     """A plain non-negative integer as text (an array job or task id), else ``None``."""
     value = (value or "").strip()
@@ -102,7 +99,7 @@ class Context:
         return cls(
             health=health,
             paths=paths,
-            node=node or node_name(env),
+            node=node or this_node(env),
             hook=hook,
             env=env,
             job=job,

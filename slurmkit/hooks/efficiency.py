@@ -36,9 +36,10 @@ else from the same ``scontrol show job``.
 Where it goes: the per-node detail (every process's stats) into the node's JSON-lines
 health log (``efficiency`` key of the epilog record), and one compact summary for the
 whole job into the job's ``AdminComment`` in the accounting database as ``sk1:`` +
-hex(gzip(JSON)) (the codec: :mod:`slurmkit.slurm.admincomment`), written by one node with one bounded ``sacctmgr`` update (see
-:func:`write_admin_comment` for why not scontrol, and why lower-case hex). An
-AdminComment that already holds another tool's text is left alone.
+hex(gzip(JSON)), written by one node with one bounded ``sacctmgr`` update (see
+:func:`write_admin_comment` for why not scontrol; the codec, and why lower-case hex, in
+:mod:`slurmkit.slurm.admincomment`). An AdminComment that already holds another tool's
+text is left alone.
 
 Multi-node jobs: each node writes its summary to
 ``<paths.shared_dir>/efficiency/<job id>[.<restart>.<start>]/<node>.json`` (for a
