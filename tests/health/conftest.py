@@ -1,7 +1,7 @@
-"""Fixtures for the health unit tests: a simulated GPU fixture per test, a site config in
-a temp dir, a check context, and a fake ``scontrol`` that records its arguments (unit
-tests of the drain/resume control flow only; Slurm itself is exercised on the
-devcluster in tests/integration/test_health*.py)."""
+"""Fixtures for the health unit tests (and the hooks', tests/hooks/conftest.py shares them): a
+simulated GPU fixture per test, a site config in a temp dir, a check context, and a fake
+``scontrol`` that records its arguments (unit tests of the drain/resume control flow only;
+Slurm itself is exercised on the devcluster in tests/integration/test_health*.py)."""
 
 from __future__ import annotations
 
