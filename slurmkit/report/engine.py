@@ -11,8 +11,12 @@ in bounded memory. It reads a saved dump **once**:
    number (a text that is not a plain number gets a negative id of its own), its times as
    epochs, and its class, decided in SQL in the reference parser's order: filtered, not
    started, malformed or impossible, outside the window, counted. ISO times are converted
-   in a second step through their few distinct hours, each converted by Python's
-   ``mktime`` (local time and DST as the reference decides). Malformed and impossible rows
+   in the scan: DuckDB's ``strptime`` reads their fields as UTC, and a small table of UTC
+   offsets (:func:`utc_offsets`, a few entries a year) built from the reference's own rule
+   (:func:`slurmkit.report.sacct.hour_epoch`) gives local time and DST. The few times it
+   does not decide (before 1999-12, more than a year past the report's end, a 60th second,
+   a day past the month's end, garbage) are converted in a second step, only their rows,
+   through their distinct hours by the reference's ``parse_time``. Malformed and impossible rows
    (a wrong field count or job id, bad times, a garbage AllocTRES, an exact duplicate of an
    earlier line of the same job) are found in SQL with the reference's reasons and line
    numbers (table ``badrows``): they cost what they are. Only the rows of a requeued job
@@ -307,6 +311,85 @@ def session(threads: Optional[int] = None) -> Iterator[duckdb.DuckDBPyConnection
         shutil.rmtree(spill, ignore_errors=True)
 
 
+# --------------------------------------------------------------------------- ISO times
+
+#: The local days before this (1999-12-01) and after a year past the report's end are
+#: converted by the second step (:func:`_convert_iso`): they are rare, and the offset table
+#: stays small.
+_OFFSETS_FROM = (1999, 12, 1)
+
+
+def _civil_days(y: int, m: int, d: int) -> int:
+    """Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's ``days_from_civil``)."""
+    y -= m <= 2
+    era = y // 400
+    yoe = y - era * 400
+    doy = (153 * (m + (-3 if m > 2 else 9)) + 2) // 5 + d - 1
+    return era * 146097 + yoe * 365 + yoe // 4 - yoe // 100 + doy - 719468
+
+
+def utc_offsets(last: int) -> List[Tuple[int, Optional[int]]]:
+    """``[(local second, offset)]``, sorted: from each local second on (up to the next), an ISO
+    time's epoch is its local seconds (its fields read as UTC) minus ``offset``, exactly as
+    :func:`slurmkit.report.sacct.parse_time` computes it (``mktime`` of its hour, local time
+    and DST as it decides them, plus minutes and seconds). Sampled at the first
+    local midnight of each week from 1999-12-01 to the week of epoch ``last`` (zones change at
+    most once a week); the week before a change is taken hour by hour."""
+
+    def offset(day: int, hour: int) -> int:
+        t = time.gmtime(day * 86400)
+        return day * 86400 + hour * 3600 - sacct.hour_epoch(t.tm_year, t.tm_mon, t.tm_mday, hour)
+
+    first = _civil_days(*_OFFSETS_FROM)
+    end = first + ((last // 86400 + 9 - first) // 7) * 7
+    out: List[Tuple[int, Optional[int]]] = [(first * 86400, offset(first, 0))]
+    previous = out[0][1]
+    for day in range(first + 7, end + 1, 7):
+        now = offset(day, 0)
+        if now != previous:
+            for hour in range(7 * 24):  # the change happened during the week before
+                o = offset(day - 7, hour)
+                if o != out[-1][1]:
+                    out.append(((day - 7) * 86400 + hour * 3600, o))
+            if now != out[-1][1]:
+                out.append((day * 86400, now))
+            previous = now
+    out.append((end * 86400, None))  # the end of the table: later times go to the second step
+    return out
+
+
+def _offset_sql(loc: str, table: Sequence[Tuple[int, Optional[int]]]) -> str:
+    """SQL: the offset of local seconds ``loc`` by a binary tree of comparisons over
+    :func:`utc_offsets` (a dozen or so entries a year where DST is kept; one in UTC), NULL
+    outside the table."""
+
+    def tree(lo: int, hi: int) -> str:  # entries lo..hi-1; loc >= table[lo][0]
+        if hi - lo == 1:
+            o = table[lo][1]
+            return "NULL" if o is None else str(o)
+        mid = (lo + hi) // 2
+        return f"CASE WHEN {loc} < {table[mid][0]} THEN {tree(lo, mid)} ELSE {tree(mid, hi)} END"
+
+    return f"CASE WHEN {loc} < {table[0][0]} THEN NULL ELSE {tree(0, len(table))} END"
+
+
+def _iso_local_sql(text: str) -> str:
+    """SQL: the local seconds of an ISO time text (its fields read as UTC), NULL unless it is
+    ``YYYY-MM-DD``, ``T`` or a space, ``HH:MM:SS`` of a real date and time, which
+    :func:`slurmkit.report.sacct.parse_time` takes too (it also takes a day past the month's
+    end and a 60th second: those are NULL here, for the second step). DuckDB's ``strptime``
+    skips whitespace before a number, which the reference does not take: a text with any
+    but the one space between date and time is NULL too (a fuzzed comparison found no other
+    difference)."""
+    formats = "['%Y-%m-%dT%H:%M:%S', '%Y-%m-%d %H:%M:%S']"
+    spaces = " AND ".join(f"NOT contains({text}, chr({c}))" for c in (9, 10, 11, 12, 13))
+    return (
+        f"CASE WHEN length({text}) = 19 AND substr({text}, 11, 1) IN ('T', ' ') "
+        f"AND NOT contains(left({text}, 10), ' ') AND NOT contains(substr({text}, 12), ' ') AND {spaces} "
+        f"THEN CAST(epoch(try_strptime({text}, {formats})) AS BIGINT) END"
+    )
+
+
 # --------------------------------------------------------------------------- loading
 
 
@@ -449,14 +532,27 @@ def _load_file(
     checked = ", ".join(f"{_plain_int(k, lo, hi)} AS {k}" for k, (_, lo, hi) in numbers.items())
     times = ("st", "en", "sub")
     texts_used = ", ".join(f"r_{k}" for k in numbers)
+    # ISO times: their local seconds (o_*), less the offset of the table (see utc_offsets);
+    # NULL outside it, for the second step (_convert_iso)
+    offsets = utc_offsets(rules.hi + 400 * 86400)
+    inner += "".join(
+        f", CASE WHEN v_{k} IS NULL THEN {_iso_local_sql(numbers[k][0])} END AS o_{k}" for k in times
+    )
+    local = ", ".join(f"o_{k}" for k in times)
+    checked = ", ".join(
+        f"coalesce({_plain_int(k, lo, hi)}, o_{k} - ({_offset_sql(f'o_{k}', offsets)})) AS {k}"
+        if k in times
+        else f"{_plain_int(k, lo, hi)} AS {k}"
+        for k, (_, lo, hi) in numbers.items()
+    )
     # 4: a blank line; 1: a wrong field count or job id (the reference's reasons, in its order)
     shape = (
         f"CASE WHEN {plan.blank} THEN 4 "
         f"WHEN NOT coalesce({plan.count_ok}, FALSE) OR NOT {plan.id_ok} THEN 1 ELSE 0 END"
     )
     why = (
-        f"CASE WHEN NOT coalesce({plan.count_ok}, FALSE) THEN {_q(f'wrong field count (expected {plan.nf})')} "
-        f"ELSE {_q(sacct.BAD_JOB_ID)} END"
+        f"CASE WHEN shape = 1 THEN CASE WHEN NOT n_ok THEN {_q(f'wrong field count (expected {plan.nf})')} "
+        f"ELSE {_q(sacct.BAD_JOB_ID)} END END AS why"
     )
     texts = ", ".join(f"CASE WHEN {k} IS NULL THEN r_{k} END AS t_{k}" for k in times)
     jt = ", CASE WHEN jid IS NULL THEN r_jid END AS jt" if numeric_jid else ""
@@ -468,9 +564,8 @@ def _load_file(
         SELECT *, {rules.derived("iso")} FROM (
             SELECT * EXCLUDE ({texts_used}, r_reason), {texts}{jt},
                    CASE WHEN state IN ('REQUEUED', 'FAILED') THEN r_reason END AS reason FROM (
-                SELECT * EXCLUDE ({parts}), {checked} FROM (
-                    SELECT {inner}, CAST({shape} AS UTINYINT) AS shape,
-                           CASE WHEN {shape} = 1 THEN {why} END AS why
+                SELECT * EXCLUDE ({parts}, {local}, n_ok), {checked}, {why} FROM (
+                    SELECT {inner}, CAST({shape} AS UTINYINT) AS shape, coalesce({plan.count_ok}, FALSE) AS n_ok
                     FROM {plan.reader()} WHERE NOT coalesce({plan.step}, FALSE))))""",
         )
     except duckdb.InvalidInputException as exc:  # a line its reader refuses (a NUL byte)
@@ -630,8 +725,9 @@ def _rows_read(con: duckdb.DuckDBPyConnection) -> int:
 
 
 def _convert_iso(con: duckdb.DuckDBPyConnection, rules: _Rules) -> None:
-    """Rows whose times are ISO text: epochs from the looked-up hours (Python's ``mktime``,
-    so local time and DST are the reference's), then classified again."""
+    """Rows whose times the scan did not decide (ISO times outside the offset table, garbage):
+    epochs from their looked-up hours (:func:`slurmkit.report.sacct.parse_time`), then
+    classified again; only these rows are rewritten."""
     hours_table(con, [f"SELECT {hour_key(t)} FROM j WHERE cls = 'iso'" for t in ("t_st", "t_en", "t_sub")])
     typed = ", ".join(
         f"coalesce(j.{k}, {epoch_sql('j.t_' + k, f'h{i}.epoch')}) AS {k}"
@@ -641,15 +737,13 @@ def _convert_iso(con: duckdb.DuckDBPyConnection, rules: _Rules) -> None:
         f"LEFT JOIN hours h{i} ON h{i}.key = {hour_key('j.t_' + k)}"
         for i, k in enumerate(("st", "en", "sub"))
     )
-    con.execute("CREATE TEMP TABLE j2 AS SELECT * FROM j WHERE cls <> 'iso'")
     con.execute(
-        f"""INSERT INTO j2 BY NAME
-        SELECT *, {rules.derived("bad")} FROM (
-            SELECT j.* EXCLUDE (st, en, sub, cls, s, e), {typed}
-            FROM j {joins} WHERE j.cls = 'iso')"""
+        f"""UPDATE j SET st = x.st, en = x.en, sub = x.sub, cls = x.cls, s = x.s, e = x.e FROM (
+            SELECT ln, st, en, sub, {rules.derived("bad")} FROM (
+                SELECT j.* EXCLUDE (st, en, sub, cls, s, e), {typed}
+                FROM j {joins} WHERE j.cls = 'iso')) x
+        WHERE j.ln = x.ln"""
     )
-    con.execute("DROP TABLE j")
-    con.execute("ALTER TABLE j2 RENAME TO j")
 
 
 # --------------------------------------------------------------------------- rules over attempts
