@@ -74,7 +74,6 @@ from slurmkit.slurm.parse import ParseError, expand_hostlist
 #: NUL byte, which sacct does not write: the reference reads such a dump).
 _LINE_DELIM = "\u0000"
 log = logging.getLogger("slurmkit.report")
-_NULL = "\u0001slurmkit-no-null\u0002"  # DuckDB's nullstr: no line ever equals it
 _UNKNOWN_SQL = "('Unknown', 'None', '', 'N/A')"
 
 
