@@ -436,6 +436,9 @@ def _file_sums(
             ) from None
         log.info("duckdb engine failed (%s); using the reference path", str(exc).splitlines()[0])
         return None, None, None, {"name": "python", "why": "duckdb: " + str(exc).splitlines()[0]}
+    warning = stats.warning(sacct_file)
+    if warning:
+        click.echo(f"slurmkit: warning: {warning}", err=True)
     return groups, total, stats, {"name": "duckdb", "version": duckdb.__version__}
 
 

@@ -4,15 +4,24 @@ The pure-Python parser and aggregator (:mod:`.sacct`, :mod:`.aggregate`, :mod:`.
 are the reference: they define every rule. This engine gives the same answer faster and
 in bounded memory. It reads a saved dump **once**:
 
-1. **Load and classify** (the only scan of the file): the job rows go into a temporary
-   table ``j`` (step rows are only counted, by DuckDB's profile of the scan). Each keeps
-   only the columns this report's rules read: JobIDRaw as a number, its times as epochs,
-   and its class, decided in SQL in the reference parser's order: filtered, not started,
-   malformed or impossible, outside the window, counted. ISO times are converted in a
-   second step through their few distinct hours, each converted by Python's ``mktime``
-   (local time and DST as the reference decides). A dump whose rows of one job tie in
-   Start and End (exact duplicates do), or whose JobIDRaw is not a plain number, is read
-   again keeping every text field (slower, and rare in real data).
+1. **Load and classify** (the only scan of the file): the dump is read as numbered lines
+   and split in SQL (see :class:`_Plan`); the job rows go into a temporary table ``j``
+   (step rows are only counted, by DuckDB's profile of the scan). Each keeps only the
+   columns this report's rules read: its line number and a hash of the line, JobIDRaw as a
+   number (a text that is not a plain number gets a negative id of its own), its times as
+   epochs, and its class, decided in SQL in the reference parser's order: filtered, not
+   started, malformed or impossible, outside the window, counted. ISO times are converted
+   in the scan: DuckDB's ``strptime`` reads their fields as UTC, and a small table of UTC
+   offsets (:func:`utc_offsets`, a few entries a year) built from the reference's own rule
+   (:func:`slurmkit.report.sacct.hour_epoch`) gives local time and DST. The few times it
+   does not decide (before 1999-12, more than a year past the report's end, a 60th second,
+   a day past the month's end, garbage) are converted in a second step, only their rows,
+   through their distinct hours by the reference's ``parse_time``. Malformed and impossible rows
+   (a wrong field count or job id, bad times, a garbage AllocTRES, an exact duplicate of an
+   earlier line of the same job) are found in SQL with the reference's reasons and line
+   numbers (table ``badrows``): they cost what they are. Only the rows of a requeued job
+   tied in Start, End, State and Reason but different otherwise make the dump be read again
+   keeping every text field (their order needs it; rare in real data).
 2. **Look-ups**: the distinct AllocTRES strings and NodeLists are few; Python turns them
    into small tables with the reference's own ``parse_gpu_tres``, ``_type_split`` and
    ``expand_hostlist``, and the day/week/month bounds come from its period splitter, so
@@ -30,11 +39,8 @@ in bounded memory. It reads a saved dump **once**:
    Only a view by a period *and* by node or GPU type splits every attempt into pieces in
    SQL, after a pass that counts the classes.
 
-A malformed or impossible row must be reported with its line number, which DuckDB's
-reader does not keep: when any row is one, :class:`NeedsReference` asks the caller to run
-the reference path, which reports them exactly. Rows the SQL does not decide (a surplus
-field when JobName is not last, a time that is neither plain epoch digits nor ISO) do the
-same.
+:class:`NeedsReference` asks the caller to run the reference path only for what the SQL
+does not read: a line with a NUL byte, and an archive whose rows are out of date.
 
 The archive (:mod:`.archive`) stores typed columns, so a report over it starts at step 1's
 classification, reading only the columns and row groups it needs.
@@ -64,21 +70,20 @@ from slurmkit.report.sacct import Filters, ParseStats
 from slurmkit.report.window import Window
 from slurmkit.slurm.parse import ParseError, expand_hostlist
 
-#: Columns read beyond the expected ones: a trailing delimiter and surplus fields
-#: (a ``|`` in a job name). A row that fills the last one may have lost fields.
-EXTRA = 3
+#: The delimiter of the line reader: the CSV reader splits nothing (it refuses a line with a
+#: NUL byte, which sacct does not write: the reference reads such a dump).
+_LINE_DELIM = "\u0000"
 log = logging.getLogger("slurmkit.report")
-_NULL = "\u0000slurmkit-no-null\u0001"  # DuckDB's nullstr: no field ever equals it
 _UNKNOWN_SQL = "('Unknown', 'None', '', 'N/A')"
 
 
 class NeedsReference(Exception):
-    """The input has rows only the reference path can report (line numbers) or read."""
+    """The input has rows only the reference path can read."""
 
 
 class _NeedsText(Exception):
-    """A dump is read again with all its text fields: rows of one job tie in Start and End,
-    or a JobIDRaw is not a plain number."""
+    """A dump is read again with all its text fields: rows of a requeued job tie in Start,
+    End, State and Reason (their order needs the other fields)."""
 
 
 @dataclass
@@ -133,8 +138,10 @@ def hour_key(expr: str) -> str:
 def epoch_sql(expr: str, hour_epoch: str) -> str:
     """SQL: epoch seconds of a clean time text, NULL otherwise; ``hour_epoch`` is the
     looked-up epoch of its ISO hour (local time and DST decided by Python's ``mktime``)."""
+    # (any ASCII digits, leading zeros too, as the reference's ``isdigit``; up to 18, which
+    # BIGINT holds: a longer one is a bad time here, an impossible or far-future one there)
     return (
-        f"(CASE WHEN {_digits(expr)} THEN CAST({expr} AS BIGINT) "
+        f"(CASE WHEN regexp_full_match({expr}, '[0-9]{{1,18}}') THEN CAST({expr} AS BIGINT) "
         f"WHEN {hour_epoch} IS NOT NULL AND regexp_full_match({expr}, "
         f"'[0-9]{{4}}-[0-9]{{2}}-[0-9]{{2}}[T ][0-9]{{2}}:[0-5][0-9]:[0-9]{{2}}') "
         f"AND CAST(substr({expr}, 18, 2) AS INTEGER) <= 60 "
@@ -159,7 +166,15 @@ def job_id_sql(job_id: str, raw: Optional[str]) -> str:
 
 
 class _Plan:
-    """Column positions of a saved dump and the SQL that reads its fields."""
+    """Column positions of a saved dump and the SQL that reads its fields.
+
+    The dump is read as lines (one column, nothing split by the CSV reader), each with its
+    number ``ln`` (1 is the line ``src.first_row``; with one column and the empty text as NULL,
+    DuckDB keeps empty lines as NULL rows, so ``ln`` counts every line, as the reference's line
+    numbers do; the order of ``row_number() OVER ()`` is the file's, which the tests check) and ``lh``, a hash of the
+    whole line (exact duplicates). The fields are split in SQL: ``n`` is their number, and
+    when the dump has JobName, the surplus fields of a row (a ``|`` in a job name) are folded
+    back into it as :func:`slurmkit.slurm.parse.split_parsable2` does, wherever it is."""
 
     def __init__(self, src: FileSource):
         self.src = src
@@ -169,7 +184,8 @@ class _Plan:
         if lacking:
             raise UsageError(f"sacct data lacks column(s) {', '.join(lacking)}; {sacct.recommended_hint()}")
         self.nf = nf = len(cols)
-        self.names = [f"f{i}" for i in range(nf)] + [f"x{i}" for i in range(EXTRA)]
+        self.names = [f"f{i}" for i in range(nf)]
+        self.i_name = idx.get("jobname")
 
         def col(name: str) -> Optional[str]:
             i = idx.get(name)
@@ -186,35 +202,43 @@ class _Plan:
         self.nodelist = col("nodelist") or blank
         self.reason = col("reason") or blank
         self.name = col("jobname") or blank
-        i_name = idx.get("jobname")
         self.jobid_first = idx["jobid"] == 0
-        last = f"f{nf - 1}"
-        if src.trailing:
-            self.count_ok = "(x0 = '' AND x1 IS NULL)"
-            self.surplus = "(x1 IS NOT NULL)"
-        elif i_name == nf - 1:  # JobName last (slurmkit's own order): surplus fields are part of the name
-            self.count_ok = f"({last} IS NOT NULL)"
-            self.surplus = "FALSE"
-            self.name = f"concat_ws({_q(src.sep)}, {last}, {', '.join(f'x{i}' for i in range(EXTRA))})"
-        else:
-            self.count_ok = f"({last} IS NOT NULL AND x0 IS NULL)"
-            self.surplus = "(x0 IS NOT NULL)"
-        self.overflow = f"(x{EXTRA - 1} IS NOT NULL)"
+        # a row with surplus fields is one only when a free-text field can take them
+        self.count_ok = f"(n = {nf})" if self.i_name is None else f"(n >= {nf})"
+        self.surplus = "FALSE"  # (kept for the callers' tests: the split above folds them)
+        self.blank = "(n IS NULL OR (n < 2 AND trim(f0) = ''))"
         self.id_ok = job_id_sql(self.jobid, self.raw if self.raw != self.jobid else None)
         # The reference tests the first field for a dot before splitting: a line without any
         # separator is a (malformed) job row, not a step.
         self.step = (
-            "(contains(f0, '.') AND f1 IS NOT NULL)"
+            "(contains(f0, '.') AND n > 1)"
             if self.jobid_first
             else f"({self.count_ok} AND contains({self.jobid}, '.'))"
         )
 
     def reader(self) -> str:
-        spec = "{" + ", ".join(f"'{n}': 'VARCHAR'" for n in self.names) + "}"
+        """SQL of a relation ``(ln, lh, n, f0, f1, ...)``: the dump's lines after the header."""
+        src, nf, sep = self.src, self.nf, _q(self.src.sep)
+        lines = (
+            f"read_csv({_q(src.path)}, columns={{'l': 'VARCHAR'}}, delim={_q(_LINE_DELIM)}, "
+            f"quote='', escape='', header=false, skip={src.first_row - 1}, auto_detect=false, "
+            f"strict_mode=true, null_padding=false, parallel=true)"
+        )
+        line = "l"
+        if src.trailing:  # --parsable: one delimiter after the last field, removed as the reference does
+            line = f"CASE WHEN suffix(l, {sep}) THEN left(l, length(l) - {len(src.sep)}) ELSE l END"
+        if self.i_name is None:
+            fields = [f"s[{i + 1}] AS f{i}" for i in range(nf)]
+        else:  # the surplus fields of a row go back into its JobName
+            k = self.i_name
+            fields = [f"s[{i + 1}] AS f{i}" for i in range(k)]
+            fields.append(f"array_to_string(s[{k + 1}:{k + 1} + greatest(n - {nf}, 0)], {sep}) AS f{k}")
+            fields += [f"s[{i + 1} + greatest(n - {nf}, 0)] AS f{i}" for i in range(k + 1, nf)]
         return (
-            f"read_csv({_q(self.src.path)}, columns={spec}, delim={_q(self.src.sep)}, quote='', "
-            f"escape='', header=false, skip={self.src.first_row - 1}, auto_detect=false, "
-            f"strict_mode=false, null_padding=true, nullstr={_q(_NULL)}, parallel=true)"
+            f"(SELECT ln, lh, n, {', '.join(fields)} FROM ("
+            f"SELECT ln, lh, s, len(s) AS n FROM ("
+            f"SELECT ln, hash(l) AS lh, string_split({line}, {sep}) AS s FROM ("
+            f"SELECT row_number() OVER () AS ln, l FROM {lines}))))"
         )
 
 
@@ -284,6 +308,85 @@ def session(threads: Optional[int] = None) -> Iterator[duckdb.DuckDBPyConnection
     finally:
         con.close()
         shutil.rmtree(spill, ignore_errors=True)
+
+
+# --------------------------------------------------------------------------- ISO times
+
+#: The local days before this (1999-12-01) and after a year past the report's end are
+#: converted by the second step (:func:`_convert_iso`): they are rare, and the offset table
+#: stays small.
+_OFFSETS_FROM = (1999, 12, 1)
+
+
+def _civil_days(y: int, m: int, d: int) -> int:
+    """Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's ``days_from_civil``)."""
+    y -= m <= 2
+    era = y // 400
+    yoe = y - era * 400
+    doy = (153 * (m + (-3 if m > 2 else 9)) + 2) // 5 + d - 1
+    return era * 146097 + yoe * 365 + yoe // 4 - yoe // 100 + doy - 719468
+
+
+def utc_offsets(last: int) -> List[Tuple[int, Optional[int]]]:
+    """``[(local second, offset)]``, sorted: from each local second on (up to the next), an ISO
+    time's epoch is its local seconds (its fields read as UTC) minus ``offset``, exactly as
+    :func:`slurmkit.report.sacct.parse_time` computes it (``mktime`` of its hour, local time
+    and DST as it decides them, plus minutes and seconds). Sampled at the first
+    local midnight of each week from 1999-12-01 to the week of epoch ``last`` (zones change at
+    most once a week); the week before a change is taken hour by hour."""
+
+    def offset(day: int, hour: int) -> int:
+        t = time.gmtime(day * 86400)
+        return day * 86400 + hour * 3600 - sacct.hour_epoch(t.tm_year, t.tm_mon, t.tm_mday, hour)
+
+    first = _civil_days(*_OFFSETS_FROM)
+    end = first + ((last // 86400 + 9 - first) // 7) * 7
+    out: List[Tuple[int, Optional[int]]] = [(first * 86400, offset(first, 0))]
+    previous = out[0][1]
+    for day in range(first + 7, end + 1, 7):
+        now = offset(day, 0)
+        if now != previous:
+            for hour in range(7 * 24):  # the change happened during the week before
+                o = offset(day - 7, hour)
+                if o != out[-1][1]:
+                    out.append(((day - 7) * 86400 + hour * 3600, o))
+            if now != out[-1][1]:
+                out.append((day * 86400, now))
+            previous = now
+    out.append((end * 86400, None))  # the end of the table: later times go to the second step
+    return out
+
+
+def _offset_sql(loc: str, table: Sequence[Tuple[int, Optional[int]]]) -> str:
+    """SQL: the offset of local seconds ``loc`` by a binary tree of comparisons over
+    :func:`utc_offsets` (a dozen or so entries a year where DST is kept; one in UTC), NULL
+    outside the table."""
+
+    def tree(lo: int, hi: int) -> str:  # entries lo..hi-1; loc >= table[lo][0]
+        if hi - lo == 1:
+            o = table[lo][1]
+            return "NULL" if o is None else str(o)
+        mid = (lo + hi) // 2
+        return f"CASE WHEN {loc} < {table[mid][0]} THEN {tree(lo, mid)} ELSE {tree(mid, hi)} END"
+
+    return f"CASE WHEN {loc} < {table[0][0]} THEN NULL ELSE {tree(0, len(table))} END"
+
+
+def _iso_local_sql(text: str) -> str:
+    """SQL: the local seconds of an ISO time text (its fields read as UTC), NULL unless it is
+    ``YYYY-MM-DD``, ``T`` or a space, ``HH:MM:SS`` of a real date and time, which
+    :func:`slurmkit.report.sacct.parse_time` takes too (it also takes a day past the month's
+    end and a 60th second: those are NULL here, for the second step). DuckDB's ``strptime``
+    skips whitespace before a number, which the reference does not take: a text with any
+    but the one space between date and time is NULL too (a fuzzed comparison found no other
+    difference)."""
+    formats = "['%Y-%m-%dT%H:%M:%S', '%Y-%m-%d %H:%M:%S']"
+    spaces = " AND ".join(f"NOT contains({text}, chr({c}))" for c in (9, 10, 11, 12, 13))
+    return (
+        f"CASE WHEN length({text}) = 19 AND substr({text}, 11, 1) IN ('T', ' ') "
+        f"AND NOT contains(left({text}, 10), ' ') AND NOT contains(substr({text}, 12), ' ') AND {spaces} "
+        f"THEN CAST(epoch(try_strptime({text}, {formats})) AS BIGINT) END"
+    )
 
 
 # --------------------------------------------------------------------------- loading
@@ -388,8 +491,9 @@ def _load_file(
     rules: _Rules,
     stats: ParseStats,
     extra: Sequence[str],
+    max_gpus: int,
     full: bool = False,
-) -> Optional[List[str]]:
+) -> List[Optional[str]]:
     """Scan the dump once into table ``j``: the job rows, classified; the step rows are
     counted, not kept. Returns the distinct AllocTRES of the counted rows (None when ISO
     times were converted afterwards: the classes changed).
@@ -397,28 +501,26 @@ def _load_file(
     ``j`` keeps only what this report's rules read, so that millions of rows fit in memory:
     JobIDRaw, the normalised State, AllocTRES, the ``extra`` text columns (see
     :func:`_extra_columns`), the times (epochs, or their text where they are not one) and the
-    Reason of REQUEUED and FAILED rows (the prolog-requeue rule). With ``full``, also every
-    text field the order of a job's attempts reads and ``h``, a hash of the others, so that
-    two rows are exact duplicates exactly when all of these are equal: a dump whose rows of
-    one job tie in Start and End is read so (:class:`_NeedsText`; exact duplicates are such a
-    tie)."""
+    Reason of REQUEUED and FAILED rows (the prolog-requeue rule), the line number ``ln`` and
+    the line's hash ``lh``. With ``full``, also every text field the order of a job's attempts
+    reads (:class:`_NeedsText`). The malformed and impossible rows are reported into ``stats``
+    with their lines (:func:`_report_bad`). Returns the distinct AllocTRES of the counted
+    rows."""
     columns = {"u": plan.user, "a": plan.account, "p": plan.partition, "nl": plan.nodelist, "name": plan.name}
     # numbers: the times, epochs of 9 or 10 digits (1973 to 2286; any other text is decided by
     # the exact rules), and JobIDRaw (a fifth less to store and group than its text; a file
     # without JobIDRaw has JobID there, whose array tasks, 123_4, are text)
     numbers = {"st": (plan.start, 9, 10), "en": (plan.end, 9, 10), "sub": (plan.submit or "''", 9, 10)}
-    text = {"state": _state_sql(plan.state_raw), "tres": plan.tres}
-    if full or plan.raw == plan.jobid:
-        text["jid"] = plan.raw
-    else:
+    text = {"ln": "ln", "lh": "lh", "state": _state_sql(plan.state_raw), "tres": plan.tres}
+    numeric_jid = not full and plan.raw != plan.jobid
+    if numeric_jid:
         numbers["jid"] = (plan.raw, 1, 18)
+    else:
+        text["jid"] = plan.raw
     text.update((k, columns[k]) for k in extra if k in columns)
     if full:
         text.update((k, columns[k]) for k in ("u", "a", "p", "nl"))
         text["job_id"] = plan.jobid
-        kept = {plan.raw, plan.jobid, plan.tres, plan.user, plan.account, plan.partition, plan.nodelist}
-        others = [n for n in plan.names if n not in kept | {plan.start, plan.end, plan.submit}]
-        text["h"] = "hash(" + ", ".join(others) + ")" if others else "0"
     text["r_reason"] = plan.reason
     inner = ", ".join(f"{v} AS {k}" for k, v in text.items())
     inner += "".join(
@@ -429,45 +531,151 @@ def _load_file(
     checked = ", ".join(f"{_plain_int(k, lo, hi)} AS {k}" for k, (_, lo, hi) in numbers.items())
     times = ("st", "en", "sub")
     texts_used = ", ".join(f"r_{k}" for k in numbers)
+    # ISO times: their local seconds (o_*), less the offset of the table (see utc_offsets);
+    # NULL outside it, for the second step (_convert_iso)
+    offsets = utc_offsets(rules.hi + 400 * 86400)
+    inner += "".join(
+        f", CASE WHEN v_{k} IS NULL THEN {_iso_local_sql(numbers[k][0])} END AS o_{k}" for k in times
+    )
+    local = ", ".join(f"o_{k}" for k in times)
+    checked = ", ".join(
+        f"coalesce({_plain_int(k, lo, hi)}, o_{k} - ({_offset_sql(f'o_{k}', offsets)})) AS {k}"
+        if k in times
+        else f"{_plain_int(k, lo, hi)} AS {k}"
+        for k, (_, lo, hi) in numbers.items()
+    )
+    # 4: a blank line; 1: a wrong field count or job id (the reference's reasons, in its order)
     shape = (
-        f"CASE WHEN {plan.overflow} THEN 3 WHEN f1 IS NULL AND trim(f0) = '' THEN 4 "
-        f"WHEN {plan.surplus} THEN 2 WHEN NOT coalesce({plan.count_ok}, FALSE) OR NOT {plan.id_ok} THEN 1 "
-        "ELSE 0 END"
+        f"CASE WHEN {plan.blank} THEN 4 "
+        f"WHEN NOT coalesce({plan.count_ok}, FALSE) OR NOT {plan.id_ok} THEN 1 ELSE 0 END"
+    )
+    why = (
+        f"CASE WHEN shape = 1 THEN CASE WHEN NOT n_ok THEN {_q(f'wrong field count (expected {plan.nf})')} "
+        f"ELSE {_q(sacct.BAD_JOB_ID)} END END AS why"
     )
     texts = ", ".join(f"CASE WHEN {k} IS NULL THEN r_{k} END AS t_{k}" for k in times)
+    jt = ", CASE WHEN jid IS NULL THEN r_jid END AS jt" if numeric_jid else ""
     # (the profile counts the rows read, so the step rows are counted without being kept)
     con.execute("PRAGMA enable_profiling = 'no_output'")
-    con.execute(
-        f"""CREATE TEMP TABLE j AS
+    try:
+        con.execute(
+            f"""CREATE TEMP TABLE j AS
         SELECT *, {rules.derived("iso")} FROM (
-            SELECT * EXCLUDE ({texts_used}, r_reason), {texts},
+            SELECT * EXCLUDE ({texts_used}, r_reason), {texts}{jt},
                    CASE WHEN state IN ('REQUEUED', 'FAILED') THEN r_reason END AS reason FROM (
-                SELECT * EXCLUDE ({parts}), {checked} FROM (
-                    SELECT {inner}, CAST({shape} AS UTINYINT) AS shape
-                    FROM {plan.reader()} WHERE NOT coalesce({plan.step}, FALSE))))"""
-    )
+                SELECT * EXCLUDE ({parts}, {local}, n_ok), {checked}, {why} FROM (
+                    SELECT {inner}, CAST({shape} AS UTINYINT) AS shape, coalesce({plan.count_ok}, FALSE) AS n_ok
+                    FROM {plan.reader()} WHERE NOT coalesce({plan.step}, FALSE))))""",
+        )
+    except duckdb.InvalidInputException as exc:  # a line its reader refuses (a NUL byte)
+        raise NeedsReference(f"DuckDB's reader: {str(exc).splitlines()[0]}") from None
     rows_read = _rows_read(con)
     con.execute("PRAGMA disable_profiling")
-    wrong, surplus, blank_n, rows_n, no_jid, iso, tres = con.execute(
-        """SELECT count(*) FILTER (WHERE shape = 1), count(*) FILTER (WHERE shape IN (2, 3)),
-                  count(*) FILTER (WHERE shape = 4), count(*), count(*) FILTER (WHERE jid IS NULL),
-                  count(*) FILTER (WHERE cls = 'iso' AND shape <> 4),
-                  list(DISTINCT tres) FILTER (WHERE cls = 'ok') FROM j"""
+    wrong, blank_n, rows_n, no_jid, iso = con.execute(
+        """SELECT count(*) FILTER (WHERE shape = 1),
+                  count(*) FILTER (WHERE shape = 4), count(*), count(*) FILTER (WHERE shape = 0 AND jid IS NULL),
+                  count(*) FILTER (WHERE cls = 'iso' AND shape = 0) FROM j"""
     ).fetchone()
-    if surplus:
-        raise NeedsReference("rows with surplus fields")
-    if wrong:
-        raise NeedsReference(f"{wrong} malformed row(s): line numbers")
-    if no_jid > blank_n and not full:
-        raise _NeedsText(f"{no_jid - blank_n} JobIDRaw value(s) that are not plain numbers")
+    con.execute("CREATE TEMP TABLE badrows (ln BIGINT, why VARCHAR)")
     stats.step_rows += rows_read - rows_n
-    if blank_n:
-        con.execute("DELETE FROM j WHERE shape = 4")
+    if wrong or blank_n:
+        # malformed rows are rows (stats.rows), not job rows; blank lines neither
+        stats.rows += wrong
+        con.execute("INSERT INTO badrows SELECT ln, why FROM j WHERE shape = 1")
+        con.execute("DELETE FROM j WHERE shape <> 0")
+    if no_jid:  # JobIDRaw texts that are not plain numbers ("0123"): each its own negative id
+        con.execute(
+            """UPDATE j SET jid = -m.k FROM (
+                SELECT jt, row_number() OVER (ORDER BY jt) AS k FROM (SELECT DISTINCT jt FROM j WHERE jid IS NULL)) m
+            WHERE j.jid IS NULL AND j.jt = m.jt"""
+        )
     if iso:
         _convert_iso(con, rules)
+    con.execute("ALTER TABLE j DROP COLUMN why")
+    tres = con.execute("SELECT list(DISTINCT tres) FILTER (WHERE cls = 'ok') FROM j").fetchone()[0] or []
+    good = _bad_rows(con, tres, max_gpus)
+    _dedupe(con)
+    _report_bad(con, plan.src.first_row, stats)
     con.execute("ALTER TABLE j RENAME TO job_rows")
     con.execute("CREATE TEMP VIEW j AS SELECT rowid AS rid, * FROM job_rows")
-    return None if iso else (tres or [])
+    return good
+
+
+def _time_why() -> str:
+    """SQL: the reference's reason for a row of class ``bad`` by its times (in its order)."""
+    running = f"state IN {_in_list(sacct.RUNNING_STATES)}"
+    return f"""CASE
+        WHEN st IS NULL OR (en IS NULL AND t_en NOT IN {_UNKNOWN_SQL}) THEN 'bad time'
+        WHEN en IS NULL AND NOT {running}
+            THEN coalesce(nullif(trim(t_en), ''), 'empty') || ' end time for a ' || state || ' job'
+        WHEN sub IS NULL AND t_sub NOT IN {_UNKNOWN_SQL} THEN 'bad time'
+        WHEN st < {sacct.EARLIEST_TIME} OR en < {sacct.EARLIEST_TIME} OR sub < {sacct.EARLIEST_TIME}
+            THEN {_q(sacct.IMPOSSIBLE + "time before 2000")}
+        ELSE {_q(sacct.IMPOSSIBLE + "end before start")} END"""
+
+
+def _bad_rows(
+    con: duckdb.DuckDBPyConnection, tres: Sequence[Optional[str]], max_gpus: int
+) -> List[Optional[str]]:
+    """Into ``badrows``, with the reference's reasons: the rows of class ``bad`` by their times,
+    then the counted rows whose AllocTRES is garbage or names more than ``max_gpus`` GPUs (made
+    ``bad``: the reference counts them as job rows, as it does the others). Returns the other
+    AllocTRES values."""
+    con.execute(f"INSERT INTO badrows SELECT ln, {_time_why()} FROM j WHERE cls = 'bad'")
+    wrong = []
+    for t in tres:
+        try:
+            g = sacct.parse_gpu_tres((t or "").strip())
+        except ParseError:
+            wrong.append((t, "garbage AllocTRES"))
+            continue
+        if max(g[0], sum(n for _, n in g[1])) > max_gpus:
+            wrong.append((t, sacct.IMPOSSIBLE + "more GPUs than report.max_gpus"))
+    if wrong:
+        _table(con, "badtres", ("tres", "why"), ("VARCHAR", "VARCHAR"), wrong)
+        con.execute("INSERT INTO badrows SELECT ln, why FROM j JOIN badtres USING (tres) WHERE cls = 'ok'")
+        con.execute("UPDATE j SET cls = 'bad' WHERE cls = 'ok' AND tres IN (SELECT tres FROM badtres)")
+    dropped = {t for t, _ in wrong}
+    return [t for t in tres if t not in dropped]
+
+
+def _dedupe(con: duckdb.DuckDBPyConnection) -> None:
+    """Table ``several(jid)``: the jobs with several counted rows (by sorting the ids, faster
+    than grouping millions of them). Their exact duplicates (same whole line, ``lh``) are made
+    ``bad`` but the first, as the reference does (``impossible: exact duplicate``)."""
+    con.execute(
+        """CREATE TEMP TABLE pairs AS SELECT jid, lh, lh = previous_lh AS dup FROM (
+            SELECT jid, lh, lag(jid) OVER w AS previous, lag(lh) OVER w AS previous_lh
+            FROM j WHERE cls = 'ok' WINDOW w AS (ORDER BY jid, lh)) WHERE jid = previous"""
+    )
+    con.execute("CREATE TEMP TABLE several AS SELECT DISTINCT jid FROM pairs")
+    if con.execute("SELECT count(*) FROM pairs WHERE dup").fetchone()[0]:
+        con.execute(
+            """CREATE TEMP TABLE dups AS SELECT ln FROM (
+                SELECT ln, row_number() OVER (PARTITION BY jid, lh ORDER BY ln) AS k
+                FROM j JOIN (SELECT DISTINCT jid, lh FROM pairs WHERE dup) USING (jid, lh) WHERE cls = 'ok')
+            WHERE k > 1"""
+        )
+        why = _q(sacct.IMPOSSIBLE + "exact duplicate of an earlier row")
+        con.execute(f"INSERT INTO badrows SELECT ln, {why} FROM dups")
+        con.execute("UPDATE j SET cls = 'bad' WHERE ln IN (SELECT ln FROM dups)")
+    con.execute("DROP TABLE pairs")
+
+
+def _report_bad(con: duckdb.DuckDBPyConnection, first_row: int, stats: ParseStats) -> None:
+    """The rows in ``badrows`` into ``stats``, as the reference reports them: counted by
+    reason (in the order each first occurs), the first line numbers listed."""
+    for why, n in con.execute("SELECT why, count(*) FROM badrows GROUP BY why ORDER BY min(ln)").fetchall():
+        stats.malformed += n
+        if why.startswith(sacct.IMPOSSIBLE):
+            stats.impossible += n
+        stats.malformed_reasons[why] += n
+    stats.malformed_lines.extend(
+        first_row + ln - 1
+        for (ln,) in con.execute(
+            f"SELECT ln FROM badrows ORDER BY ln LIMIT {sacct.MAX_LISTED_LINES}"
+        ).fetchall()
+    )
 
 
 def _load_relation(
@@ -516,8 +724,9 @@ def _rows_read(con: duckdb.DuckDBPyConnection) -> int:
 
 
 def _convert_iso(con: duckdb.DuckDBPyConnection, rules: _Rules) -> None:
-    """Rows whose times are ISO text: epochs from the looked-up hours (Python's ``mktime``,
-    so local time and DST are the reference's), then classified again."""
+    """Rows whose times the scan did not decide (ISO times outside the offset table, garbage):
+    epochs from their looked-up hours (:func:`slurmkit.report.sacct.parse_time`), then
+    classified again; only these rows are rewritten."""
     hours_table(con, [f"SELECT {hour_key(t)} FROM j WHERE cls = 'iso'" for t in ("t_st", "t_en", "t_sub")])
     typed = ", ".join(
         f"coalesce(j.{k}, {epoch_sql('j.t_' + k, f'h{i}.epoch')}) AS {k}"
@@ -527,15 +736,13 @@ def _convert_iso(con: duckdb.DuckDBPyConnection, rules: _Rules) -> None:
         f"LEFT JOIN hours h{i} ON h{i}.key = {hour_key('j.t_' + k)}"
         for i, k in enumerate(("st", "en", "sub"))
     )
-    con.execute("CREATE TEMP TABLE j2 AS SELECT * FROM j WHERE cls <> 'iso'")
     con.execute(
-        f"""INSERT INTO j2 BY NAME
-        SELECT *, {rules.derived("bad")} FROM (
-            SELECT j.* EXCLUDE (st, en, sub, cls, s, e), {typed}
-            FROM j {joins} WHERE j.cls = 'iso')"""
+        f"""UPDATE j SET st = x.st, en = x.en, sub = x.sub, cls = x.cls, s = x.s, e = x.e FROM (
+            SELECT ln, st, en, sub, {rules.derived("bad")} FROM (
+                SELECT j.* EXCLUDE (st, en, sub, cls, s, e), {typed}
+                FROM j {joins} WHERE j.cls = 'iso')) x
+        WHERE j.ln = x.ln"""
     )
-    con.execute("DROP TABLE j")
-    con.execute("ALTER TABLE j2 RENAME TO j")
 
 
 # --------------------------------------------------------------------------- rules over attempts
@@ -577,7 +784,7 @@ def _check_rows(
         rows = classes
     counts = {cls: n for cls, n, *_ in rows}
     rules.span = next(((lo, hi) for cls, _, _, lo, hi in rows if cls == "ok"), None)
-    if counts.get("bad"):
+    if typed and counts.get("bad"):  # (a dump's are in ``badrows``, see _load_file)
         raise NeedsReference(f"{counts['bad']} malformed or impossible row(s): line numbers")
     most = max((m for cls, _, m, *_ in rows if cls == "ok" and m is not None), default=None)
     if most is not None and most > max_gpus:
@@ -606,8 +813,8 @@ def _multi_rows(con, src: "FileSource", typed: bool, rules: "_Rules", full: bool
     Start and End), ``pflag`` (a Reason naming a launch failure or the prolog) and ``lflag``
     (a Reason naming a launch); table ``multi(jid, n, requeued)``. The archive keeps these
     for its jobs with several rows (``src.multi``), so a report over it groups no job ids.
-    A dump's rows are put in order by Start and End; :class:`_NeedsText` when that does not
-    decide it, unless ``full`` (the dump was read with all its text fields, see
+    A dump's rows are put in order by Start, End, State and Reason (see :func:`_prolog`);
+    :class:`_NeedsText` when that does not decide it in a requeued job, unless ``full`` (the dump was read with all its text fields, see
     :func:`_load_file`)."""
     if typed:
         if src.multi is None:
@@ -622,23 +829,23 @@ def _multi_rows(con, src: "FileSource", typed: bool, rules: "_Rules", full: bool
                 WHERE cls = 'ok'"""
         )
     else:
-        # the ids of jobs with several counted rows, found by sorting the ids (faster than
-        # grouping millions of them), then their rows by a join (a semi join reads every column)
-        con.execute(
-            """CREATE TEMP TABLE several AS SELECT DISTINCT jid FROM (
-                SELECT jid, lag(jid) OVER (ORDER BY jid) AS previous FROM j WHERE cls = 'ok') WHERE jid = previous"""
-        )
+        # ``several`` (the jobs with several counted rows) was made with the dump's duplicates
+        # (see _dedupe); a job left with one row is no multi-row job (``multi`` below)
         several = "JOIN several USING (jid) WHERE j.cls = 'ok'"
         if not full:
             con.execute(
                 f"CREATE TEMP TABLE mrows AS SELECT j.*, {_flags_sql('reason')}, 0 AS tie_rank FROM j {several}"
             )
-            # Rows of one job tied in Start and End are put in order by their content (see
-            # lost._order), which this table does not keep; exact duplicates are such a tie.
+            # Rows of a requeued job tied in Start and End are put in order by State and Reason
+            # (see _prolog); rows that tie in those too but differ in other fields are put in
+            # order by their content (see lost._order), which this table does not keep.
             if con.execute(
-                "SELECT count(*) FROM mrows GROUP BY jid, st, e HAVING count(*) > 1 LIMIT 1"
+                """SELECT count(*) FROM mrows
+                WHERE jid IN (SELECT jid FROM mrows GROUP BY jid
+                              HAVING bool_or(state = 'REQUEUED') AND bool_or(state = 'FAILED'))
+                GROUP BY jid, st, e, state, reason HAVING count(*) > 1 LIMIT 1"""
             ).fetchall():
-                raise _NeedsText("rows of one job tied in Start and End")
+                raise _NeedsText("rows of a requeued job tied in Start, End, State and Reason")
         else:
             # (JobName, the order's last text field, is left out: two attempts tied on everything
             # before it are the same in every sum, whichever comes first)
@@ -649,13 +856,6 @@ def _multi_rows(con, src: "FileSource", typed: bool, rules: "_Rules", full: bool
                                                                    coalesce(sub, -1)) AS tie_rank
                 FROM j JOIN tres t ON t.tres = j.tres {several}"""
             )
-            dups = con.execute(
-                """SELECT coalesce(sum(n - 1), 0) FROM (
-                    SELECT count(*) AS n FROM mrows
-                    GROUP BY jid, job_id, state, tres, u, a, p, nl, reason, h, st, en, sub, t_st, t_en, t_sub)"""
-            ).fetchone()[0]
-            if dups:
-                raise NeedsReference(f"{dups} exact duplicate row(s): line numbers")
     con.execute(
         """CREATE TEMP TABLE multi AS
         SELECT jid, count(*) AS n, bool_or(state = 'REQUEUED') AND bool_or(state = 'FAILED') AS requeued
@@ -720,16 +920,19 @@ class _TypeView:
         self.gpus, self.gpu_types = gpus, gpu_types
 
 
-def _prolog(con, prolog_requeue_seconds: float) -> None:
+def _prolog(con, prolog_requeue_seconds: float, typed: bool) -> None:
     """Table ``prolog(rid)``: FAILED attempts right after a prolog-failure requeue of the same
-    job, in the order of :func:`slurmkit.report.lost._order` (the rule of ``find_lost``)."""
+    job, in the order of :func:`slurmkit.report.lost._order` (the rule of ``find_lost``): by
+    Start, End and ``tie_rank`` (the archive's rank is the whole order), then a dump's by
+    State and Reason (rows equal in these are equal to the rule, see :func:`_multi_rows`)."""
+    order = "st, e, tie_rank" if typed else "st, e, tie_rank, state, reason"
     con.execute(
         f"""CREATE TEMP TABLE prolog AS
         WITH o AS (
             SELECT rid, state, lflag, lag(state) OVER w AS pstate, lag(pflag) OVER w AS ppflag,
                    lag(e - st) OVER w AS pdur
             FROM mrows WHERE jid IN (SELECT jid FROM multi WHERE requeued)
-            WINDOW w AS (PARTITION BY jid ORDER BY st, e, tie_rank))
+            WINDOW w AS (PARTITION BY jid ORDER BY {order}))
         SELECT rid FROM o
         WHERE state = 'FAILED' AND pstate = 'REQUEUED'
           AND (ppflag OR pdur <= {float(prolog_requeue_seconds)!r} OR lflag)"""
@@ -808,7 +1011,7 @@ def _run(
         extra = _extra_columns(by, rules.filters, priced, bool(drains))
         tres_values: Optional[List[str]] = None
         if src.relation is None:
-            tres_values = _load_file(con, _Plan(src), rules, stats, extra, full)
+            tres_values = _load_file(con, _Plan(src), rules, stats, extra, max_gpus, full)
         else:
             everything, filtered_all = _load_relation(con, src.relation, rules, extra)
         # one pass over the rows gives the class counts and the sums (see _one_pass); the
@@ -845,7 +1048,7 @@ def _run(
         stats.filtered_out += counts.get("filtered", 0)
         stats.not_started += counts.get("notstarted", 0)
         stats.outside_window += counts.get("outside", 0)
-        _prolog(con, prolog_requeue_seconds)
+        _prolog(con, prolog_requeue_seconds, typed)
         if drains and not fused:
             _suspect(con, drains, lost_window_hours)
         groups, total = _aggregate(con, by, rules, priced, bool(drains), typed, partial)

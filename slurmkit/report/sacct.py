@@ -244,6 +244,17 @@ def clear_time_caches() -> None:
     _minute_cache.clear()
 
 
+def hour_epoch(y: int, mo: int, d: int, h: int) -> int:
+    """Epoch of the local hour ``y-mo-d h:00`` (``mktime``, which normalises a day past the
+    month's end). An hour that local time passes twice (the end of DST) is its first one, and
+    an hour it skips is read with the offset before the change: glibc's ``mktime`` guesses an
+    ambiguous hour's offset from its own previous call, so the hour three hours before is
+    converted first, and the answer does not depend on the order rows come in. The one rule
+    of local time for both engines (the DuckDB engine's offset table is built from it)."""
+    time.mktime((y, mo, d, h - 3, 0, 0, 0, 0, -1))
+    return int(time.mktime((y, mo, d, h, 0, 0, 0, 0, -1)))
+
+
 def parse_time(text: str) -> Optional[int]:
     """Epoch seconds from an sacct time: epoch digits (``SLURM_TIME_FORMAT=%s``) or
     ISO local time ``YYYY-MM-DDTHH:MM:SS``; ``None`` for ``Unknown``/``None``/empty.
@@ -276,7 +287,7 @@ def parse_time(text: str) -> Optional[int]:
         y, mo, d, h = int(key[0:4]), int(key[5:7]), int(key[8:10]), int(key[11:13])
         if not (1 <= mo <= 12 and 1 <= d <= 31 and h < 24):
             raise ValueError(text)
-        base = int(time.mktime((y, mo, d, h, 0, 0, 0, 0, -1)))
+        base = hour_epoch(y, mo, d, h)
         _hour_cache[key] = base
     mi, s = text[14:16], text[17:19]
     if not (mi + s).isdigit() or not text.isascii() or int(mi) > 59 or int(s) > 60:
