@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 import sys
 import tempfile
@@ -369,9 +370,19 @@ def ingest(directory: str, src: FileSource) -> Dict[str, object]:
 def _ingest(directory: str, src: FileSource, plan: _Plan, select: List[str]) -> Dict[str, object]:
     out: Dict[str, object] = {"rows": 0, "skipped": 0, "not_started": 0, "malformed": 0, "months": {}}
     with session() as con:
-        con.execute(f"""CREATE TEMP TABLE new AS
-            SELECT {", ".join(select)}, coalesce({plan.count_ok}, FALSE) AND NOT {plan.surplus} AND {plan.id_ok} AS ok
-            FROM {plan.reader()} WHERE NOT coalesce({plan.step}, FALSE) AND NOT (f1 IS NULL AND trim(f0) = '')""")
+        try:
+            con.execute(f"""CREATE TEMP TABLE new AS
+                SELECT {", ".join(select)}, coalesce({plan.count_ok}, FALSE) AND NOT {plan.surplus} AND {plan.id_ok} AS ok
+                FROM {plan.reader()} WHERE NOT coalesce({plan.step}, FALSE) AND NOT (f1 IS NULL AND trim(f0) = '')""")
+        except duckdb.InvalidInputException as exc:
+            # the line reader refuses a line with a NUL byte (sacct never writes one); the
+            # archive is untouched, and the user is told which line to clean
+            where = re.search(r"CSV Error on Line: (\d+)", str(exc))
+            line = f"line {where.group(1)}" if where else "a line"
+            raise UsageError(
+                f"{src.path}: {line} holds a NUL byte, which sacct never writes; nothing was ingested "
+                "(remove it, e.g. tr -d '\\000')"
+            ) from None
         _typed_columns(con, "new")
         # the reference's rules: what it would skip as not started, malformed or impossible
         running = _in_list(sacct.RUNNING_STATES)

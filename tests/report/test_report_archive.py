@@ -165,6 +165,36 @@ def test_ingest_skips_malformed_rows_with_line_numbers(cli, fixture_path, tmp_pa
     assert data["totals"] == file_totals
 
 
+def test_a_nul_byte_in_a_dump_is_one_line_naming_it_and_the_archive_is_untouched(cli, fixture_path, tmp_path):
+    """DuckDB's line reader refuses a NUL byte (sacct never writes one): ingest says which line,
+    exits 2, and the archive keeps exactly what it had (no internal error, no partial month)."""
+    arch = tmp_path / "arch"
+    assert (
+        cli(
+            "report",
+            "ingest",
+            "--archive",
+            str(arch),
+            "--trust-free-text",
+            "--sacct-file",
+            fixture_path("malformed.txt"),
+        ).exit_code
+        == 0
+    )
+    before = {p.relative_to(arch): p.read_bytes() for p in arch.rglob("*") if p.is_file()}
+    dump = tmp_path / "nul.txt"
+    lines = open(fixture_path("malformed.txt"), "rb").read().split(b"\n")
+    lines[16] = lines[16][:5] + b"\x00" + lines[16][5:]  # line 17, a data row
+    dump.write_bytes(b"\n".join(lines))
+    res = cli("report", "ingest", "--archive", str(arch), "--trust-free-text", "--sacct-file", str(dump))
+    assert res.exit_code == 2
+    assert res.stderr.strip().splitlines() == [
+        f"slurmkit: error: {dump}: line 17 holds a NUL byte, which sacct never writes; nothing was ingested "
+        "(remove it, e.g. tr -d '\\000')"
+    ]
+    assert {p.relative_to(arch): p.read_bytes() for p in arch.rglob("*") if p.is_file()} == before
+
+
 def test_sql_errors_and_missing_archive_are_usage_errors(cli, tmp_path):
     res = cli("report", "sql", "--archive", str(tmp_path / "none"), "SELECT 1")
     assert res.exit_code == 2 and "no archive" in res.stderr
