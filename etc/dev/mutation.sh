@@ -30,7 +30,7 @@ declare -A MODULES=(
   [xid]="slurmkit/health/xid.py|tests/health/test_xid_units.py tests/health/test_xid.py tests/health/test_xid_catalog.py tests/health/test_node_rules.py"
   [kmsg]="slurmkit/health/kmsg.py|tests/health/test_kmsg.py tests/health/test_xid.py tests/health/test_xid_real.py tests/health/test_node_rules.py"
   [lost]="slurmkit/report/lost.py|tests/report/test_report_edges.py tests/report/test_report_lost.py tests/report/test_report_aggregate.py"
-  [efficiency]="slurmkit/report/efficiency.py|tests/report/test_report_efficiency_summary.py tests/report/test_report_efficiency.py tests/report/test_report_edges.py"
+  [efficiency]="slurmkit/report/efficiency.py|tests/report/test_report_efficiency_units.py tests/report/test_report_efficiency_summary.py tests/report/test_report_efficiency.py tests/report/test_report_edges.py"
   [archive]="slurmkit/report/archive.py|tests/report/test_report_archive.py tests/report/test_report_edges.py"
 )
 ORDER=(kmsg lost trust xid efficiency gate archive)

@@ -519,19 +519,10 @@ def group(jobs: List[JobEfficiency], by: str) -> List[Dict[str, Any]]:
 
 
 def totals(rows: List[Dict[str, Any]]) -> Dict[str, Any]:
-    t = {
-        k: sum(r[k] or 0 for r in rows)
-        for k in (
-            "jobs",
-            "gpus",
-            "gpus_known",
-            "alloc_gpu_h",
-            "known_gpu_h",
-            "used_gpu_h",
-            "idle_gpu_h",
-            "unknown_gpu_h",
-        )
-    }
+    t: Dict[str, Any] = {k: sum(r[k] or 0 for r in rows) for k in ("jobs", "gpus", "gpus_known")}
+    # hours stay floats when every row's is 0 or unknown (an int 0 was printed as "0", not "0.00")
+    for k in ("alloc_gpu_h", "known_gpu_h", "used_gpu_h", "idle_gpu_h", "unknown_gpu_h"):
+        t[k] = sum((r[k] or 0.0 for r in rows), 0.0)
     t["util_pct"] = 100.0 * t["used_gpu_h"] / t["known_gpu_h"] if t["known_gpu_h"] > 0 else None
     return t
 
