@@ -812,3 +812,158 @@ def test_job_efficiency_asks_for_that_job_only(monkeypatch):
     assert j.job_id == "60" and j.elapsed_s == 120.0  # the last row of the job (a requeue's)
     assert reff.job_efficiency("62") is None
     assert seen[-1][1] is None
+
+
+def test_job_efficiency_judges_idle_gpus_by_the_default_threshold(monkeypatch):
+    tok = summary_token(
+        {"n1": {"gpus": {"0": {"u": 9.9, "t": 3600.0, "p": 1}, "1": {"u": 10.0, "t": 3600.0}}}}
+    )
+    stdout = line(job="70", comment=tok, sep=SACCT_DELIMITER)
+    monkeypatch.setattr(reff, "call_sacct", lambda query, timeout: SimpleNamespace(stdout=stdout))
+    j = reff.job_efficiency("70")
+    assert (j.gpus_known, j.gpus_idle, j.gpus_touched) == (2, 1, 1)  # 9.9 % is idle, 10 % is not
+
+
+def test_one_line_hours_are_hours():
+    j = job("1", "u", 8, 18000.0, touched=8, idle=0, used=36000.0, util_pct=25.0)
+    assert "10.000 of 40.000 GPU-h used" in reff.one_line(j)
+
+
+# --------------------------------------------------------------------------- saved dumps
+
+
+def write(tmp_path, text, name="eff.txt"):
+    p = tmp_path / name
+    p.write_text(text)
+    return str(p)
+
+
+def test_from_file_reads_a_dump_with_comments_before_its_header(tmp_path):
+    path = write(
+        tmp_path, "# saved by hand\n\n" + "|".join(COLS) + "\n" + line(job="80") + "\n1|gres/gpu=1\n"
+    )
+    res = reff.from_file(path, idle_below=10.0, window=None)
+    assert [j.job_id for j in res.jobs] == ["80"]
+    assert res.warnings == [f"line 5: wrong field count (expected {len(COLS)})"]  # the file's own line number
+
+
+def test_from_file_of_an_empty_dump_is_empty(tmp_path):
+    res = reff.from_file(write(tmp_path, "\n# nothing\n"), idle_below=10.0, window=None)
+    assert (res.jobs, res.rows, res.malformed, res.warnings) == ([], 0, 0, [])
+
+
+def test_from_file_header_less_with_columns_and_a_delimiter(tmp_path):
+    cols = ["AdminComment", "JobID", "State", "AllocTRES", "ElapsedRaw"]
+    path = write(tmp_path, ";".join(["", "81", "COMPLETED", "gres/gpu=4", "60"]) + "\n")
+    res = reff.from_file(path, idle_below=10.0, window=None, columns=cols, delimiter=";")
+    (j,) = res.jobs
+    assert (j.job_id, j.gpus, j.elapsed_s, j.note) == ("81", 4, 60.0, "no slurmkit summary")
+
+
+def test_from_file_without_a_header_names_the_efficiency_command(tmp_path):
+    with pytest.raises(UsageError) as exc:
+        reff.from_file(write(tmp_path, line() + "\n"), idle_below=10.0, window=None)
+    assert "not an sacct --parsable2 header" in str(exc.value)
+    assert str(exc.value).endswith(reff.recommended_command())  # the columns this report needs
+
+
+def test_from_file_missing_columns_are_named_with_the_file(tmp_path):
+    path = write(tmp_path, "JobID|State\n1|COMPLETED\n")
+    with pytest.raises(UsageError) as exc:
+        reff.from_file(path, idle_below=10.0, window=None)
+    assert str(exc.value) == (
+        f"--sacct-file {path}: missing column(s) AllocTRES, AdminComment; {reff.recommended_command()}"
+    )
+
+
+def test_from_file_trusts_free_text_columns_unless_told_not_to(tmp_path):
+    """The report's own default is to trust (the CLI passes --trust-free-text's value)."""
+    path = write(tmp_path, "|".join(COLS + ["JobName"]) + "\n" + line(job="82") + "|train\n")
+    assert [j.job_id for j in reff.from_file(path, idle_below=10.0, window=None).jobs] == ["82"]
+    with pytest.raises(UsageError) as exc:
+        reff.from_file(path, idle_below=10.0, window=None, trust_free_text=False)
+    assert "JobName" in str(exc.value)
+
+
+# --------------------------------------------------------------------------- the chart
+
+
+class _Recorder:
+    """Stands in for matplotlib's Figure, its canvas and its axes: records the calls."""
+
+    calls: list = []
+
+    def __init__(self, *args, **kw):
+        _Recorder.calls.append(("init", args, kw))
+
+    def __getattr__(self, name):
+        def record(*args, **kw):
+            _Recorder.calls.append((name, args, kw))
+            return self
+
+        return record
+
+
+@pytest.fixture
+def chart_calls(monkeypatch):
+    pytest.importorskip("matplotlib")
+    import matplotlib.backends.backend_agg as agg
+    import matplotlib.figure as mfig
+
+    _Recorder.calls = []
+    monkeypatch.setattr(mfig, "Figure", _Recorder)
+    monkeypatch.setattr(agg, "FigureCanvasAgg", _Recorder)
+    return _Recorder.calls
+
+
+def _by_name(calls, name):
+    return [(a, k) for n, a, k in calls if n == name]
+
+
+def test_the_chart_draws_allocated_used_and_idle_hours_worst_first(chart_calls, tmp_path):
+    rows = reff.group(JOBS, "user")  # alice, bob, carol, -
+    reff.write_chart(rows, "user", str(tmp_path / "c.SVG"), top=3)
+    (fig_args, fig_kw) = chart_calls[0][1:]
+    assert chart_calls[0][0] == "init" and fig_args == ()
+    assert fig_kw == {"figsize": (8.0, 2.7), "dpi": 100}  # 0.4 x 3 + 1.5
+    assert _by_name(chart_calls, "add_subplot") == [((1, 1, 1), {})]
+    bars = _by_name(chart_calls, "barh")
+    assert [a for a, _ in bars] == [
+        ([0, 1, 2], [1.0, 2.0, 4.0]),  # allocated, the worst at the top
+        ([0, 1, 2], [1.0, 1.0, 1.5]),  # used
+        ([0, 1, 2], [0.0, 0.0, 1.5]),  # idle GPUs (bob's unknown: 0)
+    ]
+    assert [k["label"] for _, k in bars] == ["allocated", "used", "idle GPUs"]
+    assert [k.get("height", 0.8) for _, k in bars] == [0.8, 0.5, 0.2]  # each inside the one before
+    assert _by_name(chart_calls, "set_yticks") == [(([0, 1, 2],), {})]
+    assert _by_name(chart_calls, "set_yticklabels")[0][0] == (["carol", "bob", "alice"],)
+    assert _by_name(chart_calls, "set_xlabel") == [(("GPU-hours",), {})]
+    assert _by_name(chart_calls, "set_title") == [(("GPU efficiency by user (worst first)",), {})]
+    assert len(_by_name(chart_calls, "legend")) == 1 and len(_by_name(chart_calls, "tight_layout")) == 1
+    assert _by_name(chart_calls, "savefig") == [((str(tmp_path / "c.SVG"),), {"format": "svg"})]
+
+
+def test_a_small_chart_keeps_its_minimum_height_and_twenty_bars_by_default(chart_calls, tmp_path):
+    reff.write_chart(reff.group(JOBS[:1], "user"), "user", str(tmp_path / "c.png"))
+    assert chart_calls[0][2]["figsize"] == (8.0, 2.5)  # max(2.5, 0.4 + 1.5)
+    assert _by_name(chart_calls, "savefig")[0][1] == {"format": "png"}
+    many = [job(str(i), f"u{i:02d}", 1, 3600.0, touched=1, idle=0, used=float(i)) for i in range(25)]
+    chart_calls.clear()
+    reff.write_chart(reff.group(many, "user"), "user", str(tmp_path / "c.png"))
+    assert chart_calls[0][2]["figsize"] == (8.0, 9.5)  # 0.4 x 20 + 1.5
+    assert len(_by_name(chart_calls, "set_yticklabels")[0][0][0]) == 20
+
+
+def test_the_chart_file_name_must_be_png_or_svg(tmp_path):
+    for name in ("c.pdf", "c", "c.png.txt"):
+        with pytest.raises(UsageError) as exc:
+            reff.write_chart([], "user", str(tmp_path / name))
+        assert str(exc.value) == f"--plot {tmp_path / name}: the file name must end in .png or .svg"
+
+
+def test_a_chart_that_cannot_be_saved_is_a_usage_error(tmp_path):
+    pytest.importorskip("matplotlib")
+    path = tmp_path / "missing-dir" / "c.png"
+    with pytest.raises(UsageError) as exc:
+        reff.write_chart(reff.group(JOBS[:1], "user"), "user", str(path))
+    assert str(exc.value) == f"--plot {path}: No such file or directory"
