@@ -388,7 +388,19 @@ def job(
 
 JOBS = [
     # alice: 2 x 1 h at 50 %, then 4 x 0.5 h with 3 idle GPUs
-    job("1", "alice", 2, 3600.0, touched=2, idle=0, used=3600.0, peak=40000.0, cap=80000.0, account="a"),
+    job(
+        "1",
+        "alice",
+        2,
+        3600.0,
+        touched=2,
+        idle=0,
+        used=3600.0,
+        peak=40000.0,
+        cap=80000.0,
+        account="a",
+        source="slurmkit",
+    ),
     job("2", "alice", 4, 1800.0, touched=1, idle=3, used=1800.0, idle_s=5400.0, peak=70000.0, cap=80000.0),
     # bob: Slurm's job-wide average only (no per-GPU split), memory without a capacity
     job("3", "bob", 1, 7200.0, used=3600.0, peak=1000.0, util_pct=50.0, source="slurm-tres"),
@@ -481,7 +493,7 @@ def test_group_by_job_carries_the_jobs_own_fields():
         "partition": "",
         "state": "",
         "elapsed_s": 3600.0,
-        "source": None,
+        "source": "slurmkit",
         "note": "",
     }
     assert "user" not in reff.group(JOBS[:1], "account")[0]
@@ -967,3 +979,67 @@ def test_a_chart_that_cannot_be_saved_is_a_usage_error(tmp_path):
     with pytest.raises(UsageError) as exc:
         reff.write_chart(reff.group(JOBS[:1], "user"), "user", str(path))
     assert str(exc.value) == f"--plot {path}: No such file or directory"
+
+
+def test_every_job_of_a_group_adds_to_each_sum():
+    jobs = [
+        job("1", "u", 2, 3600.0, known=1, touched=0, idle=1, used=0.0, idle_s=3600.0),
+        job("2", "u", 4, 1800.0, known=2, touched=1, idle=1, used=900.0, idle_s=1800.0),
+    ]
+    (r,) = reff.group(jobs, "user")
+    assert (r["gpus"], r["gpus_known"], r["gpus_touched"], r["gpus_idle"]) == (6, 3, 1, 2)
+    assert (r["alloc_gpu_h"], r["known_gpu_h"], r["used_gpu_h"], r["idle_gpu_h"], r["unknown_gpu_h"]) == (
+        4.0,
+        2.0,
+        0.25,
+        1.5,
+        2.0,  # 1 of job 1, 1 of job 2
+    )
+    assert (r["util_pct"], r["wasted_gpu_h"]) == (12.5, 1.75)
+
+
+def test_less_than_an_hour_idle_or_wasted_still_ranks_first():
+    jobs = [
+        job("1", "none-idle", 1, 3600.0, touched=1, idle=0, used=3600.0),
+        job("2", "half-idle", 1, 1800.0, touched=0, idle=1, used=1800.0, idle_s=1800.0),
+    ]
+    assert [r["user"] for r in reff.group(jobs, "user")] == ["half-idle", "none-idle"]
+    jobs = [
+        job("1", "none-wasted", 1, 3600.0, touched=1, idle=0, used=3600.0),
+        job("2", "half-wasted", 1, 3600.0, touched=1, idle=0, used=1800.0),
+    ]
+    assert [r["user"] for r in reff.group(jobs, "user")] == ["half-wasted", "none-wasted"]
+
+
+def test_json_keys_are_sorted_inside_rows_too():
+    text = rendered(reff.group(JOBS[:1], "user"), "user", "json")
+    keys = [k for k in json.loads(text)["rows"][0]]
+    assert keys == sorted(keys)
+
+
+def test_an_empty_report_totals_zero_hours():
+    text = rendered([], "user", "table", {})
+    assert text.split("\n")[-2].split() == [
+        "TOTAL",
+        "0",
+        "0",
+        "0.0000",
+        "0.0000",
+        "0.0000",
+        "0.0000",
+        "unknown",
+    ]
+
+
+def test_from_file_applies_the_window(tmp_path):
+    path = write(
+        tmp_path, "|".join(COLS) + "\n" + line(job="83", end=str(T0 + 5)) + "\n" + line(job="84") + "\n"
+    )
+    assert [j.job_id for j in reff.from_file(path, idle_below=10.0, window=(T0 + 1, T0 + 10)).jobs] == ["83"]
+
+
+def test_from_file_refusing_free_text_names_the_file(tmp_path):
+    path = write(tmp_path, "|".join(COLS + ["JobName"]) + "\n")
+    with pytest.raises(UsageError) as exc:
+        reff.from_file(path, idle_below=10.0, window=None, trust_free_text=False)
+    assert str(exc.value).startswith(f"--sacct-file {path}: column(s) JobName hold text users write")
