@@ -161,3 +161,37 @@ def test_negative_busy_times_count_as_no_time():
     assert (job.used_gpu_s, job.util_pct, job.gpus_idle) == (0.0, 0.0, 1)
     job = summarise(2, 100.0, {"nodes": {"a": {"agg": 1, "n": 2, "known": 2, "touched": 2, "b": -300.0}}})
     assert (job.used_gpu_s, job.util_pct) == (0.0, 0.0)
+
+
+def test_a_memory_peak_needs_its_capacity():
+    job = summarise(
+        2,
+        100.0,
+        {"nodes": {"n": {"gpus": {"0": {"u": 10, "t": 100, "m": 500}, "1": {"u": 10, "t": 100, "c": 900}}}}},
+    )
+    assert (job.peak_mem_mib, job.mem_capacity_mib) == (None, None)
+    assert job.per_gpu[0]["peak_mem_mib"] == 500.0 and job.per_gpu[0]["capacity_mib"] is None
+
+
+def test_the_peak_is_the_largest_fraction_not_the_largest_number():
+    gpus = {
+        "0": {"u": 10, "t": 100, "m": 70000, "c": 80000},  # 87.5 %
+        "1": {"u": 10, "t": 100, "m": 40000, "c": 40000},  # 100 %: the peak
+        "2": {"u": 10, "t": 100, "m": 100, "c": 90000},  # the largest product with 0: not it
+    }
+    job = summarise(3, 100.0, {"nodes": {"n": {"gpus": gpus}}})
+    assert (job.peak_mem_mib, job.mem_capacity_mib) == (40000.0, 40000.0)
+
+
+def test_per_gpu_utilisation_is_rounded_to_two_decimals():
+    job = summarise(1, 300.0, {"nodes": {"n": {"gpus": {"0": {"u": 100, "t": 100, "p": 1}}}}})
+    assert job.per_gpu[0]["util_pct"] == 33.33 and job.util_pct == pytest.approx(100 / 3)
+
+
+def test_notes_are_joined_sorted():
+    job = summarise(
+        3,
+        100.0,
+        {"nodes": {"n": {"gpus": {"0": {"a": "disabled"}, "1": {"u": 1, "t": 1}}}}, "missing": ["n9"]},
+    )
+    assert job.note == "accounting disabled; no summary from n9"

@@ -211,13 +211,15 @@ def test_counters_and_warnings_name_the_line():
         line(job="7", end="yesterday"),
         line(job="8", comment="SK1:not-a-summary"),
         line(job="9") + "\r\n",
+        "2|gres/gpu=1",  # a second one of each counts twice
+        line(job="12", comment="SK1:also-not"),
     ]
     res = parse(lines, first_line=5)
-    assert res.rows == 11
-    assert res.malformed == 5
+    assert res.rows == 13
+    assert res.malformed == 6
     assert res.skipped_running == 2
-    assert res.bad_comments == 1
-    assert [j.job_id for j in res.jobs] == ["8", "9"]
+    assert res.bad_comments == 2
+    assert [j.job_id for j in res.jobs] == ["8", "9", "12"]
     assert res.warnings[:5] == [
         f"line 8: wrong field count (expected {len(COLS)})",
         "line 9: bad JobID or JobIDRaw",
@@ -225,7 +227,9 @@ def test_counters_and_warnings_name_the_line():
         "line 14: no usable ElapsedRaw or Start/End",
         "line 15: bad End time",
     ]
-    assert len(res.warnings) == 6 and res.warnings[5].startswith("line 16: job 8: ")
+    assert len(res.warnings) == 8 and res.warnings[5].startswith("line 16: job 8: ")
+    assert res.warnings[6] == f"line 18: wrong field count (expected {len(COLS)})"
+    assert res.warnings[7].startswith("line 19: job 12: ")
     bad = res.jobs[0]
     assert bad.note.startswith("unreadable summary (") and bad.note.endswith(")") and bad.source is None
     assert res.jobs[1].elapsed_s == 3600.0 and res.jobs[1].nodes == "n1"
@@ -303,8 +307,8 @@ def test_steps_give_slurms_usage_to_jobs_without_a_summary():
     tok = summary_token({"n1": {"gpus": {"0": {"u": 90.0, "t": 3600.0, "p": 1}}}})
     rows = [
         line(job="20.0", raw="20.0", ave="gres/gpuutil=30,gres/gpumem=1G", tres="cpu=1"),
-        line(job="20.batch", raw="20.batch", ave="gres/gpuutil=50,gres/gpumem=512M", tres="cpu=1"),
         line(job="20.1", raw="20.1", ave="gres/gpuutil=40", mx="gres/gpumem=3G", tres="cpu=1"),
+        line(job="20.batch", raw="20.batch", ave="gres/gpuutil=50,gres/gpumem=512M", tres="cpu=1"),
         line(job="20"),
         line(job="21", tres="gres/gpu=1", comment=tok),
         line(job="21.0", raw="21.0", ave="gres/gpuutil=5", tres="cpu=1"),
@@ -1043,3 +1047,46 @@ def test_from_file_refusing_free_text_names_the_file(tmp_path):
     with pytest.raises(UsageError) as exc:
         reff.from_file(path, idle_below=10.0, window=None, trust_free_text=False)
     assert str(exc.value).startswith(f"--sacct-file {path}: column(s) JobName hold text users write")
+
+
+def test_a_step_with_only_memory_adds_it_to_another_steps_utilisation():
+    rows = [
+        line(job="31.0", raw="31.0", ave="gres/gpuutil=30", tres="cpu=1"),
+        line(job="31.1", raw="31.1", ave="gres/gpumem=2G", tres="cpu=1"),
+        line(job="31"),
+    ]
+    (job,) = parse(rows).jobs
+    assert (job.source, job.util_pct, job.peak_mem_mib) == ("slurm-tres", 30.0, 2048.0)
+
+
+def test_elapsed_from_start_and_end_when_elapsed_raw_is_empty():
+    (job,) = parse([line(elapsed="", start=str(T0 - 90), end=str(T0))]).jobs
+    assert job.elapsed_s == 90.0
+
+
+def test_the_last_column_loses_only_the_line_end():
+    cols = [c for c in COLS if c != "NodeList"] + ["NodeList"]
+    row = line(nodes="x").split("|")
+    del row[COLS.index("NodeList")]
+    res = parse(["|".join(row + ["nodeX"]) + "\r\n", "\r\n"], columns=cols)
+    assert [j.nodes for j in res.jobs] == ["nodeX"] and res.rows == 1
+
+
+def test_the_admin_comment_may_hold_the_separator():
+    tok = summary_token({"n1": {"gpus": {"0": {"u": 70.0, "t": 3600.0, "p": 1}}}})
+    (job,) = parse([line(tres="gres/gpu=1", comment=f"a|b {tok}")]).jobs
+    assert (job.source, job.util_pct) == ("slurmkit", 70.0)
+    # wherever the column is: the surplus separators are folded back into it, not the last one
+    cols = ["AdminComment", "JobID", "State", "AllocTRES", "ElapsedRaw"]
+    (job,) = parse([f"a|b {tok}|43|COMPLETED|gres/gpu=1|3600"], columns=cols).jobs
+    assert (job.job_id, job.elapsed_s, job.source, job.util_pct) == ("43", 3600.0, "slurmkit", 70.0)
+
+
+def test_without_a_jobidraw_column_every_job_is_its_own():
+    cols = [c for c in COLS if c != "JobIDRaw"]
+    rows = []
+    for jid in ("41", "42"):
+        r = line(job=jid).split("|")
+        del r[1]
+        rows.append("|".join(r))
+    assert [j.job_id for j in parse(rows, columns=cols).jobs] == ["41", "42"]
