@@ -904,6 +904,9 @@ def test_from_file_trusts_free_text_columns_unless_told_not_to(tmp_path):
 # --------------------------------------------------------------------------- the chart
 
 
+_FIGURES: list = []  # every _Recorder made, in order (the figure first)
+
+
 class _Recorder:
     """Stands in for matplotlib's Figure, its canvas and its axes: records the calls."""
 
@@ -911,6 +914,7 @@ class _Recorder:
 
     def __init__(self, *args, **kw):
         _Recorder.calls.append(("init", args, kw))
+        _FIGURES.append(self)
 
     def __getattr__(self, name):
         def record(*args, **kw):
@@ -927,6 +931,7 @@ def chart_calls(monkeypatch):
     import matplotlib.figure as mfig
 
     _Recorder.calls = []
+    _FIGURES.clear()
     monkeypatch.setattr(mfig, "Figure", _Recorder)
     monkeypatch.setattr(agg, "FigureCanvasAgg", _Recorder)
     return _Recorder.calls
@@ -1090,3 +1095,19 @@ def test_without_a_jobidraw_column_every_job_is_its_own():
         del r[1]
         rows.append("|".join(r))
     assert [j.job_id for j in parse(rows, columns=cols).jobs] == ["41", "42"]
+
+
+def test_the_chart_draws_unknown_hours_as_none_and_on_its_own_canvas(chart_calls, tmp_path):
+    reff.write_chart(reff.group(JOBS[4:5], "user"), "user", str(tmp_path / "c.png"))  # nothing measured
+    assert [a[1] for a, _ in _by_name(chart_calls, "barh")] == [[2.0], [0.0], [0.0]]
+    inits = [a for n, a, _ in chart_calls if n == "init"]
+    assert len(inits) == 2 and inits[1] == (_FIGURES[0],)  # the canvas is made for the figure
+
+
+def test_a_chart_without_matplotlib_says_how_to_get_it(monkeypatch, tmp_path):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "matplotlib.figure", None)  # an import of it raises ImportError
+    with pytest.raises(UsageError) as exc:
+        reff.write_chart([], "user", str(tmp_path / "c.png"))
+    assert str(exc.value) == "--plot needs matplotlib: pip install 'slurmkit[plot]'"
