@@ -42,6 +42,11 @@ ORDER=(kmsg lost trust xid efficiency gate archive)
 # many were. The archive gets 30 s more headroom instead (a real hang then costs minutes).
 declare -A TIMEOUT_MULTIPLIER=()
 declare -A TIMEOUT_CONSTANT=([archive]=30)
+# how mutmut starts each mutant's worker: "fork" (its default) forks the process that ran the
+# baseline tests; after DuckDB's threads ran there, a forked child blocks for ever on a lock
+# one of them held (seen: the archive's mutants asleep on a futex, one thread, 7 s of CPU in
+# 7 minutes, until the timeout counted them as killed). "forkserver" forks from a clean process.
+declare -A PROCESS_ISOLATION=([archive]=forkserver)
 # the functions a module is measured on, when not all of its file (mutmut's name patterns):
 # the archive's ingest and the file handling around it, not its report-side readers
 A=slurmkit.report.archive
@@ -69,9 +74,11 @@ run_module() {
     | tar -xf - -C "$work"
   # this module's [tool.mutmut]: the one file and its tests (pytest's own options come from
   # [tool.pytest.ini_options]; hypothesis keeps its examples database out of the copy)
-  "$PY" - "$work/pyproject.toml" "${TIMEOUT_MULTIPLIER[$name]:-15}" "${TIMEOUT_CONSTANT[$name]:-1}" "$src" $tests <<'PY'
+  "$PY" - "$work/pyproject.toml" "${TIMEOUT_MULTIPLIER[$name]:-15}" "${TIMEOUT_CONSTANT[$name]:-1}" "${PROCESS_ISOLATION[$name]:-fork}" "$src" $tests <<'PY'
 import re, sys
-path, multiplier, constant, src, tests = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), sys.argv[4], sys.argv[5:]
+path, multiplier, constant, isolation, src, tests = (
+    sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), sys.argv[4], sys.argv[5], sys.argv[6:]
+)
 text = re.sub(r"(?ms)^\[tool\.mutmut\].*?(?=^\[|\Z)", "", open(path).read())
 q = lambda xs: "[" + ", ".join(f'"{x}"' for x in xs) + "]"
 text += (
@@ -85,6 +92,7 @@ text += (
     'pytest_add_cli_args = ["-p", "no:cacheprovider", "-q", "-x"]\n'
     f"timeout_multiplier = {multiplier}\n"
     f"timeout_constant = {constant}\n"
+    f'process_isolation = "{isolation}"\n'
 )
 open(path, "w").write(text)
 PY
