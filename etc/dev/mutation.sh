@@ -31,7 +31,7 @@ declare -A MODULES=(
   [kmsg]="slurmkit/health/kmsg.py|tests/health/test_kmsg.py tests/health/test_xid.py tests/health/test_xid_real.py tests/health/test_node_rules.py"
   [lost]="slurmkit/report/lost.py|tests/report/test_report_edges.py tests/report/test_report_lost.py tests/report/test_report_aggregate.py"
   [efficiency]="slurmkit/report/efficiency.py|tests/report/test_report_efficiency_units.py tests/report/test_report_efficiency_summary.py tests/report/test_report_efficiency.py tests/report/test_report_edges.py"
-  [archive]="slurmkit/report/archive.py|tests/report/test_report_archive.py tests/report/test_report_edges.py"
+  [archive]="slurmkit/report/archive.py|tests/report/test_report_archive_files.py tests/report/test_report_archive.py tests/report/test_report_edges.py"
 )
 ORDER=(kmsg lost trust xid efficiency gate archive)
 # mutmut stops a mutant's tests after (their baseline time + timeout_constant) x
