@@ -101,3 +101,36 @@ def test_a_month_directory_that_is_not_private_is_left_alone(tmp_path):
     with pytest.raises(UsageError):
         os.chmod(month, 0o770)
         archive._remove_leftovers(str(month))  # the archive's own .tmp: refused, not skipped
+
+
+def test_an_ingest_starts_by_cleaning_its_temporaries_and_the_months(tmp_path, capsys):
+    d = tmp_path / "arch"
+    (d / ".tmp").mkdir(parents=True, mode=0o700)
+    (d / ".tmp" / ".data-1.parquet").write_text("x")
+    for m in ("month=2026-10", "month=2026-11"):
+        (d / m).mkdir(mode=0o700)
+        (d / m / ".multi-1.parquet").write_text("x")
+    (d / "month=2026-12").mkdir(mode=0o700)
+    (d / "month=2026-12" / ".data-9.parquet").write_text("x")
+    os.chmod(d / "month=2026-12", 0o770)  # not private: left alone, not refused
+    (d / "other").mkdir(mode=0o700)
+    (d / "other" / ".data-3.parquet").write_text("x")  # not a month: not looked into
+    (d / "month=file").write_text("")
+    archive._clean(str(d))
+    assert capsys.readouterr().err == f"slurmkit: {d}: removed 3 file(s) a killed ingest left\n"
+    assert (
+        not (d / ".tmp" / ".data-1.parquet").exists()
+        and not (d / "month=2026-11" / ".multi-1.parquet").exists()
+    )
+    assert (d / "month=2026-12" / ".data-9.parquet").exists() and (d / "other" / ".data-3.parquet").exists()
+    archive._clean(str(d))
+    assert capsys.readouterr().err == ""  # nothing removed, nothing said
+
+
+def test_a_temporary_is_a_new_empty_parquet_name_in_the_private_directory(tmp_path):
+    (tmp_path / ".tmp").mkdir(mode=0o700)
+    p = archive._temporary(str(tmp_path), ".data-")
+    assert os.path.dirname(p) == str(tmp_path / ".tmp") and os.path.getsize(p) == 0
+    name = os.path.basename(p)
+    assert name.startswith(".data-") and name.endswith(".parquet")
+    assert archive._temporary(str(tmp_path), ".data-") != p
