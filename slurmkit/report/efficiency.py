@@ -145,7 +145,7 @@ def from_summary(job: JobEfficiency, summary: Dict[str, Any], idle_below: float)
             known += k
             touched += int(_num(ns.get("touched")) or 0)
             b = _num(ns.get("b")) or 0.0
-            used += min(b, k * elapsed)
+            used += min(max(b, 0.0), k * elapsed)
             idle += k - int(_num(ns.get("touched")) or 0)
             idle_s += (k - int(_num(ns.get("touched")) or 0)) * elapsed
             if _num(ns.get("m")) is not None and _num(ns.get("c")):
@@ -163,7 +163,7 @@ def from_summary(job: JobEfficiency, summary: Dict[str, Any], idle_below: float)
                 job.per_gpu.append(entry)
                 continue
             t = _num(g.get("t")) or 0.0
-            gpu_used = (min(max(u, 0.0), 100.0) / 100.0) * min(t, elapsed) if elapsed > 0 else 0.0
+            gpu_used = (min(max(u, 0.0), 100.0) / 100.0) * min(max(t, 0.0), elapsed) if elapsed > 0 else 0.0
             life = 100.0 * gpu_used / elapsed if elapsed > 0 else 0.0
             known += 1
             used += gpu_used
@@ -519,19 +519,10 @@ def group(jobs: List[JobEfficiency], by: str) -> List[Dict[str, Any]]:
 
 
 def totals(rows: List[Dict[str, Any]]) -> Dict[str, Any]:
-    t = {
-        k: sum(r[k] or 0 for r in rows)
-        for k in (
-            "jobs",
-            "gpus",
-            "gpus_known",
-            "alloc_gpu_h",
-            "known_gpu_h",
-            "used_gpu_h",
-            "idle_gpu_h",
-            "unknown_gpu_h",
-        )
-    }
+    t: Dict[str, Any] = {k: sum(r[k] or 0 for r in rows) for k in ("jobs", "gpus", "gpus_known")}
+    # hours stay floats when every row's is 0 or unknown (an int 0 was printed as "0", not "0.00")
+    for k in ("alloc_gpu_h", "known_gpu_h", "used_gpu_h", "idle_gpu_h", "unknown_gpu_h"):
+        t[k] = sum((r[k] or 0.0 for r in rows), 0.0)
     t["util_pct"] = 100.0 * t["used_gpu_h"] / t["known_gpu_h"] if t["known_gpu_h"] > 0 else None
     return t
 

@@ -1,0 +1,136 @@
+"""The archive's file handling in-process (the security suite runs the same rules through the
+CLI, in new processes, which kill no mutant): the private directory it writes in and the
+clean-up of what a killed ingest left (issue 30, mutation testing of the ingest)."""
+
+from __future__ import annotations
+
+import os
+import stat
+
+import pytest
+
+from slurmkit.errors import UsageError
+from slurmkit.report import archive
+
+
+@pytest.fixture
+def umask0():
+    old = os.umask(0)
+    try:
+        yield
+    finally:
+        os.umask(old)
+
+
+def test_a_private_directory_is_made_0700_whatever_the_umask(tmp_path, umask0):
+    path = tmp_path / "d"
+    fd = archive._private_dir(str(path))
+    try:
+        assert stat.S_IMODE(os.fstat(fd).st_mode) == 0o700 and os.path.samestat(os.fstat(fd), os.stat(path))
+    finally:
+        os.close(fd)
+    fd = archive._private_dir(str(path))  # an existing one is taken as it is
+    os.close(fd)
+
+
+@pytest.mark.parametrize("mode", [0o770, 0o720, 0o702, 0o777])
+def test_a_directory_others_can_write_is_refused(tmp_path, mode):
+    path = tmp_path / "d"
+    path.mkdir()
+    os.chmod(path, mode)
+    with pytest.raises(UsageError) as exc:
+        archive._private_dir(str(path))
+    assert (
+        str(exc.value)
+        == f"--archive: {path} is not this user's private directory: refusing to write or clean it"
+    )
+
+
+def test_a_symlink_or_a_file_is_refused(tmp_path):
+    real = tmp_path / "real"
+    real.mkdir(mode=0o700)
+    link = tmp_path / "link"
+    os.symlink(real, link)
+    with pytest.raises(UsageError) as exc:
+        archive._private_dir(str(link))
+    assert str(exc.value).startswith(f"--archive: {link}: ") and str(exc.value).endswith(
+        " (a symlink or not a directory?)"
+    )
+    afile = tmp_path / "file"
+    afile.write_text("")
+    with pytest.raises(UsageError):
+        archive._private_dir(str(afile))
+
+
+def _leftovers(d, victim):
+    (d / ".data-1.parquet").write_text("x")
+    (d / ".multi-2.parquet").write_text("x")
+    os.symlink(victim, d / ".data-link.parquet")  # unlinked, never followed
+    os.symlink(d / "gone", d / ".multi-dangling.parquet")  # a dangling one too
+    (d / "data.parquet").write_text("keep")
+    (d / ".data-dir").mkdir()  # not a file: kept
+
+
+def test_leftovers_are_removed_through_the_directory_never_followed(tmp_path):
+    d = tmp_path / ".tmp"
+    d.mkdir(mode=0o700)
+    victim = tmp_path / "victim"
+    victim.write_text("precious")
+    _leftovers(d, victim)
+    assert archive._remove_leftovers(str(d)) == 4
+    assert sorted(os.listdir(d)) == [".data-dir", "data.parquet"]
+    assert victim.read_text() == "precious"
+    assert archive._remove_leftovers(str(d)) == 0
+
+
+def test_a_month_directory_that_is_not_private_is_left_alone(tmp_path):
+    victim = tmp_path / "victim"
+    victim.write_text("precious")
+    month = tmp_path / "month=2026-11"
+    month.mkdir()
+    _leftovers(month, victim)
+    os.chmod(month, 0o777)
+    assert archive._remove_leftovers(str(month), strict=False) == 0
+    assert len(os.listdir(month)) == 6
+    os.chmod(month, 0o700)
+    assert archive._remove_leftovers(str(month), strict=False) == 4
+    assert archive._remove_leftovers(str(tmp_path / "absent"), strict=False) == 0
+    link = tmp_path / "month=link"
+    os.symlink(month, link)
+    assert archive._remove_leftovers(str(link), strict=False) == 0
+    with pytest.raises(UsageError):
+        os.chmod(month, 0o770)
+        archive._remove_leftovers(str(month))  # the archive's own .tmp: refused, not skipped
+
+
+def test_an_ingest_starts_by_cleaning_its_temporaries_and_the_months(tmp_path, capsys):
+    d = tmp_path / "arch"
+    (d / ".tmp").mkdir(parents=True, mode=0o700)
+    (d / ".tmp" / ".data-1.parquet").write_text("x")
+    for m in ("month=2026-10", "month=2026-11"):
+        (d / m).mkdir(mode=0o700)
+        (d / m / ".multi-1.parquet").write_text("x")
+    (d / "month=2026-12").mkdir(mode=0o700)
+    (d / "month=2026-12" / ".data-9.parquet").write_text("x")
+    os.chmod(d / "month=2026-12", 0o770)  # not private: left alone, not refused
+    (d / "other").mkdir(mode=0o700)
+    (d / "other" / ".data-3.parquet").write_text("x")  # not a month: not looked into
+    (d / "month=file").write_text("")
+    archive._clean(str(d))
+    assert capsys.readouterr().err == f"slurmkit: {d}: removed 3 file(s) a killed ingest left\n"
+    assert (
+        not (d / ".tmp" / ".data-1.parquet").exists()
+        and not (d / "month=2026-11" / ".multi-1.parquet").exists()
+    )
+    assert (d / "month=2026-12" / ".data-9.parquet").exists() and (d / "other" / ".data-3.parquet").exists()
+    archive._clean(str(d))
+    assert capsys.readouterr().err == ""  # nothing removed, nothing said
+
+
+def test_a_temporary_is_a_new_empty_parquet_name_in_the_private_directory(tmp_path):
+    (tmp_path / ".tmp").mkdir(mode=0o700)
+    p = archive._temporary(str(tmp_path), ".data-")
+    assert os.path.dirname(p) == str(tmp_path / ".tmp") and os.path.getsize(p) == 0
+    name = os.path.basename(p)
+    assert name.startswith(".data-") and name.endswith(".parquet")
+    assert archive._temporary(str(tmp_path), ".data-") != p
