@@ -14,10 +14,10 @@ from types import SimpleNamespace
 import pytest
 
 from slurmkit.errors import UsageError
-from slurmkit.slurm.admincomment import encode
 from slurmkit.report import efficiency as reff
 from slurmkit.report.efficiency import JobEfficiency
 from slurmkit.report.sacct import parse_time
+from slurmkit.slurm.admincomment import encode
 from slurmkit.slurm.parse import SACCT_DELIMITER
 
 COLS = list(reff.FIELDS)
