@@ -20,6 +20,7 @@ from .attention import (
     _empty,
     _kernel_flags,
     _launch,
+    _lookup_precision,
     _on_device,
     _validate,
 )
@@ -86,7 +87,7 @@ def _varlen_forward(q, k, v, cu_q, cu_k, max_q, sides, causal, scale, precision,
     o = _empty((total_q, h_q, d), q.dtype, q.device)
     lse = _empty((h_q, total_q), torch.float32, q.device)
     emulate_bf16, input_precision = _kernel_flags(q.dtype, precision)
-    cfg = config.lookup("fwd", d, _dtype_name(q.dtype))
+    cfg = config.lookup("fwd", d, _dtype_name(q.dtype), _lookup_precision(q.dtype, precision))
     _varlen._varlen_fwd[(_cdiv(max_q, cfg.BLOCK_M), h_q, batch)](
         q,
         k,
@@ -144,7 +145,7 @@ def _varlen_backward(do, q, k, v, o, lse, cu_q, cu_k, max_q, max_k, sides, causa
 
     dk = _empty(k.shape, k.dtype, k.device)
     dv = _empty(v.shape, v.dtype, v.device)
-    cfg = config.lookup("bwd_dkdv", d, dtype_name)
+    cfg = config.lookup("bwd_dkdv", d, dtype_name, _lookup_precision(q.dtype, precision))
     _varlen._varlen_bwd_dkdv[(_cdiv(max_k, cfg.BLOCK_N), h_kv, batch)](
         q,
         k,
@@ -175,7 +176,7 @@ def _varlen_backward(do, q, k, v, o, lse, cu_q, cu_k, max_q, max_k, sides, causa
     )
 
     dq = _empty(q.shape, q.dtype, q.device)
-    cfg = config.lookup("bwd_dq", d, dtype_name)
+    cfg = config.lookup("bwd_dq", d, dtype_name, _lookup_precision(q.dtype, precision))
     _varlen._varlen_bwd_dq[(_cdiv(max_q, cfg.BLOCK_M), h_q, batch)](
         q,
         k,
