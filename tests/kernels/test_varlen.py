@@ -224,8 +224,14 @@ def test_varlen_fp32_launches_the_tiles_of_its_precision(device, monkeypatch):
         },
     )
     launched = []
-    real_launch = varlen_mod._launch
-    monkeypatch.setattr(varlen_mod, "_launch", lambda cfg: launched.append(cfg) or real_launch(cfg))
+    real_meta = varlen_mod.portable_meta
+
+    def recording_meta(*args):
+        cfg, meta = real_meta(*args)
+        launched.append(cfg)
+        return cfg, meta
+
+    monkeypatch.setattr(varlen_mod, "portable_meta", recording_meta)
     lens = [5, 9]
     cu = cu_seqlens(lens, device)
     for precision, expected in tiles.items():
