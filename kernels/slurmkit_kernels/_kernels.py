@@ -480,7 +480,10 @@ def _attn_bwd_dkdv(
     lo, mid_lo, mid_hi, hi = _ranges(start_n, BLOCK_N, BLOCK_M, -D_HI, -D_LO, N_Q)
     dk = tl.zeros([BLOCK_N, HEAD_DIM], dtype=tl.float32)
     dv = tl.zeros([BLOCK_N, HEAD_DIM], dtype=tl.float32)
-    for g in range(GROUP):
+    # No loop-invariant code motion out of the group loop: it hoisted the prologues of the
+    # three pipelined query loops (offsets, masks) and kept them live across every head,
+    # which nearly doubled the GQA kernel's registers and made it spill under triton 3.6.
+    for g in tl.range(0, GROUP, disable_licm=True):
         off_h = off_hkv * GROUP + g
         bh = off_b * H_Q + off_h
         q_base = Q + off_b.to(tl.int64) * stride_qb + off_h.to(tl.int64) * stride_qh

@@ -93,8 +93,6 @@ def _varlen_fwd(
     off_b = tl.program_id(2)
     q_start = tl.load(CU_Q + off_b)
     n_q = tl.load(CU_Q + off_b + 1) - q_start
-    if start_m >= n_q:
-        return
     k_start = tl.load(CU_K + off_b)
     n_k = tl.load(CU_K + off_b + 1) - k_start
     d_lo, d_hi = _seq_band(n_q, n_k, CAUSAL, LEFT, RIGHT)
@@ -112,7 +110,10 @@ def _varlen_fwd(
     acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
-    lo, mid_lo, mid_hi, hi = _ranges(start_m, BLOCK_M, BLOCK_N, d_lo, d_hi, n_k)
+    # A program past its sequence's end visits no key block and stores nothing (all rows
+    # masked). An early ``return`` here cost registers: the d64 kernel spilled under triton 3.6.
+    n_k_visited = tl.where(start_m < n_q, n_k, 0)
+    lo, mid_lo, mid_hi, hi = _ranges(start_m, BLOCK_M, BLOCK_N, d_lo, d_hi, n_k_visited)
     acc, l_i, m_i = _fwd_inner(
         acc,
         l_i,
@@ -277,7 +278,10 @@ def _varlen_bwd_dkdv(
     dk = tl.zeros([BLOCK_N, HEAD_DIM], dtype=tl.float32)
     dv = tl.zeros([BLOCK_N, HEAD_DIM], dtype=tl.float32)
     q_row = q_start.to(tl.int64)
-    for g in range(GROUP):
+    # No loop-invariant code motion out of the group loop: it hoisted the prologues of the
+    # three pipelined query loops (offsets, masks) and kept them live across every head,
+    # which nearly doubled the GQA kernel's registers and made it spill under triton 3.6.
+    for g in tl.range(0, GROUP, disable_licm=True):
         off_h = (off_hkv * GROUP + g).to(tl.int64)
         q_base = Q + q_row * stride_qm + off_h * stride_qh
         do_base = DO + q_row * stride_dom + off_h * stride_doh

@@ -193,32 +193,38 @@ def _use_hopper(q, k, v, scale: float, hopper: bool | None) -> bool:
     )
 
 
-def _forward(q, k, v, band, scale, precision, config, hopper=False):
-    if hopper:
-        o = _empty(q.shape, q.dtype, q.device)
-        lse = _empty(q.shape[:3], torch.float32, q.device)
-        emulate_bf16, _ = _kernel_flags(q.dtype, precision)
-        _hopper.forward(
-            q,
-            k,
-            v,
-            o,
-            lse,
-            band,
-            scale * _LOG2E,
-            _hopper_tiles(config, "hopper_fwd", q),
-            _hopper.WARP_SPECIALIZE,
-            emulate_bf16,
-        )
-        return o, lse
-    batch, h_q, n_q, d = q.shape
-    h_kv, n_k = k.shape[1], k.shape[2]
-    o = _empty((batch, h_q, n_q, d), q.dtype, q.device)
-    lse = _empty((batch, h_q, n_q), torch.float32, q.device)
+def run_launch(launch) -> None:
+    """Launch a ``(kernel, grid, args, kwargs)`` tuple built by a ``*_launch`` function."""
+    kernel, grid, args, kwargs = launch
+    kernel[grid](*args, **kwargs)
+
+
+def portable_meta(config: KernelConfig, kernel: str, q: torch.Tensor, precision: str):
+    """(LaunchConfig, keyword arguments) of a portable kernel, dense or varlen: the config
+    file's tiles for ``kernel`` at this head dim, dtype and fp32 precision, and the constexprs
+    both paths pass (head dim, the interpreter's bf16 emulation, the dots' input precision)."""
+    d = q.shape[-1]
+    cfg = config.lookup(kernel, d, _dtype_name(q.dtype), _lookup_precision(q.dtype, precision))
     emulate_bf16, input_precision = _kernel_flags(q.dtype, precision)
-    cfg = config.lookup("fwd", d, _dtype_name(q.dtype), _lookup_precision(q.dtype, precision))
+    return cfg, dict(HEAD_DIM=d, EMULATE_BF16=emulate_bf16, INPUT_PRECISION=input_precision, **_launch(cfg))
+
+
+def preprocess_launch(o, do, delta, rows: int, heads: int, batch_heads: int, o_strides, do_strides):
+    """``delta = rowsum(dO * O)`` for ``batch_heads`` (batch x head) slices of ``rows`` rows
+    (the dense and the varlen backward: varlen passes its packed tensors as one batch)."""
+    pre_block = 64
+    grid = (_cdiv(rows, pre_block), batch_heads)
+    args = (o, do, delta, *o_strides, *do_strides, rows, heads)
+    return _kernels._attn_bwd_preprocess, grid, args, dict(BLOCK_M=pre_block, HEAD_DIM=o.shape[-1])
+
+
+def forward_launch(q, k, v, o, lse, band, scale, precision, config):
+    """The portable forward's launch: (kernel, grid, args, kwargs); ``o``, ``lse`` preallocated."""
+    batch, h_q, n_q, _ = q.shape
+    h_kv, n_k = k.shape[1], k.shape[2]
+    cfg, meta = portable_meta(config, "fwd", q, precision)
     grid = (_cdiv(n_q, cfg.BLOCK_M), batch * h_q)
-    _kernels._attn_fwd[grid](
+    args = (
         q,
         k,
         v,
@@ -234,42 +240,85 @@ def _forward(q, k, v, band, scale, precision, config, hopper=False):
         h_q // h_kv,
         *band,
         scale * _LOG2E,
-        HEAD_DIM=d,
-        EMULATE_BF16=emulate_bf16,
-        INPUT_PRECISION=input_precision,
-        **_launch(cfg),
     )
+    return _kernels._attn_fwd, grid, args, meta
+
+
+def backward_launches(do, q, k, v, o, lse, delta, dq, dk, dv, band, scale, precision, config):
+    """The portable backward's three launches (delta, dK/dV, dQ), in order; outputs preallocated."""
+    batch, h_q, n_q, _ = q.shape
+    h_kv, n_k = k.shape[1], k.shape[2]
+    qk_scale = scale * _LOG2E
+    pre = preprocess_launch(o, do, delta, n_q, h_q, batch * h_q, o.stride(), do.stride())
+    common = (*q.stride(), *k.stride(), *v.stride(), *do.stride())
+    cfg, meta = portable_meta(config, "bwd_dkdv", q, precision)
+    dkdv = (
+        _kernels._attn_bwd_dkdv,
+        (_cdiv(n_k, cfg.BLOCK_N), batch * h_kv),
+        (q, k, v, do, lse, delta, dk, dv, *common, *dk.stride(), *dv.stride(), n_q, n_k, h_q, h_kv)
+        + (h_q // h_kv, *band, scale, qk_scale),
+        meta,
+    )
+    cfg, meta = portable_meta(config, "bwd_dq", q, precision)
+    dq_launch = (
+        _kernels._attn_bwd_dq,
+        (_cdiv(n_q, cfg.BLOCK_M), batch * h_q),
+        (
+            q,
+            k,
+            v,
+            do,
+            lse,
+            delta,
+            dq,
+            *common,
+            *dq.stride(),
+            n_q,
+            n_k,
+            h_q,
+            h_q // h_kv,
+            *band,
+            scale,
+            qk_scale,
+        ),
+        meta,
+    )
+    return [pre, dkdv, dq_launch]
+
+
+def _forward(q, k, v, band, scale, precision, config, hopper=False):
+    o = _empty(q.shape, q.dtype, q.device)
+    lse = _empty(q.shape[:3], torch.float32, q.device)
+    if hopper:
+        emulate_bf16, _ = _kernel_flags(q.dtype, precision)
+        _hopper.forward(
+            q,
+            k,
+            v,
+            o,
+            lse,
+            band,
+            scale * _LOG2E,
+            _hopper_tiles(config, "hopper_fwd", q),
+            _hopper.WARP_SPECIALIZE,
+            emulate_bf16,
+        )
+    else:
+        run_launch(forward_launch(q, k, v, o, lse, band, scale, precision, config))
     return o, lse
 
 
 def _backward(do, q, k, v, o, lse, band, scale, precision, config, hopper=False, deterministic=True):
-    batch, h_q, n_q, d = q.shape
-    h_kv, n_k = k.shape[1], k.shape[2]
-    group = h_q // h_kv
-    dtype_name = _dtype_name(q.dtype)
-    emulate_bf16, input_precision = _kernel_flags(q.dtype, precision)
-    qk_scale = scale * _LOG2E
-
     delta = _empty(lse.shape, torch.float32, q.device)
-    pre_block = 64
-    _kernels._attn_bwd_preprocess[(_cdiv(n_q, pre_block), batch * h_q)](
-        o,
-        do,
-        delta,
-        *o.stride(),
-        *do.stride(),
-        n_q,
-        h_q,
-        BLOCK_M=pre_block,
-        HEAD_DIM=d,
-    )
-
     dk = _empty(k.shape, k.dtype, k.device)
     dv = _empty(v.shape, v.dtype, v.device)
     if hopper:
+        batch, h_q, n_q, _ = q.shape
+        run_launch(preprocess_launch(o, do, delta, n_q, h_q, batch * h_q, o.stride(), do.stride()))
         if not _hopper.tma_compatible(do):
             do = do.contiguous()
         dq = _empty(q.shape, q.dtype, q.device)
+        emulate_bf16, _ = _kernel_flags(q.dtype, precision)
         _hopper.backward(
             q,
             k,
@@ -282,69 +331,15 @@ def _backward(do, q, k, v, o, lse, band, scale, precision, config, hopper=False,
             dv,
             band,
             scale,
-            qk_scale,
+            scale * _LOG2E,
             _hopper_tiles(config, "hopper_bwd" if deterministic else "hopper_bwd_nondet", q),
             deterministic,
             emulate_bf16,
         )
         return dq, dk, dv
-    cfg = config.lookup("bwd_dkdv", d, dtype_name, _lookup_precision(q.dtype, precision))
-    _kernels._attn_bwd_dkdv[(_cdiv(n_k, cfg.BLOCK_N), batch * h_kv)](
-        q,
-        k,
-        v,
-        do,
-        lse,
-        delta,
-        dk,
-        dv,
-        *q.stride(),
-        *k.stride(),
-        *v.stride(),
-        *do.stride(),
-        *dk.stride(),
-        *dv.stride(),
-        n_q,
-        n_k,
-        h_q,
-        h_kv,
-        group,
-        *band,
-        scale,
-        qk_scale,
-        HEAD_DIM=d,
-        EMULATE_BF16=emulate_bf16,
-        INPUT_PRECISION=input_precision,
-        **_launch(cfg),
-    )
-
     dq = _empty(q.shape, q.dtype, q.device)
-    cfg = config.lookup("bwd_dq", d, dtype_name, _lookup_precision(q.dtype, precision))
-    _kernels._attn_bwd_dq[(_cdiv(n_q, cfg.BLOCK_M), batch * h_q)](
-        q,
-        k,
-        v,
-        do,
-        lse,
-        delta,
-        dq,
-        *q.stride(),
-        *k.stride(),
-        *v.stride(),
-        *do.stride(),
-        *dq.stride(),
-        n_q,
-        n_k,
-        h_q,
-        group,
-        *band,
-        scale,
-        qk_scale,
-        HEAD_DIM=d,
-        EMULATE_BF16=emulate_bf16,
-        INPUT_PRECISION=input_precision,
-        **_launch(cfg),
-    )
+    for launch in backward_launches(do, q, k, v, o, lse, delta, dq, dk, dv, band, scale, precision, config):
+        run_launch(launch)
     return dq, dk, dv
 
 

@@ -61,10 +61,9 @@ KERNEL_SETS = [
     "slurmkit_kernels.compile_check:hopper_kernel_set",
     "slurmkit_kernels.compile_check:varlen_kernel_set",
 ]
-# Registered, checked only when named (``--kernel-sets varlen_fp32``): the varlen dK/dV
-# kernel still spills for fp32 with GQA on the shared dense configs (a known defect, listed
-# in docs/kernels.md), so it is kept out of the default sweep that CI requires to be clean.
-OPTIONAL_KERNEL_SETS = ["slurmkit_kernels.compile_check:varlen_fp32_kernel_set"]
+# Registered, checked only when named with ``--kernel-sets`` (kept out of the default sweep
+# that CI requires to be clean); none at present.
+OPTIONAL_KERNEL_SETS: list[str] = []
 MARK_BEGIN = "<!-- compile_check table: begin -->"
 MARK_END = "<!-- compile_check table: end -->"
 
@@ -153,27 +152,10 @@ def hopper_kernel_set() -> KernelSet:
 
 
 def varlen_kernel_set() -> KernelSet:
-    """The variable-length kernels of ``_varlen.py`` for fp16 and bf16, with the shipped
-    dense configs (fp32 is :func:`varlen_fp32_kernel_set`)."""
+    """The variable-length kernels of ``_varlen.py`` (every dtype) with the shipped configs."""
     from . import hopper_check
 
-    def launch(problem: Problem, config, arch: int) -> None:
-        if problem.dtype != "float32":
-            hopper_check.varlen_problem_launch(problem, config, arch)
-
-    return KernelSet("varlen", launch)
-
-
-def varlen_fp32_kernel_set() -> KernelSet:
-    """The variable-length kernels for fp32: their GQA dK/dV kernel spills on the shared
-    dense configs (a known defect, docs/kernels.md), so this set is checked only when named."""
-    from . import hopper_check
-
-    def launch(problem: Problem, config, arch: int) -> None:
-        if problem.dtype == "float32":
-            hopper_check.varlen_problem_launch(problem, config, arch)
-
-    return KernelSet("varlen_fp32", launch)
+    return KernelSet("varlen", hopper_check.varlen_problem_launch)
 
 
 def load_kernel_sets(entries: Sequence[str] = KERNEL_SETS) -> list[KernelSet]:

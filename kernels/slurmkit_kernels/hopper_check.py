@@ -171,10 +171,12 @@ def hopper_launches(dtype_name: str, head_dim: int, config_name: str = "h100"):
 
 def varlen_launches(dtype_name: str, head_dim: int, config_name: str = "h100"):
     """[(name, kernel, args, kwargs)] of the variable-length kernels (``_varlen.py``, pointer
-    based) with a shipped config's tiles, on meta tensors (8 sequences, 4096 tokens, GQA 4:1)."""
+    based) with a shipped config's tiles, on meta tensors (8 sequences, 4096 tokens, GQA 4:1,
+    causal), built by the varlen path's own launch builders (``varlen.forward_launch``,
+    ``varlen.backward_launches``)."""
     import torch
 
-    from . import _varlen
+    from . import varlen
     from .config import builtin_config
 
     config = builtin_config(config_name)
@@ -183,66 +185,45 @@ def varlen_launches(dtype_name: str, head_dim: int, config_name: str = "h100"):
     def meta(*shape, dt=dtype):
         return torch.empty(shape, dtype=dt, device="meta")
 
-    q, k = meta(4096, 8, head_dim), meta(4096, 2, head_dim)
-    lse, cu = meta(8, 4096, dt=torch.float32), meta(9, dt=torch.int32)
-    scale = head_dim**-0.5
-    qk_scale = scale * 1.4426950408889634
-    qs, ks = q.stride(), k.stride()
-    out = []
-    for name, kernel, args in (
-        (
-            "varlen-fwd",
-            _varlen._varlen_fwd,
-            (q, k, k, q, lse, cu, cu, *qs, *ks, *ks, *qs, 4096, 4, -1, -1, qk_scale),
-        ),
-        (
-            "varlen-dkdv",
-            _varlen._varlen_bwd_dkdv,
-            (
-                q,
-                k,
-                k,
-                q,
-                lse,
-                lse,
-                k,
-                k,
-                cu,
-                cu,
-                *qs,
-                *ks,
-                *ks,
-                *qs,
-                *ks,
-                *ks,
-                4096,
-                4,
-                -1,
-                -1,
-                scale,
-                qk_scale,
-            ),
-        ),
-        (
-            "varlen-dq",
-            _varlen._varlen_bwd_dq,
-            (q, k, k, q, lse, lse, q, cu, cu, *qs, *ks, *ks, *qs, *qs, 4096, 4, -1, -1, scale, qk_scale),
-        ),
-    ):
-        kernel_name = {"varlen-fwd": "fwd", "varlen-dkdv": "bwd_dkdv", "varlen-dq": "bwd_dq"}[name]
-        tiles = config.lookup(kernel_name, head_dim, dtype_name)
-        kwargs = dict(
-            CAUSAL=True,
-            HEAD_DIM=head_dim,
-            EMULATE_BF16=False,
-            INPUT_PRECISION="tf32",
-            BLOCK_M=tiles.BLOCK_M,
-            BLOCK_N=tiles.BLOCK_N,
-            num_warps=tiles.num_warps,
-            num_stages=tiles.num_stages,
+    q, k, v, o, do = (
+        meta(4096, 8, head_dim),
+        meta(4096, 2, head_dim),
+        meta(4096, 2, head_dim),
+        meta(4096, 8, head_dim),
+        meta(4096, 8, head_dim),
+    )
+    lse, delta, cu = meta(8, 4096, dt=torch.float32), meta(8, 4096, dt=torch.float32), meta(9, dt=torch.int32)
+    scale, sides = head_dim**-0.5, (-1, -1)
+    fwd = varlen.forward_launch(q, k, v, o, lse, cu, cu, 512, sides, True, scale, "ieee", config)
+    _pre, dkdv, dq = varlen.backward_launches(
+        do,
+        q,
+        k,
+        v,
+        o,
+        lse,
+        delta,
+        meta(*q.shape),
+        meta(*k.shape),
+        meta(*v.shape),
+        cu,
+        cu,
+        512,
+        512,
+        sides,
+        True,
+        scale,
+        "ieee",
+        config,
+    )
+    return [
+        (name, kernel, args, kwargs)
+        for name, (kernel, _grid, args, kwargs) in (
+            ("varlen-fwd", fwd),
+            ("varlen-dkdv", dkdv),
+            ("varlen-dq", dq),
         )
-        out.append((name, kernel, args, kwargs))
-    return out
+    ]
 
 
 def hopper_problem_launch(problem, config, arch: int) -> None:

@@ -9,19 +9,19 @@ from __future__ import annotations
 
 import torch
 
-from . import _kernels, _varlen
+from . import _varlen
 from .attention import (
     _LOG2E,
     _UNBOUNDED,
     _band,
     _cdiv,
     _config_from_json,
-    _dtype_name,
     _empty,
-    _kernel_flags,
-    _launch,
     _on_device,
     _validate,
+    portable_meta,
+    preprocess_launch,
+    run_launch,
 )
 from .config import KernelConfig
 
@@ -79,129 +79,82 @@ def _window_sides(causal: bool, window) -> tuple[int, int]:
     return left, right
 
 
-def _varlen_forward(q, k, v, cu_q, cu_k, max_q, sides, causal, scale, precision, config):
-    total_q, h_q, d = q.shape
+def forward_launch(q, k, v, o, lse, cu_q, cu_k, max_q, sides, causal, scale, precision, config):
+    """The varlen forward's launch, (kernel, grid, args, kwargs); ``o``, ``lse`` preallocated."""
+    total_q, h_q, _ = q.shape
+    cfg, meta = portable_meta(config, "fwd", q, precision)
+    grid = (_cdiv(max_q, cfg.BLOCK_M), h_q, cu_q.numel() - 1)
+    args = (q, k, v, o, lse, cu_q, cu_k, *q.stride(), *k.stride(), *v.stride(), *o.stride())
+    args += (total_q, h_q // k.shape[1], *sides, scale * _LOG2E)
+    return _varlen._varlen_fwd, grid, args, dict(CAUSAL=causal, **meta)
+
+
+def backward_launches(
+    do, q, k, v, o, lse, delta, dq, dk, dv, cu_q, cu_k, max_q, max_k, sides, causal, scale, precision, config
+):
+    """The varlen backward's three launches (delta, dK/dV, dQ), in order; outputs preallocated."""
+    total_q, h_q, _ = q.shape
     h_kv = k.shape[1]
     batch = cu_q.numel() - 1
+    # The dense preprocess kernel, with the packed tensors seen as one batch of total_q rows.
+    o_strides = (0, o.stride(1), o.stride(0), o.stride(2))
+    do_strides = (0, do.stride(1), do.stride(0), do.stride(2))
+    pre = preprocess_launch(o, do, delta, total_q, h_q, h_q, o_strides, do_strides)
+    common = (cu_q, cu_k, *q.stride(), *k.stride(), *v.stride(), *do.stride())
+    tail = (total_q, h_q // h_kv, *sides, scale, scale * _LOG2E)
+    cfg, meta = portable_meta(config, "bwd_dkdv", q, precision)
+    dkdv = (
+        _varlen._varlen_bwd_dkdv,
+        (_cdiv(max_k, cfg.BLOCK_N), h_kv, batch),
+        (q, k, v, do, lse, delta, dk, dv, *common, *dk.stride(), *dv.stride(), *tail),
+        dict(CAUSAL=causal, **meta),
+    )
+    cfg, meta = portable_meta(config, "bwd_dq", q, precision)
+    dq_launch = (
+        _varlen._varlen_bwd_dq,
+        (_cdiv(max_q, cfg.BLOCK_M), h_q, batch),
+        (q, k, v, do, lse, delta, dq, *common, *dq.stride(), *tail),
+        dict(CAUSAL=causal, **meta),
+    )
+    return [pre, dkdv, dq_launch]
+
+
+def _varlen_forward(q, k, v, cu_q, cu_k, max_q, sides, causal, scale, precision, config):
+    total_q, h_q, d = q.shape
     o = _empty((total_q, h_q, d), q.dtype, q.device)
     lse = _empty((h_q, total_q), torch.float32, q.device)
-    emulate_bf16, input_precision = _kernel_flags(q.dtype, precision)
-    cfg = config.lookup("fwd", d, _dtype_name(q.dtype))
-    _varlen._varlen_fwd[(_cdiv(max_q, cfg.BLOCK_M), h_q, batch)](
-        q,
-        k,
-        v,
-        o,
-        lse,
-        cu_q,
-        cu_k,
-        *q.stride(),
-        *k.stride(),
-        *v.stride(),
-        *o.stride(),
-        total_q,
-        h_q // h_kv,
-        *sides,
-        scale * _LOG2E,
-        CAUSAL=causal,
-        HEAD_DIM=d,
-        EMULATE_BF16=emulate_bf16,
-        INPUT_PRECISION=input_precision,
-        **_launch(cfg),
-    )
+    run_launch(forward_launch(q, k, v, o, lse, cu_q, cu_k, max_q, sides, causal, scale, precision, config))
     return o, lse
 
 
 def _varlen_backward(do, q, k, v, o, lse, cu_q, cu_k, max_q, max_k, sides, causal, scale, precision, config):
-    total_q, h_q, d = q.shape
-    h_kv = k.shape[1]
-    batch = cu_q.numel() - 1
-    group = h_q // h_kv
-    dtype_name = _dtype_name(q.dtype)
-    emulate_bf16, input_precision = _kernel_flags(q.dtype, precision)
-    qk_scale = scale * _LOG2E
-
-    # The dense preprocess kernel, with the packed tensors seen as one batch of total_q rows.
     delta = _empty(lse.shape, torch.float32, q.device)
-    pre_block = 64
-    _kernels._attn_bwd_preprocess[(_cdiv(total_q, pre_block), h_q)](
-        o,
-        do,
-        delta,
-        0,
-        o.stride(1),
-        o.stride(0),
-        o.stride(2),
-        0,
-        do.stride(1),
-        do.stride(0),
-        do.stride(2),
-        total_q,
-        h_q,
-        BLOCK_M=pre_block,
-        HEAD_DIM=d,
-    )
-
     dk = _empty(k.shape, k.dtype, k.device)
     dv = _empty(v.shape, v.dtype, v.device)
-    cfg = config.lookup("bwd_dkdv", d, dtype_name)
-    _varlen._varlen_bwd_dkdv[(_cdiv(max_k, cfg.BLOCK_N), h_kv, batch)](
+    dq = _empty(q.shape, q.dtype, q.device)
+    launches = backward_launches(
+        do,
         q,
         k,
         v,
-        do,
+        o,
         lse,
         delta,
+        dq,
         dk,
         dv,
         cu_q,
         cu_k,
-        *q.stride(),
-        *k.stride(),
-        *v.stride(),
-        *do.stride(),
-        *dk.stride(),
-        *dv.stride(),
-        total_q,
-        group,
-        *sides,
+        max_q,
+        max_k,
+        sides,
+        causal,
         scale,
-        qk_scale,
-        CAUSAL=causal,
-        HEAD_DIM=d,
-        EMULATE_BF16=emulate_bf16,
-        INPUT_PRECISION=input_precision,
-        **_launch(cfg),
+        precision,
+        config,
     )
-
-    dq = _empty(q.shape, q.dtype, q.device)
-    cfg = config.lookup("bwd_dq", d, dtype_name)
-    _varlen._varlen_bwd_dq[(_cdiv(max_q, cfg.BLOCK_M), h_q, batch)](
-        q,
-        k,
-        v,
-        do,
-        lse,
-        delta,
-        dq,
-        cu_q,
-        cu_k,
-        *q.stride(),
-        *k.stride(),
-        *v.stride(),
-        *do.stride(),
-        *dq.stride(),
-        total_q,
-        group,
-        *sides,
-        scale,
-        qk_scale,
-        CAUSAL=causal,
-        HEAD_DIM=d,
-        EMULATE_BF16=emulate_bf16,
-        INPUT_PRECISION=input_precision,
-        **_launch(cfg),
-    )
+    for launch in launches:
+        run_launch(launch)
     return dq, dk, dv
 
 

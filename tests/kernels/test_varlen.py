@@ -202,3 +202,41 @@ def test_varlen_bad_inputs_raise_value_error(name, device):
     args = make(_good(device))
     with pytest.raises(ValueError, match=message):
         flash_attention_varlen(*args, **kwargs)
+
+
+def test_varlen_fp32_launches_the_tiles_of_its_precision(device, monkeypatch):
+    """fp32 has separate tiles for exact (IEEE) and TF32 dots, as in flash_attention; the
+    varlen path looked its tiles up without the precision, so TF32 ran the IEEE tiles."""
+    from slurmkit_kernels import varlen as varlen_mod
+    from slurmkit_kernels.config import KernelConfig, LaunchConfig
+
+    tiles = {
+        "ieee": (LaunchConfig(16, 16), LaunchConfig(16, 16), LaunchConfig(16, 16)),
+        "tf32": (LaunchConfig(32, 16), LaunchConfig(16, 32), LaunchConfig(32, 16)),
+    }
+    config = KernelConfig(
+        name="per-precision",
+        match=(),
+        provenance="tests",
+        kernels={
+            kernel: {"default": LaunchConfig(64, 64), **{f"float32/{p}": t[i] for p, t in tiles.items()}}
+            for i, kernel in enumerate(("fwd", "bwd_dkdv", "bwd_dq"))
+        },
+    )
+    launched = []
+    real_meta = varlen_mod.portable_meta
+
+    def recording_meta(*args):
+        cfg, meta = real_meta(*args)
+        launched.append(cfg)
+        return cfg, meta
+
+    monkeypatch.setattr(varlen_mod, "portable_meta", recording_meta)
+    lens = [5, 9]
+    cu = cu_seqlens(lens, device)
+    for precision, expected in tiles.items():
+        launched.clear()
+        q, k, v = (torch.randn((sum(lens), 2, 16), device=device).requires_grad_() for _ in range(3))
+        out = flash_attention_varlen(q, k, v, cu, cu, 9, 9, precision=precision, config=config)
+        out.sum().backward()
+        assert launched == list(expected), precision
