@@ -44,6 +44,27 @@ DEFAULT_STATE_DIR = "/var/lib/slurmkit-devcluster"
 STATE_ENV = "SLURMKIT_DEVCLUSTER_DIR"
 HOSTS_TAG = "# slurmkit-devcluster"
 REPO_ROOT = Path(__file__).resolve().parents[2]
+#: What job_container/tmpfs (namespace/tmpfs) replaces with a private directory in every job.
+JOB_PRIVATE_DIRS = ("/tmp", "/dev/shm")
+
+
+def hidden_checkout_problem(repo: Path) -> Optional[str]:
+    """Why jobs could not see the checkout at ``repo`` (``None``: they can).
+
+    Every devcluster job has its own ``/tmp`` and ``/dev/shm`` (the production
+    configuration's ``job_container/tmpfs``), so a checkout there, and the venv in it, do
+    not exist inside a job: a job that runs the checkout's Python exits 127.
+    """
+    path = str(Path(repo).resolve())
+    for private in JOB_PRIVATE_DIRS:
+        if path == private or path.startswith(private + "/"):
+            return (
+                f"this checkout is under {private} ({path}), which every devcluster job sees as an "
+                f"empty private directory of its own (job_container/tmpfs): jobs could not run its "
+                f"hooks or venv. Clone or copy it elsewhere (e.g. under /root or /srv) and run it from there"
+            )
+    return None
+
 
 PACKAGES = [
     "slurm-wlm",
@@ -1039,6 +1060,9 @@ class DevCluster:
     def up(self, spec: ClusterSpec, install: bool = True) -> ClusterSpec:
         """Bring the cluster up; a no-op when the same cluster is already running."""
         spec.state_dir = str(self.root)
+        hidden = hidden_checkout_problem(REPO_ROOT)
+        if hidden:
+            raise DevclusterError(hidden)
         in_root = self.root_release(spec)
         if in_root is not None:
             return self._up_in_root(spec, in_root)

@@ -179,3 +179,35 @@ def test_up_without_root_is_a_clear_error(tmp_path):
     )
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert res.returncode != 0 and "devcluster needs root" in res.stderr
+
+
+@pytest.mark.parametrize(
+    "repo,hidden",
+    [("/tmp/co", True), ("/tmp", True), ("/dev/shm/x/y", True), ("/tmpfoo/co", False), ("/work/co", False)],
+)
+def test_a_checkout_jobs_cannot_see_is_named(repo, hidden):
+    problem = dc.hidden_checkout_problem(repo)
+    assert (problem is not None) == hidden
+    if hidden:
+        assert repo in problem and "job_container/tmpfs" in problem
+
+
+def test_up_from_a_checkout_under_tmp_is_one_clear_line(tmp_path):
+    """`devcluster up` from a checkout under /tmp stops before touching anything: with a
+    private /tmp per job, its jobs would fail with exit 127 (the venv is not there)."""
+    code = (
+        "from pathlib import Path\n"
+        "from slurmkit.devcluster import cluster as dc\n"
+        "dc.REPO_ROOT = Path('/tmp/slurmkit-checkout')\n"
+        "def boom(*a, **k): raise AssertionError('went on past the check')\n"
+        "dc.DevCluster.root_release = boom\n"
+        "import sys\n"
+        f"sys.argv = ['slurmkit', 'devcluster', 'up', '--state-dir', {str(tmp_path / 'state')!r}]\n"
+        "from slurmkit.cli.main import main\n"
+        "main()\n"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert res.returncode != 0
+    assert "Traceback" not in res.stderr and "went on" not in res.stderr, res.stderr
+    assert "this checkout is under /tmp (/tmp/slurmkit-checkout)" in res.stderr, res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1, res.stderr
