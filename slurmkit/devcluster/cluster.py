@@ -21,6 +21,7 @@ by the slurm user; a fatal start leaves a stale pid file, so liveness is ``kill 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pwd
@@ -977,6 +978,19 @@ class DevCluster:
 
     def _start_slurmds(self, spec: ClusterSpec, env: Dict[str, str]) -> None:
         self._private_base_paths(spec)
+        # inside a release's root: on the CPU its namespace was made on (rootfs.namespace_cpu)
+        pin = rootfs.on_namespace_cpu() if os.environ.get(rootfs.INSIDE_ENV) else contextlib.nullcontext()
+        with pin:
+            self._spawn_slurmds(spec, env)
+        for n in spec.node_names:
+            _wait(
+                lambda n=n: _pid_alive(self.root / "run" / f"slurmd-{n}.pid") is not None,
+                20,
+                f"slurmd {n} to write its pid file",
+                self.log(f"slurmd-{n}.log"),
+            )
+
+    def _spawn_slurmds(self, spec: ClusterSpec, env: Dict[str, str]) -> None:
         for n in spec.node_names:
             pidfile = self.root / "run" / f"slurmd-{n}.pid"
             if _pid_alive(pidfile):
@@ -996,13 +1010,6 @@ class DevCluster:
             else:
                 argv = ["/usr/sbin/slurmd", "-N", n]
             _run(argv, env=env, timeout=30, what=f"slurmd for {n}", log=log)
-        for n in spec.node_names:
-            _wait(
-                lambda n=n: _pid_alive(self.root / "run" / f"slurmd-{n}.pid") is not None,
-                20,
-                f"slurmd {n} to write its pid file",
-                self.log(f"slurmd-{n}.log"),
-            )
 
     def _accounts(self, spec: ClusterSpec, env: Dict[str, str]) -> List[str]:
         created = []

@@ -16,6 +16,7 @@ venv with torch needs no second install.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
@@ -234,6 +235,33 @@ def holder(state_dir: Path) -> Optional[int]:
     return pid if os.path.exists(f"/proc/{pid}/root/{MARKER}") else None
 
 
+def namespace_cpu() -> int:
+    """The one CPU on which the root's namespace and its slurmds are started.
+
+    Slurm's job container (job_container/tmpfs, namespace/tmpfs) binds each job's new mount
+    namespace onto a file, and the kernel refuses that (``EINVAL``, the extern step logs
+    "ns base mount failed: Invalid argument" and the job is requeued held) when the new
+    namespace's id is not above the id of the namespace slurmstepd runs in
+    (``mnt_ns_loop`` in fs/namespace.c). In this machine's initial namespace that always
+    holds. In the root's namespace it did not for 12 of 20 binds (kernel 6.18, 2 CPUs;
+    namespace ids are handed out in per-CPU batches, so a namespace made later on the other
+    CPU can have a lower id), and for none of 60 with everything started on one CPU. So
+    the namespace and slurmd are started on the same CPU, and the jobs, which inherit
+    slurmd's CPU, run on that one CPU too (this machine's own release is not affected)."""
+    return min(os.sched_getaffinity(0))
+
+
+@contextlib.contextmanager
+def on_namespace_cpu():
+    """This process (and what it starts meanwhile) on :func:`namespace_cpu` only."""
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {namespace_cpu()})
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
+
+
 def start(root: Path, state_dir: Path, repo: Path, timeout: float = 20) -> int:
     """A mount namespace whose root is ``root``, with ``/proc``, ``/sys`` (the cgroup
     mounts with it), ``/dev``, the state directory, the checkout and this Python bound in
@@ -255,7 +283,7 @@ def start(root: Path, state_dir: Path, repo: Path, timeout: float = 20) -> int:
         "-c",
         _holder_script(root, state_dir, repo),
     ]
-    with open(state_dir / "rootfs-ns.log", "ab") as log:
+    with open(state_dir / "rootfs-ns.log", "ab") as log, on_namespace_cpu():
         try:
             proc = runner.spawn(argv, detach=True, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
         except ExternalCommandError as exc:
