@@ -211,3 +211,10 @@ def test_up_from_a_checkout_under_tmp_is_one_clear_line(tmp_path):
     assert "Traceback" not in res.stderr and "went on" not in res.stderr, res.stderr
     assert "this checkout is under /tmp (/tmp/slurmkit-checkout)" in res.stderr, res.stderr
     assert len(res.stderr.strip().splitlines()) == 1, res.stderr
+
+
+def test_the_namespace_cpu_pin_is_one_allowed_cpu_and_is_undone():
+    before = os.sched_getaffinity(0)
+    with rootfs.on_namespace_cpu():
+        assert os.sched_getaffinity(0) == {rootfs.namespace_cpu()} <= before
+    assert os.sched_getaffinity(0) == before
