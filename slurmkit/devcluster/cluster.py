@@ -967,8 +967,8 @@ class DevCluster:
 
     def _private_base_paths(self, spec: ClusterSpec) -> None:
         """Each node's job_container BasePath a private mount of its own: the plugin makes
-        every job's namespace under it, and from 24.11 on it no longer binds it itself
-        (the extern step fails with "ns base mount failed: Invalid argument"). ``down``
+        every job's namespace under it (added for "ns base mount failed: Invalid argument",
+        whose cause was :func:`rootfs.namespace_cpu`'s; kept on every release). ``down``
         unmounts them with everything else under the state directory."""
         for n in spec.node_names:
             base = self.root / "jobcontainer" / n
