@@ -930,6 +930,21 @@ class DevCluster:
             what="creating the accounting database",
             log=str(log),
         )
+        # MariaDB 11.8 (the 24.11 and 26.05 roots: Debian 13, sid) turns innodb_snapshot_isolation on;
+        # slurmdbd 26.05 then warns it "will cause slurmdbd to fatal when a write conflicts with a
+        # concurrent transaction. Set innodb_snapshot_isolation=OFF" (seen: slurmdbd gone
+        # mid-suite, sacct "Connection refused"). Older MariaDB has no such variable.
+        _succeeds(
+            [
+                "mariadb",
+                f"--socket={self.mysql_socket}",
+                "-u",
+                "root",
+                "-e",
+                "SET GLOBAL innodb_snapshot_isolation=OFF",
+            ],
+            timeout=10,
+        )
 
     def _start_slurmdbd(self, env: Dict[str, str]) -> None:
         pidfile = self.root / "run" / "slurmdbd.pid"
