@@ -71,6 +71,43 @@ def _fail_train_import_skip(report) -> None:
         )
 
 
+#: ``--slurm-release``: which Slurm the devcluster fixture brings up. ``host`` is this
+#: machine's packages; another release runs only inside its Debian root, so tests/run.sh
+#: starts pytest there (``slurmkit devcluster in-root --slurm 26.05 -- python -m pytest ...``).
+SLURM_RELEASE_ENV = "SLURMKIT_TEST_SLURM"
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--slurm-release",
+        default=os.environ.get(SLURM_RELEASE_ENV, "host"),
+        choices=("host", "22.05", "24.11", "26.05"),
+        help="Slurm release of the devcluster (default: $SLURMKIT_TEST_SLURM or host).",
+    )
+
+
+def _slurmd_version() -> str:
+    try:
+        res = subprocess.run(["/usr/sbin/slurmd", "-V"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return "no slurmd"
+    return (res.stdout or res.stderr).strip() or "no slurmd"
+
+
+def pytest_report_header(config):
+    asked = config.getoption("--slurm-release")
+    return f"devcluster: Slurm release {asked}; this root's slurmd -V: {_slurmd_version()}"
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    spec = getattr(config, "_slurmkit_devcluster_spec", None)
+    if spec is not None:
+        where = f" (Debian root {spec.rootfs})" if spec.rootfs else " (this machine's packages)"
+        terminalreporter.write_line(
+            f"devcluster tests of this run ran on Slurm {spec.release}{where}: {_slurmd_version()}"
+        )
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_make_collect_report(collector):
     outcome = yield
@@ -176,7 +213,7 @@ def _devcluster_unavailable() -> Optional[str]:
 
 
 @pytest.fixture(scope="session")
-def devcluster():
+def devcluster(pytestconfig):
     reason = _devcluster_unavailable()
     if reason:
         if os.environ.get("SLURMKIT_REQUIRE_DEVCLUSTER"):
@@ -186,16 +223,23 @@ def devcluster():
 
     cluster = DevCluster(os.environ.get("SLURMKIT_TEST_STATE_DIR"))
     hooks = (REPO / "prolog" / "slurmkit-prolog").exists() and (REPO / "epilog" / "slurmkit-epilog").exists()
-    spec = ClusterSpec(mode="netns", nodes=2, hooks=hooks)
+    release = pytestconfig.getoption("--slurm-release")
+    spec = ClusterSpec(mode="netns", nodes=2, hooks=hooks, slurm=release)
     spec.state_dir = str(cluster.root)
+    if release != "host" and cluster.root_release(spec) is not None:
+        pytest.fail(
+            f"--slurm-release {release}: this machine's Slurm is {cluster.host_release()}; run pytest inside "
+            f"the release's root: slurmkit devcluster in-root --slurm {release} -- python -m pytest ..."
+        )
     current = cluster.load_spec()
     reused = current is not None and cluster.running(current) and current.comparable() == spec.comparable()
     if current is not None and not reused:
         cluster.down()
     t0 = time.monotonic()
     spec = cluster.up(spec)
+    pytestconfig._slurmkit_devcluster_spec = spec
     if not reused:
-        print(f"\ndevcluster up in {time.monotonic() - t0:.1f}s")
+        print(f"\ndevcluster (Slurm {spec.release}) up in {time.monotonic() - t0:.1f}s")
     try:
         yield ClusterHandle(cluster, spec)
     finally:

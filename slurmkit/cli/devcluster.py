@@ -60,6 +60,15 @@ def devcluster() -> None:
 @click.option("--prolog", type=click.Path(exists=True, dir_okay=False), help="Use this Prolog program.")
 @click.option("--epilog", type=click.Path(exists=True, dir_okay=False), help="Use this Epilog program.")
 @click.option("--no-install", is_flag=True, help="Fail instead of apt-get installing missing packages.")
+@click.option(
+    "--slurm",
+    "slurm",
+    type=click.Choice(["host", "22.05", "24.11", "26.05"]),
+    default="host",
+    show_default=True,
+    help="Slurm release: this machine's packages, or one from Debian's archive run in a "
+    "debootstrapped root (built once into /var/cache/slurmkit-devcluster).",
+)
 @common_options
 def up(
     state_dir,
@@ -72,6 +81,7 @@ def up(
     prolog,
     epilog,
     no_install,
+    slurm,
     config_path,
     verbose,
     quiet,
@@ -89,12 +99,15 @@ def up(
         healthcheck=healthcheck,
         prolog=prolog,
         epilog=epilog,
+        slurm=slurm,
     )
     t0 = time.monotonic()
-    cluster.up(spec, install=not no_install)
+    spec = cluster.up(spec, install=not no_install)
     if not quiet:
+        where = f" in {spec.rootfs}" if spec.rootfs else ""
         click.echo(
-            f"devcluster up in {time.monotonic() - t0:.1f}s: {nodes} nodes ({mode}), state in {cluster.root}",
+            f"devcluster up in {time.monotonic() - t0:.1f}s: Slurm {spec.release}{where}, "
+            f"{nodes} nodes ({mode}), state in {cluster.root}",
             err=True,
         )
         click.echo(
@@ -133,6 +146,46 @@ def status(state_dir, config_path, verbose, quiet, fmt, as_json) -> None:
         if st["sinfo"]:
             click.echo(st["sinfo"].rstrip())
     raise SystemExit(0 if st["up"] else 1)
+
+
+@devcluster.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@state_dir_option
+@click.option("--user", default=None, metavar="USER", help="Run as this user (runuser).")
+@click.argument("argv", nargs=-1, required=True, type=click.UNPROCESSED)
+def run(state_dir, user, argv) -> None:
+    """Run a command as a client of the cluster: inside its Slurm root when it has one
+    (`up --slurm 26.05`), with SLURM_CONF and SLURMKIT_CONFIG set. Exit: the command's."""
+    import os
+
+    cmd = _cluster(state_dir).run_argv(list(argv), user=user)
+    os.execvp(cmd[0], cmd)
+
+
+@devcluster.command(
+    "in-root", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False}
+)
+@state_dir_option
+@click.option(
+    "--slurm",
+    "slurm",
+    type=click.Choice(["22.05", "24.11", "26.05"]),
+    required=True,
+    help="The release whose Debian root to run in (built once, then reused).",
+)
+@click.argument("argv", nargs=-1, required=True, type=click.UNPROCESSED)
+def in_root(state_dir, slurm, argv) -> None:
+    """Run a command inside a Slurm release's root, from the current directory, with the
+    state directory, the checkout and this Python bound in: how the tests run on a release
+    this machine's packages are not (a devcluster `up` in there is that release's).
+    Exit: the command's."""
+    cmd, cleanup = _cluster(state_dir).in_root_argv(slurm, list(argv))
+    import subprocess
+
+    try:
+        rc = subprocess.call(cmd)
+    finally:
+        cleanup()
+    raise SystemExit(rc)
 
 
 @devcluster.command()

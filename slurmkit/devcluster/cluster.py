@@ -21,6 +21,7 @@ by the slurm user; a fatal start leaves a stale pid file, so liveness is ``kill 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pwd
@@ -28,6 +29,7 @@ import shlex
 import shutil
 import signal
 import socket
+import stat
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -35,6 +37,7 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional
 
 from slurmkit.core.files import write_json_atomic
+from slurmkit.devcluster import releases, rootfs
 from slurmkit.errors import CommandNotFound, CommandTimeout, DevclusterError, ExternalCommandError
 from slurmkit.slurm import runner
 
@@ -42,6 +45,27 @@ DEFAULT_STATE_DIR = "/var/lib/slurmkit-devcluster"
 STATE_ENV = "SLURMKIT_DEVCLUSTER_DIR"
 HOSTS_TAG = "# slurmkit-devcluster"
 REPO_ROOT = Path(__file__).resolve().parents[2]
+#: What job_container/tmpfs (namespace/tmpfs) replaces with a private directory in every job.
+JOB_PRIVATE_DIRS = ("/tmp", "/dev/shm")
+
+
+def hidden_checkout_problem(repo: Path) -> Optional[str]:
+    """Why jobs could not see the checkout at ``repo`` (``None``: they can).
+
+    Every devcluster job has its own ``/tmp`` and ``/dev/shm`` (the production
+    configuration's ``job_container/tmpfs``), so a checkout there, and the venv in it, do
+    not exist inside a job: a job that runs the checkout's Python exits 127.
+    """
+    path = str(Path(repo).resolve())
+    for private in JOB_PRIVATE_DIRS:
+        if path == private or path.startswith(private + "/"):
+            return (
+                f"this checkout is under {private} ({path}), which every devcluster job sees as an "
+                f"empty private directory of its own (job_container/tmpfs): jobs could not run its "
+                f"hooks or venv. Clone or copy it elsewhere (e.g. under /root or /srv) and run it from there"
+            )
+    return None
+
 
 PACKAGES = [
     "slurm-wlm",
@@ -72,6 +96,8 @@ PORTS_MODE_BASE = 17001
 BRIDGE = "skbr0"
 SUBNET = "10.77.0"
 BRIDGE_IP = f"{SUBNET}.1"
+#: NVIDIA's character-device major: the fake GPUs' numbers (195:0..N-1).
+NVIDIA_MAJOR = 195
 
 
 @dataclass
@@ -92,6 +118,12 @@ class ClusterSpec:
     healthcheck_program: Optional[str] = None
     healthcheck_interval: int = 30
     python: str = sys.executable
+    #: The Slurm release asked for: ``host`` (this machine's packages) or a key of
+    #: :data:`releases.RELEASES`; ``release`` is what ``up`` resolved it to (``22.05``).
+    slurm: str = "host"
+    release: str = ""
+    #: The Debian root the cluster runs in (``rootfs.py``), ``None`` on this machine's packages.
+    rootfs: Optional[str] = None
     users: Dict[str, List[str]] = field(
         default_factory=lambda: {"alice": ["research"], "bob": ["ops", "research"]}
     )
@@ -107,7 +139,7 @@ class ClusterSpec:
     def comparable(self) -> dict:
         d = asdict(self)
         # Which interpreter started it does not make it a different cluster.
-        for volatile in ("created_users", "python"):
+        for volatile in ("created_users", "python", "release", "rootfs"):
             d.pop(volatile, None)
         return d
 
@@ -284,6 +316,97 @@ class DevCluster:
             d[f"slurmd:{n}"] = self.root / "run" / f"slurmd-{n}.pid"
         return d
 
+    # ------------------------------------------------------------------ releases
+    @staticmethod
+    def host_release() -> str:
+        """The Slurm release of this machine's packages (``slurmd -V``), else the one its
+        Debian ships (``/etc/debian_version``)."""
+        if os.path.exists("/usr/sbin/slurmd"):
+            res = _run(["/usr/sbin/slurmd", "-V"], timeout=20, check=False)
+            found = releases.parse_version(res.stdout + res.stderr)
+            if found:
+                return found
+        found = releases.debian_release()
+        if found is None:
+            raise DevclusterError(
+                "cannot tell this machine's Slurm release (no /usr/sbin/slurmd, not Debian 12 or 13); "
+                f"pass --slurm {'|'.join(releases.RELEASES)}"
+            )
+        return found
+
+    def release(self, spec: ClusterSpec) -> releases.Release:
+        """What differs on the release ``spec`` runs (resolved by ``up``; else the host's)."""
+        name = spec.release or (self.host_release() if spec.slurm == "host" else spec.slurm)
+        try:
+            return releases.get(name)
+        except KeyError as exc:
+            raise DevclusterError(str(exc.args[0])) from None
+
+    def root_release(self, spec: ClusterSpec) -> Optional[releases.Release]:
+        """The release ``spec`` needs from a Debian root, ``None`` when this machine's own
+        packages are that release (including inside such a root)."""
+        if spec.slurm == "host":
+            return None
+        want = self.release(spec)
+        have = self.host_release() if os.path.exists("/usr/sbin/slurmd") else None
+        if have == want.name:
+            return None
+        if os.environ.get(rootfs.INSIDE_ENV):
+            raise DevclusterError(f"inside the root for Slurm {want.name} slurmd is {have}: rebuild the root")
+        return want
+
+    def _in_root(self, spec: ClusterSpec, verb: str, timeout: float, check: bool = True) -> runner.Result:
+        """Run ``python -m slurmkit.devcluster.inroot <verb>`` inside the cluster's root."""
+        assert spec.rootfs
+        argv = rootfs.ns_argv(
+            self.root,
+            Path(spec.rootfs),
+            [
+                sys.executable,
+                "-m",
+                "slurmkit.devcluster.inroot",
+                verb,
+                str(self.root),
+                json.dumps(asdict(spec)),
+            ],
+        )
+        return _run(argv, timeout=timeout, check=check, what=f"devcluster {verb} inside {spec.rootfs}")
+
+    def run_argv(self, argv: List[str], user: Optional[str] = None) -> List[str]:
+        """``argv`` as a client of this cluster: inside its root when it has one, as ``user``
+        when given, with SLURM_CONF and SLURMKIT_CONFIG set."""
+        spec = self.load_spec()
+        env = [f"SLURM_CONF={self.slurm_conf}", f"SLURMKIT_CONFIG={self.slurmkit_config}"]
+        path = f"PATH={os.path.dirname(sys.executable)}:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"
+        cmd = ["env", *env, path, *argv]
+        if user:
+            cmd = ["runuser", "-u", user, "--", *cmd]
+        if spec is not None and spec.rootfs:
+            return rootfs.ns_argv(self.root, Path(spec.rootfs), cmd, cwd=os.getcwd())
+        return cmd
+
+    def in_root_argv(self, slurm: str, argv: List[str]) -> "tuple[List[str], Callable[[], None]]":
+        """``argv`` inside the root of release ``slurm`` (built if needed, binds made), and
+        what undoes the binds afterwards unless a cluster of this state directory uses them.
+        On this machine's own release: ``argv`` as it is."""
+        spec = ClusterSpec(slurm=slurm)
+        release = self.root_release(spec)
+        if release is None:
+            return list(argv), lambda: None
+        root = rootfs.ensure(release)
+        started = rootfs.holder(self.root) is None
+        pid = rootfs.start(root, self.root, REPO_ROOT)
+
+        def cleanup() -> None:
+            current = self.load_spec()
+            if started and (current is None or not self.running(current)):
+                # by the pid started here: a `down` inside removed the state directory's pid file
+                rootfs.stop(self.root, pid)
+                if current is None:
+                    shutil.rmtree(self.root, ignore_errors=True)
+
+        return rootfs.ns_argv(self.root, root, list(argv), cwd=os.getcwd()), cleanup
+
     # ------------------------------------------------------------------ checks
     @staticmethod
     def missing_packages() -> List[str]:
@@ -354,6 +477,7 @@ class DevCluster:
     def render_slurm_conf(self, spec: ClusterSpec) -> str:
         host = socket.gethostname().split(".")[0]
         r = self.root
+        release = self.release(spec)
         ctld_addr = BRIDGE_IP if spec.mode == "netns" else "127.0.0.1"
         n = spec.nodes
         gres = f"gpu:{spec.gpu_type}:{spec.gpus_per_node}" if spec.gpu_type else f"gpu:{spec.gpus_per_node}"
@@ -391,8 +515,12 @@ class DevCluster:
             "SlurmctldDebug=info",
             "SlurmdDebug=info",
             "ReturnToService=2",
-            "ProctrackType=proctrack/linuxproc",
-            "TaskPlugin=task/none",
+            # The production configuration (docs/security.md): every process of a job in its
+            # cgroup, tasks confined to it with only the job's GPUs usable (cgroup.conf), and a
+            # private /tmp and /dev/shm per job (job_container.conf).
+            "ProctrackType=proctrack/cgroup",
+            "TaskPlugin=task/cgroup",
+            f"{release.container_key}={release.container_plugin}",
             "JobAcctGatherType=jobacct_gather/linux",
             "JobAcctGatherFrequency=10",
             "SchedulerType=sched/backfill",
@@ -421,8 +549,10 @@ class DevCluster:
             "JobCompType=jobcomp/none",
         ]
         # Prolog and Epilog are always wrappers (fault injection); they call slurmkit's
-        # programs only with --hooks. Alloc: gate every node at allocation time.
-        lines += [f"Prolog={r}/hooks/prolog", "PrologFlags=Alloc", f"Epilog={r}/hooks/epilog"]
+        # programs only with --hooks. Alloc: gate every node at allocation time; Contain: the
+        # extern step holds the job's cgroup and namespace from allocation (job_container
+        # needs it).
+        lines += [f"Prolog={r}/hooks/prolog", "PrologFlags=Alloc,Contain", f"Epilog={r}/hooks/epilog"]
         if spec.healthcheck or spec.healthcheck_program:
             lines += [
                 f"HealthCheckProgram={r}/hooks/healthcheck",
@@ -437,15 +567,49 @@ class DevCluster:
         ]
         return "\n".join(x for x in lines if x) + "\n"
 
+    def fake_gpu(self, node: str, index: int) -> Path:
+        """The device file of ``node``'s fake GPU ``index`` (character device 195:index)."""
+        return self.root / "fakegpu" / node / f"nvidia{index}"
+
     def render_gres_conf(self, spec: ClusterSpec) -> str:
-        names = f"node[1-{spec.nodes}]" if spec.nodes > 1 else "node1"
-        files = (
-            f"{self.root}/fakegpu/nvidia[0-{spec.gpus_per_node - 1}]"
-            if spec.gpus_per_node > 1
-            else f"{self.root}/fakegpu/nvidia0"
-        )
         typ = f" Type={spec.gpu_type}" if spec.gpu_type else ""
-        return f"NodeName={names} Name=gpu{typ} File={files}\n"
+        lines = []
+        for n in spec.node_names:
+            last = spec.gpus_per_node - 1
+            files = f"{self.root}/fakegpu/{n}/nvidia" + (f"[0-{last}]" if last else "0")
+            lines.append(f"NodeName={n} Name=gpu{typ} File={files}")
+        return "\n".join(lines) + "\n"
+
+    @staticmethod
+    def render_cgroup_conf(spec: ClusterSpec) -> str:
+        """cgroup.conf: cgroup v1, because this kind of host mounts the controllers as v1
+        (a hybrid layout whose cgroup2 tree holds no controller), where Slurm's cgroup/v2
+        refuses to start ("Hybrid mode is not supported"). cgroup/v1 creates its own
+        ``slurm_<node>/uid_<uid>/job_<id>`` directories and never asks systemd, so it needs
+        no ``IgnoreSystemd`` (a cgroup/v2 key). Cores and memory are not constrained: the
+        nodes advertise more CPUs and memory than the machine has (config_overrides), and
+        a cpuset of cores that do not exist cannot be made."""
+        return (
+            "\n".join(
+                [
+                    "# Generated by slurmkit devcluster.",
+                    "CgroupPlugin=cgroup/v1",
+                    "ConstrainCores=no",
+                    "ConstrainRAMSpace=no",
+                    "ConstrainSwapSpace=no",
+                    "ConstrainDevices=yes",
+                ]
+            )
+            + "\n"
+        )
+
+    def render_job_container_conf(self, spec: ClusterSpec) -> str:
+        """job_container.conf: each node its own BasePath (the nodes share this machine's
+        filesystem), where the plugin keeps each job's private /tmp; /dev/shm is a fresh
+        tmpfs per job."""
+        return "".join(
+            f"NodeName={n} AutoBasePath=true BasePath={self.root}/jobcontainer/{n}\n" for n in spec.node_names
+        )
 
     def render_slurmdbd_conf(self, spec: ClusterSpec, password: str) -> str:
         r = self.root
@@ -545,6 +709,7 @@ class DevCluster:
             "hooks",
             "gpu",
             "fakegpu",
+            "jobcontainer",
             "slurmkit/state",
             "slurmkit/metrics",
             "slurmkit/log",
@@ -552,6 +717,7 @@ class DevCluster:
             (self.root / sub).mkdir(parents=True, exist_ok=True)
         for n in spec.node_names:
             (self.root / "spool" / "slurmd" / n).mkdir(parents=True, exist_ok=True)
+            (self.root / "jobcontainer" / n).mkdir(parents=True, exist_ok=True)
         for sub in ("run", "log", "spool/ctld"):
             os.chown(self.root / sub, slurm.pw_uid, slurm.pw_gid)
         # Production modes (docs/security.md): root's state 0700, logs and metrics 0755, the
@@ -569,16 +735,36 @@ class DevCluster:
             (shared / sub).chmod(0o755)
         (shared / "scratch").mkdir(exist_ok=True)
         (shared / "scratch").chmod(0o1777)
-        for i in range(spec.gpus_per_node):
-            dev = self.root / "fakegpu" / f"nvidia{i}"
-            if not dev.exists():
-                # /dev/null's numbers: nothing can reach real hardware through these.
-                os.mknod(dev, 0o666 | 0o020000, os.makedev(1, 3))
+        for n in spec.node_names:
+            (self.root / "fakegpu" / n).mkdir(parents=True, exist_ok=True)
+            for i in range(spec.gpus_per_node):
+                self._make_fake_gpu(self.fake_gpu(n, i), i)
+
+    @staticmethod
+    def _make_fake_gpu(dev: Path, index: int) -> None:
+        """A character device with NVIDIA's major (195) and minor ``index``, mode 0666.
+
+        The device cgroup (``ConstrainDevices=yes``) allows or denies a job by these numbers:
+        opening a GPU the job was given reaches the (absent) driver and fails with ENXIO; one
+        it was not given fails with EPERM. This machine has no NVIDIA driver, so nothing can
+        reach hardware through them."""
+        want = os.makedev(NVIDIA_MAJOR, index)
+        try:
+            st = os.lstat(dev)
+            if stat.S_ISCHR(st.st_mode) and st.st_rdev == want:
                 dev.chmod(0o666)
+                return
+            dev.unlink()
+        except FileNotFoundError:
+            pass
+        os.mknod(dev, 0o666 | stat.S_IFCHR, want)
+        dev.chmod(0o666)
 
     def _write_configs(self, spec: ClusterSpec) -> None:
         self._write("etc/slurm.conf", self.render_slurm_conf(spec))
         self._write("etc/gres.conf", self.render_gres_conf(spec))
+        self._write("etc/cgroup.conf", self.render_cgroup_conf(spec))
+        self._write("etc/job_container.conf", self.render_job_container_conf(spec))
         pw_file = self.root / "etc" / ".dbpass"
         if not pw_file.exists():
             self._write("etc/.dbpass", os.urandom(12).hex(), mode=0o600)
@@ -744,6 +930,21 @@ class DevCluster:
             what="creating the accounting database",
             log=str(log),
         )
+        # MariaDB 11.8 (the 24.11 and 26.05 roots: Debian 13, sid) turns innodb_snapshot_isolation on;
+        # slurmdbd 26.05 then warns it "will cause slurmdbd to fatal when a write conflicts with a
+        # concurrent transaction. Set innodb_snapshot_isolation=OFF" (seen: slurmdbd gone
+        # mid-suite, sacct "Connection refused"). Older MariaDB has no such variable.
+        _succeeds(
+            [
+                "mariadb",
+                f"--socket={self.mysql_socket}",
+                "-u",
+                "root",
+                "-e",
+                "SET GLOBAL innodb_snapshot_isolation=OFF",
+            ],
+            timeout=10,
+        )
 
     def _start_slurmdbd(self, env: Dict[str, str]) -> None:
         pidfile = self.root / "run" / "slurmdbd.pid"
@@ -779,7 +980,32 @@ class DevCluster:
 
         _wait(ready, 30, "slurmctld (scontrol ping)", log)
 
+    def _private_base_paths(self, spec: ClusterSpec) -> None:
+        """Each node's job_container BasePath a private mount of its own: the plugin makes
+        every job's namespace under it (added for "ns base mount failed: Invalid argument",
+        whose cause was :func:`rootfs.namespace_cpu`'s; kept on every release). ``down``
+        unmounts them with everything else under the state directory."""
+        for n in spec.node_names:
+            base = self.root / "jobcontainer" / n
+            if not os.path.ismount(base):
+                _run(["mount", "--bind", str(base), str(base)], timeout=20, what=f"binding {base}")
+            _run(["mount", "--make-private", str(base)], timeout=20, what=f"making {base} private")
+
     def _start_slurmds(self, spec: ClusterSpec, env: Dict[str, str]) -> None:
+        self._private_base_paths(spec)
+        # inside a release's root: on the CPU its namespace was made on (rootfs.namespace_cpu)
+        pin = rootfs.on_namespace_cpu() if os.environ.get(rootfs.INSIDE_ENV) else contextlib.nullcontext()
+        with pin:
+            self._spawn_slurmds(spec, env)
+        for n in spec.node_names:
+            _wait(
+                lambda n=n: _pid_alive(self.root / "run" / f"slurmd-{n}.pid") is not None,
+                20,
+                f"slurmd {n} to write its pid file",
+                self.log(f"slurmd-{n}.log"),
+            )
+
+    def _spawn_slurmds(self, spec: ClusterSpec, env: Dict[str, str]) -> None:
         for n in spec.node_names:
             pidfile = self.root / "run" / f"slurmd-{n}.pid"
             if _pid_alive(pidfile):
@@ -799,13 +1025,6 @@ class DevCluster:
             else:
                 argv = ["/usr/sbin/slurmd", "-N", n]
             _run(argv, env=env, timeout=30, what=f"slurmd for {n}", log=log)
-        for n in spec.node_names:
-            _wait(
-                lambda n=n: _pid_alive(self.root / "run" / f"slurmd-{n}.pid") is not None,
-                20,
-                f"slurmd {n} to write its pid file",
-                self.log(f"slurmd-{n}.log"),
-            )
 
     def _accounts(self, spec: ClusterSpec, env: Dict[str, str]) -> List[str]:
         created = []
@@ -863,6 +1082,13 @@ class DevCluster:
     def up(self, spec: ClusterSpec, install: bool = True) -> ClusterSpec:
         """Bring the cluster up; a no-op when the same cluster is already running."""
         spec.state_dir = str(self.root)
+        hidden = hidden_checkout_problem(REPO_ROOT)
+        if hidden:
+            raise DevclusterError(hidden)
+        in_root = self.root_release(spec)
+        if in_root is not None:
+            return self._up_in_root(spec, in_root)
+        spec.rootfs = spec.rootfs or os.environ.get(rootfs.INSIDE_ENV)
         current = self.load_spec()
         if current is not None and self.running(current):
             if current.comparable() != spec.comparable():
@@ -873,8 +1099,10 @@ class DevCluster:
             self.wait_nodes_idle(current, self.env())
             return current
         self.ensure_packages(install)
+        spec.release = self.release(spec).name
         if current is not None:
             self.stop_daemons(current)
+            self._unmount_under_root()
         self._check_system(spec)
         self._prepare_dirs(spec)
         self._write_configs(spec)
@@ -894,6 +1122,26 @@ class DevCluster:
         self.wait_nodes_idle(spec, env)
         return spec
 
+    def _up_in_root(self, spec: ClusterSpec, release: releases.Release) -> ClusterSpec:
+        """Build or reuse the release's root, bind what it needs and run ``up`` inside it."""
+        current = self.load_spec()
+        if current is not None and current.rootfs and current.comparable() != spec.comparable():
+            if self.running(current):
+                raise DevclusterError(
+                    f"a different devcluster is running from {self.root}; run `slurmkit devcluster down` first"
+                )
+        root = rootfs.ensure(release)
+        spec.rootfs = str(root)
+        spec.release = release.name
+        rootfs.start(root, self.root, REPO_ROOT)
+        if current is None:
+            self.save_spec(spec)  # so `down` finds the root even if the bring-up inside fails
+        self._in_root(spec, "up", timeout=900)
+        loaded = self.load_spec()
+        if loaded is None:
+            raise DevclusterError(f"devcluster up inside {root} left no cluster.json")
+        return loaded
+
     def running(self, spec: ClusterSpec) -> bool:
         return all(_pid_alive(p) for p in self.daemons(spec).values())
 
@@ -910,10 +1158,12 @@ class DevCluster:
             }
         sinfo = ""
         if daemons.get("slurmctld", {}).get("pid"):
-            res = _run(["sinfo", "-N", "-o", "%N %P %T %G %E"], env=self.env(), timeout=10, check=False)
+            res = _run(self.run_argv(["sinfo", "-N", "-o", "%N %P %T %G %E"]), timeout=10, check=False)
             sinfo = res.stdout if res.returncode == 0 else res.stderr
         return {
             "state_dir": str(self.root),
+            "slurm": spec.release,
+            "rootfs": spec.rootfs,
             "mode": spec.mode,
             "nodes": spec.node_names,
             "up": all(d["pid"] for d in daemons.values()),
@@ -968,6 +1218,35 @@ class DevCluster:
             except (OSError, ValueError):
                 continue
 
+    def _mounts_under_root(self) -> List[str]:
+        """Mount points below the state directory, deepest first (job_container
+        leaves its BasePath bind mounts and per-job namespaces behind after slurmd stops)."""
+        found = []
+        try:
+            lines = Path("/proc/self/mountinfo").read_text().splitlines()
+        except OSError:
+            return []
+        root = str(self.root)
+        for line in lines:
+            fields = line.split()
+            if len(fields) < 5:
+                continue
+            # mountinfo escapes blanks and backslashes as octal (\040)
+            point = fields[4].encode().decode("unicode_escape")
+            # The state directory itself may be a bind (inside a Slurm root): keep it.
+            if point.startswith(root + "/"):
+                found.append(point)
+        return sorted(set(found), key=lambda p: p.count("/"), reverse=True)
+
+    def _unmount_under_root(self) -> None:
+        """Detach every mount under the state directory, so removing it cannot reach into a
+        mounted tree and a new cluster starts from plain directories."""
+        for point in self._mounts_under_root():
+            _run(["umount", "-l", point], timeout=20, check=False)
+        left = self._mounts_under_root()
+        if left:
+            raise DevclusterError(f"could not unmount {', '.join(left)}; unmount them and run down again")
+
     def down(self, keep_state: bool = False) -> None:
         spec = self.load_spec()
         if spec is None:
@@ -977,7 +1256,18 @@ class DevCluster:
                     f"refusing to remove it"
                 )
             return
+        if spec.rootfs and not os.environ.get(rootfs.INSIDE_ENV):
+            # Stop it where it runs, then end the namespace (the root stays cached).
+            if rootfs.holder(self.root) is not None:
+                self._in_root(spec, "down", timeout=300, check=False)
+            else:
+                self.stop_daemons(spec)
+            rootfs.stop(self.root)
+            if not keep_state:
+                shutil.rmtree(self.root, ignore_errors=True)
+            return
         self.stop_daemons(spec)
+        self._unmount_under_root()
         if spec.mode == "netns":
             for i, n in enumerate(spec.node_names, start=1):
                 _run(["ip", "netns", "del", f"sk-{n}"], timeout=20, check=False)

@@ -438,10 +438,12 @@ def job_ref(job_id: str, array_job_id: Optional[str], array_task_id: Optional[st
 def job_facts(ctx, timeout: float) -> Dict[str, Any]:
     """The job's start (epoch seconds), array ids and uid for the summary.
 
-    From the epilog's environment where the release sets ``SLURM_JOB_START_TIME`` (read
-    into the :class:`~slurmkit.health.engine.Context`); else (Slurm 22.05) from one
-    ``scontrol -o show job <id>`` with ``SLURM_TIME_FORMAT=%s`` through the runner, bounded
-    by ``timeout``. A failure is recorded (``error``) and leaves the fields unknown.
+    From the epilog's environment when it holds both the start time and the array ids;
+    else from one ``scontrol -o show job <id>`` with ``SLURM_TIME_FORMAT=%s`` through the
+    runner, bounded by ``timeout``. Slurm 22.05 sets neither in the epilog; 24.11 and 26.05
+    set ``SLURM_JOB_START_TIME`` but no ``SLURM_ARRAY_*`` (seen on the devcluster), so an
+    array task is known only from scontrol there too. A failure is recorded (``error``) and
+    leaves the fields unknown (a start time from the environment is kept).
     """
     from slurmkit.slurm import client
 
@@ -452,7 +454,7 @@ def job_facts(ctx, timeout: float) -> Dict[str, Any]:
         "restart": ctx.restart_count,
         "source": "environment",
     }
-    if facts["start"] is not None:
+    if facts["start"] is not None and facts["array_job_id"] is not None:
         return facts
     facts["source"] = "scontrol"
     try:

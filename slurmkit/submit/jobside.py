@@ -478,7 +478,14 @@ def exclude_and_requeue(job_id: str, exclude: Sequence[str]) -> None:
     except Exception as exc:  # noqa: BLE001 - expected: "Job is no longer pending execution"
         first_error = str(exc)
     client.requeue_job(job_id, hold=True, timeout=SCONTROL_TIMEOUT)
-    # Detach a helper: this job's processes are killed once the requeue completes.
+    # A requeued job is PENDING (still completing) at once, so the job itself can set the
+    # list and release it before Slurm kills it. It must: with proctrack/cgroup (the
+    # production configuration) a detached helper is in the job's cgroup and dies with it.
+    if _set_exclude_and_release(job_id, value):
+        log(f"requeued job {job_id} with ExcNodeList={value}")
+        return
+    # Fallback (a slow controller): a detached helper, which outlives the job only where
+    # Slurm does not track jobs by cgroup.
     helper = [
         sys.executable,
         "-m",
@@ -497,6 +504,24 @@ def exclude_and_requeue(job_id: str, exclude: Sequence[str]) -> None:
         f"ExcNodeList={value} and releases it (if it does not: scontrol update JobId={job_id} "
         f"ExcNodeList={value}; scontrol release {job_id})"
     )
+
+
+def _set_exclude_and_release(job_id: str, value: str, tries: int = 3) -> bool:
+    """Set ExcNodeList of the requeued and held ``job_id`` and release it; ``False`` when
+    Slurm would not take the list (the job is still left held, never released without it)."""
+    for attempt in range(tries):
+        try:
+            client.update_job(job_id, ExcNodeList=value, timeout=SCONTROL_TIMEOUT)
+        except ExternalCommandError:
+            time.sleep(0.5 * (attempt + 1))
+            continue
+        try:
+            client.release_job(job_id, timeout=SCONTROL_TIMEOUT)
+        except ExternalCommandError as exc:
+            log(f"could not release job {job_id}: {exc}")
+            return False
+        return True
+    return False
 
 
 def cmd_finish_requeue(args: argparse.Namespace) -> int:

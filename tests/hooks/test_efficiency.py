@@ -652,3 +652,25 @@ def test_merge_directories_are_per_attempt():
     for bad in (("7/../8", 0), ("77", -1), ("", 0)):
         with pytest.raises(ValueError):
             eff.merge_key(*bad)
+
+
+@pytestmark_root
+def test_a_start_time_without_array_ids_still_asks_scontrol_for_them(
+    gpu_fixture, site, fake_scontrol, fake_acct
+):
+    """Slurm 24.11 and 26.05 give the epilog ``SLURM_JOB_START_TIME`` but no ``SLURM_ARRAY_*``
+    (seen on the devcluster, etc/dev/release-probe). Failed before: the start time alone
+    skipped scontrol, so the task holding the array's own id wrote ``jobid=<array id>``,
+    which sacctmgr applies to every task of the array."""
+    now = int(time.time())
+    gpu_fixture(_accounting(g0=[{"pid": 999904, "gpu_util": 60, "time_ms": 10_000, "start_time": now - 20}]))
+    cfg = site(
+        health={"clean_dev_shm": False, "memory_release_wait": 0.1}, slurm={"bin_dir": fake_scontrol.bin_dir}
+    )
+    fake_scontrol.set_job(
+        "4600", ArrayJobId="4600", ArrayTaskId="1", UserId="nobody(65534)", StartTime=now - 60
+    )
+    res, _ = run_epilog(cfg, {"SLURM_JOB_ID": "4600", "SLURM_JOB_START_TIME": str(now - 60)})
+    assert res.returncode == 0, res.stderr
+    assert [u[4] for u in fake_acct.updates()] == ["jobid=4600_1"]
+    assert [c[3] for c in fake_scontrol.calls() if c[:3] == ["-o", "show", "job"]] == ["4600"]

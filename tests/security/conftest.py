@@ -53,3 +53,16 @@ def tmpfs():
     yield mount
     for path in reversed(mounted):
         subprocess.run(["umount", "-l", str(path)], capture_output=True, timeout=30)
+
+
+@pytest.fixture
+def shared_dropbox(devcluster):
+    """A 1777 directory both test users and their jobs can see: under the devcluster's shared
+    scratch area. Not under /tmp: with ``job_container/tmpfs`` (the production configuration)
+    every job has a private /tmp of its own, so a job never sees what a test left there."""
+    import tempfile
+
+    d = Path(tempfile.mkdtemp(prefix="sk-sec-", dir=devcluster.shared_dir))
+    os.chmod(d, 0o1777)
+    yield d
+    shutil.rmtree(d, ignore_errors=True)

@@ -64,10 +64,8 @@ print("CACHES " + json.dumps({
 """
 
 
-@pytest.fixture
-def dropbox():
-    d = Path(tempfile.mkdtemp(prefix="sk-sec-cache-"))
-    os.chmod(d, 0o1777)
+def _stock(d: Path) -> Path:
+    """Put the stand-in ``torch.distributed.run`` and the loader into the 1777 directory ``d``."""
     stub = d / "stub" / "torch" / "distributed"
     stub.mkdir(parents=True)
     for init in (d / "stub" / "torch" / "__init__.py", stub / "__init__.py"):
@@ -77,11 +75,18 @@ def dropbox():
     for p in [d / "stub", *(d / "stub").rglob("*")]:
         os.chmod(p, 0o755 if p.is_dir() else 0o644)
     os.chmod(d / "loader.py", 0o644)
-    yield d
+    return d
+
+
+@pytest.fixture
+def dropbox():
+    d = Path(tempfile.mkdtemp(prefix="sk-sec-cache-"))
+    os.chmod(d, 0o1777)
+    yield _stock(d)
     shutil.rmtree(d, ignore_errors=True)
 
 
-def _render(dc, dropbox: Path, name: str):
+def _render(dc, dropbox: Path, name: str, tmpdir: Path):
     from slurmkit.config import load_site_config
     from slurmkit.submit.render import render
     from slurmkit.submit.spec import validate_spec
@@ -95,7 +100,7 @@ def _render(dc, dropbox: Path, name: str):
             "time": "5",
             "fabric": "none",
             "python": "/usr/bin/python3",
-            "env": {"PYTHONPATH": f"{dropbox / 'stub'}:{REPO}"},
+            "env": {"PYTHONPATH": f"{dropbox / 'stub'}:{REPO}", "TMPDIR": str(tmpdir)},
             "script": str(dropbox / "loader.py"),
             "preflight": {"allreduce": False},
             "requeue": {"enabled": False},
@@ -113,43 +118,39 @@ def _render(dc, dropbox: Path, name: str):
 
 
 @pytest.mark.devcluster
-def test_victims_job_neither_runs_the_planted_cache_nor_fails(devcluster, unprivileged_users, dropbox):
+def test_victims_job_neither_runs_the_planted_cache_nor_fails(devcluster, unprivileged_users, shared_dropbox):
+    """On the devcluster every job has a private /tmp (``job_container/tmpfs``), which closes
+    the attack on /tmp by itself. A site's shared node-local scratch as ``TMPDIR`` (a 1777
+    tree every job on the node sees) does not: that is where the attacker plants here."""
     dc = devcluster
+    dropbox = _stock(shared_dropbox)  # the jobs see it: the stand-in torch and the loader
+    scratch = dropbox / "node-scratch"
+    scratch.mkdir()
+    os.chmod(scratch, 0o1777)
     attacker, victim = unprivileged_users
     for u in (attacker, victim):
         res = dc.run(["sacctmgr", "-i", "add", "user", u, "Account=research"])
         assert res.returncode == 0 or "Nothing new added" in res.stdout + res.stderr, res.stderr
     marker = dropbox / "pwned"
-    planted = []
-    try:
-        for mode in ("0777", "0755"):  # a cache the victim would load; one that made the job fail
-            probe = int(dc.submit("#!/bin/sh\ntrue\n", ["--output=/dev/null"], user=attacker))
-            dirs = [f"/tmp/slurmkit-{n}" for n in range(probe + 1, probe + 4)]
-            for d in dirs:  # leftovers of earlier devcluster runs on this machine (ids restart at 1)
-                shutil.rmtree(d, ignore_errors=True)
-            res = as_user(attacker, PLANT, str(marker), mode, *dirs)
-            assert res.returncode == 0, res.stderr
-            planted += dirs
-            rendered = _render(dc, dropbox, f"cache-{mode}")
-            job = dc.submit(rendered.script, rendered.sbatch_args, user=victim)
-            assert f"/tmp/slurmkit-{job}" in dirs, "the attacker guessed the job id (the premise)"
-            state = dc.wait_job(job, timeout=120)
-            out = dropbox / f"cache-{job}.out"
-            log = out.read_text(errors="replace") if out.exists() else ""
-            assert not marker.exists(), f"the victim's job ran the attacker's cache: {marker.read_text()}"
-            assert state == "COMPLETED", f"{mode}: {state}: {log}"
-            line = next((x for x in log.splitlines() if x.startswith("CACHES ")), None)
-            assert line, log
-            used = json.loads(line[len("CACHES ") :])
-            assert used["node_tmp"].startswith(f"/tmp/slurmkit-{job}-"), used
-            assert used["uid"] == used["me"] and used["mode"] == 0o700, used
-            assert f"not using /tmp/slurmkit-{job}" in log
-    finally:
-        for d in planted + glob.glob("/tmp/slurmkit-*-*"):
-            if os.path.isdir(d) and not os.path.islink(d):
-                shutil.rmtree(d, ignore_errors=True)
-            elif os.path.lexists(d):
-                os.unlink(d)
+    for mode in ("0777", "0755"):  # a cache the victim would load; one that made the job fail
+        probe = int(dc.submit("#!/bin/sh\ntrue\n", ["--output=/dev/null"], user=attacker))
+        dirs = [f"{scratch}/slurmkit-{n}" for n in range(probe + 1, probe + 4)]
+        res = as_user(attacker, PLANT, str(marker), mode, *dirs)
+        assert res.returncode == 0, res.stderr
+        rendered = _render(dc, dropbox, f"cache-{mode}", scratch)
+        job = dc.submit(rendered.script, rendered.sbatch_args, user=victim)
+        assert f"{scratch}/slurmkit-{job}" in dirs, "the attacker guessed the job id (the premise)"
+        state = dc.wait_job(job, timeout=120)
+        out = dropbox / f"cache-{job}.out"
+        log = out.read_text(errors="replace") if out.exists() else ""
+        assert not marker.exists(), f"the victim's job ran the attacker's cache: {marker.read_text()}"
+        assert state == "COMPLETED", f"{mode}: {state}: {log}"
+        line = next((x for x in log.splitlines() if x.startswith("CACHES ")), None)
+        assert line, log
+        used = json.loads(line[len("CACHES ") :])
+        assert used["node_tmp"].startswith(f"{scratch}/slurmkit-{job}-"), used
+        assert used["uid"] == used["me"] and used["mode"] == 0o700, used
+        assert f"not using {scratch}/slurmkit-{job}" in log
 
 
 def test_planted_cache_stays_unused_by_the_real_jobside_as_the_victim(unprivileged_users, dropbox):

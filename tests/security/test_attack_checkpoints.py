@@ -196,8 +196,11 @@ def _render_for(dc, dropbox: Path, user_tag: str, checkpoint_root: Optional[Path
 
 
 @pytest.mark.devcluster
-def test_victims_job_refuses_the_checkpoint_dir_the_attacker_planted(devcluster, unprivileged_users, dropbox):
+def test_victims_job_refuses_the_checkpoint_dir_the_attacker_planted(
+    devcluster, unprivileged_users, shared_dropbox
+):
     dc = devcluster
+    dropbox = shared_dropbox  # the job sees it (its /tmp is private)
     attacker, victim = unprivileged_users
     for u in (attacker, victim):
         res = dc.run(["sacctmgr", "-i", "add", "user", u, "Account=research"])
