@@ -15,6 +15,11 @@ from slurmkit.report import sacct  # noqa: E402
 NOW = ("--now", "2026-12-01T01:30:00")
 
 
+def _ingest(cli, arch, dump):
+    """``report ingest`` of a trusted fixture dump into the archive ``arch``."""
+    return cli("report", "ingest", "--archive", str(arch), "--trust-free-text", "--sacct-file", str(dump))
+
+
 def _json(res):
     assert res.exit_code == 0, res.stderr
     data = json.loads(res.stdout)
@@ -132,15 +137,7 @@ def test_ingest_skips_malformed_rows_with_line_numbers(cli, fixture_path, tmp_pa
     """Rows the reference would not count are not archived: ingest reports them by line, and
     the archive's report is the file's (the DuckDB engine, nothing left to report by line)."""
     arch = str(tmp_path / "arch")
-    res = cli(
-        "report",
-        "ingest",
-        "--archive",
-        arch,
-        "--trust-free-text",
-        "--sacct-file",
-        fixture_path("malformed.txt"),
-    )
+    res = _ingest(cli, arch, fixture_path("malformed.txt"))
     assert res.exit_code == 0
     from_file = cli(
         "report",
@@ -169,18 +166,7 @@ def test_a_nul_byte_in_a_dump_is_one_line_naming_it_and_the_archive_is_untouched
     """DuckDB's line reader refuses a NUL byte (sacct never writes one): ingest says which line,
     exits 2, and the archive keeps exactly what it had (no internal error, no partial month)."""
     arch = tmp_path / "arch"
-    assert (
-        cli(
-            "report",
-            "ingest",
-            "--archive",
-            str(arch),
-            "--trust-free-text",
-            "--sacct-file",
-            fixture_path("malformed.txt"),
-        ).exit_code
-        == 0
-    )
+    assert _ingest(cli, str(arch), fixture_path("malformed.txt")).exit_code == 0
     before = {p.relative_to(arch): p.read_bytes() for p in arch.rglob("*") if p.is_file()}
     dump = tmp_path / "nul.txt"
     lines = open(fixture_path("malformed.txt"), "rb").read().split(b"\n")
@@ -213,18 +199,7 @@ def test_multi_attempt_list_is_used_only_when_current(cli, fixture_path, tmp_pat
     from slurmkit.report import archive
 
     arch = str(tmp_path / "arch")
-    assert (
-        cli(
-            "report",
-            "ingest",
-            "--archive",
-            arch,
-            "--trust-free-text",
-            "--sacct-file",
-            fixture_path("basic.txt"),
-        ).exit_code
-        == 0
-    )
+    assert _ingest(cli, arch, fixture_path("basic.txt")).exit_code == 0
     assert archive.source(arch).multi is not None
     args = ["--month", "2026-11", *NOW, "--by", "account,user", "--json"]
     fresh = _json(cli("report", "--archive", arch, *args))
@@ -245,30 +220,11 @@ def test_concurrent_ingest_waits_then_gives_a_clear_error(cli, fixture_path, tmp
     held = trust.lock(str(arch / ".ingest.lock"), 1.0, owners=frozenset({os.geteuid()}))
     try:
         monkeypatch.setattr(archive, "LOCK_TIMEOUT", 0.2)
-        res = cli(
-            "report",
-            "ingest",
-            "--archive",
-            str(arch),
-            "--trust-free-text",
-            "--sacct-file",
-            fixture_path("basic.txt"),
-        )
+        res = _ingest(cli, str(arch), fixture_path("basic.txt"))
         assert res.exit_code == 2 and "another `report ingest` is still running" in res.stderr
     finally:
         os.close(held)
-    assert (
-        cli(
-            "report",
-            "ingest",
-            "--archive",
-            str(arch),
-            "--trust-free-text",
-            "--sacct-file",
-            fixture_path("basic.txt"),
-        ).exit_code
-        == 0
-    )
+    assert _ingest(cli, str(arch), fixture_path("basic.txt")).exit_code == 0
 
 
 def test_a_month_from_an_older_slurmkit_is_read_then_upgraded(cli, tmp_path):
@@ -349,15 +305,7 @@ def test_months_are_delta_encoded_and_read_beside_plain_ones(cli, tmp_path):
 
 def _ingest_prolog_fixture(cli, fixture_path, tmp_path) -> str:
     arch = str(tmp_path / "arch")
-    res = cli(
-        "report",
-        "ingest",
-        "--archive",
-        arch,
-        "--trust-free-text",
-        "--sacct-file",
-        fixture_path("prolog_requeue.txt"),
-    )
+    res = _ingest(cli, arch, fixture_path("prolog_requeue.txt"))
     assert res.exit_code == 0, res.stderr
     return arch
 
