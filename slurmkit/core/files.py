@@ -10,19 +10,27 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Optional
+from typing import Any, Optional, Tuple
 
 _CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
 
 
-def write_bytes_atomic(path: str, data: bytes, *, fsync: bool = False, mode: Optional[int] = None) -> None:
+def write_bytes_atomic(
+    path: str,
+    data: bytes,
+    *,
+    fsync: bool = False,
+    mode: Optional[int] = None,
+    owner: Optional[Tuple[int, int]] = None,
+) -> None:
     """Write ``data`` to ``path`` atomically: a temporary file in the same directory,
     renamed over ``path``.
 
     ``fsync`` flushes the data to disk before the rename (shared storage, where a crash
     must not leave an empty file behind). ``mode`` sets the file's permissions (default:
     0644 less the umask), for files that other users must read whatever the writer's
-    umask, or that nobody else may read (0600).
+    umask, or that nobody else may read (0600). ``owner`` (uid, gid) gives the file to
+    another user before it appears (root writing a daemon's 0600 configuration).
 
     The temporary file has a random name and is created with ``O_EXCL | O_NOFOLLOW``
     (as ``mkstemp`` does), so nobody can prepare that name in advance: a symlink there
@@ -41,6 +49,8 @@ def write_bytes_atomic(path: str, data: bytes, *, fsync: bool = False, mode: Opt
             continue
     try:
         with os.fdopen(fd, "wb") as fh:
+            if owner is not None:
+                os.fchown(fh.fileno(), *owner)
             if mode is not None:
                 os.fchmod(fh.fileno(), mode)
             fh.write(data)

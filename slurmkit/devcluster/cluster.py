@@ -1,5 +1,9 @@
 """Bring a local Slurm cluster up and down, idempotently, under one state directory.
 
+Process control only: installing packages, making directories and device files, writing
+the configuration (its text comes from :mod:`.render`, pure functions of the
+:class:`~.render.ClusterSpec`), namespaces, and starting and stopping the daemons.
+
 Order matters and follows what was verified on Debian 12 / Slurm 22.05
 (``docs/devcluster.md``): munge -> bridge and namespaces (netns mode) -> MariaDB ->
 slurmdbd -> cluster registration -> slurmctld -> slurmd(s) -> accounts -> wait idle.
@@ -32,18 +36,17 @@ import socket
 import stat
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Callable, Dict, List, Optional
 
-from slurmkit.core.files import write_json_atomic
-from slurmkit.devcluster import releases, rootfs
+from slurmkit.core.files import write_bytes_atomic, write_json_atomic
+from slurmkit.devcluster import releases, render, rootfs
+from slurmkit.devcluster.render import BRIDGE, BRIDGE_IP, DEFAULT_STATE_DIR, PORTS, ClusterSpec
 from slurmkit.errors import CommandNotFound, CommandTimeout, DevclusterError, ExternalCommandError
 from slurmkit.slurm import runner
 
-DEFAULT_STATE_DIR = "/var/lib/slurmkit-devcluster"
 STATE_ENV = "SLURMKIT_DEVCLUSTER_DIR"
-HOSTS_TAG = "# slurmkit-devcluster"
 REPO_ROOT = Path(__file__).resolve().parents[2]
 #: What job_container/tmpfs (namespace/tmpfs) replaces with a private directory in every job.
 JOB_PRIVATE_DIRS = ("/tmp", "/dev/shm")
@@ -90,58 +93,8 @@ REQUIRED_BINARIES = {
     "/usr/bin/mariadb-install-db": "mariadb-server",
 }
 
-# Non-default ports, so a real Slurm or MariaDB on this machine is left alone.
-PORTS = {"slurmctld": 16817, "slurmd": 16818, "slurmdbd": 16819, "mariadb": 16306}
-PORTS_MODE_BASE = 17001
-BRIDGE = "skbr0"
-SUBNET = "10.77.0"
-BRIDGE_IP = f"{SUBNET}.1"
 #: NVIDIA's character-device major: the fake GPUs' numbers (195:0..N-1).
 NVIDIA_MAJOR = 195
-
-
-@dataclass
-class ClusterSpec:
-    """What ``up`` builds. Stored as ``cluster.json`` so ``down``/``status`` know it."""
-
-    state_dir: str = DEFAULT_STATE_DIR
-    mode: str = "netns"
-    nodes: int = 2
-    gpus_per_node: int = 8
-    gpu_type: str = "h100"
-    cpus_per_node: int = 16
-    mem_per_node_mb: int = 64000
-    hooks: bool = False
-    healthcheck: bool = False
-    prolog: Optional[str] = None
-    epilog: Optional[str] = None
-    healthcheck_program: Optional[str] = None
-    healthcheck_interval: int = 30
-    python: str = sys.executable
-    #: The Slurm release asked for: ``host`` (this machine's packages) or a key of
-    #: :data:`releases.RELEASES`; ``release`` is what ``up`` resolved it to (``22.05``).
-    slurm: str = "host"
-    release: str = ""
-    #: The Debian root the cluster runs in (``rootfs.py``), ``None`` on this machine's packages.
-    rootfs: Optional[str] = None
-    users: Dict[str, List[str]] = field(
-        default_factory=lambda: {"alice": ["research"], "bob": ["ops", "research"]}
-    )
-    created_users: List[str] = field(default_factory=list)
-
-    @property
-    def node_names(self) -> List[str]:
-        return [f"node{i}" for i in range(1, self.nodes + 1)]
-
-    def node_ip(self, i: int) -> str:
-        return f"{SUBNET}.{10 + i}"
-
-    def comparable(self) -> dict:
-        d = asdict(self)
-        # Which interpreter started it does not make it a different cluster.
-        for volatile in ("created_users", "python", "release", "rootfs"):
-            d.pop(volatile, None)
-        return d
 
 
 def _log(msg: str) -> None:
@@ -258,15 +211,15 @@ class DevCluster:
 
     @property
     def slurm_conf(self) -> Path:
-        return self.root / "etc" / "slurm.conf"
+        return render.slurm_conf_path(self.root)
 
     @property
     def slurmkit_config(self) -> Path:
-        return self.root / "slurmkit.yaml"
+        return render.slurmkit_config_path(self.root)
 
     @property
     def munge_socket(self) -> Path:
-        return self.root / "munge" / "munge.socket.2"
+        return render.munge_socket(self.root)
 
     @property
     def mysql_socket(self) -> Path:
@@ -464,237 +417,28 @@ class DevCluster:
                 )
 
     # ------------------------------------------------------------------ config files
+    def machine(self, spec: ClusterSpec) -> render.Machine:
+        """What the configuration depends on besides ``spec`` (:mod:`.render`): the state
+        directory, this machine's short host name and the release ``spec`` runs."""
+        return render.Machine(
+            root=self.root, hostname=socket.gethostname().split(".")[0], release=self.release(spec)
+        )
+
     def _write(self, rel: str, text: str, mode: int = 0o644, owner: Optional[str] = None) -> Path:
+        """Write ``text`` to ``rel`` under the state directory atomically, with ``mode`` and
+        ``owner`` set before it appears (slurmdbd.conf holds a password)."""
         path = self.root / rel
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-        path.chmod(mode)
+        ids = None
         if owner:
             pw = pwd.getpwnam(owner)
-            os.chown(path, pw.pw_uid, pw.pw_gid)
+            ids = (pw.pw_uid, pw.pw_gid)
+        write_bytes_atomic(str(path), text.encode("utf-8"), mode=mode, owner=ids)
         return path
-
-    def render_slurm_conf(self, spec: ClusterSpec) -> str:
-        host = socket.gethostname().split(".")[0]
-        r = self.root
-        release = self.release(spec)
-        ctld_addr = BRIDGE_IP if spec.mode == "netns" else "127.0.0.1"
-        n = spec.nodes
-        gres = f"gpu:{spec.gpu_type}:{spec.gpus_per_node}" if spec.gpu_type else f"gpu:{spec.gpus_per_node}"
-        node_common = (
-            f"CPUs={spec.cpus_per_node} Boards=1 SocketsPerBoard=2 "
-            f"CoresPerSocket={max(1, spec.cpus_per_node // 2)} ThreadsPerCore=1 "
-            f"RealMemory={spec.mem_per_node_mb} Gres={gres} State=UNKNOWN"
-        )
-        names = f"node[1-{n}]" if n > 1 else "node1"
-        if spec.mode == "netns":
-            addrs = ",".join(spec.node_ip(i) for i in range(1, n + 1))
-            node_line = f"NodeName={names} NodeAddr={addrs} Port={PORTS['slurmd']} {node_common}"
-        else:
-            ports = f"[{PORTS_MODE_BASE}-{PORTS_MODE_BASE + n - 1}]" if n > 1 else str(PORTS_MODE_BASE)
-            node_line = f"NodeName={names} NodeHostname={host} NodeAddr=127.0.0.1 Port={ports} {node_common}"
-        tres = "gres/gpu" + (f",gres/gpu:{spec.gpu_type}" if spec.gpu_type else "")
-        lines = [
-            "# Generated by slurmkit devcluster. Do not edit: `slurmkit devcluster down` removes it.",
-            "ClusterName=dev",
-            f"SlurmctldHost={host}({ctld_addr})",
-            "SlurmUser=slurm",
-            "AuthType=auth/munge",
-            "CredType=cred/munge",
-            f"AuthInfo=cred_expire=10,socket={self.munge_socket}",
-            "MpiDefault=none",
-            "MailProg=/bin/true",
-            f"SlurmctldPort={PORTS['slurmctld']}",
-            f"SlurmdPort={PORTS['slurmd']}",
-            f"StateSaveLocation={r}/spool/ctld",
-            f"SlurmdSpoolDir={r}/spool/slurmd/%n",
-            f"SlurmctldPidFile={r}/run/slurmctld.pid",
-            f"SlurmdPidFile={r}/run/slurmd-%n.pid",
-            f"SlurmctldLogFile={r}/log/slurmctld.log",
-            f"SlurmdLogFile={r}/log/slurmd-%n.log",
-            "SlurmctldDebug=info",
-            "SlurmdDebug=info",
-            "ReturnToService=2",
-            # The production configuration (docs/security.md): every process of a job in its
-            # cgroup, tasks confined to it with only the job's GPUs usable (cgroup.conf), and a
-            # private /tmp and /dev/shm per job (job_container.conf).
-            "ProctrackType=proctrack/cgroup",
-            "TaskPlugin=task/cgroup",
-            f"{release.container_key}={release.container_plugin}",
-            "JobAcctGatherType=jobacct_gather/linux",
-            "JobAcctGatherFrequency=10",
-            "SchedulerType=sched/backfill",
-            "SchedulerParameters=bf_interval=5",
-            "SelectType=select/cons_tres",
-            "SelectTypeParameters=CR_Core_Memory",
-            "DefMemPerCPU=1000",
-            "SlurmdParameters=config_overrides",
-            "GresTypes=gpu",
-            "SlurmdTimeout=60",
-            "InactiveLimit=0",
-            "MinJobAge=300",
-            "KillWait=5",
-            "Waittime=0",
-            "PreemptType=preempt/partition_prio",
-            "PreemptMode=REQUEUE",
-            "AccountingStorageType=accounting_storage/slurmdbd",
-            "AccountingStorageHost=127.0.0.1"
-            if spec.mode == "ports"
-            else f"AccountingStorageHost={BRIDGE_IP}",
-            f"AccountingStoragePort={PORTS['slurmdbd']}",
-            # Where a dbd client finds munge: our own munged, not /run/munge.
-            f"AccountingStoragePass={self.munge_socket}",
-            f"AccountingStorageTRES={tres}",
-            "AccountingStorageEnforce=associations",
-            "JobCompType=jobcomp/none",
-        ]
-        # Prolog and Epilog are always wrappers (fault injection); they call slurmkit's
-        # programs only with --hooks. Alloc: gate every node at allocation time; Contain: the
-        # extern step holds the job's cgroup and namespace from allocation (job_container
-        # needs it).
-        lines += [f"Prolog={r}/hooks/prolog", "PrologFlags=Alloc,Contain", f"Epilog={r}/hooks/epilog"]
-        if spec.healthcheck or spec.healthcheck_program:
-            lines += [
-                f"HealthCheckProgram={r}/hooks/healthcheck",
-                f"HealthCheckInterval={spec.healthcheck_interval}",
-                "HealthCheckNodeState=ANY",
-            ]
-        lines += [
-            node_line,
-            "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP PriorityTier=10",
-            "PartitionName=sweep Nodes=ALL Default=NO MaxTime=INFINITE State=UP PriorityTier=1 "
-            "PreemptMode=REQUEUE",
-        ]
-        return "\n".join(x for x in lines if x) + "\n"
 
     def fake_gpu(self, node: str, index: int) -> Path:
         """The device file of ``node``'s fake GPU ``index`` (character device 195:index)."""
-        return self.root / "fakegpu" / node / f"nvidia{index}"
-
-    def render_gres_conf(self, spec: ClusterSpec) -> str:
-        typ = f" Type={spec.gpu_type}" if spec.gpu_type else ""
-        lines = []
-        for n in spec.node_names:
-            last = spec.gpus_per_node - 1
-            files = f"{self.root}/fakegpu/{n}/nvidia" + (f"[0-{last}]" if last else "0")
-            lines.append(f"NodeName={n} Name=gpu{typ} File={files}")
-        return "\n".join(lines) + "\n"
-
-    @staticmethod
-    def render_cgroup_conf(spec: ClusterSpec) -> str:
-        """cgroup.conf: cgroup v1, because this kind of host mounts the controllers as v1
-        (a hybrid layout whose cgroup2 tree holds no controller), where Slurm's cgroup/v2
-        refuses to start ("Hybrid mode is not supported"). cgroup/v1 creates its own
-        ``slurm_<node>/uid_<uid>/job_<id>`` directories and never asks systemd, so it needs
-        no ``IgnoreSystemd`` (a cgroup/v2 key). Cores and memory are not constrained: the
-        nodes advertise more CPUs and memory than the machine has (config_overrides), and
-        a cpuset of cores that do not exist cannot be made."""
-        return (
-            "\n".join(
-                [
-                    "# Generated by slurmkit devcluster.",
-                    "CgroupPlugin=cgroup/v1",
-                    "ConstrainCores=no",
-                    "ConstrainRAMSpace=no",
-                    "ConstrainSwapSpace=no",
-                    "ConstrainDevices=yes",
-                ]
-            )
-            + "\n"
-        )
-
-    def render_job_container_conf(self, spec: ClusterSpec) -> str:
-        """job_container.conf: each node its own BasePath (the nodes share this machine's
-        filesystem), where the plugin keeps each job's private /tmp; /dev/shm is a fresh
-        tmpfs per job."""
-        return "".join(
-            f"NodeName={n} AutoBasePath=true BasePath={self.root}/jobcontainer/{n}\n" for n in spec.node_names
-        )
-
-    def render_slurmdbd_conf(self, spec: ClusterSpec, password: str) -> str:
-        r = self.root
-        return (
-            "\n".join(
-                [
-                    "AuthType=auth/munge",
-                    f"AuthInfo=socket={self.munge_socket}",
-                    "DbdHost=localhost",
-                    f"DbdPort={PORTS['slurmdbd']}",
-                    "SlurmUser=slurm",
-                    "DebugLevel=info",
-                    f"LogFile={r}/log/slurmdbd.log",
-                    f"PidFile={r}/run/slurmdbd.pid",
-                    "StorageType=accounting_storage/mysql",
-                    "StorageHost=127.0.0.1",
-                    f"StoragePort={PORTS['mariadb']}",
-                    "StorageUser=slurm",
-                    f"StoragePass={password}",
-                    "StorageLoc=slurm_acct_db",
-                ]
-            )
-            + "\n"
-        )
-
-    def render_slurmkit_config(self, spec: ClusterSpec) -> str:
-        r = self.root
-        return (
-            "\n".join(
-                [
-                    "# slurmkit site config for the devcluster (generated by `slurmkit devcluster up`).",
-                    "paths:",
-                    f"  state_dir: {r}/slurmkit/state",
-                    f"  shared_dir: {r}/shared/verdicts",
-                    f"  metrics_dir: {r}/slurmkit/metrics",
-                    f"  log_dir: {r}/slurmkit/log",
-                    "health:",
-                    "  backend: simulated",
-                    f"  simulated_fixture: {r}/gpu/{{node}}.yaml",
-                    "submit:",
-                    f"  checkpoint_root: {r}/shared/checkpoints",
-                ]
-            )
-            + "\n"
-        )
-
-    def _hook_wrapper(self, spec: ClusterSpec, name: str, target: Optional[str]) -> str:
-        """A hook script: fault injection by marker file, then slurmkit's own program.
-
-        Slurm runs hooks with no PATH, so the wrapper sets it and the slurmkit config.
-        A file ``hooks/fail-<hook>-<node>`` (or ``hooks/fail-<hook>``) makes the hook
-        exit with the number it holds (default 1): how tests provoke a failing prolog.
-        """
-        path = ":".join(
-            [
-                os.path.dirname(spec.python),
-                "/usr/local/sbin",
-                "/usr/local/bin",
-                "/usr/sbin",
-                "/usr/bin",
-                "/sbin",
-                "/bin",
-            ]
-        )
-        hooks_dir = shlex.quote(str(self.root / "hooks"))
-        text = (
-            "#!/bin/sh\n"
-            "# Generated by slurmkit devcluster.\n"
-            f"PATH={shlex.quote(path)}; export PATH\n"
-            f"SLURMKIT_CONFIG={shlex.quote(str(self.slurmkit_config))}; export SLURMKIT_CONFIG\n"
-            f"SLURM_CONF={shlex.quote(str(self.slurm_conf))}; export SLURM_CONF\n"
-            f'for marker in {hooks_dir}/fail-{name}-"$SLURMD_NODENAME" {hooks_dir}/fail-{name}; do\n'
-            '  if [ -f "$marker" ]; then\n'
-            '    rc=$(cat "$marker" 2>/dev/null)\n'
-            "    case \"$rc\" in ''|*[!0-9]*) rc=1 ;; esac\n"
-            f'    echo "devcluster: injected {name} failure ($marker)" >&2\n'
-            '    exit "$rc"\n'
-            "  fi\n"
-            "done\n"
-        )
-        if target:
-            text += f'exec {shlex.quote(spec.python)} {shlex.quote(target)} "$@"\n'
-        else:
-            text += "exit 0\n"
-        return text
+        return render.fake_gpu_dir(self.root, node) / f"nvidia{index}"
 
     # ------------------------------------------------------------------ bring-up steps
     def _prepare_dirs(self, spec: ClusterSpec) -> None:
@@ -717,7 +461,7 @@ class DevCluster:
             (self.root / sub).mkdir(parents=True, exist_ok=True)
         for n in spec.node_names:
             (self.root / "spool" / "slurmd" / n).mkdir(parents=True, exist_ok=True)
-            (self.root / "jobcontainer" / n).mkdir(parents=True, exist_ok=True)
+            render.job_container_base(self.root, n).mkdir(parents=True, exist_ok=True)
         for sub in ("run", "log", "spool/ctld"):
             os.chown(self.root / sub, slurm.pw_uid, slurm.pw_gid)
         # Production modes (docs/security.md): root's state 0700, logs and metrics 0755, the
@@ -736,7 +480,7 @@ class DevCluster:
         (shared / "scratch").mkdir(exist_ok=True)
         (shared / "scratch").chmod(0o1777)
         for n in spec.node_names:
-            (self.root / "fakegpu" / n).mkdir(parents=True, exist_ok=True)
+            render.fake_gpu_dir(self.root, n).mkdir(parents=True, exist_ok=True)
             for i in range(spec.gpus_per_node):
                 self._make_fake_gpu(self.fake_gpu(n, i), i)
 
@@ -761,31 +505,23 @@ class DevCluster:
         dev.chmod(0o666)
 
     def _write_configs(self, spec: ClusterSpec) -> None:
-        self._write("etc/slurm.conf", self.render_slurm_conf(spec))
-        self._write("etc/gres.conf", self.render_gres_conf(spec))
-        self._write("etc/cgroup.conf", self.render_cgroup_conf(spec))
-        self._write("etc/job_container.conf", self.render_job_container_conf(spec))
+        """Render every file (:func:`render.config_files`) and write it; the database
+        password is made once and kept across bring-ups."""
+        targets = render.hook_targets(spec, REPO_ROOT)
+        for name, target in targets.items():
+            if target and not os.path.exists(target):
+                raise DevclusterError(f"hook program for {name} not found: {target}")
         pw_file = self.root / "etc" / ".dbpass"
         if not pw_file.exists():
             self._write("etc/.dbpass", os.urandom(12).hex(), mode=0o600)
         password = pw_file.read_text().strip()
-        self._write("etc/slurmdbd.conf", self.render_slurmdbd_conf(spec, password), mode=0o600, owner="slurm")
-        self._write("slurmkit.yaml", self.render_slurmkit_config(spec))
+        for f in render.config_files(spec, self.machine(spec), password, targets):
+            self._write(f.rel, f.text, mode=f.mode, owner=f.owner)
         fixture = REPO_ROOT / "etc" / "gpu-fixtures" / f"healthy-{spec.gpu_type}x{spec.gpus_per_node}.yaml"
         for n in spec.node_names:
             target = self.root / "gpu" / f"{n}.yaml"
             if fixture.exists() and not target.exists():
                 shutil.copyfile(fixture, target)
-        targets = {
-            "prolog": spec.prolog or (str(REPO_ROOT / "prolog" / "slurmkit-prolog") if spec.hooks else None),
-            "epilog": spec.epilog or (str(REPO_ROOT / "epilog" / "slurmkit-epilog") if spec.hooks else None),
-            "healthcheck": spec.healthcheck_program
-            or (str(REPO_ROOT / "prolog" / "slurmkit-healthcheck") if spec.healthcheck else None),
-        }
-        for name, target in targets.items():
-            if target and not os.path.exists(target):
-                raise DevclusterError(f"hook program for {name} not found: {target}")
-            self._write(f"hooks/{name}", self._hook_wrapper(spec, name, target), mode=0o755)
 
     def _start_munge(self) -> None:
         mdir = self.root / "munge"
@@ -856,12 +592,12 @@ class DevCluster:
                 _run(["ip", "-n", ns, "link", "set", "lo", "up"])
         self._write_hosts(spec)
 
-    def _write_hosts(self, spec: ClusterSpec) -> None:
+    @staticmethod
+    def _write_hosts(spec: Optional[ClusterSpec]) -> None:
+        """Put ``spec``'s nodes in /etc/hosts (``None``: take them out)."""
         hosts = Path("/etc/hosts")
-        lines = [ln for ln in hosts.read_text().splitlines() if HOSTS_TAG not in ln]
-        lines += [f"{spec.node_ip(i)} {n} {HOSTS_TAG}" for i, n in enumerate(spec.node_names, start=1)]
         # /etc/hosts may be a bind mount: rewrite in place rather than rename over it.
-        hosts.write_text("\n".join(lines) + "\n")
+        hosts.write_text(render.hosts_file(hosts.read_text(), spec))
 
     def _start_mariadb(self) -> None:
         mdir = self.root / "mysql"
@@ -917,15 +653,15 @@ class DevCluster:
 
         _wait(ready, 60, "MariaDB", str(log))
         password = (self.root / "etc" / ".dbpass").read_text().strip()
-        sql = (
-            "CREATE DATABASE IF NOT EXISTS slurm_acct_db;"
-            f"CREATE USER IF NOT EXISTS 'slurm'@'127.0.0.1' IDENTIFIED BY '{password}';"
-            f"CREATE USER IF NOT EXISTS 'slurm'@'localhost' IDENTIFIED BY '{password}';"
-            "GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1';"
-            "GRANT ALL ON slurm_acct_db.* TO 'slurm'@'localhost'; FLUSH PRIVILEGES;"
-        )
         _run(
-            ["mariadb", f"--socket={self.mysql_socket}", "-u", "root", "-e", sql],
+            [
+                "mariadb",
+                f"--socket={self.mysql_socket}",
+                "-u",
+                "root",
+                "-e",
+                render.accounting_db_sql(password),
+            ],
             timeout=30,
             what="creating the accounting database",
             log=str(log),
@@ -986,7 +722,7 @@ class DevCluster:
         whose cause was :func:`rootfs.namespace_cpu`'s; kept on every release). ``down``
         unmounts them with everything else under the state directory."""
         for n in spec.node_names:
-            base = self.root / "jobcontainer" / n
+            base = render.job_container_base(self.root, n)
             if not os.path.ismount(base):
                 _run(["mount", "--bind", str(base), str(base)], timeout=20, what=f"binding {base}")
             _run(["mount", "--make-private", str(base)], timeout=20, what=f"making {base} private")
@@ -1273,9 +1009,7 @@ class DevCluster:
                 _run(["ip", "netns", "del", f"sk-{n}"], timeout=20, check=False)
                 _run(["ip", "link", "del", f"skv{i}"], timeout=20, check=False)
             _run(["ip", "link", "del", BRIDGE], timeout=20, check=False)
-            hosts = Path("/etc/hosts")
-            lines = [ln for ln in hosts.read_text().splitlines() if HOSTS_TAG not in ln]
-            hosts.write_text("\n".join(lines) + "\n")
+            self._write_hosts(None)
         for user in spec.created_users:
             _run(["userdel", "-r", user], timeout=30, check=False)
         if not keep_state:

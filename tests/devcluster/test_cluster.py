@@ -9,13 +9,13 @@ import sys
 import pytest
 
 from slurmkit.devcluster import cluster as dc
-from slurmkit.devcluster import releases, rootfs
+from slurmkit.devcluster import releases, render, rootfs
 from slurmkit.errors import DevclusterError
 
 
 def test_slurm_conf_netns(tmp_path):
-    c = dc.DevCluster(str(tmp_path))
-    conf = c.render_slurm_conf(dc.ClusterSpec(nodes=3, gpu_type="h100"))
+    spec = dc.ClusterSpec(nodes=3, gpu_type="h100", release="22.05")
+    conf = render.slurm_conf(spec, dc.DevCluster(str(tmp_path)).machine(spec))
     lines = conf.splitlines()
     assert "AccountingStorageTRES=gres/gpu,gres/gpu:h100" in lines
     assert "AuthInfo=cred_expire=10,socket=" + str(tmp_path / "munge" / "munge.socket.2") in lines
@@ -29,12 +29,11 @@ def test_slurm_conf_netns(tmp_path):
 
 
 def test_slurm_conf_ports_and_gres(tmp_path):
-    c = dc.DevCluster(str(tmp_path))
-    spec = dc.ClusterSpec(mode="ports", nodes=2, gpus_per_node=4, gpu_type="")
-    conf = c.render_slurm_conf(spec)
+    spec = dc.ClusterSpec(mode="ports", nodes=2, gpus_per_node=4, gpu_type="", release="22.05")
+    conf = render.slurm_conf(spec, dc.DevCluster(str(tmp_path)).machine(spec))
     assert "Port=[17001-17002]" in conf and "NodeAddr=127.0.0.1" in conf
     assert "AccountingStorageTRES=gres/gpu\n" in conf
-    assert c.render_gres_conf(spec) == (
+    assert render.gres_conf(spec, tmp_path) == (
         f"NodeName=node1 Name=gpu File={tmp_path}/fakegpu/node1/nvidia[0-3]\n"
         f"NodeName=node2 Name=gpu File={tmp_path}/fakegpu/node2/nvidia[0-3]\n"
     )
@@ -51,7 +50,7 @@ def test_slurm_conf_ports_and_gres(tmp_path):
 def test_production_configuration_on_every_release(tmp_path, release, container):
     c = dc.DevCluster(str(tmp_path))
     spec = dc.ClusterSpec(nodes=2, slurm=release, release=release)
-    lines = c.render_slurm_conf(spec).splitlines()
+    lines = render.slurm_conf(spec, c.machine(spec)).splitlines()
     for want in (
         "ProctrackType=proctrack/cgroup",
         "TaskPlugin=task/cgroup",
@@ -60,11 +59,11 @@ def test_production_configuration_on_every_release(tmp_path, release, container)
     ):
         assert want in lines
     assert not any(ln.startswith("JobContainerType") for ln in lines) or release != "26.05"
-    cgroup = c.render_cgroup_conf(spec).splitlines()
+    cgroup = render.cgroup_conf(spec).splitlines()
     assert "CgroupPlugin=cgroup/v1" in cgroup and "ConstrainDevices=yes" in cgroup
     # config_overrides advertises cores and memory the machine lacks: never constrain them
     assert "ConstrainCores=no" in cgroup and "ConstrainRAMSpace=no" in cgroup
-    assert c.render_job_container_conf(spec) == (
+    assert render.job_container_conf(spec, tmp_path) == (
         f"NodeName=node1 AutoBasePath=true BasePath={tmp_path}/jobcontainer/node1\n"
         f"NodeName=node2 AutoBasePath=true BasePath={tmp_path}/jobcontainer/node2\n"
     )
@@ -142,10 +141,9 @@ def test_rootfs_marker_names_release_and_packages(tmp_path, monkeypatch):
 
 
 def test_hook_wrapper_is_valid_sh_and_injects_failures(tmp_path):
-    c = dc.DevCluster(str(tmp_path))
     (tmp_path / "hooks").mkdir()
     script = tmp_path / "hooks" / "prolog"
-    script.write_text(c._hook_wrapper(dc.ClusterSpec(), "prolog", None))
+    script.write_text(render.hook_wrapper(dc.ClusterSpec(), tmp_path, "prolog", None))
     script.chmod(0o755)
     env = {"SLURMD_NODENAME": "node2"}
     assert subprocess.run([str(script)], env=env).returncode == 0
