@@ -116,3 +116,24 @@ def test_textfile_writes_refuse_a_directory_another_account_can_write(tmp_path):
     with pytest.raises(UntrustedFile):
         write_textfile(str(shared / "m.prom"), [Sample("slurmkit_x", "doc", {}, 1)])
     assert os.listdir(shared) == []
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a file away needs root")
+def test_owner_and_mode_are_set_before_the_file_appears(tmp_path, monkeypatch):
+    """A 0600 file for another user (slurmdbd.conf, with a password) is never visible with
+    root's owner or a wider mode: both are set on the temporary file, before the rename."""
+    seen = []
+    real_replace = os.replace
+
+    def replace(src, dst):
+        st = os.stat(src)
+        seen.append((st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)))
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", replace)
+    target = tmp_path / "slurmdbd.conf"
+    write_bytes_atomic(str(target), b"StoragePass=x\n", mode=0o600, owner=(65534, 65534))
+    st = os.stat(target)
+    assert seen == [(65534, 65534, 0o600)]
+    assert (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) == (65534, 65534, 0o600)
+    assert target.read_bytes() == b"StoragePass=x\n"

@@ -1,4 +1,5 @@
-"""devcluster config rendering and refusals, without starting daemons."""
+"""devcluster process control without starting daemons: releases, the Debian roots, refusals.
+The configuration files are tested in test_render_configs.py."""
 
 import json
 import os
@@ -9,64 +10,8 @@ import sys
 import pytest
 
 from slurmkit.devcluster import cluster as dc
-from slurmkit.devcluster import releases, render, rootfs
+from slurmkit.devcluster import releases, rootfs
 from slurmkit.errors import DevclusterError
-
-
-def test_slurm_conf_netns(tmp_path):
-    spec = dc.ClusterSpec(nodes=3, gpu_type="h100", release="22.05")
-    conf = render.slurm_conf(spec, dc.DevCluster(str(tmp_path)).machine(spec))
-    lines = conf.splitlines()
-    assert "AccountingStorageTRES=gres/gpu,gres/gpu:h100" in lines
-    assert "AuthInfo=cred_expire=10,socket=" + str(tmp_path / "munge" / "munge.socket.2") in lines
-    node = next(ln for ln in lines if ln.startswith("NodeName="))
-    assert (
-        "NodeName=node[1-3] NodeAddr=10.77.0.11,10.77.0.12,10.77.0.13" in node and "Gres=gpu:h100:8" in node
-    )
-    assert any(ln.startswith("PartitionName=sweep") and "PreemptMode=REQUEUE" in ln for ln in lines)
-    assert f"StateSaveLocation={tmp_path}/spool/ctld" in lines
-    assert not any("/etc/slurm" in ln for ln in lines)
-
-
-def test_slurm_conf_ports_and_gres(tmp_path):
-    spec = dc.ClusterSpec(mode="ports", nodes=2, gpus_per_node=4, gpu_type="", release="22.05")
-    conf = render.slurm_conf(spec, dc.DevCluster(str(tmp_path)).machine(spec))
-    assert "Port=[17001-17002]" in conf and "NodeAddr=127.0.0.1" in conf
-    assert "AccountingStorageTRES=gres/gpu\n" in conf
-    assert render.gres_conf(spec, tmp_path) == (
-        f"NodeName=node1 Name=gpu File={tmp_path}/fakegpu/node1/nvidia[0-3]\n"
-        f"NodeName=node2 Name=gpu File={tmp_path}/fakegpu/node2/nvidia[0-3]\n"
-    )
-
-
-@pytest.mark.parametrize(
-    ("release", "container"),
-    [
-        ("22.05", "JobContainerType=job_container/tmpfs"),
-        ("24.11", "JobContainerType=job_container/tmpfs"),
-        ("26.05", "NamespaceType=namespace/tmpfs"),
-    ],
-)
-def test_production_configuration_on_every_release(tmp_path, release, container):
-    c = dc.DevCluster(str(tmp_path))
-    spec = dc.ClusterSpec(nodes=2, slurm=release, release=release)
-    lines = render.slurm_conf(spec, c.machine(spec)).splitlines()
-    for want in (
-        "ProctrackType=proctrack/cgroup",
-        "TaskPlugin=task/cgroup",
-        "PrologFlags=Alloc,Contain",
-        container,
-    ):
-        assert want in lines
-    assert not any(ln.startswith("JobContainerType") for ln in lines) or release != "26.05"
-    cgroup = render.cgroup_conf(spec).splitlines()
-    assert "CgroupPlugin=cgroup/v1" in cgroup and "ConstrainDevices=yes" in cgroup
-    # config_overrides advertises cores and memory the machine lacks: never constrain them
-    assert "ConstrainCores=no" in cgroup and "ConstrainRAMSpace=no" in cgroup
-    assert render.job_container_conf(spec, tmp_path) == (
-        f"NodeName=node1 AutoBasePath=true BasePath={tmp_path}/jobcontainer/node1\n"
-        f"NodeName=node2 AutoBasePath=true BasePath={tmp_path}/jobcontainer/node2\n"
-    )
 
 
 def test_an_unknown_release_is_a_clear_error(tmp_path):
@@ -138,19 +83,6 @@ def test_rootfs_marker_names_release_and_packages(tmp_path, monkeypatch):
     # an older build (other packages) is rebuilt, not reused
     (tmp_path / "rootfs-26.05" / rootfs.MARKER).write_text(json.dumps(dict(rootfs._marker(rel), build=0)))
     assert not rootfs.is_built(rel)
-
-
-def test_hook_wrapper_is_valid_sh_and_injects_failures(tmp_path):
-    (tmp_path / "hooks").mkdir()
-    script = tmp_path / "hooks" / "prolog"
-    script.write_text(render.hook_wrapper(dc.ClusterSpec(), tmp_path, "prolog", None))
-    script.chmod(0o755)
-    env = {"SLURMD_NODENAME": "node2"}
-    assert subprocess.run([str(script)], env=env).returncode == 0
-    (tmp_path / "hooks" / "fail-prolog-node2").write_text("7")
-    res = subprocess.run([str(script)], env=env, capture_output=True, text=True)
-    assert res.returncode == 7 and "injected prolog failure" in res.stderr
-    assert subprocess.run([str(script)], env={"SLURMD_NODENAME": "node1"}).returncode == 0
 
 
 def test_down_refuses_a_directory_that_is_not_a_devcluster(tmp_path):
