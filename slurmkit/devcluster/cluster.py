@@ -17,8 +17,8 @@ Two multi-node modes:
   every node shares the host's name and address.
 
 Pitfalls handled here (all observed): count-only GPU gres is dropped in 22.05, so fake
-GPUs are ``mknod c 1 3`` device files; ``ip netns exec`` hides the cgroup mounts, so
-slurmd starts through ``nsenter --net``; ``AuthInfo=cred_expire=10`` makes a requeued
+GPUs are character device files (NVIDIA's numbers, 195:N); ``ip netns exec`` hides the
+cgroup mounts, so slurmd starts through ``nsenter --net``; ``AuthInfo=cred_expire=10`` makes a requeued
 job restartable after 11 s instead of 121 s; slurmdbd.conf must be mode 600 and owned
 by the slurm user; a fatal start leaves a stale pid file, so liveness is ``kill -0``.
 """
