@@ -276,9 +276,8 @@ def run_usage(**kwargs: Any) -> int:
 
 
 #: ``--engine auto`` uses DuckDB for saved files at least this large (about 300,000 rows): below it
-#: the reference is faster (DuckDB's import and queries cost ~0.5 s at any size: 0.63 s against
-#: 0.32 s at 20,000 rows, 0.69 s against 0.52 s at 100,000); at 1M rows DuckDB takes 1.1 s and the
-#: reference 2.4 s (docs/benchmarks.md).
+#: the reference is faster, because DuckDB's import and queries cost the same at any size; the
+#: measured crossover is in docs/benchmarks.md.
 AUTO_ENGINE_BYTES = 48 << 20
 
 

@@ -1,6 +1,6 @@
 """GPU-hour usage reports from sacct: who used the GPUs, what it cost, what was lost.
 
-Pipeline (each stage is a module, none imports matplotlib or pandas):
+The reference path (each stage a module; the rules are defined in their docstrings):
 
 * :mod:`.window`: the report period (``--since/--until``, ``--month``, ``--last``);
 * :mod:`.sacct`: the sacct command line and the streaming row parser that turns
@@ -10,8 +10,17 @@ Pipeline (each stage is a module, none imports matplotlib or pandas):
   slurmkit's health log (jobs that ran on a node shortly before it was drained);
 * :mod:`.aggregate`: group-by (user, account, partition, gpu_type, node, day,
   week, month) with time and node splitting;
-* :mod:`.cost`: prices, capacity and the build-versus-rent calculator;
-* :mod:`.render` and :mod:`.plot`: table/CSV/JSON/Markdown and charts.
+* :mod:`.cost` and :mod:`.capacity`: prices, the share of available GPU-hours used and
+  the build-versus-rent calculator.
+
+The same answer, other ways: :mod:`.stream` aggregates each attempt as it is parsed
+(bounded memory), :mod:`.engine` does it in DuckDB (the ``[report]`` extra, through
+:mod:`.duck`), and :mod:`.archive` keeps the sacct rows as monthly Parquet files stamped
+with the rules' version (:mod:`.rules`). :mod:`.efficiency` finds the jobs that held GPUs
+they did not use (the epilog's summary in AdminComment, Slurm's GPU usage TRES). Output: :mod:`.render` and the one table renderer
+:mod:`.table` (every cell through :mod:`.neutral`); charts in :mod:`.plot` and
+:mod:`.efficiency`, the only modules that import matplotlib (the ``[plot]`` extra), and
+only when a chart is asked for. None imports pandas.
 
 The arithmetic is documented with worked examples in ``docs/report.md``.
 """

@@ -289,9 +289,11 @@ def accumulate(
     suspect: Optional[Set[int]] = None,
     prices: Optional[PriceTable] = None,
 ) -> Tuple[Dict[Tuple, "_Acc"], "_Acc"]:
-    """The per-group and total accumulators behind :func:`aggregate`. Every field of
-    an accumulator is a sum over attempts, so accumulators of attempts of disjoint
-    sets of jobs add up (the DuckDB engine merges its own with these)."""
+    """The per-group and total accumulators behind :func:`aggregate`: the reference. Every
+    field of an accumulator is a sum over attempts, so accumulators of attempts of disjoint
+    sets of jobs add up. The streaming aggregator (:mod:`.stream`) and the DuckDB engine
+    (:mod:`.engine`) build the same accumulators their own way; their tests compare them
+    with these."""
     lost = lost or {}
     suspect = suspect or set()
     priced = bool(prices and prices.enabled)

@@ -2,9 +2,9 @@
 
 The ``duckdb`` package is the extension ``_duckdb`` (connections, SQL, results, errors)
 re-exported, plus a Python layer that slurmkit does not use: the relational and expression
-builders, and a version read through ``importlib.metadata``. Importing the package takes
-about 0.13 s on a 2-core machine, the extension alone about 0.02 s; a year's report from
-the archive takes about a second, so the difference is a tenth of it (docs/benchmarks.md).
+builders, and a version read through ``importlib.metadata``. Importing the package costs
+several times what the extension alone does, a noticeable share of a year's report from
+the archive (figures in docs/benchmarks.md).
 Everything slurmkit calls (``connect``, ``DuckDBPyConnection``, ``Error``, ``__version__``)
 is the same object in both, so where the extension is not importable under that name (a
 future release may rename it) the package serves.

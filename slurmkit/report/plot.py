@@ -1,6 +1,6 @@
 """``--plot FILE.png|svg``: a bar chart of GPU-hours per group, stacked by final state.
 
-matplotlib is imported here only (the ``[plot]`` extra), and through
+matplotlib (the ``[plot]`` extra) is imported only here and in :mod:`.efficiency`'s chart, through
 ``matplotlib.figure.Figure`` with the Agg canvas: no pyplot, no global backend, no
 display needed, safe in cron. Groups are ordered by rank (by period for
 day/week/month); beyond ``top`` bars the rest are summed into one ``other`` bar.
