@@ -61,7 +61,7 @@ from dataclasses import dataclass
 from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 from slurmkit.errors import UsageError
-from slurmkit.report import sacct
+from slurmkit.report import progress, sacct
 from slurmkit.report.aggregate import FIELD_DIMS, TIME_DIMS, PeriodSplitter, _Acc, _nodes_of, _type_split
 from slurmkit.report.cost import PriceTable
 from slurmkit.report.duck import duckdb
@@ -304,6 +304,7 @@ def session(threads: Optional[int] = None) -> Iterator[duckdb.DuckDBPyConnection
     )
     try:
         con.execute("SET enable_progress_bar = false")
+        progress.attach_connection(con)  # (a no-op unless a progress line is shown)
         yield con
     finally:
         con.close()

@@ -51,6 +51,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Dict, FrozenSet, Iterable, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 from slurmkit.errors import ExternalCommandError, SlurmCommandError, UsageError
+from slurmkit.report import progress
 from slurmkit.report.neutral import neutral_text
 from slurmkit.report.window import Window, iso_local
 from slurmkit.slurm.parse import SACCT_DELIMITER, ParseError, gpus_from_tres, parse_tres, split_parsable2
@@ -723,9 +724,11 @@ def open_dump(path: str):
     try:
         if path == "-":
             return io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace", newline=None)
-        return open(path, "r", encoding="utf-8", errors="replace", newline=None)
+        fh = open(path, "r", encoding="utf-8", errors="replace", newline=None)
     except OSError as exc:
         raise UsageError(f"--sacct-file {path}: {exc.strerror}") from None
+    progress.attach_file(fh)  # (a no-op unless a progress line is shown)
+    return fh
 
 
 def read_dump_head(

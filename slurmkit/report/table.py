@@ -74,3 +74,17 @@ def write_csv(out: TextIO, headers: Sequence[str], rows: Iterable[Sequence[Any]]
     w = csv.writer(out, lineterminator="\n")
     w.writerow([csv_cell(h) for h in headers])
     w.writerows([["" if v is None else csv_cell(v) for v in r] for r in rows])
+
+
+def write_rows(out: TextIO, fmt: str, headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
+    """A query's result (``report sql``) as ``csv``, ``markdown`` or a plain ``table``: every
+    column left-aligned, ``None`` shown as ``-`` (an empty cell in CSV)."""
+    if fmt == "csv":
+        write_csv(out, headers, rows)
+        return
+    cells = [[("-" if v is None else str(v)) for v in r] for r in rows]
+    left = [False] * len(headers)
+    if fmt == "markdown":
+        write_markdown(out, headers, cells, left)
+    else:
+        write_text(out, headers, cells, left)

@@ -358,11 +358,11 @@ def test_generated_dumps_same_answer(
 
 def test_auto_engine_by_file_size(cli, fixture_path, monkeypatch):
     """`--engine auto`: the reference for small files, DuckDB from AUTO_ENGINE_BYTES up."""
-    from slurmkit.cli import report as report_cli
+    from slurmkit.report import source
 
     args = ("report", "--trust-free-text", "--sacct-file", fixture_path("basic.txt"), "--json")
     assert json.loads(cli(*args).stdout)["meta"]["engine"]["name"] == "python"
-    monkeypatch.setattr(report_cli, "AUTO_ENGINE_BYTES", 1)
+    monkeypatch.setattr(source, "AUTO_ENGINE_BYTES", 1)
     assert json.loads(cli(*args).stdout)["meta"]["engine"]["name"] == "duckdb"
 
 
