@@ -614,3 +614,33 @@ def test_sacct_file_from_stdin(cli, fixture_path, monkeypatch):
     )
     assert res.returncode == 0, res.stderr
     assert json.loads(res.stdout)["totals"]["gpu_hours"] == 62.0
+
+
+def test_the_cli_reaches_the_pipeline_only_through_the_source_layer():
+    """cli/report.py parses options and prints (issue 26 item 4): of the report package it
+    imports the source layer, the renderers and charts, and build-vs-rent's calculator; no
+    reader, engine, archive or aggregation."""
+    import ast
+    from pathlib import Path
+
+    import slurmkit.cli.report as mod
+
+    allowed = {
+        "slurmkit.report": {"source", "DEFAULT_IDLE_BELOW", "EFFICIENCY_BY", "FORMATS", "VIEWS"},
+        "slurmkit.report.source": {"Dump", "gc_paused"},
+        "slurmkit.report.render": {"render"},
+        "slurmkit.report.plot": {"write_plot"},
+        "slurmkit.report.table": {"write_rows"},
+        "slurmkit.report.capacity": {"render_capacity", "render_build_vs_rent"},
+        "slurmkit.report.cost": {"build_vs_rent_from_mapping"},
+        "slurmkit.report.efficiency": {"render", "write_chart"},
+    }
+    tree = ast.parse(Path(mod.__file__).read_text())
+    found = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("slurmkit.report"):
+            found.setdefault(node.module, set()).update(a.name for a in node.names)
+        elif isinstance(node, ast.Import):
+            assert not [a.name for a in node.names if a.name.startswith("slurmkit.report")]
+    extra = {m: names - allowed.get(m, set()) for m, names in found.items() if names - allowed.get(m, set())}
+    assert not extra, extra

@@ -308,3 +308,13 @@ def test_efficiency_refuses_a_dump_with_free_text(cli, tmp_path):
     assert res.exit_code == 2 and "JobName" in res.stderr
     res = cli("report", "efficiency", "--sacct-file", str(dump), "--trust-free-text", "--json")
     assert res.exit_code == 0 and json.loads(res.stdout)["rows"][0]["user"] == "alice"
+
+
+@pytest.mark.parametrize("by", ["job", "user"])
+def test_each_unreadable_summary_is_warned_once(cli, sacct_file, by):
+    """The efficiency report printed each parse warning twice; once now, whatever the grouping."""
+    res = cli("report", "efficiency", "--sacct-file", sacct_file, "--by", by)
+    assert res.exit_code == 0, res.stderr
+    warnings = [line for line in res.stderr.splitlines() if line.startswith("slurmkit: warning: ")]
+    assert [w for w in warnings if "job 107" in w] == [w for w in warnings if "job 107" in w][:1] != []
+    assert len(warnings) == len(set(warnings)), warnings
