@@ -232,7 +232,7 @@ def _run_usage(
     )
     dump = _dump(sacct_file, sacct_columns, sacct_delimiter, trust_free_text)
     if show_command:
-        click.echo(source.show_command(window, flt, dump))
+        click.echo(source.show_command(window, flt, dump, by, price, rcfg))
         return 0
     out = source.usage_report(
         win=window,

@@ -1,9 +1,17 @@
 """GPU-hour usage reports from sacct: who used the GPUs, what it cost, what was lost.
 
+A report's flow goes down once and returns once: ``cli/report.py`` parses the options and
+calls :mod:`.source`, the one source layer, which opens a saved dump (header, delimiter,
+``--sacct-columns``, stdin), calls sacct, chooses the archive, the DuckDB engine or the
+reference for usage, lost, capacity, efficiency and ingest, and returns the report with its
+warnings for the CLI to print (:mod:`.progress` shows long reads on a terminal).
+
 The reference path (each stage a module; the rules are defined in their docstrings):
 
 * :mod:`.window`: the report period (``--since/--until``, ``--month``, ``--last``);
-* :mod:`.sacct`: the sacct command line and the streaming row parser that turns
+* :mod:`.sacct`: the sacct command line and its one caller, the one dump reader, the one
+  time parser for data (job states come from :mod:`slurmkit.slurm.states`), and the
+  streaming row parser that turns
   ``--parsable2`` text into :class:`~.sacct.Attempt` tuples (job rows only, each
   requeued attempt separately, clipped to the window);
 * :mod:`.lost`: which attempts count as lost GPU-hours, and the join with

@@ -394,9 +394,16 @@ class UsageReport:
     warnings: List[str]
 
 
-def show_command(win: Window, flt: sacct.Filters, dump: Dump) -> str:
+def show_command(
+    win: Window, flt: sacct.Filters, dump: Dump, by: Optional[str], price: Optional[str], rcfg: Dict[str, Any]
+) -> str:
     """``--show-command``: the sacct command a report runs, or the one a saved file should
-    have been made with."""
+    have been made with (a bad ``--by`` or ``--price`` is refused all the same)."""
+    from slurmkit.report.aggregate import parse_by
+    from slurmkit.report.cost import price_table
+
+    parse_by(by if by is not None else rcfg["default_by"])
+    price_table(rcfg, price)
     if dump.path:
         return sacct.recommended_command(win)
     return display(sacct.build_query(win, flt))
