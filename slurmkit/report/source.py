@@ -253,24 +253,22 @@ def sums(
     """The sums of the attempts of the archive, of a saved file (the DuckDB engine where it
     takes the file) or of a live sacct call; the reference aggregates what the engine does
     not read, rows as they are parsed. ``quiet=False`` shows progress on a terminal."""
-    warnings: List[str] = []
     if archive:
         if dump.path or dump.columns_text or dump.delimiter_text:
             raise UsageError("--archive and --sacct-file are two sources: give one")
-        out = _archive_sums(q, archive, engine, warnings)
-    else:
-        dump.validate()
-        with progress.reading(dump.path, quiet=quiet):
-            out = _file_sums(q, dump, need, engine, warnings) if use_engine(engine, dump.path) else None
-            if out is None or out.groups is None:
-                meta = out.engine if out is not None else {"name": "python"}
-                out = _reference_sums(q, dump, need)
-                out.engine = meta
-    out.warnings[:0] = warnings
-    return out
+        return _archive_sums(q, archive, engine)
+    dump.validate()
+    with progress.reading(dump.path, quiet=quiet):
+        out = _file_sums(q, dump, need, engine) if use_engine(engine, dump.path) else None
+        if out is not None and out.groups is not None:
+            return out
+        ref = _reference_sums(q, dump, need)
+    if out is not None:  # (the engine's reason for handing the file over)
+        ref.engine = out.engine
+    return ref
 
 
-def _file_sums(q: Query, dump: Dump, need: Sequence[str], engine: str, warnings: List[str]) -> Sums:
+def _file_sums(q: Query, dump: Dump, need: Sequence[str], engine: str) -> Sums:
     """The DuckDB engine's sums of a saved file; ``groups`` None when the reference is to read
     it (an empty file, rows the engine hands over, or DuckDB failing under ``--engine auto``)."""
     from slurmkit.report import engine as eng
@@ -292,9 +290,8 @@ def _file_sums(q: Query, dump: Dump, need: Sequence[str], engine: str, warnings:
         log.info("duckdb engine failed (%s); using the reference path", first)
         return Sums(None, None, sacct.ParseStats(), {"name": "python", "why": "duckdb: " + first})
     warning = stats.warning(dump.path)
-    if warning:
-        warnings.append(warning)
-    return Sums(groups, total, stats, {"name": "duckdb", "version": duckdb.__version__})
+    meta = {"name": "duckdb", "version": duckdb.__version__}
+    return Sums(groups, total, stats, meta, None, [warning] if warning else [])
 
 
 def _reference_sums(q: Query, dump: Dump, need: Sequence[str]) -> Sums:
@@ -335,7 +332,7 @@ def _reference_sums(q: Query, dump: Dump, need: Sequence[str]) -> Sums:
     return Sums(groups, total, stats, {"name": "python"}, command, [warning] if warning else [])
 
 
-def _archive_sums(q: Query, directory: str, engine: str, warnings: List[str]) -> Sums:
+def _archive_sums(q: Query, directory: str, engine: str) -> Sums:
     """The sums of the archive's attempts, from the DuckDB engine, or from the reference over
     its rows (``--engine python``, or a report the engine hands over)."""
     _need_duckdb("--archive")
@@ -344,6 +341,7 @@ def _archive_sums(q: Query, directory: str, engine: str, warnings: List[str]) ->
 
     src = arch.source(directory)
     stale = arch.stale_months(directory)
+    warnings: List[str] = []
     if stale:
         listed = ", ".join(f"{m} (rules {v})" for m, v in sorted(stale.items()))
         warnings.append(
@@ -356,7 +354,7 @@ def _archive_sums(q: Query, directory: str, engine: str, warnings: List[str]) ->
     elif engine != "python":
         try:
             groups, total, stats = q.engine_sums(src)
-            return Sums(groups, total, stats, {"name": "duckdb"})
+            return Sums(groups, total, stats, {"name": "duckdb"}, None, warnings)
         except eng.NeedsReference as exc:
             why = str(exc)
     agg = q.aggregator()
@@ -372,7 +370,9 @@ def _archive_sums(q: Query, directory: str, engine: str, warnings: List[str]) ->
     )
     warning = stats.warning(f"archive {directory} (row numbers)")
     groups, total = agg.result()
-    return Sums(groups, total, stats, {"name": "python", "why": why}, None, [warning] if warning else [])
+    return Sums(
+        groups, total, stats, {"name": "python", "why": why}, None, warnings + ([warning] if warning else [])
+    )
 
 
 def display(query: sacct.SacctQuery) -> str:
