@@ -28,23 +28,33 @@ from __future__ import annotations
 import math
 import os
 import re
-from dataclasses import dataclass, field
-from typing import Dict, Iterable, List, Optional
 
 from slurmkit.core import trust
 from slurmkit.core.files import write_bytes_atomic
+from slurmkit.values import Value
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the hooks' path)
+if TYPE_CHECKING:
+    from typing import Dict, Iterable, List, Optional
 
 _NAME_RE = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
 _LABEL_RE = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 _SAFE_FILE = re.compile(r"[^A-Za-z0-9._-]")
 
 
-@dataclass
-class Sample:
+class Sample(Value):
     name: str
     doc: str
-    labels: Dict[str, str] = field(default_factory=dict)
-    value: float = 0.0
+    labels: Dict[str, str]
+    value: float
+
+    def __init__(
+        self, name: str, doc: str, labels: Optional[Dict[str, str]] = None, value: float = 0.0
+    ) -> None:
+        self.name = name
+        self.doc = doc
+        self.labels = {} if labels is None else labels
+        self.value = value
 
 
 def file_name(prefix: str, *parts: str) -> str:

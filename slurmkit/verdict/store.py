@@ -53,7 +53,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
-import logging
 import math
 import os
 import re
@@ -65,7 +64,14 @@ from slurmkit.core.files import write_json_atomic
 from slurmkit.errors import ConfigError, UsageError
 from slurmkit.verdict.base import CheckResult, Tier, worst
 
-log = logging.getLogger("slurmkit.verdict.store")
+
+def _log():
+    """The store's logger, imported on use: it speaks only on rare paths (an unreadable or
+    foreign document), and the prolog reads the store without importing ``logging``."""
+    import logging
+
+    return logging.getLogger("slurmkit.verdict.store")
+
 
 FORMAT_VERSION = 1
 #: Passes and per-check values kept per node: enough for a robust "recent" median,
@@ -185,7 +191,7 @@ class VerdictStore:
         if doc is None:
             return None
         if not isinstance(doc, dict) or not isinstance(doc.get("checks"), dict) or doc.get("node") != name:
-            log.debug("verdict store: ignoring %s: not a slurmkit node document", path)
+            _log().debug("verdict store: ignoring %s: not a slurmkit node document", path)
             return None
         base = empty_doc(name)
         base.update(doc)
@@ -200,12 +206,12 @@ class VerdictStore:
         except trust.UntrustedFile:
             return None  # logged and counted by trust
         except OSError as exc:
-            log.warning("verdict store: ignoring unreadable %s: %s", path, exc)
+            _log().warning("verdict store: ignoring unreadable %s: %s", path, exc)
             return None
         try:
             return json.loads(raw)
         except ValueError as exc:
-            log.warning("verdict store: ignoring unreadable %s: %s", path, exc)
+            _log().warning("verdict store: ignoring unreadable %s: %s", path, exc)
             return None
 
     def read(self, name: str) -> Dict[str, Any]:
@@ -340,7 +346,7 @@ class VerdictStore:
                     with self._lock(os.path.join(self.root, SUMMARY_LOCK)):
                         self._write_json(self.summary_path, {"version": FORMAT_VERSION, "nodes": nodes})
                 except (OSError, ConfigError) as exc:  # a read-only reader still gets the answer
-                    log.debug("verdict store: cannot write the summary: %s", exc)
+                    _log().debug("verdict store: cannot write the summary: %s", exc)
         return nodes
 
     def node(self, name: str) -> Dict[str, Dict[str, Any]]:
