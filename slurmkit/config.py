@@ -16,12 +16,15 @@ from __future__ import annotations
 
 import importlib
 import os
-from typing import Any, Dict, List, Optional
 
 from slurmkit.core.schema import Field, Section, validate
 from slurmkit.core.yamlload import MAX_BYTES as MAX_CONFIG_BYTES
 from slurmkit.core.yamlload import LineDict, load_yaml_file
 from slurmkit.errors import ConfigError
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the hooks' path)
+if TYPE_CHECKING:
+    from typing import Any, Dict, List, Optional
 
 DEFAULT_PATH = "/etc/slurmkit/slurmkit.yaml"
 ENV_VAR = "SLURMKIT_CONFIG"

@@ -39,7 +39,10 @@ import fcntl
 import os
 import stat
 import time
-from typing import Iterable, List, Optional, Tuple
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the hooks' path)
+if TYPE_CHECKING:
+    from typing import Iterable, List, Optional, Tuple
 
 #: ``(path, why)`` of every file this process refused to trust, for the hooks' metric.
 REJECTED: List[Tuple[str, str]] = []

@@ -13,7 +13,10 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Callable, Tuple
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the hooks' path)
+if TYPE_CHECKING:
+    from typing import Any, Callable, Tuple
 
 
 class ProbeTimeout(Exception):

@@ -30,7 +30,6 @@ import os
 import sys
 import threading
 import time
-from typing import Any, Dict, List, Optional, Tuple
 
 from slurmkit.core import trust
 from slurmkit.slurm import binaries
@@ -38,6 +37,10 @@ from slurmkit.slurm.drain import guarded_drain
 from slurmkit.slurm.jobenv import JobEnv
 from slurmkit.slurm.node import this_node
 from slurmkit.verdict.base import Action, CheckResult, Status, Tier
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the hooks' path)
+if TYPE_CHECKING:
+    from typing import Any, Dict, List, Optional, Tuple
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 DEFAULT_DEADLINES = {"prolog": 5.0, "epilog": 30.0, "healthcheck": 30.0}

@@ -57,12 +57,15 @@ import math
 import os
 import re
 import time
-from typing import Any, Dict, Iterable, Iterator, List, Optional
 
 from slurmkit.core import trust
 from slurmkit.core.files import write_json_atomic
 from slurmkit.errors import ConfigError, UsageError
 from slurmkit.verdict.base import CheckResult, Tier, worst
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the hooks' path)
+if TYPE_CHECKING:
+    from typing import Any, Dict, Iterable, Iterator, List, Optional
 
 
 def _log():

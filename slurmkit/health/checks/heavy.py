@@ -19,12 +19,15 @@ test share; GEMM TFLOP/s = 2 n^3 / s / 1e12.
 from __future__ import annotations
 
 import time
-from typing import Any, Dict, List, Optional, Sequence
 
 from slurmkit.core.schema import Field
 from slurmkit.health import declare
 from slurmkit.health.checks import collective
 from slurmkit.verdict.base import Action, CheckResult, Status, Tier
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the hooks' path)
+if TYPE_CHECKING:
+    from typing import Any, Dict, List, Optional, Sequence
 
 GB = 1e9
 

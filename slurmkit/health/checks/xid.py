@@ -17,11 +17,14 @@ import os
 import re
 import sys
 import time
-from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from slurmkit.core import trust
 from slurmkit.core.files import write_json_atomic
 from slurmkit.verdict.base import Action
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the hooks' path)
+if TYPE_CHECKING:
+    from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 #: Where the table is looked for, in order: the source tree, then an installed wheel's
@@ -82,15 +85,15 @@ class XidTable:
 
 #: "... to 0x1 (GPU Reset Required)", "... to 0x1", "... to (GPU Reset Required)". The last
 #: "to" wins, so the "from" state is never read as the target.
-_XID154_TARGET = re.compile(
-    r"\bto\s+(?:(0x[0-9a-fA-F]{1,8}|\d{1,10})\b\s*)?(?:\(\s*([^()]{0,80}?)\s*\))?", re.IGNORECASE
+_XID154_TARGET = (  # compiled on first use (re caches it): the prolog rarely sees an Xid 154
+    r"\bto\s+(?:(0x[0-9a-fA-F]{1,8}|\d{1,10})\b\s*)?(?:\(\s*([^()]{0,80}?)\s*\))?"
 )
 
 
 def xid154_target(message: str) -> Optional[Tuple[Optional[int], str]]:
     """``(code, label)`` of the state an Xid 154 message changes *to*; ``None`` if it names none."""
     found = None
-    for m in _XID154_TARGET.finditer(message or ""):
+    for m in re.finditer(_XID154_TARGET, message or "", re.IGNORECASE):
         if m.group(1) or m.group(2):
             found = m
     if found is None:
@@ -175,21 +178,21 @@ def _trusted_yaml(path: str) -> Any:
 
 # ---------------------------------------------------------------------- cursor
 
-_SAFE = re.compile(r"[^A-Za-z0-9._-]")
+_SAFE = r"[^A-Za-z0-9._-]"  # compiled on first use (re caches it)
 
 
 def cursor_path(state_dir: str, node: str) -> str:
-    return os.path.join(state_dir, f"xid-cursor.{_SAFE.sub('_', node)}.json")
+    return os.path.join(state_dir, f"xid-cursor.{re.sub(_SAFE, '_', node)}.json")
 
 
 def lock_path(state_dir: str, node: str) -> str:
     """The cursor's lock: 0600, root's (the old ``<cursor>.lock`` was 0644, and a lock a
     user can open is a lock a user can hold)."""
-    return os.path.join(state_dir, f"xid-{_SAFE.sub('_', node)}.lock")
+    return os.path.join(state_dir, f"xid-{re.sub(_SAFE, '_', node)}.lock")
 
 
 def sticky_path(state_dir: str, node: str) -> str:
-    return os.path.join(state_dir, f"xid-sticky.{_SAFE.sub('_', node)}.json")
+    return os.path.join(state_dir, f"xid-sticky.{re.sub(_SAFE, '_', node)}.json")
 
 
 @contextlib.contextmanager
