@@ -14,7 +14,6 @@ path.
 
 from __future__ import annotations
 
-import importlib
 import os
 
 from slurmkit.core.schema import Field, Section, validate
@@ -87,6 +86,8 @@ VALID_SECTIONS = sorted(BUILTIN_SECTIONS) + sorted(SECTION_SCHEMAS)
 def section_schema(name: str) -> Field:
     if name in BUILTIN_SECTIONS:
         return BUILTIN_SECTIONS[name]
+    import importlib  # only when a section is validated: a hook's config comes from the cache
+
     module, _, attr = SECTION_SCHEMAS[name].partition(":")
     return getattr(importlib.import_module(module), attr)
 

@@ -9,7 +9,6 @@ returns plain dicts with every default filled in.
 
 from __future__ import annotations
 
-import copy
 import math
 
 from slurmkit.core.yamlload import LineDict, load_yaml_text
@@ -230,6 +229,8 @@ def validate_section(value: Mapping, fields: Mapping[str, Field], ctx: _Ctx) -> 
         elif spec.type == "section":
             out[key] = _validate(LineDict(), spec, c)
         else:
+            import copy  # only when validating (a hook's config comes from the cache)
+
             out[key] = copy.deepcopy(spec.default)
     return out
 

@@ -50,7 +50,6 @@ reads in their own short timeout: a hung server is "unknown", never "fail".
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import json
 import math
@@ -65,7 +64,7 @@ from slurmkit.verdict.base import CheckResult, Tier, worst
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the hooks' path)
 if TYPE_CHECKING:
-    from typing import Any, Dict, Iterable, Iterator, List, Optional
+    from typing import Any, Dict, Iterable, List, Optional
 
 
 def _log():
@@ -142,6 +141,34 @@ def still_valid(entry: Dict[str, Any], now: float) -> bool:
     )
 
 
+class _StoreLock:
+    """``with``: the store's exclusive ``lockf`` lock on ``lock_path`` (a class rather than a
+    ``contextlib`` generator: the prolog reads the store and does not import ``contextlib``)."""
+
+    def __init__(self, store: VerdictStore, lock_path: str) -> None:
+        self.store = store
+        self.lock_path = lock_path
+        self.fd: Optional[int] = None
+
+    def __enter__(self) -> None:
+        self.store._ensure_root()
+        try:
+            self.fd = trust.lock(
+                self.lock_path, self.store.lock_timeout, posix=True, owners=self.store.owners
+            )
+        except TimeoutError as exc:
+            raise StoreLockTimeout(str(exc)) from None
+
+    def __exit__(self, *exc_info: object) -> None:
+        fd, self.fd = self.fd, None
+        if fd is None:
+            return
+        try:
+            fcntl.lockf(fd, fcntl.LOCK_UN)
+        finally:
+            os.close(fd)
+
+
 class VerdictStore:
     """A directory of per-node JSON verdict files (see the module docstring).
 
@@ -172,20 +199,8 @@ class VerdictStore:
         """Hold the exclusive lock for one node's read-modify-write."""
         return self._lock(self._lock_path(name))
 
-    @contextlib.contextmanager
-    def _lock(self, lock_path: str) -> Iterator[None]:
-        self._ensure_root()
-        try:
-            fd = trust.lock(lock_path, self.lock_timeout, posix=True, owners=self.owners)
-        except TimeoutError as exc:
-            raise StoreLockTimeout(str(exc)) from None
-        try:
-            yield
-        finally:
-            try:
-                fcntl.lockf(fd, fcntl.LOCK_UN)
-            finally:
-                os.close(fd)
+    def _lock(self, lock_path: str) -> _StoreLock:
+        return _StoreLock(self, lock_path)
 
     def _read_existing(self, name: str) -> Optional[Dict[str, Any]]:
         """The node document, or ``None`` when there is none (or it is not one of ours)."""

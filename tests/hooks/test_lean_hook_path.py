@@ -4,8 +4,9 @@ A prolog is a fresh interpreter per job, so every module it imports is paid on e
 start. Once the config and the GPU fixture are in the hooks' cache, the whole hook (config,
 every fast check, the verdict, the JSON-lines record and the textfile metrics) must not pull
 in the heavy general-purpose modules: ``dataclasses`` (with ``inspect``, ``ast``, ``dis``,
-``tokenize``), ``logging`` (with ``traceback``), ``typing``, PyYAML, prometheus-client, or the
-process machinery (``subprocess``: the happy path runs no Slurm command).
+``tokenize``), ``logging`` (with ``traceback``), ``typing``, PyYAML, prometheus-client, the
+process machinery (``subprocess``: the happy path runs no Slurm command), or what only a
+cache miss needs (``copy``, ``importlib``).
 
 Only what slurmkit adds is judged: the interpreter's own start-up (site, .pth files, the
 editable-install finder of a dev venv) is recorded before the hook module is imported.
@@ -34,6 +35,9 @@ FORBIDDEN = {
     "yaml": "the config and the fixture come from the hooks' cache",
     "prometheus_client": "slurmkit writes the textfile format itself",
     "subprocess": "no Slurm command on the happy path",
+    "contextlib": "the Xid cursor's and the store's locks are plain context-manager classes",
+    "copy": "(and weakref) only when the config is validated, on a cache miss",
+    "importlib": "(and warnings) only when a config section's schema is looked up, on a cache miss",
 }
 
 PROBE = """

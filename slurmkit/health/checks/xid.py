@@ -11,7 +11,6 @@ resume clears it, not only the one prolog that read it first.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
@@ -24,7 +23,7 @@ from slurmkit.verdict.base import Action
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the hooks' path)
 if TYPE_CHECKING:
-    from typing import Any, Dict, Iterator, List, Optional, Tuple
+    from typing import Any, Dict, List, Optional, Tuple
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 #: Where the table is looked for, in order: the source tree, then an installed wheel's
@@ -195,21 +194,37 @@ def sticky_path(state_dir: str, node: str) -> str:
     return os.path.join(state_dir, f"xid-sticky.{re.sub(_SAFE, '_', node)}.json")
 
 
-@contextlib.contextmanager
-def locked_cursor(state_dir: str, node: str, timeout: float) -> Iterator["Cursor"]:
-    """Hold the node's Xid cursor exclusively.
+class locked_cursor:  # lower case: it was a contextlib function, and reads as one
+    """``with locked_cursor(state_dir, node, timeout) as cursor``: hold the node's Xid cursor
+    exclusively.
 
-    ``TimeoutError`` after ``timeout`` seconds; :class:`~slurmkit.core.trust.UntrustedFile`
-    when the state directory is one others can write (nothing is written there then).
+    Entering raises ``TimeoutError`` after ``timeout`` seconds and
+    :class:`~slurmkit.core.trust.UntrustedFile` when the state directory is one others can
+    write (nothing is written there then). A class rather than a ``contextlib`` generator:
+    the prolog takes this lock and does not import ``contextlib``.
     """
-    why = trust.writable_dir(state_dir)
-    if why:
-        raise trust.UntrustedFile(state_dir, why)
-    fd = trust.lock(lock_path(state_dir, node), timeout)
-    try:
-        yield Cursor(cursor_path(state_dir, node))
-    finally:
-        os.close(fd)
+
+    def __init__(self, state_dir: str, node: str, timeout: float) -> None:
+        self.state_dir = state_dir
+        self.node = node
+        self.timeout = timeout
+        self.fd: Optional[int] = None
+
+    def __enter__(self) -> Cursor:
+        why = trust.writable_dir(self.state_dir)
+        if why:
+            raise trust.UntrustedFile(self.state_dir, why)
+        self.fd = trust.lock(lock_path(self.state_dir, self.node), self.timeout)
+        try:
+            return Cursor(cursor_path(self.state_dir, self.node))
+        except BaseException:
+            self.__exit__()
+            raise
+
+    def __exit__(self, *exc_info: object) -> None:
+        fd, self.fd = self.fd, None
+        if fd is not None:
+            os.close(fd)
 
 
 def _read_json(path: str) -> Dict[str, Any]:
