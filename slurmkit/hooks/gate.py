@@ -28,10 +28,10 @@ from __future__ import annotations
 
 import os
 import sys
-import threading
 import time
 
 from slurmkit.core import trust
+from slurmkit.health.deadline import Timer
 from slurmkit.slurm import binaries
 from slurmkit.slurm.drain import guarded_drain
 from slurmkit.slurm.jobenv import JobEnv
@@ -90,9 +90,7 @@ def _start_watchdog(seconds: float, hook: str, fail_closed: bool) -> None:
         )
         os._exit(HOOK_EXIT_FAIL if fail_closed else 0)
 
-    t = threading.Timer(seconds, fire)
-    t.daemon = True
-    t.start()
+    Timer(seconds, fire).start()
 
 
 def _record(

@@ -35,6 +35,7 @@ FORBIDDEN = {
     "yaml": "the config and the fixture come from the hooks' cache",
     "prometheus_client": "slurmkit writes the textfile format itself",
     "subprocess": "no Slurm command on the happy path",
+    "threading": "probe threads and the watchdog use _thread (slurmkit.health.deadline)",
     "contextlib": "the Xid cursor's and the store's locks are plain context-manager classes",
     "copy": "(and weakref) only when the config is validated, on a cache miss",
     "importlib": "(and warnings) only when a config section's schema is looked up, on a cache miss",
