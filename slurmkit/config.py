@@ -14,14 +14,16 @@ path.
 
 from __future__ import annotations
 
-import importlib
 import os
-from typing import Any, Dict, List, Optional
 
 from slurmkit.core.schema import Field, Section, validate
 from slurmkit.core.yamlload import MAX_BYTES as MAX_CONFIG_BYTES
 from slurmkit.core.yamlload import LineDict, load_yaml_file
 from slurmkit.errors import ConfigError
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the hooks' path)
+if TYPE_CHECKING:
+    from typing import Any, Dict, List, Optional
 
 DEFAULT_PATH = "/etc/slurmkit/slurmkit.yaml"
 ENV_VAR = "SLURMKIT_CONFIG"
@@ -84,6 +86,8 @@ VALID_SECTIONS = sorted(BUILTIN_SECTIONS) + sorted(SECTION_SCHEMAS)
 def section_schema(name: str) -> Field:
     if name in BUILTIN_SECTIONS:
         return BUILTIN_SECTIONS[name]
+    import importlib  # only when a section is validated: a hook's config comes from the cache
+
     module, _, attr = SECTION_SCHEMAS[name].partition(":")
     return getattr(importlib.import_module(module), attr)
 

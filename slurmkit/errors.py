@@ -25,7 +25,9 @@ see :mod:`slurmkit.health`.
 
 from __future__ import annotations
 
-from typing import Sequence
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the hooks' path)
+if TYPE_CHECKING:
+    from typing import Sequence
 
 
 class SlurmkitError(Exception):

@@ -28,29 +28,40 @@ from __future__ import annotations
 import math
 import os
 import re
-from dataclasses import dataclass, field
-from typing import Dict, Iterable, List, Optional
 
 from slurmkit.core import trust
 from slurmkit.core.files import write_bytes_atomic
+from slurmkit.values import Value
 
-_NAME_RE = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
-_LABEL_RE = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
-_SAFE_FILE = re.compile(r"[^A-Za-z0-9._-]")
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the hooks' path)
+if TYPE_CHECKING:
+    from typing import Dict, Iterable, List, Optional
+
+# compiled on first use (``re`` caches them), not when a hook imports the module
+_NAME_RE = r"^[a-zA-Z_:][a-zA-Z0-9_:]*$"
+_LABEL_RE = r"^[a-zA-Z_][a-zA-Z0-9_]*$"
+_SAFE_FILE = r"[^A-Za-z0-9._-]"
 
 
-@dataclass
-class Sample:
+class Sample(Value):
     name: str
     doc: str
-    labels: Dict[str, str] = field(default_factory=dict)
-    value: float = 0.0
+    labels: Dict[str, str]
+    value: float
+
+    def __init__(
+        self, name: str, doc: str, labels: Optional[Dict[str, str]] = None, value: float = 0.0
+    ) -> None:
+        self.name = name
+        self.doc = doc
+        self.labels = {} if labels is None else labels
+        self.value = value
 
 
 def file_name(prefix: str, *parts: str) -> str:
     """``file_name("slurmkit_health", "prolog", "node1")`` -> ``slurmkit_health_prolog_node1.prom``,
     with anything unsafe in a file name replaced."""
-    return "_".join([prefix, *(_SAFE_FILE.sub("_", p) for p in parts if p)]) + ".prom"
+    return "_".join([prefix, *(re.sub(_SAFE_FILE, "_", p) for p in parts if p)]) + ".prom"
 
 
 def _escape_help(text: str) -> str:
@@ -79,11 +90,11 @@ def render(samples: Iterable[Sample]) -> str:
     families: Dict[str, List[Sample]] = {}
     label_sets: Dict[str, List[str]] = {}
     for s in samples:
-        if not _NAME_RE.match(s.name):
+        if not re.match(_NAME_RE, s.name):
             raise ValueError(f"invalid metric name {s.name!r}")
         keys = sorted(s.labels)
         for key in keys:
-            if not _LABEL_RE.match(key) or key.startswith("__"):
+            if not re.match(_LABEL_RE, key) or key.startswith("__"):
                 raise ValueError(f"metric {s.name}: invalid label name {key!r}")
         if s.name in label_sets and label_sets[s.name] != keys:
             raise ValueError(f"metric {s.name}: label names {keys} differ from {label_sets[s.name]}")

@@ -20,10 +20,13 @@ from __future__ import annotations
 import json
 import os
 import zlib
-from typing import Any, Callable, Dict, Optional
 
 from slurmkit import __version__
 from slurmkit.core import files, trust
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the hooks' path)
+if TYPE_CHECKING:
+    from typing import Any, Callable, Dict, Optional
 
 #: Where the hooks keep the cache: a tmpfs on systemd machines, emptied at boot.
 DEFAULT_DIR = "/run/slurmkit"

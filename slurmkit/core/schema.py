@@ -9,20 +9,20 @@ returns plain dicts with every default filled in.
 
 from __future__ import annotations
 
-import copy
 import math
-from dataclasses import dataclass
-from dataclasses import field as dc_field
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 from slurmkit.core.yamlload import LineDict, load_yaml_text
 from slurmkit.errors import ConfigError
+from slurmkit.values import Value
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the hooks' path)
+if TYPE_CHECKING:
+    from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 _MISSING = object()
 
 
-@dataclass
-class Field:
+class Field(Value):
     """One key of a schema.
 
     ``type`` is one of ``str int float number bool list dict section any``.
@@ -31,28 +31,60 @@ class Field:
     """
 
     type: str
-    default: Any = None
-    doc: str = ""
-    choices: Optional[Sequence[Any]] = None
-    min: Optional[float] = None
-    max: Optional[float] = None
-    items: Optional["Field"] = None
-    fields: Optional[Dict[str, "Field"]] = None
-    required: bool = False
-    nullable: bool = True
-    check: Optional[Callable[[Any], Optional[str]]] = None
-    examples: List[Any] = dc_field(default_factory=list)
+    default: Any
+    doc: str
+    choices: Optional[Sequence[Any]]
+    min: Optional[float]
+    max: Optional[float]
+    items: Optional[Field]
+    fields: Optional[Dict[str, Field]]
+    required: bool
+    nullable: bool
+    check: Optional[Callable[[Any], Optional[str]]]
+    examples: List[Any]
+
+    def __init__(
+        self,
+        type: str,  # the name since the dataclass; the builtin is not used here
+        default: Any = None,
+        doc: str = "",
+        choices: Optional[Sequence[Any]] = None,
+        min: Optional[float] = None,
+        max: Optional[float] = None,
+        items: Optional[Field] = None,
+        fields: Optional[Dict[str, Field]] = None,
+        required: bool = False,
+        nullable: bool = True,
+        check: Optional[Callable[[Any], Optional[str]]] = None,
+        examples: Optional[List[Any]] = None,
+    ) -> None:
+        self.type = type
+        self.default = default
+        self.doc = doc
+        self.choices = choices
+        self.min = min
+        self.max = max
+        self.items = items
+        self.fields = fields
+        self.required = required
+        self.nullable = nullable
+        self.check = check
+        self.examples = [] if examples is None else examples
 
 
 def Section(fields: Dict[str, Field], doc: str = "") -> Field:  # noqa: N802 (reads like a type)
     return Field("section", fields=fields, doc=doc, nullable=False)
 
 
-@dataclass
-class _Ctx:
+class _Ctx(Value):
     path: Optional[str]
     key: str
     line: Optional[int]
+
+    def __init__(self, path: Optional[str], key: str, line: Optional[int]) -> None:
+        self.path = path
+        self.key = key
+        self.line = line
 
     def error(self, message: str) -> ConfigError:
         return ConfigError(message, path=self.path, line=self.line, key=self.key or None)
@@ -197,6 +229,8 @@ def validate_section(value: Mapping, fields: Mapping[str, Field], ctx: _Ctx) -> 
         elif spec.type == "section":
             out[key] = _validate(LineDict(), spec, c)
         else:
+            import copy  # only when validating (a hook's config comes from the cache)
+
             out[key] = copy.deepcopy(spec.default)
     return out
 

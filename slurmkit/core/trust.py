@@ -27,21 +27,22 @@ Anything else is ignored: a log line on ``slurmkit.trust`` and an entry in
 metric. Files slurmkit creates are 0600 (state, locks) or 0644 (logs, metrics,
 verdicts) in directories created 0700 or 0755.
 
-Only ``os``, ``stat``, ``fcntl`` and ``logging`` are imported: the prolog calls this
-on its hot path.
+Only ``os``, ``stat``, ``errno``, ``fcntl`` and ``time`` are imported: the prolog calls this
+on its hot path. ``logging`` is imported by :func:`reject`, when a file is refused (the rare
+case; the module and what it pulls in cost a prolog several milliseconds).
 """
 
 from __future__ import annotations
 
 import errno
 import fcntl
-import logging
 import os
 import stat
 import time
-from typing import Iterable, List, Optional, Tuple
 
-log = logging.getLogger("slurmkit.trust")
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the hooks' path)
+if TYPE_CHECKING:
+    from typing import Iterable, List, Optional, Tuple
 
 #: ``(path, why)`` of every file this process refused to trust, for the hooks' metric.
 REJECTED: List[Tuple[str, str]] = []
@@ -86,7 +87,9 @@ def uid_of(account) -> Optional[int]:
 def reject(path: str, why: str) -> None:
     """Remember and log one refused file (the caller then ignores it)."""
     REJECTED.append((path, why))
-    log.warning("ignoring untrusted %s: %s", path, why)
+    import logging  # only on this rare path: see the module docstring
+
+    logging.getLogger("slurmkit.trust").warning("ignoring untrusted %s: %s", path, why)
 
 
 def _mode_problem(st: os.stat_result, owners: frozenset, what: str) -> Optional[str]:

@@ -9,10 +9,13 @@ mappings are :class:`LineDict`, a ``dict`` with a ``lines`` attribute
 from __future__ import annotations
 
 import functools
-from typing import Any, Dict, List, Optional
 
 from slurmkit.core import trust
 from slurmkit.errors import ConfigError
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the hooks' path)
+if TYPE_CHECKING:
+    from typing import Any, Dict, List, Optional
 
 #: Limits on any YAML document slurmkit reads (configs, job specs, tables): a spec is a
 #: few KiB, so these only stop hostile or broken input before it costs memory or time.

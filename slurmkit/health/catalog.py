@@ -16,11 +16,13 @@ Where each check runs (``hooks``):
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional
-
 from slurmkit.health.checks import gpu, heavy, host
 from slurmkit.health.declare import ALL_HOOKS, HEAVY_HOOKS, CheckSpec, declared
 from slurmkit.verdict.base import Tier
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the hooks' path)
+if TYPE_CHECKING:
+    from typing import Dict, List, Optional
 
 __all__ = ["ALL_HOOKS", "CATALOG", "HEAVY_HOOKS", "CheckSpec", "build_catalog", "select"]
 

@@ -13,10 +13,12 @@ This module imports nothing heavy: the prolog validates only this section and
 
 from __future__ import annotations
 
-from typing import Any, Dict, Optional
-
 from slurmkit.core.schema import Field, Section
 from slurmkit.health.catalog import CATALOG
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the hooks' path)
+if TYPE_CHECKING:
+    from typing import Any, Dict, Optional
 
 
 def _positive_or_null(value: Any) -> Optional[str]:

@@ -7,13 +7,22 @@ thread can be abandoned: the caller stops waiting at the deadline, reports the c
 as failed naming it, and the process exits with ``os._exit`` so the stuck thread
 cannot hold it open. ctypes (nvidia-ml-py) and ``time.sleep`` release the GIL, so
 the main thread keeps running while a probe is stuck.
+
+The threads are started with the low-level :mod:`_thread` API: a hook is a fresh process per
+job and runs a probe thread per check, and ``threading`` (with what it imports) is a
+measurable part of the prolog's start-up (docs/benchmarks.md) while giving these threads
+nothing they need: each is abandoned or finishes on its own, and the process ends with
+``os._exit``.
 """
 
 from __future__ import annotations
 
-import threading
+import _thread
 import time
-from typing import Any, Callable, Tuple
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the hooks' path)
+if TYPE_CHECKING:
+    from typing import Any, Callable, Tuple
 
 
 class ProbeTimeout(Exception):
@@ -25,6 +34,29 @@ class ProbeTimeout(Exception):
         self.seconds = seconds
 
 
+def _run(target: Callable[[], None], done) -> None:
+    try:
+        target()
+    finally:
+        done.release()
+
+
+class Timer:
+    """``Timer(seconds, fn).start()``: call ``fn()`` in a daemon thread after ``seconds`` (the
+    hooks' watchdog; ``threading.Timer`` without ``threading``, and never cancelled)."""
+
+    def __init__(self, seconds: float, fn: Callable[[], Any]) -> None:
+        self.seconds = seconds
+        self.fn = fn
+
+    def _wait_then_call(self) -> None:
+        time.sleep(self.seconds)
+        self.fn()
+
+    def start(self) -> None:
+        _thread.start_new_thread(self._wait_then_call, ())
+
+
 def call_with_deadline(fn: Callable[[], Any], timeout: float, name: str) -> Tuple[Any, float]:
     """Call ``fn()`` in a daemon thread; return ``(result, seconds)``.
 
@@ -32,6 +64,8 @@ def call_with_deadline(fn: Callable[[], Any], timeout: float, name: str) -> Tupl
     re-raises whatever ``fn`` raised otherwise.
     """
     box: dict = {}
+    done = _thread.allocate_lock()
+    done.acquire()  # released by the worker when fn has returned or raised
 
     def target() -> None:
         try:
@@ -40,11 +74,10 @@ def call_with_deadline(fn: Callable[[], Any], timeout: float, name: str) -> Tupl
             box["error"] = exc
 
     start = time.monotonic()
-    worker = threading.Thread(target=target, name=f"probe-{name}", daemon=True)
-    worker.start()
-    worker.join(max(0.0, timeout))
+    _thread.start_new_thread(_run, (target, done))
+    finished = done.acquire(True, max(0.0, timeout))
     elapsed = time.monotonic() - start
-    if worker.is_alive():
+    if not finished:
         raise ProbeTimeout(name, timeout)
     if "error" in box:
         raise box["error"]

@@ -19,41 +19,73 @@ function per check::
 :mod:`slurmkit.health.catalog` collects the declarations and
 :mod:`slurmkit.health.config` builds ``health.checks.<name>`` from ``params`` (plus the
 ``enabled`` and ``timeout`` keys every check has). This module imports nothing but the
-schema and verdict vocabulary, so the check modules can use it without a cycle.
+verdict vocabulary and :mod:`slurmkit.core.values` at run time (the schema only for type
+checking), so the check modules can use it without a cycle.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from types import ModuleType
-from typing import Callable, Dict, FrozenSet, List, Mapping, Optional
+from slurmkit.values import FrozenValue
+from slurmkit.verdict.base import Tier
 
-from slurmkit.core.schema import Field
-from slurmkit.verdict.base import CheckResult, Tier
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the hooks' path)
+if TYPE_CHECKING:
+    from types import ModuleType
+    from typing import Callable, Dict, FrozenSet, List, Mapping, Optional
+
+    from slurmkit.core.schema import Field
+    from slurmkit.verdict.base import CheckResult
+
+    CheckFunction = Callable[..., CheckResult]  # (ctx, params) -> CheckResult
 
 ALL_HOOKS = frozenset({"prolog", "epilog", "healthcheck", "manual"})
 #: heavy checks run only when asked for: sweeps and escalating epilogs call them as "manual"
 HEAVY_HOOKS = frozenset({"manual"})
 
-CheckFunction = Callable[..., CheckResult]  # (ctx, params) -> CheckResult
 
-
-@dataclass(frozen=True)
-class CheckSpec:
-    """One check: what ``health list`` shows, where it runs, its parameters and its code."""
+class CheckSpec(FrozenValue):
+    """One check: what ``health list`` shows, where it runs, its parameters and its code.
+    Two specs are equal (and hash alike) when all but their ``params`` are."""
 
     name: str
     tier: Tier
     fn: CheckFunction
     summary: str
-    gpu: bool = True  # needs the GPU backend
-    hooks: FrozenSet[str] = ALL_HOOKS
-    codes: str = ""  # the codes it can return, for the docs and `health list`
+    gpu: bool  # needs the GPU backend
+    hooks: FrozenSet[str]
+    codes: str  # the codes it can return, for the docs and `health list`
     #: reads shared storage: a timeout means the store did not answer (UNKNOWN, fail open),
     #: not that this node is broken
-    remote: bool = False
+    remote: bool
     #: the check's own keys under ``health.checks.<name>`` (``enabled``/``timeout`` are added for all)
-    params: Mapping[str, Field] = field(default_factory=dict, compare=False)
+    params: Mapping[str, Field]
+
+    def __init__(
+        self,
+        name: str,
+        tier: Tier,
+        fn: CheckFunction,
+        summary: str,
+        gpu: bool = True,
+        hooks: FrozenSet[str] = ALL_HOOKS,
+        codes: str = "",
+        remote: bool = False,
+        params: Optional[Mapping[str, Field]] = None,
+    ) -> None:
+        self._set(
+            name=name,
+            tier=tier,
+            fn=fn,
+            summary=summary,
+            gpu=gpu,
+            hooks=hooks,
+            codes=codes,
+            remote=remote,
+            params={} if params is None else params,
+        )
+
+    def _values(self) -> tuple:
+        return tuple(getattr(self, f) for f in self._fields if f != "params")
 
     def function(self) -> CheckFunction:
         return self.fn

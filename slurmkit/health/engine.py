@@ -12,21 +12,23 @@ they read UNKNOWN "not run". Checks that raise are classified:
 
 from __future__ import annotations
 
-import logging
 import os
 import time
-from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence
 
-from slurmkit.health.backends import BackendError, BackendUnavailable, GpuBackend
+from slurmkit.health.backends import BackendError, BackendUnavailable
 from slurmkit.health.catalog import CheckSpec, select
 from slurmkit.health.config import thresholds_for
 from slurmkit.health.deadline import ProbeTimeout, call_with_deadline
 from slurmkit.slurm.jobenv import JobEnv
 from slurmkit.slurm.node import this_node
+from slurmkit.values import Value
 from slurmkit.verdict.base import Action, CheckResult, Status, Tier
 
-log = logging.getLogger("slurmkit.health")
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the hooks' path)
+if TYPE_CHECKING:
+    from typing import Any, Dict, List, Optional, Sequence
+
+    from slurmkit.health.backends import GpuBackend
 
 
 def parse_gpu_list(text: Optional[str]) -> Optional[List[int]]:
@@ -55,32 +57,75 @@ def _digits(value: Optional[str]) -> Optional[str]:
     return value if value.isdigit() and len(value) <= 20 else None
 
 
-@dataclass
-class Context:
+class Context(Value):
     """Everything a check may look at. Built once per run by the gate or the CLI."""
 
     health: Dict[str, Any]  # validated `health` section
     paths: Dict[str, Any]  # validated `paths` section
     node: str
-    hook: str = "manual"  # prolog | epilog | healthcheck | manual
-    env: Dict[str, str] = field(default_factory=lambda: dict(os.environ))
-    job: JobEnv = field(default_factory=JobEnv)  # Slurm's part of env, read once (slurm.jobenv)
-    job_id: Optional[str] = None
-    job_uid: Optional[int] = None
-    job_user: Optional[str] = None
-    job_gpus: Optional[List[int]] = None  # host numbering; None = not a job context
+    hook: str  # prolog | epilog | healthcheck | manual
+    env: Dict[str, str]
+    job: JobEnv  # Slurm's part of env, read once (slurm.jobenv)
+    job_id: Optional[str]
+    job_uid: Optional[int]
+    job_user: Optional[str]
+    job_gpus: Optional[List[int]]  # host numbering; None = not a job context
     # where the release puts them in the hook's environment (Slurm 22.05's epilog has
     # neither the start time nor the array ids; the efficiency step asks scontrol then)
-    job_start: Optional[float] = None  # SLURM_JOB_START_TIME, epoch seconds
-    array_job_id: Optional[str] = None  # SLURM_ARRAY_JOB_ID
-    array_task_id: Optional[str] = None  # SLURM_ARRAY_TASK_ID
-    restart_count: int = 0  # SLURM_JOB_RESTART_COUNT: which attempt of a requeued job
-    advance_xid_cursor: bool = False  # hooks consume Xid events; manual runs only peek
-    backend_override: Optional[GpuBackend] = None
-    _backend: Any = None
-    _backend_error: Optional[BackendError] = None
-    backend_hung_in: Optional[str] = None
-    xid_events_seen: List[Dict[str, Any]] = field(default_factory=list)
+    job_start: Optional[float]  # SLURM_JOB_START_TIME, epoch seconds
+    array_job_id: Optional[str]  # SLURM_ARRAY_JOB_ID
+    array_task_id: Optional[str]  # SLURM_ARRAY_TASK_ID
+    restart_count: int  # SLURM_JOB_RESTART_COUNT: which attempt of a requeued job
+    advance_xid_cursor: bool  # hooks consume Xid events; manual runs only peek
+    backend_override: Optional[GpuBackend]
+    _backend: Any
+    _backend_error: Optional[BackendError]
+    backend_hung_in: Optional[str]
+    xid_events_seen: List[Dict[str, Any]]
+
+    def __init__(
+        self,
+        health: Dict[str, Any],
+        paths: Dict[str, Any],
+        node: str,
+        hook: str = "manual",
+        env: Optional[Dict[str, str]] = None,
+        job: Optional[JobEnv] = None,
+        job_id: Optional[str] = None,
+        job_uid: Optional[int] = None,
+        job_user: Optional[str] = None,
+        job_gpus: Optional[List[int]] = None,
+        job_start: Optional[float] = None,
+        array_job_id: Optional[str] = None,
+        array_task_id: Optional[str] = None,
+        restart_count: int = 0,
+        advance_xid_cursor: bool = False,
+        backend_override: Optional[GpuBackend] = None,
+        _backend: Any = None,
+        _backend_error: Optional[BackendError] = None,
+        backend_hung_in: Optional[str] = None,
+        xid_events_seen: Optional[List[Dict[str, Any]]] = None,
+    ) -> None:
+        self.health = health
+        self.paths = paths
+        self.node = node
+        self.hook = hook
+        self.env = dict(os.environ) if env is None else env
+        self.job = JobEnv() if job is None else job
+        self.job_id = job_id
+        self.job_uid = job_uid
+        self.job_user = job_user
+        self.job_gpus = job_gpus
+        self.job_start = job_start
+        self.array_job_id = array_job_id
+        self.array_task_id = array_task_id
+        self.restart_count = restart_count
+        self.advance_xid_cursor = advance_xid_cursor
+        self.backend_override = backend_override
+        self._backend = _backend
+        self._backend_error = _backend_error
+        self.backend_hung_in = backend_hung_in
+        self.xid_events_seen = [] if xid_events_seen is None else xid_events_seen
 
     @classmethod
     def from_env(
@@ -213,7 +258,9 @@ def run_one(ctx: Context, spec: CheckSpec, timeout: float) -> CheckResult:
             details={"internal": not exc.hardware, "gpu": exc.gpu},
         )
     except Exception as exc:  # a slurmkit bug or a bad config: never a node fault
-        log.debug("check %s raised", spec.name, exc_info=True)
+        import logging  # a check that raised is the rare path: the prolog does not import logging
+
+        logging.getLogger("slurmkit.health").debug("check %s raised", spec.name, exc_info=True)
         code = "CONFIG_ERROR" if exc.__class__.__name__ == "ConfigError" else "INTERNAL_ERROR"
         result = CheckResult(
             spec.name, Status.UNKNOWN, code, f"{type(exc).__name__}: {exc}", details={"internal": True}

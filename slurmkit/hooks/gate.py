@@ -28,16 +28,19 @@ from __future__ import annotations
 
 import os
 import sys
-import threading
 import time
-from typing import Any, Dict, List, Optional, Tuple
 
 from slurmkit.core import trust
+from slurmkit.health.deadline import Timer
 from slurmkit.slurm import binaries
 from slurmkit.slurm.drain import guarded_drain
 from slurmkit.slurm.jobenv import JobEnv
 from slurmkit.slurm.node import this_node
 from slurmkit.verdict.base import Action, CheckResult, Status, Tier
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the hooks' path)
+if TYPE_CHECKING:
+    from typing import Any, Dict, List, Optional, Tuple
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 DEFAULT_DEADLINES = {"prolog": 5.0, "epilog": 30.0, "healthcheck": 30.0}
@@ -87,9 +90,7 @@ def _start_watchdog(seconds: float, hook: str, fail_closed: bool) -> None:
         )
         os._exit(HOOK_EXIT_FAIL if fail_closed else 0)
 
-    t = threading.Timer(seconds, fire)
-    t.daemon = True
-    t.start()
+    Timer(seconds, fire).start()
 
 
 def _record(

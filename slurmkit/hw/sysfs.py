@@ -12,18 +12,39 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
-from typing import List, Optional, Sequence
+
+from slurmkit.values import FrozenValue
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the hooks' path)
+if TYPE_CHECKING:
+    from typing import List, Optional, Sequence
 
 
-@dataclass(frozen=True)
-class IbPort:
+class IbPort(FrozenValue):
     device: str  # mlx5_0
     port: int  # 1
     state: str  # ACTIVE, DOWN, INIT, ARMED, ...
     rate_gbps: Optional[float]
-    link_layer: str = ""  # InfiniBand or Ethernet (RoCE)
-    has_netdev: bool = True  # False for phantom HCAs with no net device behind them
+    link_layer: str  # InfiniBand or Ethernet (RoCE)
+    has_netdev: bool  # False for phantom HCAs with no net device behind them
+
+    def __init__(
+        self,
+        device: str,
+        port: int,
+        state: str,
+        rate_gbps: Optional[float],
+        link_layer: str = "",
+        has_netdev: bool = True,
+    ) -> None:
+        self._set(
+            device=device,
+            port=port,
+            state=state,
+            rate_gbps=rate_gbps,
+            link_layer=link_layer,
+            has_netdev=has_netdev,
+        )
 
     @property
     def active(self) -> bool:

@@ -12,7 +12,10 @@ no ``PATH`` at all.
 from __future__ import annotations
 
 import os
-from typing import Optional
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the hooks' path)
+if TYPE_CHECKING:
+    from typing import Optional
 
 #: Seconds before any single Slurm command is killed, unless the config says otherwise.
 DEFAULT_TIMEOUT = 30.0

@@ -14,27 +14,32 @@ log and metrics.
 
 from __future__ import annotations
 
+import collections
 import re
 import time
-from typing import Any, Dict, NamedTuple, Optional, Tuple
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the hooks' path)
+if TYPE_CHECKING:
+    from typing import Any, Dict, Optional, Tuple
 
 #: Every drain reason slurmkit writes starts with this; any other reason is someone else's.
 DRAIN_REASON_PREFIX = "slurmkit:"
 
-_UNSAFE_CODE = re.compile(r"[^A-Za-z0-9_]")
-_UNSAFE_NAME = re.compile(r"[^A-Za-z0-9_.-]")
-_REASON = re.compile(r"^slurmkit:([A-Za-z0-9_]+) ([A-Za-z0-9_.-]+): ?(.*)$")
+# compiled on first use (``re`` caches them): every hook imports this module, few drain
+_UNSAFE_CODE = r"[^A-Za-z0-9_]"
+_UNSAFE_NAME = r"[^A-Za-z0-9_.-]"
+_REASON = r"^slurmkit:([A-Za-z0-9_]+) ([A-Za-z0-9_.-]+): ?(.*)$"
 
 
 def safe_code(value: Any, default: str) -> str:
     """A machine-readable code: letters, digits and ``_`` only, at most 64; else ``default``."""
-    text = _UNSAFE_CODE.sub("", str(value or ""))[:64]
+    text = re.sub(_UNSAFE_CODE, "", str(value or ""))[:64]
     return text or default
 
 
 def safe_name(value: Any, default: str) -> str:
     """A check name: letters, digits, ``_``, ``.`` and ``-`` only, at most 64; else ``default``."""
-    return _UNSAFE_NAME.sub("", str(value or ""))[:64] or default
+    return re.sub(_UNSAFE_NAME, "", str(value or ""))[:64] or default
 
 
 def safe_text(value: Any, limit: int = 400) -> str:
@@ -46,10 +51,9 @@ def safe_text(value: Any, limit: int = 400) -> str:
     return " ".join(text.split())
 
 
-class DrainReason(NamedTuple):
-    code: str
-    check: str
-    detail: str
+#: The fields of a slurmkit drain reason: ``code``, ``check``, ``detail`` (a plain named tuple:
+#: ``typing.NamedTuple`` would import ``typing`` on the hooks' path).
+DrainReason = collections.namedtuple("DrainReason", ["code", "check", "detail"])
 
 
 def format_reason(code: Any, check: Any, detail: Any) -> str:
@@ -64,7 +68,7 @@ def format_reason(code: Any, check: Any, detail: Any) -> str:
 
 def parse_reason(reason: Any) -> Optional[DrainReason]:
     """The fields of a reason :func:`format_reason` built; ``None`` for any other text."""
-    m = _REASON.match(str(reason or ""))
+    m = re.match(_REASON, str(reason or ""))
     return DrainReason(m.group(1), m.group(2), m.group(3)) if m else None
 
 

@@ -16,8 +16,12 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass
-from typing import Mapping, Optional
+
+from slurmkit.values import FrozenValue
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the hooks' path)
+if TYPE_CHECKING:
+    from typing import Mapping, Optional
 
 #: Where Slurm keeps slurm.conf when ``SLURM_CONF`` is unset (the packages' default).
 DEFAULT_SLURM_CONF = "/etc/slurm/slurm.conf"
@@ -36,24 +40,57 @@ def _finite(text: Optional[str]) -> Optional[float]:
     return value if value is not None and math.isfinite(value) else None
 
 
-@dataclass(frozen=True)
-class JobEnv:
+class JobEnv(FrozenValue):
     """What Slurm's environment says about the job and the node (``None``: not said)."""
 
-    job_id: Optional[str] = None  # SLURM_JOB_ID, else SLURM_JOBID
-    job_uid: Optional[int] = None  # SLURM_JOB_UID
-    job_user: Optional[str] = None  # SLURM_JOB_USER
-    job_gpus: Optional[str] = None  # SLURM_JOB_GPUS as written (host numbering)
-    node_name: Optional[str] = None  # SLURMD_NODENAME: this slurmd's NodeName
-    nodelist: Optional[str] = None  # SLURM_NODELIST (epilog), else SLURM_JOB_NODELIST
-    start_time: Optional[float] = None  # SLURM_JOB_START_TIME (epoch seconds)
-    array_job_id: Optional[str] = None  # SLURM_ARRAY_JOB_ID
-    array_task_id: Optional[str] = None  # SLURM_ARRAY_TASK_ID
-    restart_count: Optional[int] = None  # SLURM_JOB_RESTART_COUNT (requeues so far)
-    slurm_conf: Optional[str] = None  # SLURM_CONF
-    procid: Optional[int] = None  # SLURM_PROCID (a task's global rank)
-    ntasks: Optional[int] = None  # SLURM_NTASKS
-    localid: Optional[int] = None  # SLURM_LOCALID (a task's rank on its node)
+    job_id: Optional[str]  # SLURM_JOB_ID, else SLURM_JOBID
+    job_uid: Optional[int]  # SLURM_JOB_UID
+    job_user: Optional[str]  # SLURM_JOB_USER
+    job_gpus: Optional[str]  # SLURM_JOB_GPUS as written (host numbering)
+    node_name: Optional[str]  # SLURMD_NODENAME: this slurmd's NodeName
+    nodelist: Optional[str]  # SLURM_NODELIST (epilog), else SLURM_JOB_NODELIST
+    start_time: Optional[float]  # SLURM_JOB_START_TIME (epoch seconds)
+    array_job_id: Optional[str]  # SLURM_ARRAY_JOB_ID
+    array_task_id: Optional[str]  # SLURM_ARRAY_TASK_ID
+    restart_count: Optional[int]  # SLURM_JOB_RESTART_COUNT (requeues so far)
+    slurm_conf: Optional[str]  # SLURM_CONF
+    procid: Optional[int]  # SLURM_PROCID (a task's global rank)
+    ntasks: Optional[int]  # SLURM_NTASKS
+    localid: Optional[int]  # SLURM_LOCALID (a task's rank on its node)
+
+    def __init__(
+        self,
+        job_id: Optional[str] = None,
+        job_uid: Optional[int] = None,
+        job_user: Optional[str] = None,
+        job_gpus: Optional[str] = None,
+        node_name: Optional[str] = None,
+        nodelist: Optional[str] = None,
+        start_time: Optional[float] = None,
+        array_job_id: Optional[str] = None,
+        array_task_id: Optional[str] = None,
+        restart_count: Optional[int] = None,
+        slurm_conf: Optional[str] = None,
+        procid: Optional[int] = None,
+        ntasks: Optional[int] = None,
+        localid: Optional[int] = None,
+    ) -> None:
+        self._set(
+            job_id=job_id,
+            job_uid=job_uid,
+            job_user=job_user,
+            job_gpus=job_gpus,
+            node_name=node_name,
+            nodelist=nodelist,
+            start_time=start_time,
+            array_job_id=array_job_id,
+            array_task_id=array_task_id,
+            restart_count=restart_count,
+            slurm_conf=slurm_conf,
+            procid=procid,
+            ntasks=ntasks,
+            localid=localid,
+        )
 
     @classmethod
     def from_env(cls, env: Optional[Mapping[str, str]] = None) -> "JobEnv":

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import os
-from typing import Mapping, Optional
 
 from slurmkit.slurm.jobenv import JobEnv
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the hooks' path)
+if TYPE_CHECKING:
+    from typing import Mapping, Optional
 
 
 def this_node(env: Optional[Mapping[str, str]] = None) -> str:

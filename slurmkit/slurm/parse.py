@@ -13,7 +13,10 @@ Covered formats:
 from __future__ import annotations
 
 import re
-from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the hooks' path)
+if TYPE_CHECKING:
+    from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 
 class ParseError(ValueError):
@@ -35,7 +38,9 @@ MAX_HOSTS = 16 * MAX_RANGE
 #: strtoul's range, with room to spare: a longer number is an error, not a silent wrap.
 _MAX_DIGITS = 18
 
-_RANGE_RE = re.compile(r"^(\d{1,%d})(?:-(\d{1,%d}))?$" % (_MAX_DIGITS, _MAX_DIGITS))
+# Patterns are compiled on first use (``re`` caches them), not at import: the prolog imports
+# this module and uses at most one of them.
+_RANGE_RE = r"^(\d{1,%d})(?:-(\d{1,%d}))?$" % (_MAX_DIGITS, _MAX_DIGITS)
 _SEPARATORS = frozenset(", \t\n\r\v\f")
 
 
@@ -63,7 +68,7 @@ def _split_top_level(text: str) -> List[str]:
 def _expand_ranges(body: str, whole: str) -> List[str]:
     out: List[str] = []
     for item in body.split(","):
-        m = _RANGE_RE.match(item.strip())
+        m = re.match(_RANGE_RE, item.strip())
         if not m:
             raise ParseError(f"bad range {item!r} in hostlist {whole!r}")
         lo_s, hi_s = m.group(1), m.group(2) or m.group(1)
@@ -82,11 +87,11 @@ def _expand_ranges(body: str, whole: str) -> List[str]:
     return out
 
 
-_BRACKET_RE = re.compile(r"\[([^\[\]]*)\]")
+_BRACKET_RE = r"\[([^\[\]]*)\]"
 
 
 def _expand_one(pattern: str, whole: str, budget: int) -> List[str]:
-    m = _BRACKET_RE.search(pattern)
+    m = re.search(_BRACKET_RE, pattern)
     if not m:
         return [pattern]
     head, tail = pattern[: m.start()], pattern[m.end() :]
@@ -125,7 +130,7 @@ def expand_hostlist(hostlist: str) -> List[str]:
     return names
 
 
-_TRAILING_NUM = re.compile(r"^(.*?)(\d{1,%d})$" % _MAX_DIGITS)
+_TRAILING_NUM = r"^(.*?)(\d{1,%d})$" % _MAX_DIGITS
 
 
 def _ranges(nums: List[int], width: int) -> str:
@@ -155,7 +160,7 @@ def compress_hostlist(names: Iterable[str]) -> str:
     by_prefix: Dict[str, List[Tuple[int, str, int]]] = {}
     plain: List[str] = []
     for pos, name in enumerate(names):
-        m = _TRAILING_NUM.match(name)
+        m = re.match(_TRAILING_NUM, name)
         if not m:
             plain.append(name)
             continue
@@ -253,7 +258,7 @@ def gpus_from_tres(tres: Dict[str, str]) -> Tuple[int, Dict[str, int]]:
     return total, typed
 
 
-_GRES_GPU = re.compile(r"(?:^|,)gpu(?::([A-Za-z0-9_.\-]+))?:(\d+)")
+_GRES_GPU = r"(?:^|,)gpu(?::([A-Za-z0-9_.\-]+))?:(\d+)"
 
 
 def gpus_from_gres(gres: str, untyped: str = "") -> Dict[str, int]:
@@ -264,7 +269,7 @@ def gpus_from_gres(gres: str, untyped: str = "") -> Dict[str, int]:
     Types keep their order of appearance.
     """
     out: Dict[str, int] = {}
-    for m in _GRES_GPU.finditer(gres or ""):
+    for m in re.finditer(_GRES_GPU, gres or ""):
         t = m.group(1) or untyped
         out[t] = out.get(t, 0) + int(m.group(2))
     return out
@@ -322,8 +327,8 @@ def parse_parsable2(
 _UNLIMITED = {"unlimited", "infinite", "-1"}
 #: Slurm's time_str2secs grammar (src/common/parse_time.c): "days-[hours[:minutes[:seconds]]]",
 #: else "hours:minutes:seconds" or "minutes[:seconds]"; every field present, any size.
-_DAYS_RE = re.compile(r"(\d{1,10})-(?:(\d{1,10})(?::(\d{1,10})(?::(\d{1,10}))?)?)?")
-_CLOCK_RE = re.compile(r"(\d{1,10})(?::(\d{1,10})(?::(\d{1,10}))?)?")
+_DAYS_RE = r"(\d{1,10})-(?:(\d{1,10})(?::(\d{1,10})(?::(\d{1,10}))?)?)?"
+_CLOCK_RE = r"(\d{1,10})(?::(\d{1,10})(?::(\d{1,10}))?)?"
 #: Slurm keeps the limit in an int of seconds; beyond that its parser wraps around.
 _MAX_SECONDS = 2**31 - 1
 
@@ -343,11 +348,11 @@ def parse_time_limit(text: str) -> Optional[int]:
     if t.lower() in _UNLIMITED:
         return None
     forms = "M, M:S, H:M:S, D-H, D-H:M, D-H:M:S or UNLIMITED"
-    m = _DAYS_RE.fullmatch(t)
+    m = re.fullmatch(_DAYS_RE, t)
     if m:
         d, h, mi, sec = (int(x or 0) for x in m.groups())
     else:
-        m = _CLOCK_RE.fullmatch(t)
+        m = re.fullmatch(_CLOCK_RE, t)
         if not m:
             raise ParseError(f"bad time limit {text!r}: use {forms}")
         a, b, c = m.groups()
@@ -374,7 +379,7 @@ def format_minutes(minutes: Optional[int]) -> str:
 
 # --------------------------------------------------------------------------- config files
 
-_CONF_TOKEN = re.compile(r"(\w+)=(\S+)")
+_CONF_TOKEN = r"(\w+)=(\S+)"
 
 
 def conf_records(text: str) -> Iterator[Tuple[int, Dict[str, str]]]:
@@ -387,4 +392,4 @@ def conf_records(text: str) -> Iterator[Tuple[int, Dict[str, str]]]:
     for lineno, raw in enumerate(text.splitlines(), 1):
         line = raw.split("#", 1)[0].strip()
         if line:
-            yield lineno, {k.lower(): v for k, v in _CONF_TOKEN.findall(line)}
+            yield lineno, {k.lower(): v for k, v in re.findall(_CONF_TOKEN, line)}

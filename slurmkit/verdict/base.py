@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import enum
 import time
-from dataclasses import asdict, dataclass, field
-from typing import Any, Dict, Iterable, List, Optional
 
 # DRAIN_REASON_PREFIX, safe_code and safe_text are re-exported: the checks import them here
 # with the rest of the result vocabulary.
@@ -21,6 +19,11 @@ from slurmkit.slurm.drain import (  # noqa: F401
     safe_code,
     safe_text,
 )
+from slurmkit.values import Value
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the hooks' path)
+if TYPE_CHECKING:
+    from typing import Any, Dict, Iterable, List, Optional
 
 
 class Status(str, enum.Enum):
@@ -56,21 +59,47 @@ class Tier(str, enum.Enum):
     HEAVY = "heavy"  # sweeps: minutes, needs the [train] extra (torch)
 
 
-@dataclass
-class CheckResult:
+class CheckResult(Value):
     check: str
     status: Status
-    code: str = "OK"
-    reason: str = ""
-    action: Action = Action.NONE
-    value: Optional[float] = None
-    unit: str = ""
-    details: Dict[str, Any] = field(default_factory=dict)
-    seconds: float = 0.0
-    timestamp: float = field(default_factory=time.time)
+    code: str
+    reason: str
+    action: Action
+    value: Optional[float]
+    unit: str
+    details: Dict[str, Any]
+    seconds: float
+    timestamp: float
+
+    def __init__(
+        self,
+        check: str,
+        status: Status,
+        code: str = "OK",
+        reason: str = "",
+        action: Action = Action.NONE,
+        value: Optional[float] = None,
+        unit: str = "",
+        details: Optional[Dict[str, Any]] = None,
+        seconds: float = 0.0,
+        timestamp: Optional[float] = None,
+    ) -> None:
+        self.check = check
+        self.status = status
+        self.code = code
+        self.reason = reason
+        self.action = action
+        self.value = value
+        self.unit = unit
+        self.details = {} if details is None else details
+        self.seconds = seconds
+        self.timestamp = time.time() if timestamp is None else timestamp
 
     def to_dict(self) -> Dict[str, Any]:
-        d = asdict(self)
+        """Every field, in order, with the status and action as their strings; ``details`` is
+        copied (nested dicts and lists too), so the dict can be changed without changing the result."""
+        d = {f: getattr(self, f) for f in self._fields}
+        d["details"] = _copy(self.details)
         d["status"] = self.status.value
         d["action"] = self.action.value
         return d
@@ -79,6 +108,14 @@ class CheckResult:
         """The machine-readable Slurm drain reason, ``slurmkit:<CODE> <check>: <detail>``
         (built and sanitised by :func:`slurmkit.slurm.drain.format_reason`)."""
         return format_reason(self.code, self.check, self.reason)
+
+
+def _copy(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _copy(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_copy(v) for v in value)
+    return value
 
 
 def worst(results: Iterable[CheckResult]) -> Status:

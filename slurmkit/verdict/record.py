@@ -18,10 +18,13 @@ import json
 import os
 import stat
 import time
-from typing import Any, Dict, List, Optional
 
 from slurmkit.core import trust
 from slurmkit.verdict.base import CheckResult, Status
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the hooks' path)
+if TYPE_CHECKING:
+    from typing import Any, Dict, List, Optional
 
 HEALTH_LOG = "health.jsonl"
 _APPEND = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)

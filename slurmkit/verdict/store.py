@@ -50,22 +50,30 @@ reads in their own short timeout: a hung server is "unknown", never "fail".
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import json
-import logging
 import math
 import os
 import re
 import time
-from typing import Any, Dict, Iterable, Iterator, List, Optional
 
 from slurmkit.core import trust
 from slurmkit.core.files import write_json_atomic
 from slurmkit.errors import ConfigError, UsageError
 from slurmkit.verdict.base import CheckResult, Tier, worst
 
-log = logging.getLogger("slurmkit.verdict.store")
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the hooks' path)
+if TYPE_CHECKING:
+    from typing import Any, Dict, Iterable, List, Optional
+
+
+def _log():
+    """The store's logger, imported on use: it speaks only on rare paths (an unreadable or
+    foreign document), and the prolog reads the store without importing ``logging``."""
+    import logging
+
+    return logging.getLogger("slurmkit.verdict.store")
+
 
 FORMAT_VERSION = 1
 #: Passes and per-check values kept per node: enough for a robust "recent" median,
@@ -133,6 +141,34 @@ def still_valid(entry: Dict[str, Any], now: float) -> bool:
     )
 
 
+class _StoreLock:
+    """``with``: the store's exclusive ``lockf`` lock on ``lock_path`` (a class rather than a
+    ``contextlib`` generator: the prolog reads the store and does not import ``contextlib``)."""
+
+    def __init__(self, store: VerdictStore, lock_path: str) -> None:
+        self.store = store
+        self.lock_path = lock_path
+        self.fd: Optional[int] = None
+
+    def __enter__(self) -> None:
+        self.store._ensure_root()
+        try:
+            self.fd = trust.lock(
+                self.lock_path, self.store.lock_timeout, posix=True, owners=self.store.owners
+            )
+        except TimeoutError as exc:
+            raise StoreLockTimeout(str(exc)) from None
+
+    def __exit__(self, *exc_info: object) -> None:
+        fd, self.fd = self.fd, None
+        if fd is None:
+            return
+        try:
+            fcntl.lockf(fd, fcntl.LOCK_UN)
+        finally:
+            os.close(fd)
+
+
 class VerdictStore:
     """A directory of per-node JSON verdict files (see the module docstring).
 
@@ -163,20 +199,8 @@ class VerdictStore:
         """Hold the exclusive lock for one node's read-modify-write."""
         return self._lock(self._lock_path(name))
 
-    @contextlib.contextmanager
-    def _lock(self, lock_path: str) -> Iterator[None]:
-        self._ensure_root()
-        try:
-            fd = trust.lock(lock_path, self.lock_timeout, posix=True, owners=self.owners)
-        except TimeoutError as exc:
-            raise StoreLockTimeout(str(exc)) from None
-        try:
-            yield
-        finally:
-            try:
-                fcntl.lockf(fd, fcntl.LOCK_UN)
-            finally:
-                os.close(fd)
+    def _lock(self, lock_path: str) -> _StoreLock:
+        return _StoreLock(self, lock_path)
 
     def _read_existing(self, name: str) -> Optional[Dict[str, Any]]:
         """The node document, or ``None`` when there is none (or it is not one of ours)."""
@@ -185,7 +209,7 @@ class VerdictStore:
         if doc is None:
             return None
         if not isinstance(doc, dict) or not isinstance(doc.get("checks"), dict) or doc.get("node") != name:
-            log.debug("verdict store: ignoring %s: not a slurmkit node document", path)
+            _log().debug("verdict store: ignoring %s: not a slurmkit node document", path)
             return None
         base = empty_doc(name)
         base.update(doc)
@@ -200,12 +224,12 @@ class VerdictStore:
         except trust.UntrustedFile:
             return None  # logged and counted by trust
         except OSError as exc:
-            log.warning("verdict store: ignoring unreadable %s: %s", path, exc)
+            _log().warning("verdict store: ignoring unreadable %s: %s", path, exc)
             return None
         try:
             return json.loads(raw)
         except ValueError as exc:
-            log.warning("verdict store: ignoring unreadable %s: %s", path, exc)
+            _log().warning("verdict store: ignoring unreadable %s: %s", path, exc)
             return None
 
     def read(self, name: str) -> Dict[str, Any]:
@@ -340,7 +364,7 @@ class VerdictStore:
                     with self._lock(os.path.join(self.root, SUMMARY_LOCK)):
                         self._write_json(self.summary_path, {"version": FORMAT_VERSION, "nodes": nodes})
                 except (OSError, ConfigError) as exc:  # a read-only reader still gets the answer
-                    log.debug("verdict store: cannot write the summary: %s", exc)
+                    _log().debug("verdict store: cannot write the summary: %s", exc)
         return nodes
 
     def node(self, name: str) -> Dict[str, Dict[str, Any]]:

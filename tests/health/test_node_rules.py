@@ -142,7 +142,7 @@ def test_a_lock_is_created_private_and_held(tmp_path):
 
 
 def _capture_timers(monkeypatch):
-    """Replace the watchdog's ``threading.Timer`` by one that never starts; return the list
+    """Replace the watchdog's ``Timer`` by one that never starts; return the list
     the timers made land in (``.fn`` is the watchdog's function)."""
     timers = []
 
@@ -155,7 +155,7 @@ def _capture_timers(monkeypatch):
         def start(self):
             pass
 
-    monkeypatch.setattr(gate.threading, "Timer", CapturedTimer)
+    monkeypatch.setattr(gate, "Timer", CapturedTimer)
     return timers
 
 

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
+import time
 
 import pytest
 
@@ -23,13 +26,13 @@ def run(monkeypatch, site, fake_scontrol, tmp_path, capsys):
 
     class CapturedTimer:
         def __init__(self, seconds, fn):
-            self.seconds, self.fn, self.daemon = seconds, fn, False
+            self.seconds, self.fn = seconds, fn
             timers.append(self)
 
         def start(self):
             self.started = True
 
-    monkeypatch.setattr(gate.threading, "Timer", CapturedTimer)
+    monkeypatch.setattr(gate, "Timer", CapturedTimer)
     monkeypatch.setattr(gate, "_decided", None)
 
     def go(hook="prolog", health=None, env=None):
@@ -70,7 +73,7 @@ def test_a_healthy_prolog_passes_and_records(run, gpu_fixture, fake_scontrol, tm
     assert 'slurmkit_health_status{hook="prolog",node="node1"} 0.0' in prom(tmp_path)
     assert updates(fake_scontrol) == []
     (t,) = timers
-    assert t.seconds == pytest.approx(gate.DEFAULT_DEADLINES["prolog"] + 1.0) and t.daemon and t.started
+    assert t.seconds == pytest.approx(gate.DEFAULT_DEADLINES["prolog"] + 1.0) and t.started
 
 
 def test_the_watchdog_gets_the_configured_budget_plus_one(run, gpu_fixture):
@@ -389,12 +392,21 @@ def test_the_internal_error_record_says_why(run, gpu_fixture, monkeypatch):
     assert paths["log_dir"].endswith("log") and internal == ["bug"] and drain_reason is None
 
 
+def test_the_watchdog_thread_never_holds_the_process_open():
+    """The real timer (not captured): a process that ends normally while its watchdog still
+    waits exits at once, like one with a daemon ``threading.Timer``."""
+    code = "from slurmkit.health.deadline import Timer\nTimer(60, lambda: print('fired')).start()\nprint('end')\n"
+    t0 = time.monotonic()
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=50)
+    assert res.stdout == "end\n" and res.returncode == 0 and time.monotonic() - t0 < 30
+
+
 def test_the_watchdog_says_whether_it_fails_open_or_closed(monkeypatch, capsys):
     timers = []
     monkeypatch.setattr(
-        gate.threading,
+        gate,
         "Timer",
-        lambda s, fn: timers.append(fn) or type("T", (), {"start": lambda self: None, "daemon": False})(),
+        lambda s, fn: timers.append(fn) or type("T", (), {"start": lambda self: None})(),
     )
     monkeypatch.setattr(gate, "_decided", None)
     monkeypatch.setattr(gate.os, "_exit", lambda code: None)
@@ -472,7 +484,7 @@ def test_without_an_env_the_process_environment_is_used(
     gpu_fixture, site, fake_scontrol, monkeypatch, tmp_path
 ):
     gpu_fixture()
-    monkeypatch.setattr(gate.threading, "Timer", lambda s, fn: type("T", (), {"start": lambda self: None})())
+    monkeypatch.setattr(gate, "Timer", lambda s, fn: type("T", (), {"start": lambda self: None})())
     monkeypatch.setenv("SLURMKIT_CONFIG", str(site(slurm={"bin_dir": fake_scontrol.bin_dir})))
     for k, v in dict(ENV, SLURM_JOB_ID="777").items():
         monkeypatch.setenv(k, v)

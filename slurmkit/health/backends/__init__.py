@@ -14,27 +14,53 @@ number of ``/dev/nvidiaN``, which is what Slurm puts in ``SLURM_JOB_GPUS`` and
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional
+from slurmkit.values import Value
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the hooks' path)
+if TYPE_CHECKING:
+    from typing import Any, Dict, List, Optional
 
 
-@dataclass
-class GpuInfo:
+class GpuInfo(Value):
     index: int  # host numbering (device minor number)
     name: str  # NVML name, e.g. "NVIDIA H100 80GB HBM3"
-    uuid: str = ""
-    pci_bus_id: str = ""  # "00000000:18:00.0"
-    memory_total_mib: float = 0.0
-    serial: str = ""
+    uuid: str
+    pci_bus_id: str  # "00000000:18:00.0"
+    memory_total_mib: float
+    serial: str
+
+    def __init__(
+        self,
+        index: int,
+        name: str,
+        uuid: str = "",
+        pci_bus_id: str = "",
+        memory_total_mib: float = 0.0,
+        serial: str = "",
+    ) -> None:
+        self.index = index
+        self.name = name
+        self.uuid = uuid
+        self.pci_bus_id = pci_bus_id
+        self.memory_total_mib = memory_total_mib
+        self.serial = serial
 
 
-@dataclass
-class XidEvent:
+class XidEvent(Value):
     xid: int
     timestamp: float  # wall clock, seconds since the epoch
-    gpu: Optional[int] = None  # host index when the PCI address maps to a GPU
-    pci: str = ""
-    message: str = ""
+    gpu: Optional[int]  # host index when the PCI address maps to a GPU
+    pci: str
+    message: str
+
+    def __init__(
+        self, xid: int, timestamp: float, gpu: Optional[int] = None, pci: str = "", message: str = ""
+    ) -> None:
+        self.xid = xid
+        self.timestamp = timestamp
+        self.gpu = gpu
+        self.pci = pci
+        self.message = message
 
     def to_dict(self) -> Dict[str, Any]:
         return {
@@ -46,16 +72,22 @@ class XidEvent:
         }
 
 
-@dataclass
-class GpuProcess:
+class GpuProcess(Value):
     pid: int
-    used_mib: float = 0.0
-    name: str = ""
-    extra: Dict[str, Any] = field(default_factory=dict)
+    used_mib: float
+    name: str
+    extra: Dict[str, Any]
+
+    def __init__(
+        self, pid: int, used_mib: float = 0.0, name: str = "", extra: Optional[Dict[str, Any]] = None
+    ) -> None:
+        self.pid = pid
+        self.used_mib = used_mib
+        self.name = name
+        self.extra = {} if extra is None else extra
 
 
-@dataclass
-class AccountingStats:
+class AccountingStats(Value):
     """NVML per-process accounting for one pid on one GPU (``nvmlAccountingStats_t``).
 
     Fields NVML reports as ``NVML_VALUE_NOT_AVAILABLE`` are ``None``. ``time_s`` is how
@@ -65,12 +97,30 @@ class AccountingStats:
     """
 
     pid: int
-    gpu_util: Optional[float] = None
-    mem_util: Optional[float] = None
-    max_memory_mib: Optional[float] = None
-    time_s: Optional[float] = None
-    start_time: Optional[float] = None
-    running: bool = False
+    gpu_util: Optional[float]
+    mem_util: Optional[float]
+    max_memory_mib: Optional[float]
+    time_s: Optional[float]
+    start_time: Optional[float]
+    running: bool
+
+    def __init__(
+        self,
+        pid: int,
+        gpu_util: Optional[float] = None,
+        mem_util: Optional[float] = None,
+        max_memory_mib: Optional[float] = None,
+        time_s: Optional[float] = None,
+        start_time: Optional[float] = None,
+        running: bool = False,
+    ) -> None:
+        self.pid = pid
+        self.gpu_util = gpu_util
+        self.mem_util = mem_util
+        self.max_memory_mib = max_memory_mib
+        self.time_s = time_s
+        self.start_time = start_time
+        self.running = running
 
     def to_dict(self) -> Dict[str, Any]:
         return {

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, Dict, List, Optional
 
 from slurmkit.core.cache import load_derived
 from slurmkit.core.trust import UntrustedFile
@@ -45,6 +44,10 @@ from slurmkit.health.backends import (
     XidEvent,
 )
 from slurmkit.slurm.jobenv import JobEnv
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the hooks' path)
+if TYPE_CHECKING:
+    from typing import Any, Dict, List, Optional
 
 #: Memory totals (MiB) by model when a fixture leaves it out.
 MODEL_MEMORY_MIB = {"H100": 81559, "H200": 143771, "B100": 196608, "A100": 81920}

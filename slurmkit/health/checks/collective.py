@@ -42,10 +42,13 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
-from typing import Any, Dict, Optional
 
+from slurmkit.values import Value
 from slurmkit.verdict.base import Action, CheckResult, Status
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the hooks' path)
+if TYPE_CHECKING:
+    from typing import Any, Dict, Optional
 
 GB = 1e9
 
@@ -81,8 +84,7 @@ def expected_sum(ranks: int) -> float:
     return float(full * FILL_PERIOD * (FILL_PERIOD + 1) // 2 + rest * (rest + 1) // 2)
 
 
-@dataclass
-class AllReduceResult:
+class AllReduceResult(Value):
     """One timed all_reduce, as seen by one rank (``seconds`` and ``wrong`` are the group's)."""
 
     bytes: int
@@ -93,6 +95,26 @@ class AllReduceResult:
     local_seconds: float  # this rank's mean time per iteration
     local_wrong: int  # this rank's wrong elements
     backend: str
+
+    def __init__(
+        self,
+        bytes: int,
+        ranks: int,
+        iterations: int,
+        seconds: float,
+        wrong: int,
+        local_seconds: float,
+        local_wrong: int,
+        backend: str,
+    ) -> None:
+        self.bytes = bytes
+        self.ranks = ranks
+        self.iterations = iterations
+        self.seconds = seconds
+        self.wrong = wrong
+        self.local_seconds = local_seconds
+        self.local_wrong = local_wrong
+        self.backend = backend
 
     @property
     def algbw_gbps(self) -> float:

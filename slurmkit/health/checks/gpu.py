@@ -8,11 +8,14 @@ check runs unchanged against NVML or a fixture.
 from __future__ import annotations
 
 import re
-from typing import Any, Dict, List, Optional, Tuple
 
 from slurmkit.core.schema import Field
 from slurmkit.health import declare
 from slurmkit.verdict.base import Action, CheckResult, Status, Tier
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the hooks' path)
+if TYPE_CHECKING:
+    from typing import Any, Dict, List, Optional, Tuple
 
 
 class _Verdicts:

@@ -19,14 +19,24 @@ test share; GEMM TFLOP/s = 2 n^3 / s / 1e12.
 from __future__ import annotations
 
 import time
-from typing import Any, Dict, List, Optional, Sequence
 
 from slurmkit.core.schema import Field
 from slurmkit.health import declare
-from slurmkit.health.checks import collective
 from slurmkit.verdict.base import Action, CheckResult, Status, Tier
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the hooks' path)
+if TYPE_CHECKING:
+    from typing import Any, Dict, List, Optional, Sequence
+
 GB = 1e9
+
+
+def _collective():
+    """The collective probe's module, imported when a heavy check runs: every prolog imports
+    this module (the catalog holds the heavy declarations) but never runs a heavy check."""
+    from slurmkit.health.checks import collective
+
+    return collective
 
 
 # ---------------------------------------------------------------------- helpers
@@ -223,7 +233,7 @@ def _allreduce_worker(
         dev = torch.device(f"cuda:{rank}") if backend == "nccl" else torch.device("cpu")
         if backend == "nccl":
             torch.cuda.set_device(rank)
-        res = collective.timed_allreduce(n_bytes, iterations, device=dev)
+        res = _collective().timed_allreduce(n_bytes, iterations, device=dev)
         if rank == 0:
             queue.put((res.seconds, res.wrong))
     finally:
@@ -290,8 +300,8 @@ def allreduce_busbw(
         )
     seconds, wrong = queue.get()
     return {
-        "busbw_gbps": collective.busbw_gbps(n_bytes, seconds, world),
-        "algbw_gbps": collective.algbw_gbps(n_bytes, seconds),
+        "busbw_gbps": _collective().busbw_gbps(n_bytes, seconds, world),
+        "algbw_gbps": _collective().algbw_gbps(n_bytes, seconds),
         "ranks": world,
         "seconds": seconds,
         "wrong": wrong,
@@ -303,7 +313,7 @@ def allreduce_busbw(
 def judge_allreduce(result: Dict[str, Any], expected_gbps: float, min_fraction: float) -> CheckResult:
     """The collective probe's judgement (:func:`slurmkit.health.checks.collective.judge`) of a
     single-node result from :func:`allreduce_busbw`."""
-    return collective.judge(
+    return _collective().judge(
         "allreduce_busbw",
         float(result["busbw_gbps"]),
         wrong=int(result.get("wrong") or 0),

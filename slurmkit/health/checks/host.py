@@ -5,12 +5,15 @@ from __future__ import annotations
 import errno
 import os
 import time
-from typing import Any, Dict, List, Optional
 
 from slurmkit.core.schema import Field
 from slurmkit.health import declare
 from slurmkit.verdict.base import Action, CheckResult, Status, Tier, safe_code, safe_text
 from slurmkit.verdict.store import for_paths, still_valid
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the hooks' path)
+if TYPE_CHECKING:
+    from typing import Any, Dict, List, Optional
 
 
 def user_fillable(path: str) -> Optional[str]:

@@ -11,17 +11,19 @@ resume clears it, not only the one prolog that read it first.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
 import sys
 import time
-from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from slurmkit.core import trust
 from slurmkit.core.files import write_json_atomic
 from slurmkit.verdict.base import Action
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the hooks' path)
+if TYPE_CHECKING:
+    from typing import Any, Dict, List, Optional, Tuple
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 #: Where the table is looked for, in order: the source tree, then an installed wheel's
@@ -82,15 +84,15 @@ class XidTable:
 
 #: "... to 0x1 (GPU Reset Required)", "... to 0x1", "... to (GPU Reset Required)". The last
 #: "to" wins, so the "from" state is never read as the target.
-_XID154_TARGET = re.compile(
-    r"\bto\s+(?:(0x[0-9a-fA-F]{1,8}|\d{1,10})\b\s*)?(?:\(\s*([^()]{0,80}?)\s*\))?", re.IGNORECASE
+_XID154_TARGET = (  # compiled on first use (re caches it): the prolog rarely sees an Xid 154
+    r"\bto\s+(?:(0x[0-9a-fA-F]{1,8}|\d{1,10})\b\s*)?(?:\(\s*([^()]{0,80}?)\s*\))?"
 )
 
 
 def xid154_target(message: str) -> Optional[Tuple[Optional[int], str]]:
     """``(code, label)`` of the state an Xid 154 message changes *to*; ``None`` if it names none."""
     found = None
-    for m in _XID154_TARGET.finditer(message or ""):
+    for m in re.finditer(_XID154_TARGET, message or "", re.IGNORECASE):
         if m.group(1) or m.group(2):
             found = m
     if found is None:
@@ -175,38 +177,54 @@ def _trusted_yaml(path: str) -> Any:
 
 # ---------------------------------------------------------------------- cursor
 
-_SAFE = re.compile(r"[^A-Za-z0-9._-]")
+_SAFE = r"[^A-Za-z0-9._-]"  # compiled on first use (re caches it)
 
 
 def cursor_path(state_dir: str, node: str) -> str:
-    return os.path.join(state_dir, f"xid-cursor.{_SAFE.sub('_', node)}.json")
+    return os.path.join(state_dir, f"xid-cursor.{re.sub(_SAFE, '_', node)}.json")
 
 
 def lock_path(state_dir: str, node: str) -> str:
     """The cursor's lock: 0600, root's (the old ``<cursor>.lock`` was 0644, and a lock a
     user can open is a lock a user can hold)."""
-    return os.path.join(state_dir, f"xid-{_SAFE.sub('_', node)}.lock")
+    return os.path.join(state_dir, f"xid-{re.sub(_SAFE, '_', node)}.lock")
 
 
 def sticky_path(state_dir: str, node: str) -> str:
-    return os.path.join(state_dir, f"xid-sticky.{_SAFE.sub('_', node)}.json")
+    return os.path.join(state_dir, f"xid-sticky.{re.sub(_SAFE, '_', node)}.json")
 
 
-@contextlib.contextmanager
-def locked_cursor(state_dir: str, node: str, timeout: float) -> Iterator["Cursor"]:
-    """Hold the node's Xid cursor exclusively.
+class locked_cursor:  # lower case: it was a contextlib function, and reads as one
+    """``with locked_cursor(state_dir, node, timeout) as cursor``: hold the node's Xid cursor
+    exclusively.
 
-    ``TimeoutError`` after ``timeout`` seconds; :class:`~slurmkit.core.trust.UntrustedFile`
-    when the state directory is one others can write (nothing is written there then).
+    Entering raises ``TimeoutError`` after ``timeout`` seconds and
+    :class:`~slurmkit.core.trust.UntrustedFile` when the state directory is one others can
+    write (nothing is written there then). A class rather than a ``contextlib`` generator:
+    the prolog takes this lock and does not import ``contextlib``.
     """
-    why = trust.writable_dir(state_dir)
-    if why:
-        raise trust.UntrustedFile(state_dir, why)
-    fd = trust.lock(lock_path(state_dir, node), timeout)
-    try:
-        yield Cursor(cursor_path(state_dir, node))
-    finally:
-        os.close(fd)
+
+    def __init__(self, state_dir: str, node: str, timeout: float) -> None:
+        self.state_dir = state_dir
+        self.node = node
+        self.timeout = timeout
+        self.fd: Optional[int] = None
+
+    def __enter__(self) -> Cursor:
+        why = trust.writable_dir(self.state_dir)
+        if why:
+            raise trust.UntrustedFile(self.state_dir, why)
+        self.fd = trust.lock(lock_path(self.state_dir, self.node), self.timeout)
+        try:
+            return Cursor(cursor_path(self.state_dir, self.node))
+        except BaseException:
+            self.__exit__()
+            raise
+
+    def __exit__(self, *exc_info: object) -> None:
+        fd, self.fd = self.fd, None
+        if fd is not None:
+            os.close(fd)
 
 
 def _read_json(path: str) -> Dict[str, Any]:
