@@ -449,18 +449,16 @@ class _Rules:
             )
         running = f"({unknown_end} AND state IN {_in_list(sacct.RUNNING_STATES)})"
         en_eff = f"(CASE WHEN {running} THEN {hi} ELSE en END)"
+        outside, s, e = rule.clip_sql("st", en_eff, lo, hi)
         cls = f"""CASE
             WHEN {_filtered_sql(self.filters)} THEN 'filtered'
             WHEN {not_started} THEN 'notstarted'
             WHEN {undecided_sql} THEN {_q(undecided)}
             WHEN en IS NULL AND NOT {running} THEN 'bad'
             WHEN st < {earliest} OR en < {earliest} OR sub < {earliest} OR en < st THEN 'bad'
-            WHEN least({en_eff}, {hi}) <= greatest(st, {lo})
-                 AND NOT (st = {en_eff} AND st >= {lo} AND st < {hi}) THEN 'outside'
+            WHEN {outside} THEN 'outside'
             ELSE 'ok' END"""
-        return (
-            f"{cls} AS cls, greatest(st, {lo}) AS s, greatest(least({en_eff}, {hi}), greatest(st, {lo})) AS e"
-        )
+        return f"{cls} AS cls, {s} AS s, {e} AS e"
 
 
 def _state_sql(expr: str) -> str:

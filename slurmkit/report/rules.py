@@ -24,9 +24,11 @@ queue wait                 :data:`WAIT_AFTER_WINDOW_START_OP`,      :func:`queue
                            :data:`WAIT_AFTER_SUBMIT_OP`            :func:`queue_wait_sql`
 =========================  =====================================  ================================
 
-Not yet here: clipping to the window and the row classes are written in the reference parser
-(:func:`.sacct._parse_rows`) and in :meth:`.engine._Rules.derived`; the edge tests keep them
-equal.
+Clipping to the window (:data:`KEEP_INSTANTS`, :func:`clip`, :func:`clip_sql`) is defined here
+and the DuckDB engine builds its SQL from it; the reference parser (:func:`.sacct._parse_rows`)
+still applies it inline in its hot loop, tested against :func:`clip` case by case. Not yet
+here: the row classes (filtered, not started, malformed, impossible, outside, counted), written
+in the reference parser and in :meth:`.engine._Rules.derived`; the edge tests keep them equal.
 
 **Versions.** The archive keeps what some rules computed at ingest: in each month file the
 typed columns (``start_s``, ``end_s``, ``submit_s``: the time rule; ``gpus``: the AllocTRES
@@ -322,6 +324,34 @@ def queue_wait_sql(start: str, submit: str, window_start: int) -> str:
         f"CASE WHEN {submit} IS NOT NULL AND {start} {WAIT_AFTER_WINDOW_START_OP} {int(window_start)} "
         f"AND {start} {WAIT_AFTER_SUBMIT_OP} {submit} THEN {start} - {submit} END"
     )
+
+
+# --------------------------------------------------------------------------- clipping to the window
+
+#: an attempt is clipped to the window ``[lo, hi)``; one left with no length is outside it,
+#: except an attempt of no length at all (Start = End) that lies inside: it is kept as an
+#: instant (it counts as an attempt, with no GPU time)
+KEEP_INSTANTS = True
+
+
+def clip(start: int, end: int, lo: int, hi: int) -> Optional[Tuple[int, int]]:
+    """The attempt ``[start, end)`` clipped to the window ``[lo, hi)``; None: outside it.
+    (The reference parser, :func:`.sacct._parse_rows`, applies this rule inline in its hot
+    loop; ``tests/report/test_report_rules_once.py`` checks it against this function.)"""
+    s = start if start > lo else lo
+    e = end if end < hi else hi
+    if e <= s:
+        if not (KEEP_INSTANTS and start == end and lo <= start < hi):
+            return None
+        e = s
+    return s, e
+
+
+def clip_sql(start: str, end: str, lo: int, hi: int) -> Tuple[str, str, str]:
+    """SQL of :func:`clip`: ``(outside, clipped start, clipped end)``."""
+    s, e = f"greatest({start}, {lo})", f"least({end}, {hi})"
+    instant = f"({start} = {end} AND {start} >= {lo} AND {start} < {hi})" if KEEP_INSTANTS else "FALSE"
+    return f"{e} <= {s} AND NOT {instant}", s, f"greatest({e}, {s})"
 
 
 # --------------------------------------------------------------------------- SQL text

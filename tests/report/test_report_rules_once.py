@@ -313,3 +313,36 @@ def test_each_sql_form_reads_the_same_data_as_its_python_form(monkeypatch):
     monkeypatch.setattr(rules, "WAIT_AFTER_SUBMIT_OP", "== 0 or")
     with pytest.raises(ValueError):
         rules.queue_wait_fn(0)
+
+
+# --------------------------------------------------------------------------- clipping to the window
+
+LO, HI = BASE, BASE + 86400
+EDGES = (LO - 10, LO - 1, LO, LO + 1, HI - 1, HI, HI + 1)
+
+
+def test_the_reference_parser_clips_as_the_rule_does():
+    """The reference parser applies the clipping rule inline (its hot loop): checked against
+    rules.clip at every edge of the window, attempts of no length included."""
+    cases = [(s, e) for s in EDGES for e in EDGES if e >= s]
+    lines = [row(jid=str(100 + i), start=s, end=e) for i, (s, e) in enumerate(cases)]
+    attempts, stats = sacct.parse_rows(
+        lines, list(sacct.FIELDS), sep="|", window=Window(LO, HI, "t"), now=NOW
+    )
+    got = {int(a.job_id_raw): (a.start, a.end) for a in attempts}
+    expected = {100 + i: rules.clip(s, e, LO, HI) for i, (s, e) in enumerate(cases)}
+    assert got == {k: v for k, v in expected.items() if v is not None}
+    assert stats.outside_window == sum(v is None for v in expected.values()) > 0
+    assert rules.clip(LO + 5, LO + 5, LO, HI) == (LO + 5, LO + 5) and rules.clip(HI, HI, LO, HI) is None
+
+
+@pytest.mark.parametrize("engine_name", ["duckdb", "archive"])
+@pytest.mark.parametrize("keep, attempts", [(True, 2), (False, 1)])
+def test_the_engine_clips_by_the_definition(tmp_path, monkeypatch, engine_name, keep, attempts):
+    """The DuckDB engine's clipping SQL is built from the rule: an attempt of no length inside
+    the window counts while instants are kept, and is outside when they are not."""
+    monkeypatch.setattr(rules, "KEEP_INSTANTS", keep)
+    path = dump(tmp_path, row(start=LO + 5, end=LO + 5), row(jid="9", start=LO + 5, end=LO + 3605))
+    totals, _ = report(path, engine_name, window=Window(LO, HI, "t"))
+    assert totals["attempts"] == attempts
+    assert totals["gpu_hours"] == 2.0
