@@ -8,27 +8,22 @@ function and an SQL builder made from that data, which both engines call when a 
 runs. Changing the data here changes both engines' answers
 (``tests/report/test_report_rules_once.py`` proves it rule by rule).
 
-=========================  =====================================  ================================
-rule                       data                                   Python / SQL
-=========================  =====================================  ================================
-lost states                :data:`LOST_STATES` (from slurm/)       :func:`lost_cause`,
-                                                                  :func:`lost_cause_sql`
-prolog-requeue cause       :data:`PROLOG_REQUEUE_SECONDS`,         :func:`is_prolog_requeue`,
-                           :data:`PROLOG_SHORT_OP`, the Reason     :func:`follows_prolog_requeue`,
-                           words                                  :func:`flags_sql`,
-                                                                  :func:`follows_prolog_requeue_sql`
-attempt tie order          :data:`TIE_ORDER`                       :func:`order_key`,
-                                                                  :func:`tie_order_sql`
-adding lost seconds        (lost and lost by cause together)       :func:`add_lost`
-queue wait                 :data:`WAIT_AFTER_WINDOW_START_OP`,      :func:`queue_wait`,
-                           :data:`WAIT_AFTER_SUBMIT_OP`            :func:`queue_wait_sql`
-=========================  =====================================  ================================
+* lost states: :data:`LOST_STATES` (taken from :data:`slurmkit.slurm.states.LOST_STATES`);
+  :func:`lost_cause`, :func:`lost_cause_sql`;
+* the prolog-requeue cause: :data:`PROLOG_REQUEUE_SECONDS` and :data:`PROLOG_SHORT_OP`, the
+  Reason words; :func:`is_prolog_requeue`, :func:`follows_prolog_requeue`, :func:`flags_sql`,
+  :func:`follows_prolog_requeue_sql`;
+* the attempt tie order: :data:`TIE_ORDER`; :func:`order_key`, :func:`tie_order_sql`;
+* adding lost seconds (to the lost total and to the cause together): :func:`add_lost`;
+* queue wait: :data:`WAIT_AFTER_WINDOW_START_OP`, :data:`WAIT_AFTER_SUBMIT_OP`;
+  :func:`queue_wait`, :func:`queue_wait_fn`, :func:`queue_wait_sql`;
+* clipping to the window: :data:`KEEP_INSTANTS`; :func:`clip`, :func:`clip_sql`.
 
-Clipping to the window (:data:`KEEP_INSTANTS`, :func:`clip`, :func:`clip_sql`) is defined here
-and the DuckDB engine builds its SQL from it; the reference parser (:func:`.sacct._parse_rows`)
-still applies it inline in its hot loop, tested against :func:`clip` case by case. Not yet
-here: the row classes (filtered, not started, malformed, impossible, outside, counted), written
-in the reference parser and in :meth:`.engine._Rules.derived`; the edge tests keep them equal.
+The DuckDB engine builds its clipping SQL from :func:`clip_sql`; the reference parser
+(:func:`.sacct._parse_rows`) still clips inline in its hot loop, tested against :func:`clip`
+at every edge of the window. Not yet here: the row classes (filtered, not started, malformed,
+impossible, outside, counted), written in the reference parser and in
+:meth:`.engine._Rules.derived`; the edge tests keep them equal.
 
 **Versions.** The archive keeps what some rules computed at ingest: in each month file the
 typed columns (``start_s``, ``end_s``, ``submit_s``: the time rule; ``gpus``: the AllocTRES
@@ -40,8 +35,8 @@ another version must not answer with the old rules silently: ``_multi.parquet`` 
 version is not used (the engine recomputes order and flags from the rows), and months ingested
 under another version are named in a warning (their typed columns and kept rows follow the old
 rules: ingest them again). The other rules here (lost states, the prolog duration limit and
-its comparison, adding lost seconds, queue wait) are applied when a report runs, over the
-archive too: changing them needs no new version.
+its comparison, adding lost seconds, queue wait, clipping) are applied when a report runs, over
+the archive too: changing them needs no new version.
 
 Bump :data:`RULES_VERSION` with any change to a rule whose output the archive stores.
 
@@ -226,13 +221,13 @@ class _Desc:
     __hash__ = None  # type: ignore[assignment]
 
 
-def _tie(field: str, descending: bool, value: Any) -> Any:
+def _tie(descending: bool, value: Any) -> Any:
     return _Desc(value) if descending else value
 
 
 def order_key(a: Any) -> tuple:
     """Python sort key of an attempt (:class:`.sacct.Attempt`) in its job's order."""
-    return (a.raw_start, a.end) + tuple(_tie(f, d, _TIE_VALUE[f](a)) for f, d in TIE_ORDER)
+    return (a.raw_start, a.end) + tuple(_tie(d, _TIE_VALUE[f](a)) for f, d in TIE_ORDER)
 
 
 def order_key_partial(raw_start: int, end: int, state: str) -> tuple:
@@ -241,7 +236,7 @@ def order_key_partial(raw_start: int, end: int, state: str) -> tuple:
     tie field, and ties with another such attempt only where their order changes no answer."""
     if TIE_ORDER[0][0] != "state":
         raise RuntimeError("rules.TIE_ORDER must begin with the state (the streaming path keeps no more)")
-    return (raw_start, end, _tie("state", TIE_ORDER[0][1], state))
+    return (raw_start, end, _tie(TIE_ORDER[0][1], state))
 
 
 def tie_order_sql(columns: Mapping[str, Optional[str]], prefix: bool = False) -> str:
