@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 from slurmkit.errors import UsageError
+from slurmkit.report import rules
 from slurmkit.report.cost import UNTYPED, PriceTable
 from slurmkit.report.sacct import Attempt
 from slurmkit.slurm.parse import ParseError, expand_hostlist
@@ -170,9 +171,9 @@ class _Acc:
         cause: Optional[str],
         suspect: bool,
         count_wait: bool,
-        lo: int,
+        wait: Optional[int],
     ) -> None:
-        self.add_sums(a, gpu_seconds, cost_seconds, cause, suspect, count_wait, lo)
+        self.add_sums(a, gpu_seconds, cost_seconds, cause, suspect, count_wait, wait)
         self.jobs.add(a.job_id_raw)
 
     def add_sums(
@@ -183,23 +184,23 @@ class _Acc:
         cause: Optional[str],
         suspect: bool,
         count_wait: bool,
-        lo: int,
+        wait: Optional[int],
     ) -> None:
-        """:meth:`add` without the set of job ids (the streaming path counts jobs itself)."""
+        """:meth:`add` without the set of job ids (the streaming path counts jobs itself).
+        ``wait``: the attempt's queue wait (:func:`.rules.queue_wait`), counted with the
+        attempt when ``count_wait``."""
         self.gpu_seconds += gpu_seconds
         self.cost += cost_seconds
         st = a.state
         self.by_state[st] = self.by_state.get(st, 0.0) + gpu_seconds
         if cause is not None:
-            self.lost += gpu_seconds
-            self.lost_by_cause[cause] = self.lost_by_cause.get(cause, 0.0) + gpu_seconds
+            rules.add_lost(self, cause, gpu_seconds)
         if suspect:
             self.suspect += gpu_seconds
         if count_wait:
             self.attempts += 1
-            sub = a.submit
-            if sub is not None and a.raw_start > lo and a.raw_start >= sub:
-                self.wait_sum += a.raw_start - sub
+            if wait is not None:
+                self.wait_sum += wait
                 self.wait_n += 1
 
 
@@ -370,30 +371,18 @@ def _aggregate_fields(
     if len(by) == 0:
         keyfn = lambda a: (a[state_i],)  # noqa: E731  (itemgetter of one index returns a scalar)
     accs: Dict[Tuple, list] = defaultdict(lambda: [0, 0.0, 0, 0, 0])
-    if priced_gpus is None:
-        for a in attempts:
-            acc = accs[keyfn(a)]
-            acc[0] += a[gpus_i] * (a[end_i] - a[start_i])
-            acc[2] += 1
-            sub = a[submit_i]
-            if sub is not None:
-                rs = a[raw_start_i]
-                if rs > lo and rs >= sub:
-                    acc[3] += rs - sub
-                    acc[4] += 1
-    else:
-        for a in attempts:
-            acc = accs[keyfn(a)]
-            secs = a[end_i] - a[start_i]
-            acc[0] += a[gpus_i] * secs
+    wait_of = rules.queue_wait_fn(lo)
+    for a in attempts:
+        acc = accs[keyfn(a)]
+        secs = a[end_i] - a[start_i]
+        acc[0] += a[gpus_i] * secs
+        if priced_gpus is not None:
             acc[1] += priced_gpus(a) * secs
-            acc[2] += 1
-            sub = a[submit_i]
-            if sub is not None:
-                rs = a[raw_start_i]
-                if rs > lo and rs >= sub:
-                    acc[3] += rs - sub
-                    acc[4] += 1
+        acc[2] += 1
+        w = wait_of(a[raw_start_i], a[submit_i])
+        if w is not None:
+            acc[3] += w
+            acc[4] += 1
     seen: Set[str] = set()
     duplicated: Set[str] = set()
     for a in attempts:  # distinct jobs: one set, and the (few) jobs seen twice
@@ -432,8 +421,7 @@ def _aggregate_fields(
         a = attempts[i]
         gs = a[gpus_i] * (a[end_i] - a[start_i])
         for target in (groups[keyfn(a)[:-1]], total):
-            target.lost += gs
-            target.lost_by_cause[cause] = target.lost_by_cause.get(cause, 0.0) + gs
+            rules.add_lost(target, cause, gs)
     for i in suspect:
         a = attempts[i]
         gs = a[gpus_i] * (a[end_i] - a[start_i])
@@ -500,21 +488,23 @@ def _aggregate_split(
     splitter = PeriodSplitter(time_dim) if time_dim else None
     nodes_cache: Dict[str, Tuple[str, ...]] = {}
     pos = by.index(time_dim) if time_dim else 0
+    wait_of = rules.queue_wait_fn(lo)
 
     for i, a in enumerate(attempts):
         cause = lost.get(i)
         sus = i in suspect
         secs_total = a.end - a.start
+        wait = wait_of(a.raw_start, a.submit)
         # totals: whole attempt, once
         tcost = (prices.priced_gpus(a.gpus, a.gpu_types) * secs_total) if prices else 0.0
-        total.add(a, a.gpus * secs_total, tcost, cause, sus, True, lo)
+        total.add(a, a.gpus * secs_total, tcost, cause, sus, True, wait)
         pieces = pieces_of(a, by, prices, nodes_cache)
         if splitter is None:
             for key, g, p in pieces:
                 acc = groups.get(key)
                 if acc is None:
                     acc = groups[key] = _Acc()
-                acc.add(a, g * secs_total, p * secs_total, cause, sus, True, lo)
+                acc.add(a, g * secs_total, p * secs_total, cause, sus, True, wait)
         else:
             for n_period, (label, secs) in enumerate(splitter.split(a.start, a.end)):
                 for key, g, p in pieces:
@@ -522,7 +512,7 @@ def _aggregate_split(
                     acc = groups.get(key)
                     if acc is None:
                         acc = groups[key] = _Acc()
-                    acc.add(a, g * secs, p * secs, cause, sus, n_period == 0, lo)
+                    acc.add(a, g * secs, p * secs, cause, sus, n_period == 0, wait)
 
 
 def _type_split(a: Attempt) -> List[Tuple[str, float]]:

@@ -48,13 +48,12 @@ from typing import Dict, Iterator, List, Optional, Tuple
 
 from slurmkit.core import files, trust
 from slurmkit.errors import UsageError
-from slurmkit.report import sacct
+from slurmkit.report import rules, sacct
 from slurmkit.report.duck import duckdb
 from slurmkit.report.engine import (
     _UNKNOWN_SQL,
     FileSource,
     _digits,
-    _flags_sql,
     _in_list,
     _Plan,
     _q,
@@ -217,7 +216,7 @@ def _relation(files_sql: str, extra: str = "") -> str:
         "(SELECT rid, jid_i AS jid, state_n AS state, gpus, start_s AS st, end_s AS en, submit_s AS sub, "
         '"JobID" AS job_id, "AllocTRES" AS tres, "User" AS u, "Account" AS a, "Partition" AS p, '
         '"NodeList" AS nl, "JobName" AS name, '
-        """CASE WHEN state_n IN ('REQUEUED', 'FAILED') THEN "Reason" END AS reason, 0 AS h """
+        f"""{rules.reason_kept_sql("state_n", '"Reason"')} AS reason, 0 AS h """
         f"{extra} FROM {files_sql} {{where}})"
     )
 
@@ -260,7 +259,7 @@ def _multi(directory: str) -> Optional[str]:
 def _write_multi(con: duckdb.DuckDBPyConnection, directory: str) -> None:
     """``_multi.parquet``: every row of the jobs with more than one row in the archive (a few
     percent), with what the engine's rules over a job's attempts need from its text columns
-    (``tie_rank``, the row's place in the job by :func:`slurmkit.report.lost._order` after
+    (``tie_rank``, the row's place in the job by :data:`.rules.TIE_ORDER` after
     Start and End; ``pflag``/``lflag``, its Reason naming a launch failure or the prolog / a
     launch), so that a report reads no Reason and groups no job ids over the whole archive;
     ``_multi.json``: the month files (size, mtime) it was computed from."""
@@ -272,14 +271,26 @@ def _write_multi(con: duckdb.DuckDBPyConnection, directory: str) -> None:
     distinct = [t for (t,) in con.execute('SELECT DISTINCT "AllocTRES" FROM mr').fetchall()]
     _tres_tables(con, distinct, sys.maxsize, None, False, name="tres_order")
     tmp = _temporary(directory, ".multi-")
-    # (lost._order after Start and End; JobName, its last text field, is left out: two
-    # attempts tied on everything before it are the same in every sum, whichever comes first)
-    reason = """CASE WHEN state_n IN ('REQUEUED', 'FAILED') THEN "Reason" END"""
+    # (rules.TIE_ORDER after Start and End)
+    reason = rules.reason_kept_sql("state_n", '"Reason"')
+    order = rules.tie_order_sql(
+        {
+            "state": "state_n",
+            "reason": reason,
+            "job_id": '"JobID"',
+            "tres": "t.ord",
+            "nodelist": '"NodeList"',
+            "user": '"User"',
+            "account": '"Account"',
+            "partition": '"Partition"',
+            "name": None,
+            "submit": "coalesce(submit_s, -1)",
+        }
+    )
     con.execute(
         f"""COPY (SELECT mr.*,
-               row_number() OVER (PARTITION BY jid_i ORDER BY state_n, {reason}, "JobID", t.ord, "NodeList",
-                                  "User", "Account", "Partition", coalesce(submit_s, -1)) AS tie_rank,
-               {_flags_sql(reason)}
+               row_number() OVER (PARTITION BY jid_i ORDER BY {order}) AS tie_rank,
+               {rules.flags_sql(reason)}
             FROM mr JOIN tres_order t ON t.tres = mr."AllocTRES") TO {_q(tmp)} ({PARQUET_OPTIONS})"""
     )
     os.replace(tmp, os.path.join(directory, MULTI))

@@ -10,6 +10,7 @@ from typing import Any, Optional
 
 from slurmkit.core.schema import Field, Section
 from slurmkit.report.aggregate import DIMENSIONS
+from slurmkit.report.rules import PROLOG_REQUEUE_SECONDS
 
 
 def _check_by(value: Any) -> Optional[str]:
@@ -56,7 +57,7 @@ SITE_SCHEMA = Section(
         ),
         "prolog_requeue_seconds": Field(
             "float",
-            120.0,
+            PROLOG_REQUEUE_SECONDS,
             "A REQUEUED attempt this short (or whose Reason names "
             "launch_failed/Prolog) counts as a prolog-failure requeue; a FAILED "
             "attempt right after it counts as lost.",

@@ -62,10 +62,11 @@ from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 from slurmkit.errors import UsageError
 from slurmkit.report import progress, sacct
+from slurmkit.report import rules as rule
 from slurmkit.report.aggregate import FIELD_DIMS, TIME_DIMS, PeriodSplitter, _Acc, _nodes_of, _type_split
 from slurmkit.report.cost import PriceTable
 from slurmkit.report.duck import duckdb
-from slurmkit.report.lost import LOST_STATES, PROLOG_CAUSE, DrainEvent
+from slurmkit.report.lost import DrainEvent
 from slurmkit.report.sacct import Filters, ParseStats
 from slurmkit.report.window import Window
 from slurmkit.slurm.parse import ParseError, expand_hostlist
@@ -449,18 +450,16 @@ class _Rules:
             )
         running = f"({unknown_end} AND state IN {_in_list(sacct.RUNNING_STATES)})"
         en_eff = f"(CASE WHEN {running} THEN {hi} ELSE en END)"
+        outside, s, e = rule.clip_sql("st", en_eff, lo, hi)
         cls = f"""CASE
             WHEN {_filtered_sql(self.filters)} THEN 'filtered'
             WHEN {not_started} THEN 'notstarted'
             WHEN {undecided_sql} THEN {_q(undecided)}
             WHEN en IS NULL AND NOT {running} THEN 'bad'
             WHEN st < {earliest} OR en < {earliest} OR sub < {earliest} OR en < st THEN 'bad'
-            WHEN least({en_eff}, {hi}) <= greatest(st, {lo})
-                 AND NOT (st = {en_eff} AND st >= {lo} AND st < {hi}) THEN 'outside'
+            WHEN {outside} THEN 'outside'
             ELSE 'ok' END"""
-        return (
-            f"{cls} AS cls, greatest(st, {lo}) AS s, greatest(least({en_eff}, {hi}), greatest(st, {lo})) AS e"
-        )
+        return f"{cls} AS cls, {s} AS s, {e} AS e"
 
 
 def _state_sql(expr: str) -> str:
@@ -563,7 +562,7 @@ def _load_file(
             f"""CREATE TEMP TABLE j AS
         SELECT *, {rules.derived("iso")} FROM (
             SELECT * EXCLUDE ({texts_used}, r_reason), {texts}{jt},
-                   CASE WHEN state IN ('REQUEUED', 'FAILED') THEN r_reason END AS reason FROM (
+                   {rule.reason_kept_sql("state", "r_reason")} AS reason FROM (
                 SELECT * EXCLUDE ({parts}, {local}, n_ok), {checked}, {why} FROM (
                     SELECT {inner}, CAST({shape} AS UTINYINT) AS shape, coalesce({plan.count_ok}, FALSE) AS n_ok
                     FROM {plan.reader()} WHERE NOT coalesce({plan.step}, FALSE))))""",
@@ -796,23 +795,11 @@ def _check_rows(
     return counts
 
 
-def _flags_sql(reason: str) -> str:
-    """SQL: ``pflag`` (the Reason names a launch failure or the prolog) and ``lflag`` (it names
-    a launch), the two Reason tests of the prolog-requeue rule (:func:`.lost.is_prolog_requeue`
-    and :func:`.lost.find_lost`)."""
-    low = f"lower({reason})"
-    return (
-        f"contains({low}, 'launch_failed') OR contains({low}, 'prolog') AS pflag, "
-        f"contains({low}, 'launch') AS lflag"
-    )
-
-
 def _multi_rows(con, src: "FileSource", typed: bool, rules: "_Rules", full: bool) -> None:
     """Table ``mrows``: the counted rows of the jobs with several of them, which all rules over a
     job's attempts need (distinct jobs, the prolog-requeue rule, duplicates), with
-    ``tie_rank`` (the job's rows in the order of :func:`slurmkit.report.lost._order` after
-    Start and End), ``pflag`` (a Reason naming a launch failure or the prolog) and ``lflag``
-    (a Reason naming a launch); table ``multi(jid, n, requeued)``. The archive keeps these
+    ``tie_rank`` (the job's rows in :data:`.rules.TIE_ORDER`, after Start and End), ``pflag``
+    and ``lflag`` (the Reason flags of the prolog rule, :func:`.rules.flags_sql`); table ``multi(jid, n, requeued)``. The archive keeps these
     for its jobs with several rows (``src.multi``), so a report over it groups no job ids.
     A dump's rows are put in order by Start, End, State and Reason (see :func:`_prolog`);
     :class:`_NeedsText` when that does not decide it in a requeued job, unless ``full`` (the dump was read with all its text fields, see
@@ -835,16 +822,17 @@ def _multi_rows(con, src: "FileSource", typed: bool, rules: "_Rules", full: bool
         several = "JOIN several USING (jid) WHERE j.cls = 'ok'"
         if not full:
             con.execute(
-                f"CREATE TEMP TABLE mrows AS SELECT j.*, {_flags_sql('reason')}, 0 AS tie_rank FROM j {several}"
+                f"CREATE TEMP TABLE mrows AS SELECT j.*, {rule.flags_sql('reason')}, 0 AS tie_rank FROM j {several}"
             )
-            # Rows of a requeued job tied in Start and End are put in order by State and Reason
-            # (see _prolog); rows that tie in those too but differ in other fields are put in
-            # order by their content (see lost._order), which this table does not keep.
+            # Rows of a requeued job tied in Start and End are put in order by the leading fields
+            # of the tie order this table keeps, State and Reason (see _prolog); rows that tie in
+            # those too but differ in other fields are put in order by their content
+            # (rules.TIE_ORDER), which this table does not keep.
+            kept = ", ".join(rule.tie_prefix_columns(_KEPT_TIE_COLUMNS))
             if con.execute(
-                """SELECT count(*) FROM mrows
-                WHERE jid IN (SELECT jid FROM mrows GROUP BY jid
-                              HAVING bool_or(state = 'REQUEUED') AND bool_or(state = 'FAILED'))
-                GROUP BY jid, st, e, state, reason HAVING count(*) > 1 LIMIT 1"""
+                f"""SELECT count(*) FROM mrows
+                WHERE jid IN (SELECT jid FROM mrows GROUP BY jid HAVING {rule.requeued_job_sql("state")})
+                GROUP BY jid, st, e, {kept} HAVING count(*) > 1 LIMIT 1"""
             ).fetchall():
                 raise _NeedsText("rows of a requeued job tied in Start, End, State and Reason")
         else:
@@ -852,16 +840,32 @@ def _multi_rows(con, src: "FileSource", typed: bool, rules: "_Rules", full: bool
             # before it are the same in every sum, whichever comes first)
             con.execute(
                 f"""CREATE TEMP TABLE mrows AS
-                SELECT j.*, {_flags_sql("reason")},
-                       row_number() OVER (PARTITION BY jid ORDER BY state, reason, job_id, t.ord, nl, u, a, p,
-                                                                   coalesce(sub, -1)) AS tie_rank
+                SELECT j.*, {rule.flags_sql("reason")},
+                       row_number() OVER (PARTITION BY jid ORDER BY {rule.tie_order_sql(_TIE_COLUMNS)}) AS tie_rank
                 FROM j JOIN tres t ON t.tres = j.tres {several}"""
             )
     con.execute(
-        """CREATE TEMP TABLE multi AS
-        SELECT jid, count(*) AS n, bool_or(state = 'REQUEUED') AND bool_or(state = 'FAILED') AS requeued
+        f"""CREATE TEMP TABLE multi AS
+        SELECT jid, count(*) AS n, {rule.requeued_job_sql("state")} AS requeued
         FROM mrows GROUP BY jid HAVING count(*) > 1"""
     )
+
+
+#: the SQL columns of :data:`.rules.TIE_ORDER`'s fields in a dump's table ``j`` read with every
+#: text field (joined with ``tres t``), and in the table read with only some (see _multi_rows)
+_TIE_COLUMNS = {
+    "state": "state",
+    "reason": "reason",
+    "job_id": "job_id",
+    "tres": "t.ord",
+    "nodelist": "nl",
+    "user": "u",
+    "account": "a",
+    "partition": "p",
+    "name": None,
+    "submit": "coalesce(sub, -1)",
+}
+_KEPT_TIE_COLUMNS = {"state": "state", "reason": "reason"}
 
 
 def _distinct(con, column: str, table: str = "j") -> List[Optional[str]]:
@@ -923,10 +927,13 @@ class _TypeView:
 
 def _prolog(con, prolog_requeue_seconds: float, typed: bool) -> None:
     """Table ``prolog(rid)``: FAILED attempts right after a prolog-failure requeue of the same
-    job, in the order of :func:`slurmkit.report.lost._order` (the rule of ``find_lost``): by
-    Start, End and ``tie_rank`` (the archive's rank is the whole order), then a dump's by
-    State and Reason (rows equal in these are equal to the rule, see :func:`_multi_rows`)."""
-    order = "st, e, tie_rank" if typed else "st, e, tie_rank, state, reason"
+    job (:func:`.rules.follows_prolog_requeue_sql`), in the order of :func:`.rules.order_key`:
+    by Start, End and ``tie_rank`` (the archive's rank is the whole tie order), then a dump's by
+    the leading tie fields its table keeps, State and Reason (rows equal in these are equal to
+    the rule, see :func:`_multi_rows`)."""
+    order = "st, e, tie_rank"
+    if not typed:
+        order += ", " + rule.tie_order_sql(_KEPT_TIE_COLUMNS, prefix=True)
     con.execute(
         f"""CREATE TEMP TABLE prolog AS
         WITH o AS (
@@ -935,8 +942,7 @@ def _prolog(con, prolog_requeue_seconds: float, typed: bool) -> None:
             FROM mrows WHERE jid IN (SELECT jid FROM multi WHERE requeued)
             WINDOW w AS (PARTITION BY jid ORDER BY {order}))
         SELECT rid FROM o
-        WHERE state = 'FAILED' AND pstate = 'REQUEUED'
-          AND (ppflag OR pdur <= {float(prolog_requeue_seconds)!r} OR lflag)"""
+        WHERE {rule.follows_prolog_requeue_sql("pstate", "ppflag", "pdur", "state", "lflag", prolog_requeue_seconds)}"""
     )
 
 
@@ -1125,16 +1131,14 @@ def _attempts_sql(
         # counts the others)
         gpus, tres, pg = "t.gpus,", "LEFT JOIN tres t ON t.tres = j.tres", "t.pg"
     return f"""SELECT j.*, {gpus} {pg} AS pg, {sus} AS sus,
-           CASE WHEN j.sub IS NOT NULL AND j.st > {lo} AND j.st >= j.sub THEN j.st - j.sub END AS wait,
-           CASE WHEN j.state IN {_in_list(LOST_STATES)} THEN j.state END AS cause
+           {rule.queue_wait_sql("j.st", "j.sub", lo)} AS wait,
+           {rule.lost_cause_sql("j.state")} AS cause
         FROM {table} j {tres} {join_sus}
         WHERE {"j.cls = 'ok'" if only_counted else "TRUE"}"""
 
 
 #: the row fields a view groups by, in the attempts of :func:`_attempts_sql`
 _FIELD_SQL = {"user": "a.u", "account": "a.a", "partition": "a.p", "state": "a.state"}
-#: the states whose GPU time is lost (the cause of :func:`_attempts_sql`)
-_LOST = frozenset(LOST_STATES)
 
 
 def _fold(acc: _Acc, state: str, cause: Optional[str], gs, cost, n, wsum, wn, sgs) -> None:
@@ -1143,8 +1147,7 @@ def _fold(acc: _Acc, state: str, cause: Optional[str], gs, cost, n, wsum, wn, sg
     acc.cost += cost or 0.0
     acc.by_state[state] = acc.by_state.get(state, 0.0) + gs
     if cause is not None:
-        acc.lost += gs
-        acc.lost_by_cause[cause] = acc.lost_by_cause.get(cause, 0.0) + gs
+        rule.add_lost(acc, cause, gs)
     acc.suspect += sgs or 0
     acc.attempts += n
     acc.wait_sum += wsum or 0
@@ -1187,15 +1190,13 @@ def _aggregate(
     total.njobs = total.attempts - con.execute("SELECT coalesce(sum(n - 1), 0) FROM multi").fetchone()[0]
     # the prolog-requeue cause: these FAILED attempts were summed with no cause
     marked = pieces.format(attempts=attempts("mrows") + " AND j.rid IN (SELECT rid FROM prolog)")
-    late = _Acc()
+    late: Optional[float] = None  # the marked attempts' whole GPU-seconds, added to the total once
     for row in _sum_rows(con, marked, len(pieces.keys), pieces.split):
         key, gs, tgs = tuple(row[: len(pieces.keys)]), row[len(pieces.keys) + 2] or 0, row[-6] or 0
-        for acc, value in ((groups[key], gs), (late, tgs)):
-            acc.lost += value
-            acc.lost_by_cause[PROLOG_CAUSE] = acc.lost_by_cause.get(PROLOG_CAUSE, 0.0) + value
-    if late.lost_by_cause:
-        total.lost += late.lost
-        total.lost_by_cause[PROLOG_CAUSE] = total.lost_by_cause.get(PROLOG_CAUSE, 0.0) + late.lost
+        rule.add_lost(groups[key], rule.PROLOG_CAUSE, gs)
+        late = (0.0 if late is None else late) + tgs
+    if late is not None:
+        rule.add_lost(total, rule.PROLOG_CAUSE, late)
     return groups, total
 
 
@@ -1220,7 +1221,7 @@ def _first_pass(
     prices: Optional[PriceTable],
 ) -> _FirstPass:
     """Sums by (keys, state) of the counted rows and the count of every class, in one pass
-    over the rows (a state's lost cause is the state, see :data:`_LOST`): by row fields (each
+    over the rows (a state's lost cause is the state, see :func:`.rules.lost_cause`): by row fields (each
     attempt is one piece), by row fields and a period (:func:`_period_first_pass`), or by
     row fields and the GPU type and/or the node (:func:`_lookup_first_pass`)."""
     everything = _attempts_sql(rules.lo, with_sus, typed, priced, "j", only_counted=False)
@@ -1255,7 +1256,7 @@ def _first_pass(
         FROM first_pass WHERE cls = 'ok' GROUP BY ALL HAVING count(*) > 0"""  # (no keys: one row, or none)
     ).fetchall()
     groups: Dict[Tuple, _Acc] = {}
-    lost = _LOST
+    lost = rule.lost_states()
     for row in rows:
         gs, cost, n, wsum, wn, sgs, states, by_state = row[nk:]
         acc = groups[row[:nk]] = _Acc()
@@ -1264,8 +1265,9 @@ def _first_pass(
         acc.wait_sum, acc.wait_n = wsum, wn
         acc.by_state = dict(zip(states, by_state))
         if not lost.isdisjoint(states):  # (a state's lost cause is the state, see _attempts_sql)
-            acc.lost_by_cause = {s: v for s, v in acc.by_state.items() if s in lost}
-            acc.lost = sum(acc.lost_by_cause.values())
+            for s, v in acc.by_state.items():
+                if s in lost:
+                    rule.add_lost(acc, s, v)
     return _FirstPass(groups, _first_pass_total(con, "gs", "cost", "sgs"), pieces, classes)
 
 
@@ -1279,7 +1281,7 @@ def _first_pass_total(con, gsecs: str, cost: str, suspect: str) -> _Acc:
         f"SELECT state, sum({gsecs}), sum({cost}), sum(n), sum(wsum), sum(wn), sum({suspect}) "
         "FROM first_pass WHERE cls = 'ok' GROUP BY state"
     ).fetchall():
-        _fold(total, state, state if state in _LOST else None, gs, cost_sum, n, wsum, wn, sgs)
+        _fold(total, state, rule.lost_cause(state), gs, cost_sum, n, wsum, wn, sgs)
     return total
 
 
@@ -1336,7 +1338,7 @@ def _period_first_pass(
         i0, i1, state, n, wsum, wn, *linear = row[nk - 1 :]
         g, g0, gs, ge, c, c0, cs, ce, u, u0, us, ue = (v or 0 for v in linear)
         head = row[: nk - 1]
-        cause = state if state in _LOST else None
+        cause = rule.lost_cause(state)
         _fold(total, state, cause, g, c, n, wsum, wn, u)
         if i0 == i1:
             parts = [(i0, g, c, u)]
@@ -1442,7 +1444,7 @@ def _lookup_first_pass(
         if acc is None:
             acc = groups[key] = _Acc()
             acc.njobs = 0
-        _fold(acc, state, state if state in _LOST else None, gs, cost_sum, n, wsum, wn, sgs)
+        _fold(acc, state, rule.lost_cause(state), gs, cost_sum, n, wsum, wn, sgs)
         acc.njobs += n  # (each piece is one attempt in its group; see _repeats)
     return _FirstPass(groups, _first_pass_total(con, "g", "c", "g_sus"), pieces, classes)
 

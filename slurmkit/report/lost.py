@@ -27,6 +27,10 @@ pending reason (``ReqNodeNotAvail``) and lasted 2 s, so the duration rule is the
 one that fires in practice. The previous attempt must be in the same sacct output;
 one that lies before the report window is not seen.
 
+These rules are defined once, in :mod:`.rules` (the states, the duration limit and its
+comparison, the Reason words, the order of a job's attempts), for this list path, the
+streaming path and the DuckDB engine alike.
+
 Health-log join ("suspect" GPU-hours): where slurmkit's health log is available
 (``<paths.log_dir>/health.jsonl``, JSON lines written by :mod:`slurmkit.verdict.record`:
 ``node``, ``time`` (or ``timestamp``) in epoch seconds, ``status``, ``drain_reason``
@@ -47,74 +51,57 @@ import os
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Set, Tuple
 
+from slurmkit.report import rules
 from slurmkit.report.sacct import Attempt
 from slurmkit.slurm.drain import parse_reason
 from slurmkit.slurm.parse import ParseError, expand_hostlist
 
 log = logging.getLogger("slurmkit.report")
 
-LOST_STATES = ("NODE_FAIL", "PREEMPTED", "REQUEUED", "TIMEOUT")
-PROLOG_CAUSE = "FAILED_AFTER_PROLOG_REQUEUE"
+# (the rules are defined in slurmkit.report.rules; these names stay for the callers)
+LOST_STATES = rules.LOST_STATES
+PROLOG_CAUSE = rules.PROLOG_CAUSE
 LOST_CAUSES = LOST_STATES + (PROLOG_CAUSE,)
-DEFAULT_PROLOG_REQUEUE_SECONDS = 120
+DEFAULT_PROLOG_REQUEUE_SECONDS = rules.PROLOG_REQUEUE_SECONDS
 
 
 def is_prolog_requeue(attempt: Attempt, max_seconds: float = DEFAULT_PROLOG_REQUEUE_SECONDS) -> bool:
-    """Whether a REQUEUED attempt looks like a prolog (launch) failure."""
-    if attempt.state != "REQUEUED":
-        return False
-    reason = attempt.reason.lower()
-    if "launch_failed" in reason or "prolog" in reason:
-        return True
-    return (attempt.end - attempt.raw_start) <= max_seconds
+    """Whether a REQUEUED attempt looks like a prolog (launch) failure
+    (:func:`.rules.is_prolog_requeue`)."""
+    return rules.is_prolog_requeue(
+        attempt.state, attempt.reason, attempt.end - attempt.raw_start, max_seconds
+    )
 
 
 def _order(a: Attempt) -> tuple:
-    """Time order of one job's attempts; ties (same Start) are broken by content, not by
-    the line number, so the answer does not depend on the order rows arrive in."""
-    return (
-        a.raw_start,
-        a.end,
-        a.state,
-        a.reason,
-        a.job_id,
-        a.gpus,
-        a.gpu_types,
-        a.nodelist,
-        a.user,
-        a.account,
-        a.partition,
-        a.name,
-        -1 if a.submit is None else a.submit,
-    )
+    """Time order of one job's attempts (:func:`.rules.order_key`); ties (same Start) are
+    broken by content, not by the line number, so the answer does not depend on the order
+    rows arrive in."""
+    return rules.order_key(a)
 
 
 def find_lost(
     attempts: Sequence[Attempt], prolog_requeue_seconds: float = DEFAULT_PROLOG_REQUEUE_SECONDS
 ) -> Dict[int, str]:
-    """``{attempt index: cause}`` for every lost attempt."""
-    lost_states = frozenset(LOST_STATES)
+    """``{attempt index: cause}`` for every lost attempt (the reference's list path)."""
+    lost_states = rules.lost_states()
     state_i = Attempt._fields.index("state")
     jid_i = Attempt._fields.index("job_id_raw")
     lost: Dict[int, str] = {i: a[state_i] for i, a in enumerate(attempts) if a[state_i] in lost_states}
-    requeued_jobs: Set[str] = {attempts[i][jid_i] for i, st in lost.items() if st == "REQUEUED"}
+    requeued_jobs: Set[str] = {a[jid_i] for a in attempts if a[state_i] == rules.REQUEUED}
     if not requeued_jobs:
         return lost
     by_job: Dict[str, List[int]] = {}
     for i in [i for i, a in enumerate(attempts) if a[jid_i] in requeued_jobs]:
         by_job.setdefault(attempts[i][jid_i], []).append(i)
     for indices in by_job.values():
-        indices.sort(key=lambda j: _order(attempts[j]))
+        indices.sort(key=lambda j: rules.order_key(attempts[j]))
         for prev, cur in zip(indices, indices[1:]):
-            if (
-                attempts[cur].state == "FAILED"
-                and attempts[prev].state == "REQUEUED"
-                and (
-                    is_prolog_requeue(attempts[prev], prolog_requeue_seconds)
-                    or "launch" in attempts[cur].reason.lower()
-                )
+            p, c = attempts[prev], attempts[cur]
+            if rules.follows_prolog_requeue(
+                p.state, p.reason, p.end - p.raw_start, c.state, c.reason, prolog_requeue_seconds
             ):
-                lost[cur] = PROLOG_CAUSE
+                lost[cur] = rules.PROLOG_CAUSE
     return lost
 
 

@@ -21,7 +21,7 @@ rule is applied changes:
     attempts share a group is counted back down to one there (the total is the size of
     the dict);
   - *FAILED_AFTER_PROLOG_REQUEUE*: the rule of :func:`.lost.find_lost` over the job's
-    attempts in :func:`.lost._order`; an attempt that is neither REQUEUED nor FAILED
+    attempts in :func:`.rules.order_key`; an attempt that is neither REQUEUED nor FAILED
     only needs ``(Start, End, state)`` there (ties between two such attempts cannot
     change which FAILED attempt follows a REQUEUED one). A FAILED attempt that the
     rule marks has its GPU-seconds (already in its groups' hours) added to their lost
@@ -40,24 +40,15 @@ from __future__ import annotations
 import operator
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from slurmkit.report import rules
 from slurmkit.report.aggregate import FIELD_DIMS, TIME_DIMS, PeriodSplitter, _Acc, pieces_of
 from slurmkit.report.cost import PriceTable
-from slurmkit.report.lost import (
-    DEFAULT_PROLOG_REQUEUE_SECONDS,
-    LOST_STATES,
-    PROLOG_CAUSE,
-    DrainEvent,
-    SuspectTest,
-    _order,
-    is_prolog_requeue,
-)
+from slurmkit.report.lost import DrainEvent, SuspectTest
 from slurmkit.report.sacct import Attempt
 
 _M64 = (1 << 64) - 1
 _M32 = (1 << 32) - 1
 _M40 = (1 << 40) - 1
-#: States whose attempts keep their whole record (the prolog rule reads them).
-_KEEP = frozenset({"REQUEUED", "FAILED"})
 _I = {name: i for i, name in enumerate(Attempt._fields)}
 _STATE, _RAW_START, _END = _I["state"], _I["raw_start"], _I["end"]
 
@@ -66,15 +57,16 @@ _SHARED = slice(_I["user"], _I["state"] + 1)  # the text fields that repeat acro
 _new = tuple.__new__
 
 
-def _record(a: Attempt, h: int, info: int, strings: Dict[str, str]) -> Any:
+def _record(a: Attempt, h: int, info: int, strings: Dict[str, str], keep: frozenset) -> Any:
     """One attempt's compact record: ``h | info << 64 | Start << 96 | End << 136`` (one
-    ``int``), or ``(h, info, attempt)`` for the REQUEUED and FAILED attempts (and values
+    ``int``), or ``(h, info, attempt)`` for the attempts whose state is in ``keep`` (the
+    REQUEUED and FAILED ones, :data:`.rules.PROLOG_STATES`: the prolog rule reads them; and values
     that do not fit the packing), whose user, account, partition, node list, reason, name
     and state strings are shared through ``strings`` (each row split made new ones), and
     so are JobID and JobIDRaw when equal.
     Inlined in the sinks below."""
     rs = a[_RAW_START]
-    if a[_STATE] in _KEEP or rs > _M40 or info > _M32:
+    if a[_STATE] in keep or rs > _M40 or info > _M32:
         shared = tuple(strings.setdefault(x, x) for x in a[_SHARED])
         ids = (a[1], a[1]) if a[0] == a[1] else a[:2]  # fields 0, 1: JobID is JobIDRaw but for array tasks
         return (h, info, _new(Attempt, ids + a[2 : _SHARED.start] + shared + a[_SHARED.stop :]))
@@ -115,7 +107,7 @@ class StreamingAggregator:
         *,
         window_start: int = 0,
         prices: Optional[PriceTable] = None,
-        prolog_requeue_seconds: float = DEFAULT_PROLOG_REQUEUE_SECONDS,
+        prolog_requeue_seconds: float = rules.PROLOG_REQUEUE_SECONDS,
         drains: Optional[Sequence[DrainEvent]] = None,
         lost_window_hours: float = 6.0,
     ):
@@ -124,6 +116,10 @@ class StreamingAggregator:
         self.priced = bool(prices and prices.enabled)
         self.prices = prices if self.priced else None
         self.prolog_requeue_seconds = prolog_requeue_seconds
+        #: the rules, as they are when the report starts (:mod:`.rules`)
+        self.keep = frozenset(rules.PROLOG_STATES)  # states whose attempts keep their whole record
+        self.lost_states = rules.lost_states()
+        self.wait_of = rules.queue_wait_fn(window_start)
         self.suspect = SuspectTest(drains, lost_window_hours) if drains else None
         #: JobIDRaw -> one record, or a list of records for a job with several attempts. JOB KEY:
         #: a decimal JobIDRaw without a leading zero is stored as an ``int`` (half the memory of
@@ -147,7 +143,7 @@ class StreamingAggregator:
 
     def _store(self, k: Any, old: Any, a: Attempt, h: int, info: int) -> None:
         """Another attempt of job ``k`` (whose record(s) are ``old``)."""
-        rec = _record(a, h, info, self.strings)
+        rec = _record(a, h, info, self.strings, self.keep)
         if type(old) is list:
             old.append(rec)
         else:
@@ -168,17 +164,16 @@ class StreamingAggregator:
         if not self.by:
             keyfn = lambda a: (a[state_i],)  # noqa: E731  (itemgetter of one index returns a scalar)
         self._keyfn = keyfn
-        accs, infos, jobs, lo, test, store = (
+        accs, infos, jobs, test, store = (
             self.accs,
             self.infos,
             self.jobs,
-            self.lo,
             self.suspect,
             self._store,
         )
         prices = self.prices
         price_cache: Dict[Tuple[int, Tuple], float] = {}
-        is_dup, keep, record, strings = _is_dup, _KEEP, _record, self.strings
+        is_dup, keep, record, strings, wait_of = _is_dup, self.keep, _record, self.strings, self.wait_of
 
         def add(a: Attempt, row_hash: int) -> bool:
             j = a[jid_i]
@@ -202,18 +197,16 @@ class StreamingAggregator:
                     pg = price_cache[pk] = prices.priced_gpus(*pk)
                 acc[1] += pg * secs
             acc[2] += 1
-            sub = a[submit_i]
-            if sub is not None:
-                rs = a[raw_start_i]
-                if rs > lo and rs >= sub:
-                    acc[3] += rs - sub
-                    acc[4] += 1
+            w = wait_of(a[raw_start_i], a[submit_i])
+            if w is not None:
+                acc[3] += w
+                acc[4] += 1
             if test is not None and test(a):
                 acc[5] += gs
             if old is None:  # _record, inlined (acc[7] is acc[6] << 64)
                 rs = a[raw_start_i]
                 if key[-1] in keep or rs > _M40 or acc[6] > _M32:
-                    jobs[k] = record(a, h, acc[6], strings)
+                    jobs[k] = record(a, h, acc[6], strings, keep)
                 else:
                     jobs[k] = h | acc[7] | (a[end_i] << 40 | rs) << 96
             else:
@@ -225,11 +218,10 @@ class StreamingAggregator:
     def _split_adder(self):
         """The sink for groupings that split an attempt (GPU type, node, period): the body
         of :func:`.aggregate._aggregate_split` for one attempt, without the job-id sets."""
-        by, groups, total, lo, prices, test = (
+        by, groups, total, prices, test = (
             self.by,
             self.groups,
             self.total,
-            self.lo,
             self.prices,
             self.suspect,
         )
@@ -237,11 +229,11 @@ class StreamingAggregator:
         splitter = PeriodSplitter(time_dim) if time_dim else None
         pos = by.index(time_dim) if time_dim else 0
         nodes_cache: Dict[str, Tuple[str, ...]] = {}
-        lost_states = frozenset(LOST_STATES)
+        lost_states, wait_of = self.lost_states, self.wait_of
         infos, info_ids, jobs, store = self.infos, {}, self.jobs, self._store
         self._first_line: Dict[str, int] = {}  # each cause's first attempt: the list path's dict order
         first_line = self._first_line
-        is_dup, keep, record, strings = _is_dup, _KEEP, _record, self.strings
+        is_dup, keep, record, strings = _is_dup, self.keep, _record, self.strings
         raw_start_i, end_i = _RAW_START, _END
         # pieces_of reads only these fields: equal ones give equal pieces (a bounded cache)
         read = sorted(
@@ -265,9 +257,10 @@ class StreamingAggregator:
             sus = test is not None and test(a)
             secs_total = a.end - a.start
             tcost = (prices.priced_gpus(a.gpus, a.gpu_types) * secs_total) if prices else 0.0
+            wait = wait_of(a.raw_start, a.submit)
             if cause is not None and cause not in total.lost_by_cause:
                 first_line[cause] = a.line
-            total.add_sums(a, a.gpus * secs_total, tcost, cause, sus, True, lo)
+            total.add_sums(a, a.gpus * secs_total, tcost, cause, sus, True, wait)
             sk = shape(a)
             pieces = pieces_cache.get(sk)
             if pieces is None:
@@ -286,7 +279,7 @@ class StreamingAggregator:
                 acc = groups.get(key)
                 if acc is None:
                     acc = groups[key] = _GroupAcc()
-                acc.add_sums(a, g * secs, p * secs, cause, sus, True, lo)
+                acc.add_sums(a, g * secs, p * secs, cause, sus, True, wait)
                 acc.njobs += 1
                 info = acc.infos.get(st)
                 if info is None:
@@ -301,7 +294,7 @@ class StreamingAggregator:
                         acc = groups.get(key)
                         if acc is None:
                             acc = groups[key] = _GroupAcc()
-                        acc.add_sums(a, g * secs, p * secs, cause, sus, n_period == 0, lo)
+                        acc.add_sums(a, g * secs, p * secs, cause, sus, n_period == 0, wait)
                         if key not in touched:
                             touched[key] = acc
                             acc.njobs += 1
@@ -313,7 +306,7 @@ class StreamingAggregator:
             if old is None:  # _record, inlined
                 rs = a[raw_start_i]
                 if st in keep or rs > _M40 or info > _M32:
-                    jobs[k] = record(a, h, info, strings)
+                    jobs[k] = record(a, h, info, strings, keep)
                 else:
                     jobs[k] = h | info << 64 | (a[end_i] << 40 | rs) << 96
             else:
@@ -340,7 +333,10 @@ class StreamingAggregator:
         """The FAILED attempts of one job that :func:`.lost.find_lost` marks
         FAILED_AFTER_PROLOG_REQUEUE."""
         infos = self.infos
-        keys = [_order(a) if a is not None else (rs, end, infos[info][1]) for info, rs, end, a in recs]
+        keys = [
+            rules.order_key(a) if a is not None else rules.order_key_partial(rs, end, infos[info][1])
+            for info, rs, end, a in recs
+        ]
         order = sorted(range(len(recs)), key=keys.__getitem__)
         out = []
         for prev, cur in zip(order, order[1:]):
@@ -348,9 +344,9 @@ class StreamingAggregator:
             if (
                 c is not None
                 and p is not None
-                and c.state == "FAILED"
-                and p.state == "REQUEUED"
-                and (is_prolog_requeue(p, self.prolog_requeue_seconds) or "launch" in c.reason.lower())
+                and rules.follows_prolog_requeue(
+                    p.state, p.reason, p.end - p.raw_start, c.state, c.reason, self.prolog_requeue_seconds
+                )
             ):
                 out.append(c)
         return out
@@ -373,7 +369,7 @@ class StreamingAggregator:
                 if n > 1:
                     extra_jobs[key] = extra_jobs.get(key, 0) + n - 1
             states = {infos[r[0]][1] for r in recs}
-            if "REQUEUED" in states and "FAILED" in states:
+            if rules.REQUEUED in states and rules.FAILED in states:
                 prolog.extend(self._prolog_failed(recs))
         prolog.sort(key=lambda a: a.line)
         if self.split:
@@ -389,7 +385,7 @@ class StreamingAggregator:
         """Groups and totals from the ``(dims..., state)`` sums, in the order
         :func:`.aggregate._aggregate_fields` adds them."""
         groups, total = self.groups, self.total
-        lost_states = frozenset(LOST_STATES)
+        lost_states = self.lost_states
         for k, (gs, cost, n, wsum, wn, _sus, _info, _shifted) in self.accs.items():
             gk = k[:-1]
             acc = groups.get(gk)
@@ -408,16 +404,14 @@ class StreamingAggregator:
             cause = k[-1]
             if cause in lost_states:
                 for target in (groups[k[:-1]], total):
-                    target.lost += gs
-                    target.lost_by_cause[cause] = target.lost_by_cause.get(cause, 0.0) + gs
+                    rules.add_lost(target, cause, gs)
             if sus:
                 groups[k[:-1]].suspect += sus
                 total.suspect += sus
         for a in prolog:
             gs = a.gpus * (a.end - a.start)
             for target in (groups[self._keyfn(a)[:-1]], total):
-                target.lost += gs
-                target.lost_by_cause[PROLOG_CAUSE] = target.lost_by_cause.get(PROLOG_CAUSE, 0.0) + gs
+                rules.add_lost(target, rules.PROLOG_CAUSE, gs)
 
     def _finish_split(self, prolog: List[Attempt]) -> None:
         """Move the prolog-marked FAILED attempts' GPU-seconds into lost, piece by piece,
@@ -427,18 +421,15 @@ class StreamingAggregator:
         for a in prolog:
             secs_total = a.end - a.start
             gs = a.gpus * secs_total
-            total.lost += gs
-            total.lost_by_cause[PROLOG_CAUSE] = total.lost_by_cause.get(PROLOG_CAUSE, 0.0) + gs
+            rules.add_lost(total, rules.PROLOG_CAUSE, gs)
             pieces = pieces_of(a, by, self.prices, self._nodes_cache)
             spans = [(None, secs_total)] if splitter is None else splitter.split(a.start, a.end)
             for label, secs in spans:
                 for key, g, _p in pieces:
                     if splitter is not None:
                         key = key[:pos] + (label,) + key[pos + 1 :]
-                    acc = groups[key]
-                    acc.lost += g * secs
-                    acc.lost_by_cause[PROLOG_CAUSE] = acc.lost_by_cause.get(PROLOG_CAUSE, 0.0) + g * secs
+                    rules.add_lost(groups[key], rules.PROLOG_CAUSE, g * secs)
         if prolog:
             first = dict(self._first_line)
-            first[PROLOG_CAUSE] = prolog[0].line
+            first[rules.PROLOG_CAUSE] = prolog[0].line
             total.lost_by_cause = dict(sorted(total.lost_by_cause.items(), key=lambda kv: first[kv[0]]))

@@ -49,3 +49,9 @@ FINISHED_STATES: FrozenSet[str] = frozenset(
 RUNNING_STATES: FrozenSet[str] = frozenset(
     {"RUNNING", "SUSPENDED", "COMPLETING", "CONFIGURING", "RESIZING", "STAGE_OUT", "SIGNALING", "STOPPED"}
 )
+
+#: Final states of an attempt whose GPU time produced nothing the user could keep: the node
+#: died under it, a higher-priority job took it, it was requeued (``sacct -D`` keeps the row
+#: of each earlier attempt), or it hit its time limit (the report's lost GPU-hours,
+#: slurmkit.report.rules).
+LOST_STATES: FrozenSet[str] = frozenset({"NODE_FAIL", "PREEMPTED", "REQUEUED", "TIMEOUT"})
