@@ -15,11 +15,18 @@ crash loses only the phase it happens in:
    portable path (fp16, bf16, fp32) and the Hopper path (fp16, bf16), d64 and d128, full
    and causal, on a block-multiple, a ragged and an unequal-length GQA 4:1 shape, against
    float64 by the tests' error budget (at most 2x naive same-dtype attention + a floor).
-4. ``throughput``: forward and forward+backward TFLOP/s of the Hopper path next to the
+4. ``gluon``: the same check for the opt-in warp-specialised Gluon forward
+   (``SLURMKIT_KERNELS_GLUON=1`` with ``hopper=True``; fp16, bf16, d128, the three shapes,
+   full and causal; its backward is the Hopper one). A phase of its own, because this
+   kernel has never run on a GPU before: a hang (mbarrier deadlock) costs only this phase.
+   The CPU smoke run cannot run it (Triton's interpreter does not run Gluon kernels) and
+   records that instead.
+5. ``throughput``: forward and forward+backward TFLOP/s of the Hopper path next to the
    portable one and SDPA's flash and cuDNN back ends, most important rows first (bf16,
    d128, non-causal, 8k and 16k tokens: the issue's goal), then the rest of bf16/fp16 x
-   d64/d128 x causal x 1k-16k at 16k tokens per batch and ``H * D = 2048``.
-5. ``summary``: a markdown table ``kernels-<gpu>.md`` and a short summary, printed last.
+   d64/d128 x causal x 1k-16k at 16k tokens per batch and ``H * D = 2048``. The Gluon
+   forward is timed too (d128 rows), but only if every ``gluon`` correctness case passed.
+6. ``summary``: a markdown table ``kernels-<gpu>.md`` and a short summary, printed last.
 
 Every result is appended to ``<out-dir>/gpu_check.jsonl`` (one JSON object a line, flushed)
 the moment it is measured; each phase's own output goes to ``<out-dir>/<phase>.log``.
@@ -55,12 +62,15 @@ FLOP_RULE = (
     "FLOPs: forward 4*B*H*Nq*Nk*D (x0.5 when causal), forward+backward 3.5x forward, "
     "H = query heads (slurmkit_kernels.attention_flops)"
 )
-PHASES = ("versions", "prewarm", "correctness", "throughput")
+PHASES = ("versions", "prewarm", "correctness", "gluon", "throughput")
 # Seconds each phase may use at most (a phase ends earlier when done; the rest carries
 # over to the next). Throughput gets whatever is left, minus the summary's reserve.
-PHASE_CAP_S = {"versions": 60, "prewarm": 200, "correctness": 100}
+PHASE_CAP_S = {"versions": 60, "prewarm": 200, "correctness": 100, "gluon": 60}
 SUMMARY_RESERVE_S = 15
-PROVIDERS = ("hopper", "portable", "sdpa-flash", "sdpa-cudnn")
+PROVIDERS = ("hopper", "portable", "sdpa-flash", "sdpa-cudnn", "gluon")
+# The opt-in Gluon forward's switch (slurmkit_kernels.attention.GLUON_ENV), set only
+# around the calls that measure or check it.
+GLUON_ENV = "SLURMKIT_KERNELS_GLUON"
 
 
 class Plan:
@@ -78,6 +88,8 @@ class Plan:
             ]
             self.rows = [("bfloat16", 16, False, 32), ("float16", 16, True, 32)]
             self.tokens, self.hidden = 64, 32
+            # The interpreter does not run Gluon kernels: nothing to check on a CPU.
+            self.gluon_corr = []
         else:
             self.device = "cuda"
             shapes = [(2, 4, 4, 1024, 1024), (1, 4, 4, 1000, 1000), (1, 8, 2, 333, 1021)]
@@ -87,6 +99,9 @@ class Plan:
                 for path, dtypes in (("hopper", ("bfloat16", "float16")), ("portable", DTYPES_PORTABLE))
                 for dtype in dtypes
                 for shape in shapes
+            ]
+            self.gluon_corr = [
+                ("gluon", dtype, 128, shape) for dtype in ("bfloat16", "float16") for shape in shapes
             ]
             # The goal's rows first (bf16 d128 non-causal, 8k-16k), then by importance.
             self.rows = [("bfloat16", 128, False, n) for n in (8192, 16384, 4096, 2048, 1024)]
@@ -198,7 +213,8 @@ def phase_versions(plan: Plan, results: Results, deadline: float) -> int:
 def launches_of(path: str, problem, config, arch: int) -> None:
     """Run ``flash_attention``'s host code for ``problem`` on meta tensors exactly as the
     measured phases call it: ``path`` "portable" (``hopper=False``) or "hopper"
-    (``hopper=True``, ``deterministic=True``, the defaults of a Hopper run)."""
+    (``hopper=True``, ``deterministic=True``, the defaults of a Hopper run), or "gluon"
+    (the Gluon forward alone: its backward is the Hopper path's, prewarmed there)."""
     import torch
 
     from slurmkit_kernels import attention
@@ -215,6 +231,9 @@ def launches_of(path: str, problem, config, arch: int) -> None:
     )
     band = attention._band(problem.causal, None, problem.seq_q, problem.seq_k)
     scale = problem.head_dim**-0.5
+    if path == "gluon":
+        attention._forward(q, k, v, band, scale, problem.precision, config, True, True)
+        return
     hopper = path == "hopper"
     o, lse = attention._forward(q, k, v, band, scale, problem.precision, config, hopper)
     attention._backward(
@@ -257,17 +276,24 @@ def prewarm_problems(plan: Plan) -> dict[tuple[str, str, int], list]:
     from slurmkit_kernels.compile_check import Problem
 
     groups: dict[tuple[str, str, int], list] = {}
-    for path, dtype, d, (b, hq, hkv, nq, nk) in plan.corr:
+    for path, dtype, d, (b, hq, hkv, nq, nk) in plan.corr + plan.gluon_corr:
         for causal in (False, True):
             groups.setdefault((path, dtype, d), []).append(
                 Problem(b, hq, hkv, nq, nk, d, causal, dtype, "ieee")
             )
     for dtype, d, causal, n in plan.rows:
         b, h = plan.row_shape(d, n)
-        for path in ("hopper", "portable"):
+        for path in ("hopper", "portable") + (("gluon",) if d == 128 else ()):
             groups.setdefault((path, dtype, d), []).append(Problem(b, h, h, n, n, d, causal, dtype, "ieee"))
-    if plan.cpu_smoke:  # the compiler is slow on a shared CPU: one group shows the phase works
-        return {("hopper", "bfloat16", 16): groups[("hopper", "bfloat16", 16)][:1]}
+    if plan.cpu_smoke:
+        # The compiler is slow on a shared CPU: one group shows the phase works, and one
+        # Gluon forward that the sm_90 compile of the warp-specialised kernel works (it is
+        # compiled here, never run: the interpreter does not run Gluon).
+        gluon = Problem(1, 2, 2, 256, 256, 128, False, "bfloat16", "ieee")
+        return {
+            ("hopper", "bfloat16", 16): groups[("hopper", "bfloat16", 16)][:1],
+            ("gluon", "bfloat16", 128): [gluon],
+        }
     return groups
 
 
@@ -323,7 +349,48 @@ def naive_attention(q, k, v, causal, scale):
     return torch.softmax(s, -1) @ v
 
 
+@contextlib.contextmanager
+def gluon_switch(on: bool):
+    """``SLURMKIT_KERNELS_GLUON=1`` inside the block when ``on`` (the Gluon forward's opt-in),
+    unset otherwise, so the Hopper rows never pick it up; the previous value is restored."""
+    previous = os.environ.get(GLUON_ENV)
+    if on:
+        os.environ[GLUON_ENV] = "1"
+    else:
+        os.environ.pop(GLUON_ENV, None)
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop(GLUON_ENV, None)
+        else:
+            os.environ[GLUON_ENV] = previous
+
+
+def path_taken(attention, q, k, v, scale: float, path: str) -> str:
+    """Which kernels ``flash_attention`` runs for ``path`` ("portable", "hopper", "gluon")."""
+    hopper = path != "portable"
+    if not attention._use_hopper(q, k, v, scale, hopper):
+        return "portable"
+    with gluon_switch(path == "gluon"):
+        return "gluon" if attention._use_gluon(q, k, v) else "hopper"
+
+
 def phase_correctness(plan: Plan, results: Results, deadline: float) -> int:
+    return check_cases(plan, results, deadline, plan.corr)
+
+
+def phase_gluon(plan: Plan, results: Results, deadline: float) -> int:
+    """The Gluon forward's correctness cases (see the module docstring)."""
+    if plan.cpu_smoke:
+        results.add("note", text="gluon: not run on a CPU (Triton's interpreter does not run Gluon kernels)")
+        print("gluon: not run on a CPU (Triton's interpreter does not run Gluon kernels)", flush=True)
+        return 0
+    return check_cases(plan, results, deadline, plan.gluon_corr)
+
+
+def check_cases(plan: Plan, results: Results, deadline: float, cases: list) -> int:
+    """Output, dQ, dK, dV of each (path, dtype, d, shape) case, full and causal, vs float64."""
     torch = _import_torch(plan.cpu_smoke)
     from slurmkit_kernels import attention, flash_attention
     from slurmkit_kernels.config import HOPPER_KERNEL_NAMES, builtin_config, parse_config
@@ -337,7 +404,7 @@ def phase_correctness(plan: Plan, results: Results, deadline: float) -> int:
         data["kernels"].update({name: {"default": small} for name in HOPPER_KERNEL_NAMES})
         config = parse_config(data, source="gpu_check --cpu-smoke")
     failures = 0
-    for path, dtype_name, d, (b, hq, hkv, nq, nk) in plan.corr:
+    for path, dtype_name, d, (b, hq, hkv, nq, nk) in cases:
         dtype = getattr(torch, dtype_name)
         for causal in (False, True):
             case = dict(path=path, dtype=dtype_name, d=d, causal=causal, B=b, Hq=hq, Hkv=hkv, Nq=nq, Nk=nk)
@@ -352,11 +419,14 @@ def phase_correctness(plan: Plan, results: Results, deadline: float) -> int:
             )
             do = torch.randn((b, hq, nq, d), generator=gen).to(plan.device, dtype)
             scale = 1.0 / math.sqrt(d)
-            hopper = path == "hopper"
+            hopper = path != "portable"
             try:
-                ran = "hopper" if attention._use_hopper(q, k, v, scale, hopper) else "portable"
-                out = flash_attention(q, k, v, causal=causal, hopper=hopper, config=config)
-                got = (out, *torch.autograd.grad(out, (q, k, v), do))
+                ran = path_taken(attention, q, k, v, scale, path)
+                with gluon_switch(path == "gluon"):
+                    out = flash_attention(q, k, v, causal=causal, hopper=hopper, config=config)
+                    got = (out, *torch.autograd.grad(out, (q, k, v), do))
+                    if plan.device == "cuda":
+                        torch.cuda.synchronize()
                 same_out = naive_attention(q, k, v, causal, scale)
                 same = (same_out, *torch.autograd.grad(same_out, (q, k, v), do))
                 q64, k64, v64 = (t.detach().double().requires_grad_() for t in (q, k, v))
@@ -378,9 +448,21 @@ def phase_correctness(plan: Plan, results: Results, deadline: float) -> int:
     return 1 if failures else 0
 
 
-def _ours(flash_attention, q, k, v, causal: bool, hopper: bool):
-    """A zero-argument forward of slurmkit's kernels on one path."""
-    return lambda: flash_attention(q, k, v, causal=causal, hopper=hopper)
+def _ours(flash_attention, q, k, v, causal: bool, path: str):
+    """A zero-argument forward of slurmkit's kernels on one path ("hopper", "portable",
+    "gluon": the Hopper path with the Gluon forward switched on for the call)."""
+
+    def call():
+        with gluon_switch(path == "gluon"):
+            return flash_attention(q, k, v, causal=causal, hopper=path != "portable")
+
+    return call
+
+
+def gluon_checked(records: list[dict]) -> bool:
+    """Whether the ``gluon`` phase checked the Gluon forward and every case passed."""
+    cases = [r for r in records if r["kind"] == "correctness" and r.get("path") == "gluon"]
+    return bool(cases) and all(r["status"] == "ok" for r in cases)
 
 
 def phase_throughput(plan: Plan, results: Results, deadline: float) -> int:
@@ -406,6 +488,8 @@ def phase_throughput(plan: Plan, results: Results, deadline: float) -> int:
             )
 
     failures = 0
+    # Never time a kernel whose results no run has checked.
+    gluon_ok = gluon_checked(read_results(results.path.parent))
     for dtype_name, d, causal, n in plan.rows:
         b, h = plan.row_shape(d, n)
         row = dict(dtype=dtype_name, d=d, causal=causal, N=n, B=b, H=h)
@@ -422,12 +506,15 @@ def phase_throughput(plan: Plan, results: Results, deadline: float) -> int:
         for provider in PROVIDERS:
             record = dict(provider=provider, **row)
             try:
-                if provider in ("hopper", "portable"):
-                    hopper = provider == "hopper"
-                    record["path"] = (
-                        "hopper" if attention._use_hopper(q, k, v, 1.0 / math.sqrt(d), hopper) else "portable"
-                    )
-                    call = _ours(flash_attention, q, k, v, causal, hopper)
+                if provider == "gluon" and not gluon_ok:
+                    results.add("throughput", status="n/a", reason="gluon correctness not passed", **record)
+                    continue
+                if provider in ("hopper", "portable", "gluon"):
+                    record["path"] = path_taken(attention, q, k, v, 1.0 / math.sqrt(d), provider)
+                    if provider == "gluon" and record["path"] != "gluon":
+                        results.add("throughput", status="n/a", **record)  # not a d128 fp16/bf16 row
+                        continue
+                    call = _ours(flash_attention, q, k, v, causal, provider)
                 else:
                     call = bench_mod.make_call(provider, q, k, v, causal, torch, flash_attention)
                 if call is None:
@@ -490,7 +577,7 @@ def summarize(records: list[dict]) -> tuple[str, list[str], int]:
 
     gpu = env.get("gpu", "?")
     head = ["dtype", "d", "causal", "N", "B", "H", "mode", "hopper", "portable", "sdpa-flash", "sdpa-cudnn"]
-    head += ["hopper x cuDNN", "hopper x flash", "hopper x portable"]
+    head += ["hopper x cuDNN", "hopper x flash", "hopper x portable", "gluon", "gluon x cuDNN"]
     md = [
         f"# slurmkit_kernels on {gpu}",
         "",
@@ -502,7 +589,7 @@ def summarize(records: list[dict]) -> tuple[str, list[str], int]:
         "",
         f"TFLOP/s. {FLOP_RULE}. `x`: the Hopper path's TFLOP/s divided by the other's.",
         "",
-        f"Correctness (portable and Hopper paths, output/dQ/dK/dV vs float64, 2x torch's error): "
+        f"Correctness (portable, Hopper and Gluon paths, output/dQ/dK/dV vs float64, 2x torch's error): "
         f"{len(corr) - len(failed_corr)} of {len(corr)} cases ok.",
         "",
         "| " + " | ".join(head) + " |",
@@ -511,10 +598,16 @@ def summarize(records: list[dict]) -> tuple[str, list[str], int]:
     for key, entry in cells.items():
         dtype, d, causal, n, b, h = key
         for mode in ("fwd", "fwd_bwd"):
-            hop, port, flash, cudnn = (entry.get((p, mode)) for p in PROVIDERS)
+            hop, port, flash, cudnn, gluon = (entry.get((p, mode)) for p in PROVIDERS)
             row = [dtype, str(d), "yes" if causal else "no", str(n), str(b), str(h), mode]
             row += [_fmt(hop), _fmt(port), _fmt(flash), _fmt(cudnn)]
-            row += [_ratio(hop, cudnn), _ratio(hop, flash), _ratio(hop, port)]
+            row += [
+                _ratio(hop, cudnn),
+                _ratio(hop, flash),
+                _ratio(hop, port),
+                _fmt(gluon),
+                _ratio(gluon, cudnn),
+            ]
             md.append("| " + " | ".join(row) + " |")
     for title, items in (
         (
@@ -588,6 +681,7 @@ def run_phase(args, out_dir: Path) -> int:
         "versions": phase_versions,
         "prewarm": phase_prewarm,
         "correctness": phase_correctness,
+        "gluon": phase_gluon,
         "throughput": phase_throughput,
     }[args.phase](plan, results, deadline)
 

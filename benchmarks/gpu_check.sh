@@ -3,8 +3,8 @@
 #
 #   bash benchmarks/gpu_check.sh [--out-dir DIR] [--budget-s S]
 #
-# Runs benchmarks/gpu_check.py, which runs each phase (versions, prewarm, correctness,
-# throughput) as a separate process with its own timeout, appends every result to
+# Runs benchmarks/gpu_check.py, which runs each phase (versions, prewarm, correctness, gluon
+# (the opt-in warp-specialised Gluon forward), throughput) as a separate process with its own timeout, appends every result to
 # DIR/gpu_check.jsonl as it is measured (DIR: --out-dir, else $OUT, else ./out), writes
 # DIR/kernels-<gpu>.md and prints a short summary last. See the docstring of gpu_check.py.
 #

@@ -14,7 +14,7 @@ import os
 import torch
 from triton.runtime.interpreter import InterpretedFunction
 
-from . import _hopper, _kernels
+from . import _hopper, _kernels, hopper_ws
 from .config import KernelConfig, LaunchConfig, config_for_device, hopper_entry, parse_config
 
 SUPPORTED_HEAD_DIMS = (16, 32, 64, 128)
@@ -27,6 +27,10 @@ _UNBOUNDED = 2**30
 # Feature flag for the Hopper kernels (_hopper.py): "1" uses them on sm_90+ GPUs where
 # eligible, anything else keeps the portable kernels. The ``hopper=`` argument overrides it.
 HOPPER_ENV = "SLURMKIT_KERNELS_HOPPER"
+# Feature flag for the warp-specialised Gluon forward (hopper_ws.py), on top of the Hopper
+# path: "1" runs it for the Hopper path's d128 forwards on sm_90; it has not yet been run on
+# a GPU, so it stays off by default and the Hopper forward (_hopper.py) serves otherwise.
+GLUON_ENV = "SLURMKIT_KERNELS_GLUON"
 
 
 def interpreter_active() -> bool:
@@ -193,6 +197,22 @@ def _use_hopper(q, k, v, scale: float, hopper: bool | None) -> bool:
     )
 
 
+def _use_gluon(q, k, v) -> bool:
+    """Whether a forward that takes the Hopper path runs the Gluon warp-specialised kernel.
+
+    Only with ``SLURMKIT_KERNELS_GLUON=1`` (read at each call), on a CUDA device of compute
+    capability 9.x (wgmma and ``setmaxnreg`` as it uses them are sm_90 instructions), for
+    fp16/bf16 at head dim 128. Never under the interpreter: Triton's interpreter does not
+    run Gluon kernels (triton 3.6/3.7). Everything else keeps the Hopper forward, and the
+    backward is the Hopper backward either way (same lse).
+    """
+    if os.environ.get(GLUON_ENV) != "1" or q.device.type != "cuda":
+        return False
+    if torch.cuda.get_device_capability(q.device)[0] != 9:
+        return False
+    return hopper_ws.supports(q, k, v)
+
+
 def run_launch(launch) -> None:
     """Launch a ``(kernel, grid, args, kwargs)`` tuple built by a ``*_launch`` function."""
     kernel, grid, args, kwargs = launch
@@ -286,10 +306,14 @@ def backward_launches(do, q, k, v, o, lse, delta, dq, dk, dv, band, scale, preci
     return [pre, dkdv, dq_launch]
 
 
-def _forward(q, k, v, band, scale, precision, config, hopper=False):
+def _forward(q, k, v, band, scale, precision, config, hopper=False, gluon=False):
+    """O and lse; ``hopper`` picks the Hopper kernels, ``gluon`` (with ``hopper``) the Gluon
+    warp-specialised forward (callers decide both: :func:`_use_hopper`, :func:`_use_gluon`)."""
     o = _empty(q.shape, q.dtype, q.device)
     lse = _empty(q.shape[:3], torch.float32, q.device)
-    if hopper:
+    if hopper and gluon:
+        hopper_ws.forward(q, k, v, o, lse, band, scale * _LOG2E)
+    elif hopper:
         emulate_bf16, _ = _kernel_flags(q.dtype, precision)
         _hopper.forward(
             q,
@@ -374,8 +398,9 @@ def _flash_attention_fwd(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     config = _config_from_json(config_json, q)
     use_hopper = _use_hopper(q, k, v, scale, hopper)
+    use_gluon = use_hopper and _use_gluon(q, k, v)
     with _on_device(q):
-        return _forward(q, k, v, (d_lo, d_hi), scale, precision, config, use_hopper)
+        return _forward(q, k, v, (d_lo, d_hi), scale, precision, config, use_hopper, use_gluon)
 
 
 @_flash_attention_fwd.register_fake
@@ -498,6 +523,9 @@ def flash_attention(
         ``SLURMKIT_KERNELS_HOPPER=1`` on GPUs of compute capability >= 9.0; ``False`` always
         uses the portable kernels. Inputs the Hopper kernels cannot take (fp32, layouts
         TMA cannot address, a non-positive scale) use the portable kernels either way.
+        With ``SLURMKIT_KERNELS_GLUON=1`` as well, a Hopper-path forward at head dim 128
+        on sm_90 runs the warp-specialised Gluon kernel (``hopper_ws.py``; opt-in until a
+        GPU run has checked it); the backward stays the Hopper backward.
     deterministic : bool
         Hopper backward only: add dQ contributions in a fixed order (default), making the
         backward bitwise reproducible; ``False`` lets them race (faster). The portable

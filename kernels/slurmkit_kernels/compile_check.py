@@ -18,10 +18,13 @@ launches with the same specialisation compile once, exactly as in the JIT's cach
 
 Per kernel, launch config, dtype and head dim it reports registers and spills (bytes
 per thread, from ``ptxas -v`` run by Triton's own ``make_cubin``), shared memory (Triton's
-metadata), and the number of ``wgmma`` (warpgroup MMA) and ``cp.async.bulk.tensor`` (TMA)
-instructions in the PTX. Exit code 1 on a compile error, **any spill**, or shared memory
-over the architecture's per-block limit (227 KB on sm_90); the table is printed either
-way. Exit code 2 under ``TRITON_INTERPRET=1`` (the interpreter does not compile) or for a
+metadata), and the number of ``wgmma`` (warpgroup MMA), ``cp.async.bulk.tensor`` (TMA) and
+``setmaxnreg`` instructions in the PTX, with the register counts the ``setmaxnreg``
+instructions set (a warp-specialised kernel's registers per thread group; ptxas's figure
+is then the launch's ``maxnreg``). Exit code 1 on a compile error, **any spill**, shared
+memory over the architecture's per-block limit (227 KB on sm_90), or a kernel set's
+required instructions missing (:data:`REQUIRED_INSTRUCTIONS`: the Gluon forward must have
+``setmaxnreg``, async wgmma and TMA); the table is printed either way. Exit code 2 under ``TRITON_INTERPRET=1`` (the interpreter does not compile) or for a
 bad config file.
 
 Registering more kernels (for example a Hopper path): write a function returning a
@@ -60,10 +63,14 @@ KERNEL_SETS = [
     "slurmkit_kernels.compile_check:portable_kernel_set",
     "slurmkit_kernels.compile_check:hopper_kernel_set",
     "slurmkit_kernels.compile_check:varlen_kernel_set",
+    "slurmkit_kernels.compile_check:gluon_kernel_set",
 ]
 # Registered, checked only when named with ``--kernel-sets`` (kept out of the default sweep
 # that CI requires to be clean); none at present.
 OPTIONAL_KERNEL_SETS: list[str] = []
+# Instructions a kernel set's kernels must contain, else the row fails: without them the
+# warp-specialised forward would not be the kernel it claims to be.
+REQUIRED_INSTRUCTIONS = {"gluon": ("setmaxnreg", "wgmma", "tma")}
 MARK_BEGIN = "<!-- compile_check table: begin -->"
 MARK_END = "<!-- compile_check table: end -->"
 
@@ -110,6 +117,10 @@ class Row:
     smem: int = -1
     wgmma: int = 0
     tma: int = 0
+    # setmaxnreg instructions in the PTX and the register counts they set (warp-specialised
+    # kernels: each thread group's registers; ptxas's ``regs`` is then the launch's maxnreg).
+    setmaxnreg: int = 0
+    setmaxnreg_values: tuple[int, ...] = ()
     seconds: float = 0.0
     launches: int = 0
     result: str = "ok"
@@ -156,6 +167,36 @@ def varlen_kernel_set() -> KernelSet:
     from . import hopper_check
 
     return KernelSet("varlen", hopper_check.varlen_problem_launch)
+
+
+def gluon_kernel_set() -> KernelSet:
+    """The warp-specialised Gluon forward of ``hopper_ws.py`` (opt-in, sm_90, fp16/bf16,
+    head dim 128), launched by ``attention._forward(..., hopper=True, gluon=True)``; launches
+    nothing for other archs, dtypes or head dims (which keep the Hopper forward)."""
+
+    def launch(problem: Problem, config, arch: int) -> None:
+        import torch
+
+        from . import attention, hopper_ws
+
+        dtype = getattr(torch, problem.dtype)
+        if arch // 10 != 9 or dtype not in hopper_ws.DTYPES or problem.head_dim != hopper_ws.HEAD_DIM:
+            return
+        b, hq, hkv, nq, nk, d = (
+            problem.batch,
+            problem.heads_q,
+            problem.heads_kv,
+            problem.seq_q,
+            problem.seq_k,
+            problem.head_dim,
+        )
+        q = torch.empty((b, hq, nq, d), dtype=dtype, device="meta")
+        k = torch.empty((b, hkv, nk, d), dtype=dtype, device="meta")
+        v = torch.empty((b, hkv, nk, d), dtype=dtype, device="meta")
+        band = attention._band(problem.causal, None, nq, nk)
+        attention._forward(q, k, v, band, d**-0.5, problem.precision, config, True, True)
+
+    return KernelSet("gluon", launch)
 
 
 def load_kernel_sets(entries: Sequence[str] = KERNEL_SETS) -> list[KernelSet]:
@@ -284,6 +325,14 @@ _PTXAS_REGS = re.compile(r"Used (\d+) registers")
 _PTXAS_SPILLS = re.compile(r"(\d+) bytes spill stores, (\d+) bytes spill loads")
 
 
+_SETMAXNREG = re.compile(r"^\s*setmaxnreg\.(?:inc|dec)\.sync\.aligned\.u32\s+(\d+)", re.MULTILINE)
+
+
+def setmaxnreg_values(ptx: str) -> tuple[int, ...]:
+    """The distinct register counts that ``setmaxnreg.inc/dec`` instructions in ``ptx`` set."""
+    return tuple(sorted({int(n) for n in _SETMAXNREG.findall(ptx)}))
+
+
 def count_instructions(ptx: str, opcode: str) -> int:
     """Instructions in ``ptx`` whose opcode starts with ``opcode`` (e.g. ``"wgmma.mma_async"``).
 
@@ -304,8 +353,12 @@ def parse_ptxas_log(log: str) -> tuple[int, int, int]:
 
 
 def verdict(row: Row, smem_limit: int) -> str:
-    """ "ok", or what is wrong with a compiled kernel: any spill, or too much shared memory."""
+    """ "ok", or what is wrong with a compiled kernel: any spill, too much shared memory, or
+    an instruction its kernel set requires missing."""
     problems = []
+    for name in REQUIRED_INSTRUCTIONS.get(row.kernel_set, ()):
+        if not getattr(row, name):
+            problems.append(f"NO {name.upper()}")
     if row.spill_stores or row.spill_loads:
         problems.append("SPILLS")
     if row.smem > smem_limit:
@@ -439,6 +492,8 @@ def _record(rows, by_kernel, kset, config, problem, launch, target, limit, progr
         ptx = compiled.asm["ptx"]
         row.wgmma = count_instructions(ptx, "wgmma.mma_async")
         row.tma = count_instructions(ptx, "cp.async.bulk.tensor")
+        row.setmaxnreg = count_instructions(ptx, "setmaxnreg")
+        row.setmaxnreg_values = setmaxnreg_values(ptx)
         try:
             log = _ptxas_log(compiled, target, captured)
             row.regs, row.spill_stores, row.spill_loads = parse_ptxas_log(log)
@@ -473,6 +528,7 @@ HEADER = (
     "smem",
     "wgmma",
     "tma",
+    "setmaxnreg",
     "s",
     "result",
 )
@@ -495,9 +551,17 @@ def _cells(row: Row) -> tuple[str, ...]:
         str(row.smem),
         str(row.wgmma),
         str(row.tma),
+        _setmaxnreg(row),
         f"{row.seconds:.1f}",
         row.result,
     )
+
+
+def _setmaxnreg(row: Row) -> str:
+    """``count:values`` (e.g. ``12:24/120/240/256``), or ``0``; no spaces (table cells)."""
+    if not row.setmaxnreg:
+        return "0"
+    return f"{row.setmaxnreg}:" + "/".join(str(n) for n in row.setmaxnreg_values)
 
 
 def _groups(row: Row) -> str:
@@ -532,6 +596,7 @@ def format_markdown(rows: Sequence[Row], arch: int, command: str) -> str:
         "smem (B)",
         "wgmma",
         "TMA",
+        "setmaxnreg",
         "result",
     )
     out = [
@@ -557,6 +622,7 @@ def format_markdown(rows: Sequence[Row], arch: int, command: str) -> str:
             str(r.smem),
             str(r.wgmma),
             str(r.tma),
+            _setmaxnreg(r),
             r.result,
         )
         out.append("| " + " | ".join(cells) + " |")

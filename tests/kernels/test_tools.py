@@ -162,21 +162,28 @@ def test_gpu_check_cpu_smoke_runs_every_phase(tmp_path):
         ("versions", "ok"),
         ("prewarm", "ok"),
         ("correctness", "ok"),
+        ("gluon", "ok"),
         ("throughput", "ok"),
     ]
     # Each phase ran in its own process and wrote its own records before the next began.
     order = [r["phase"] for r in records if r["kind"] != "phase" and r["phase"] != "driver"]
-    assert order == sorted(order, key=["versions", "prewarm", "correctness", "throughput"].index)
+    assert order == sorted(order, key=["versions", "prewarm", "correctness", "gluon", "throughput"].index)
     env_record = next(r for r in records if r["kind"] == "environment")
     assert "4*B*H*Nq*Nk*D" in env_record["flops"]
     compiled = [r for r in records if r["kind"] == "compile"]
     # Prewarm compiles only what the run launches: here the Hopper forward and backward
-    # (deterministic dQ) and the shared preprocess kernel, nothing else.
+    # (deterministic dQ) and the shared preprocess kernel, and the Gluon forward (compiled
+    # for sm_90 only: the interpreter cannot run it), nothing else.
     assert sorted(r["kernel"] for r in compiled) == [
+        "gluon/_ws_fwd",
         "hopper/_attn_bwd_preprocess",
         "hopper/_hopper_bwd",
         "hopper/_hopper_fwd",
     ]
+    notes = [r["text"] for r in records if r["kind"] == "note" and r["phase"] == "gluon"]
+    assert notes == ["gluon: not run on a CPU (Triton's interpreter does not run Gluon kernels)"]
+    gluon_thr = [r for r in records if r["kind"] == "throughput" and r.get("provider") == "gluon"]
+    assert gluon_thr and all(r["status"] == "n/a" for r in gluon_thr)  # never timed unchecked
     assert all(r["result"] == "ok" and r["spill"] == 0 for r in compiled)
     corr = [r for r in records if r["kind"] == "correctness"]
     assert {r["path"] for r in corr} == {"hopper", "portable"} and all(r["status"] == "ok" for r in corr)
