@@ -16,8 +16,8 @@ import os
 import pytest
 
 from slurmkit.report import rules, sacct
-from slurmkit.report.aggregate import accumulate, finish
-from slurmkit.report.lost import find_lost
+from slurmkit.report.aggregate import finish, reference_accumulate
+from slurmkit.report.lost import reference_lost
 from slurmkit.report.stream import StreamingAggregator
 from slurmkit.report.window import Window, resolve_window
 from slurmkit.slurm import states
@@ -43,8 +43,8 @@ def dump(tmp_path, *lines):
 
 def _list_path(path, by, window):
     attempts, _, _ = sacct.read_sacct_file(path, window=window, now=NOW)
-    lost = find_lost(attempts, rules.PROLOG_REQUEUE_SECONDS)
-    groups, total = accumulate(attempts, by, window_start=window.start, lost=lost, suspect=None)
+    lost = reference_lost(attempts, rules.PROLOG_REQUEUE_SECONDS)
+    groups, total = reference_accumulate(attempts, by, window_start=window.start, lost=lost, suspect=None)
     return finish(groups, total, by, priced=False, health=False)
 
 
