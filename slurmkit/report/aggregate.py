@@ -258,7 +258,7 @@ def _finish(acc: _Acc, total_seconds: float, priced: bool, health: bool) -> Dict
     return row
 
 
-def aggregate(
+def reference_aggregate(
     attempts: Sequence[Attempt],
     by: Sequence[str],
     *,
@@ -267,8 +267,9 @@ def aggregate(
     suspect: Optional[Set[int]] = None,
     prices: Optional[PriceTable] = None,
 ) -> Report:
-    """Group ``attempts`` by ``by`` (see the module docstring for the rules)."""
-    groups, total = accumulate(
+    """Group ``attempts`` by ``by`` (see the module docstring for the rules): the list path, the
+    reference the tests compare the engines with (no report runs it)."""
+    groups, total = reference_accumulate(
         attempts, by, window_start=window_start, lost=lost, suspect=suspect, prices=prices
     )
     return finish(
@@ -281,7 +282,7 @@ def aggregate(
     )
 
 
-def accumulate(
+def reference_accumulate(
     attempts: Sequence[Attempt],
     by: Sequence[str],
     *,
@@ -290,7 +291,7 @@ def accumulate(
     suspect: Optional[Set[int]] = None,
     prices: Optional[PriceTable] = None,
 ) -> Tuple[Dict[Tuple, "_Acc"], "_Acc"]:
-    """The per-group and total accumulators behind :func:`aggregate`: the reference. Every
+    """The per-group and total accumulators behind :func:`reference_aggregate`: the reference. Every
     field of an accumulator is a sum over attempts, so accumulators of attempts of disjoint
     sets of jobs add up. The streaming aggregator (:mod:`.stream`) and the DuckDB engine
     (:mod:`.engine`) build the same accumulators their own way; their tests compare them

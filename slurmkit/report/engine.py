@@ -948,7 +948,7 @@ def _prolog(con, prolog_requeue_seconds: float, typed: bool) -> None:
 
 def _suspect(con, drains: Sequence[DrainEvent], hours: float) -> None:
     """Table ``sus(rid)``: attempts that ran on a node within ``hours`` before it was drained
-    (the rule of :func:`slurmkit.report.lost.find_suspect`)."""
+    (the rule of :func:`slurmkit.report.lost.reference_suspect`)."""
     span = hours * 3600.0
     by_node: Dict[str, List[Tuple[float, float]]] = {}
     for ev in drains:

@@ -80,10 +80,11 @@ def _order(a: Attempt) -> tuple:
     return rules.order_key(a)
 
 
-def find_lost(
+def reference_lost(
     attempts: Sequence[Attempt], prolog_requeue_seconds: float = DEFAULT_PROLOG_REQUEUE_SECONDS
 ) -> Dict[int, str]:
-    """``{attempt index: cause}`` for every lost attempt (the reference's list path)."""
+    """``{attempt index: cause}`` for every lost attempt: the list path, the reference the tests
+    compare the streaming path and the DuckDB engine with (no report runs it)."""
     lost_states = rules.lost_states()
     state_i = Attempt._fields.index("state")
     jid_i = Attempt._fields.index("job_id_raw")
@@ -184,7 +185,7 @@ def read_health_log(pattern: str) -> Optional[HealthLog]:
 
 class SuspectTest:
     """Whether one attempt ran on a node within ``hours`` before that node was drained:
-    the per-attempt rule of :func:`find_suspect`, usable while rows stream past (an
+    the per-attempt rule of :func:`reference_suspect`, usable while rows stream past (an
     attempt is tested alone; node lists are expanded once per distinct string)."""
 
     def __init__(self, events: Sequence[DrainEvent], hours: float):
@@ -213,8 +214,9 @@ class SuspectTest:
         return False
 
 
-def find_suspect(attempts: Sequence[Attempt], events: Sequence[DrainEvent], hours: float) -> Set[int]:
-    """Indices of attempts that ran on a node within ``hours`` before it was drained."""
+def reference_suspect(attempts: Sequence[Attempt], events: Sequence[DrainEvent], hours: float) -> Set[int]:
+    """Indices of attempts that ran on a node within ``hours`` before it was drained: the list
+    path, the reference the tests compare the engines with (no report runs it)."""
     if not events:
         return set()
     test = SuspectTest(events, hours)

@@ -19,9 +19,8 @@ runs. Changing the data here changes both engines' answers
   :func:`queue_wait`, :func:`queue_wait_fn`, :func:`queue_wait_sql`;
 * clipping to the window: :data:`KEEP_INSTANTS`; :func:`clip`, :func:`clip_sql`.
 
-The DuckDB engine builds its clipping SQL from :func:`clip_sql`; the reference parser
-(:func:`.sacct._parse_rows`) still clips inline in its hot loop, tested against :func:`clip`
-at every edge of the window. Not yet here: the row classes (filtered, not started, malformed,
+The parser of the Python path (:func:`.sacct._parse_rows`) clips with :func:`clip`, the
+DuckDB engine with SQL from :func:`clip_sql`. Not yet here: the row classes (filtered, not started, malformed,
 impossible, outside, counted), written in the reference parser and in
 :meth:`.engine._Rules.derived`; the edge tests keep them equal.
 
@@ -330,9 +329,7 @@ KEEP_INSTANTS = True
 
 
 def clip(start: int, end: int, lo: int, hi: int) -> Optional[Tuple[int, int]]:
-    """The attempt ``[start, end)`` clipped to the window ``[lo, hi)``; None: outside it.
-    (The reference parser, :func:`.sacct._parse_rows`, applies this rule inline in its hot
-    loop; ``tests/report/test_report_rules_once.py`` checks it against this function.)"""
+    """The attempt ``[start, end)`` clipped to the window ``[lo, hi)``; None: outside it."""
     s = start if start > lo else lo
     e = end if end < hi else hi
     if e <= s:

@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Dict, FrozenSet, Iterable, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 from slurmkit.errors import ExternalCommandError, SlurmCommandError, UsageError
-from slurmkit.report import progress
+from slurmkit.report import progress, rules
 from slurmkit.report.neutral import neutral_text
 from slurmkit.report.window import Window, iso_local
 from slurmkit.slurm.parse import SACCT_DELIMITER, ParseError, gpus_from_tres, parse_tres, split_parsable2
@@ -450,6 +450,7 @@ def _parse_rows(
     running_states = RUNNING_STATES
     slow_time = parse_time
     new_attempt = _new_attempt
+    clip = rules.clip  # read when the parse starts (the rule's data too)
     minute_of = _minute_cache
     epoch_times = True
     out: List[Attempt] = []
@@ -579,13 +580,11 @@ def _parse_rows(
             bad(line_no, IMPOSSIBLE + "end before start")
             continue
         # --- clip to the window (again: -T is not trusted, and files may lack it)
-        s = start if start > lo else lo
-        e = end if end < hi else hi
-        if e <= s:
-            if not (start == end and lo <= start < hi):
-                outside += 1
-                continue
-            e = s
+        se = clip(start, end, lo, hi)
+        if se is None:
+            outside += 1
+            continue
+        s, e = se
         # --- GPUs
         tres = f[i_tres]
         g = tres_cache.get(tres)

@@ -2,8 +2,8 @@
 grows with the number of distinct jobs (a few dozen bytes each), not with the rows.
 
 It gives exactly the answer of the list path (:func:`.sacct.parse_rows` into a list,
-then :func:`.lost.find_lost`, :func:`.lost.find_suspect` and
-:func:`.aggregate.accumulate`), whose docstrings define every rule; only *when* each
+then :func:`.lost.reference_lost`, :func:`.lost.reference_suspect` and
+:func:`.aggregate.reference_accumulate`), whose docstrings define every rule; only *when* each
 rule is applied changes:
 
 * What depends on one attempt alone is summed at once: GPU-seconds and their split by
@@ -20,7 +20,7 @@ rule is applied changes:
   - *distinct jobs*: each attempt counted once in every group it touched; a job whose
     attempts share a group is counted back down to one there (the total is the size of
     the dict);
-  - *FAILED_AFTER_PROLOG_REQUEUE*: the rule of :func:`.lost.find_lost` over the job's
+  - *FAILED_AFTER_PROLOG_REQUEUE*: the rule of :func:`.lost.reference_lost` over the job's
     attempts in :func:`.rules.order_key`; an attempt that is neither REQUEUED nor FAILED
     only needs ``(Start, End, state)`` there (ties between two such attempts cannot
     change which FAILED attempt follows a REQUEUED one). A FAILED attempt that the
@@ -97,8 +97,8 @@ class _GroupAcc(_Acc):
 
 class StreamingAggregator:
     """``add`` is the parser's sink (:func:`.sacct.parse_rows`); :meth:`result` gives the
-    ``(groups, total)`` accumulators that :func:`.aggregate.accumulate` would give for the
-    same attempts with ``find_lost`` and (when ``drains`` is not ``None``) ``find_suspect``.
+    ``(groups, total)`` accumulators that :func:`.aggregate.reference_accumulate` would give for the
+    same attempts with ``reference_lost`` and (when ``drains`` is not ``None``) ``reference_suspect``.
     """
 
     def __init__(
@@ -330,7 +330,7 @@ class StreamingAggregator:
         return out
 
     def _prolog_failed(self, recs: List[Tuple[int, int, int, Optional[Attempt]]]) -> List[Attempt]:
-        """The FAILED attempts of one job that :func:`.lost.find_lost` marks
+        """The FAILED attempts of one job that :func:`.lost.reference_lost` marks
         FAILED_AFTER_PROLOG_REQUEUE."""
         infos = self.infos
         keys = [

@@ -12,9 +12,9 @@ from hypothesis import strategies as st
 
 from slurmkit.errors import UsageError
 from slurmkit.report import sacct
-from slurmkit.report.aggregate import PeriodSplitter, _hours, aggregate, parse_by
+from slurmkit.report.aggregate import PeriodSplitter, _hours, parse_by, reference_aggregate
 from slurmkit.report.cost import PriceTable
-from slurmkit.report.lost import find_lost, find_suspect, read_health_log
+from slurmkit.report.lost import read_health_log, reference_lost, reference_suspect
 from slurmkit.report.window import resolve_window
 
 
@@ -31,7 +31,9 @@ def rows_by(report, *dims):
 
 def test_by_account_user(fixture_path):
     attempts, w = load(fixture_path)
-    rep = aggregate(attempts, ["account", "user"], window_start=w.start, lost=find_lost(attempts))
+    rep = reference_aggregate(
+        attempts, ["account", "user"], window_start=w.start, lost=reference_lost(attempts)
+    )
     rows = rows_by(rep, "account", "user")
     assert set(rows) == {("research", "alice"), ("ops", "bob"), ("research", "bob")}
     ar, bo, br = rows[("research", "alice")], rows[("ops", "bob")], rows[("research", "bob")]
@@ -51,7 +53,7 @@ def test_by_account_user(fixture_path):
 
 def test_mean_wait_ignores_clipped_starts(fixture_path):
     attempts, w = load(fixture_path)
-    rep = aggregate(attempts, ["user"], window_start=w.start)
+    rep = reference_aggregate(attempts, ["user"], window_start=w.start)
     alice = rows_by(rep, "user")[("alice",)]
     # alice's observable waits: 100: 600, 102_1: 0, 102_2: 1800, 108: 3600, 110+0: 0, 110+1: 0,
     # 112: 0, 115: 0 (107 started before the window: its wait is not observable)
@@ -60,7 +62,7 @@ def test_mean_wait_ignores_clipped_starts(fixture_path):
 
 def test_by_gpu_type(fixture_path):
     attempts, w = load(fixture_path)
-    rows = rows_by(aggregate(attempts, ["gpu_type"], window_start=w.start), "gpu_type")
+    rows = rows_by(reference_aggregate(attempts, ["gpu_type"], window_start=w.start), "gpu_type")
     assert {k[0]: r["gpu_hours"] for k, r in rows.items()} == {
         "h100": 57.0,
         "a100": 3.0,
@@ -71,7 +73,7 @@ def test_by_gpu_type(fixture_path):
 
 def test_by_node_splits_multi_node_jobs_evenly(fixture_path):
     attempts, w = load(fixture_path)
-    rep = aggregate(attempts, ["node"], window_start=w.start)
+    rep = reference_aggregate(attempts, ["node"], window_start=w.start)
     rows = rows_by(rep, "node")
     assert rows[("node1",)]["gpu_hours"] == 41.0 and rows[("node2",)]["gpu_hours"] == 21.0
     assert rep.totals["gpu_hours"] == 62.0 and rep.totals["jobs"] == 15
@@ -80,7 +82,7 @@ def test_by_node_splits_multi_node_jobs_evenly(fixture_path):
 
 def test_by_day_splits_at_midnight(fixture_path):
     attempts, w = load(fixture_path)
-    rep = aggregate(attempts, ["day"], window_start=w.start)
+    rep = reference_aggregate(attempts, ["day"], window_start=w.start)
     got = {r["day"]: r["gpu_hours"] for r in rep.rows}
     assert got == {
         "2026-11-01": 2.0,
@@ -99,17 +101,22 @@ def test_by_day_splits_at_midnight(fixture_path):
 
 def test_by_week_and_month(fixture_path):
     attempts, w = load(fixture_path)
-    weeks = {r["week"]: r["gpu_hours"] for r in aggregate(attempts, ["week"], window_start=w.start).rows}
+    weeks = {
+        r["week"]: r["gpu_hours"] for r in reference_aggregate(attempts, ["week"], window_start=w.start).rows
+    }
     # ISO weeks: W44 = Oct 26-Nov 1 (107: 2), W45 = Nov 2-8 (8+16+1+4+4+4+4 = 41),
     # W46 = Nov 9-15 (115: 1), W49 = Nov 30-Dec 6 (18)
     assert weeks == {"2026-W44": 2.0, "2026-W45": 41.0, "2026-W46": 1.0, "2026-W49": 18.0}
-    months = {r["month"]: r["gpu_hours"] for r in aggregate(attempts, ["month"], window_start=w.start).rows}
+    months = {
+        r["month"]: r["gpu_hours"]
+        for r in reference_aggregate(attempts, ["month"], window_start=w.start).rows
+    }
     assert months == {"2026-11": 62.0}
 
 
 def test_combined_split_dimensions(fixture_path):
     attempts, w = load(fixture_path)
-    rep = aggregate(attempts, ["user", "gpu_type", "day"], window_start=w.start)
+    rep = reference_aggregate(attempts, ["user", "gpu_type", "day"], window_start=w.start)
     rows = rows_by(rep, "user", "gpu_type", "day")
     assert rows[("bob", "untyped", "2026-11-05")]["gpu_hours"] == 1.0
     assert rows[("bob", "untyped", "2026-11-06")]["gpu_hours"] == 1.0
@@ -140,7 +147,7 @@ def test_parse_by_errors():
 
 def test_prolog_requeue_detection(fixture_path):
     attempts, w = load(fixture_path, "prolog_requeue.txt")
-    lost = find_lost(attempts)
+    lost = reference_lost(attempts)
     causes = {(attempts[i].job_id, attempts[i].state): c for i, c in lost.items()}
     assert causes == {
         ("300", "REQUEUED"): "REQUEUED",
@@ -151,7 +158,7 @@ def test_prolog_requeue_detection(fixture_path):
         ("304", "REQUEUED"): "REQUEUED",
         ("304", "FAILED"): "FAILED_AFTER_PROLOG_REQUEUE",
     }
-    rep = aggregate(attempts, [], window_start=w.start, lost=lost)
+    rep = reference_aggregate(attempts, [], window_start=w.start, lost=lost)
     assert rep.totals["gpu_hours"] == pytest.approx(10.021111, abs=1e-5)
     assert rep.totals["lost_gpu_hours"] == pytest.approx(8.021111, abs=1e-5)
     assert rep.totals["lost_by_cause"]["FAILED_AFTER_PROLOG_REQUEUE"] == 6.0
@@ -183,13 +190,13 @@ def test_health_log_join(fixture_path, tmp_path):
     )
     hl = read_health_log(str(log))
     assert len(hl.events) == 1 and hl.bad_lines == 1 and hl.records == 3
-    suspect = find_suspect(attempts, hl.events, hours=6)
+    suspect = reference_suspect(attempts, hl.events, hours=6)
     assert {attempts[i].job_id for i in suspect} == {"100"}  # ran 10:00-12:00 on node1, drained at 13:00
-    rep = aggregate(attempts, ["user"], window_start=w.start, suspect=suspect)
+    rep = reference_aggregate(attempts, ["user"], window_start=w.start, suspect=suspect)
     assert rows_by(rep, "user")[("alice",)]["suspect_gpu_hours"] == 8.0
     assert rep.totals["suspect_gpu_hours"] == 8.0
     # a 30-minute window misses it (the job ended at 12:00)
-    assert find_suspect(attempts, hl.events, hours=0.5) == set()
+    assert reference_suspect(attempts, hl.events, hours=0.5) == set()
 
 
 def test_health_log_missing_is_none(tmp_path):
@@ -200,26 +207,28 @@ def test_health_log_missing_is_none(tmp_path):
 def test_cost_per_gpu_type(fixture_path):
     attempts, w = load(fixture_path)
     prices = PriceTable({"h100": 2.5, "a100": 1.0}, default=2.0)
-    rep = aggregate(attempts, ["account"], window_start=w.start, prices=prices)
+    rep = reference_aggregate(attempts, ["account"], window_start=w.start, prices=prices)
     rows = rows_by(rep, "account")
     # research: h100 21 (alice) x 2.5 = 52.5; a100 3 x 1.0 = 3; untyped 2 x 2.0 = 4 -> 59.5
     # ops: 36 h100 x 2.5 = 90
     assert rows[("research",)]["cost"] == 59.5 and rows[("ops",)]["cost"] == 90.0
     assert rep.totals["cost"] == 149.5
     split = rows_by(
-        aggregate(attempts, ["gpu_type", "day"], window_start=w.start, prices=prices), "gpu_type", "day"
+        reference_aggregate(attempts, ["gpu_type", "day"], window_start=w.start, prices=prices),
+        "gpu_type",
+        "day",
     )
     assert split[("untyped", "2026-11-05")]["cost"] == 2.0
 
 
 def test_no_prices_no_cost_column(fixture_path):
     attempts, w = load(fixture_path)
-    rep = aggregate(attempts, ["user"], window_start=w.start, prices=PriceTable())
+    rep = reference_aggregate(attempts, ["user"], window_start=w.start, prices=PriceTable())
     assert "cost" not in rep.rows[0] and not rep.priced
 
 
 def test_empty_input():
-    rep = aggregate([], ["user"])
+    rep = reference_aggregate([], ["user"])
     assert rep.rows == [] and rep.totals["gpu_hours"] == 0.0 and rep.totals["share_pct"] == 0.0
 
 
@@ -250,7 +259,7 @@ def test_health_log_written_by_the_health_hooks(fixture_path, tmp_path):
     (ev,) = hl.events
     assert (ev.node, ev.code, ev.check) == ("node2", "GPU_ECC_DBE", "gpu_ecc")
     # job 112 (TIMEOUT, node2, 11-07 10:00-11:00, 4 GPUs) ran within 6 h before the drain
-    assert {attempts[i].job_id for i in find_suspect(attempts, hl.events, 6)} == {"112"}
+    assert {attempts[i].job_id for i in reference_suspect(attempts, hl.events, 6)} == {"112"}
 
 
 def test_wait_of_a_start_truncated_by_T_is_not_counted():
@@ -262,7 +271,7 @@ def test_wait_of_a_start_truncated_by_T_is_not_counted():
         f"2|COMPLETED|gres/gpu=1|{w.start + 100}|{w.start + 400}|{w.start + 500}|u\n",
     ]  # wait 300 s
     attempts, _ = sacct.parse_rows(rows, cols, sep="|", window=w)
-    rep = aggregate(attempts, ["user"], window_start=w.start)
+    rep = reference_aggregate(attempts, ["user"], window_start=w.start)
     assert rep.rows[0]["mean_wait_s"] == 300.0
     assert rep.rows[0]["gpu_hours"] == pytest.approx((3600 + 100) / 3600)
 

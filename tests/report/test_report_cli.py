@@ -346,13 +346,13 @@ def test_plot_png_is_valid_with_title_and_axes(cli, fixture_path, tmp_path):
 
 def test_plot_figure_content(fixture_path):
     from slurmkit.report import sacct
-    from slurmkit.report.aggregate import aggregate
+    from slurmkit.report.aggregate import reference_aggregate
     from slurmkit.report.plot import build_figure
     from slurmkit.report.window import resolve_window
 
     w = resolve_window(since="2026-11-01", until="2026-12-01")
     attempts, _, _ = sacct.read_sacct_file(fixture_path("basic.txt"), window=w, now=1796095800)
-    rep = aggregate(attempts, ["account", "user"], window_start=w.start)
+    rep = reference_aggregate(attempts, ["account", "user"], window_start=w.start)
     rep.meta = {"window": w.to_dict()}
     fig = build_figure(rep)
     (ax,) = fig.axes
@@ -576,13 +576,13 @@ def test_report_does_not_import_matplotlib_unless_plotting(fixture_path, site_co
 def test_rich_table_on_a_terminal(fixture_path):
     """On a TTY the table is drawn by rich; the numbers are the same."""
     from slurmkit.report import sacct
-    from slurmkit.report.aggregate import aggregate
+    from slurmkit.report.aggregate import reference_aggregate
     from slurmkit.report.render import render_table
     from slurmkit.report.window import resolve_window
 
     w = resolve_window(since="2026-11-01", until="2026-12-01")
     attempts, _, _ = sacct.read_sacct_file(fixture_path("basic.txt"), window=w, now=1796095800)
-    rep = aggregate(attempts, ["user"], window_start=w.start)
+    rep = reference_aggregate(attempts, ["user"], window_start=w.start)
     rep.meta = {"title": "GPU-hours by user"}
     buf = io.StringIO()
     render_table(rep, "usage", buf, color=True)

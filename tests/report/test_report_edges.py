@@ -13,15 +13,15 @@ from __future__ import annotations
 import pytest
 
 from slurmkit.report import sacct
-from slurmkit.report.aggregate import accumulate, finish
+from slurmkit.report.aggregate import finish, reference_accumulate
 from slurmkit.report.efficiency import JobEfficiency, from_summary
 from slurmkit.report.lost import (
     DEFAULT_PROLOG_REQUEUE_SECONDS,
     PROLOG_CAUSE,
     DrainEvent,
-    find_lost,
-    find_suspect,
     is_prolog_requeue,
+    reference_lost,
+    reference_suspect,
 )
 from slurmkit.report.stream import StreamingAggregator
 from slurmkit.report.window import resolve_window
@@ -55,9 +55,9 @@ def dump(tmp_path, *lines, name="dump.txt"):
 
 def _list_path(path, drains, hours):
     attempts, _, _ = sacct.read_sacct_file(path, window=WINDOW, now=NOW)
-    lost = find_lost(attempts, DEFAULT_PROLOG_REQUEUE_SECONDS)
-    suspect = find_suspect(attempts, drains, hours) if drains is not None else None
-    groups, total = accumulate(attempts, [], window_start=WINDOW.start, lost=lost, suspect=suspect)
+    lost = reference_lost(attempts, DEFAULT_PROLOG_REQUEUE_SECONDS)
+    suspect = reference_suspect(attempts, drains, hours) if drains is not None else None
+    groups, total = reference_accumulate(attempts, [], window_start=WINDOW.start, lost=lost, suspect=suspect)
     return finish(groups, total, [], priced=False, health=drains is not None)
 
 

@@ -17,9 +17,9 @@ from hypothesis import strategies as st
 duckdb = pytest.importorskip("duckdb")
 
 from slurmkit.report import engine, sacct  # noqa: E402
-from slurmkit.report.aggregate import accumulate, finish  # noqa: E402
+from slurmkit.report.aggregate import finish, reference_accumulate  # noqa: E402
 from slurmkit.report.cost import PriceTable  # noqa: E402
-from slurmkit.report.lost import DrainEvent, find_lost, find_suspect  # noqa: E402
+from slurmkit.report.lost import DrainEvent, reference_lost, reference_suspect  # noqa: E402
 from slurmkit.report.window import Window, resolve_window  # noqa: E402
 
 REAL = Path(__file__).resolve().parents[1] / "data" / "real" / "hb-jobinfo-sacct.txt"
@@ -250,9 +250,9 @@ def _row(draw, iso: bool, clean: bool):
 
 def _reference(path, window, now, by, prices, drains, hours=6.0, filters=None):
     attempts, stats, _ = sacct.read_sacct_file(path, window=window, now=now, filters=filters)
-    lost = find_lost(attempts, 120)
-    suspect = find_suspect(attempts, drains, hours) if drains is not None else None
-    groups, total = accumulate(
+    lost = reference_lost(attempts, 120)
+    suspect = reference_suspect(attempts, drains, hours) if drains is not None else None
+    groups, total = reference_accumulate(
         attempts, by, window_start=window.start, lost=lost, suspect=suspect, prices=prices
     )
     rep = finish(groups, total, by, priced=bool(prices and prices.enabled), health=drains is not None)
@@ -441,10 +441,12 @@ def test_archive_same_answer_as_reference_over_its_rows(
     prices = PriceTable({"h100": 2.5}, 1.25) if priced else None
     filters = sacct.Filters(names=frozenset({"train"})) if name_filter else None
     attempts, ref_stats = _read_archive(tmp, window, now, filters)
-    lost = find_lost(attempts, 120)
-    suspect = find_suspect(attempts, drains, 6.0) if drains is not None else None
+    lost = reference_lost(attempts, 120)
+    suspect = reference_suspect(attempts, drains, 6.0) if drains is not None else None
     ref = finish(
-        *accumulate(attempts, by, window_start=window.start, lost=lost, suspect=suspect, prices=prices),
+        *reference_accumulate(
+            attempts, by, window_start=window.start, lost=lost, suspect=suspect, prices=prices
+        ),
         by,
         priced=priced,
         health=drains is not None,

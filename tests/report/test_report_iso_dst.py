@@ -11,8 +11,8 @@ import pytest
 duckdb = pytest.importorskip("duckdb")
 
 from slurmkit.report import engine, sacct  # noqa: E402
-from slurmkit.report.aggregate import accumulate, finish  # noqa: E402
-from slurmkit.report.lost import find_lost  # noqa: E402
+from slurmkit.report.aggregate import finish, reference_accumulate  # noqa: E402
+from slurmkit.report.lost import reference_lost  # noqa: E402
 from slurmkit.report.window import resolve_window  # noqa: E402
 
 ZONES = [
@@ -114,7 +114,9 @@ def test_report_over_iso_times_across_changes_same_as_reference(zone, tmp_path, 
     window = resolve_window(default_unbounded=True)
     now = int(time.time())
     attempts, ref_stats, _ = sacct.read_sacct_file(str(path), window=window, now=now)
-    groups, total = accumulate(attempts, ["user"], window_start=window.start, lost=find_lost(attempts, 120))
+    groups, total = reference_accumulate(
+        attempts, ["user"], window_start=window.start, lost=reference_lost(attempts, 120)
+    )
     ref = finish(groups, total, ["user"], priced=False, health=False)
     second_steps = []
     real = engine._convert_iso
@@ -135,7 +137,9 @@ def test_report_over_iso_times_across_changes_same_as_reference(zone, tmp_path, 
         max_gpus=sacct.DEFAULT_MAX_GPUS, prolog_requeue_seconds=120,
     )  # fmt: skip
     assert stats.to_dict() == ref_stats.to_dict() and second_steps == [1]
-    groups, total = accumulate(attempts, ["user"], window_start=window.start, lost=find_lost(attempts, 120))
+    groups, total = reference_accumulate(
+        attempts, ["user"], window_start=window.start, lost=reference_lost(attempts, 120)
+    )
     assert (
         finish(g, tot, ["user"], priced=False, health=False).totals
         == finish(groups, total, ["user"], priced=False, health=False).totals

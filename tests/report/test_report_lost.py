@@ -15,10 +15,10 @@ from slurmkit.report.lost import (
     DrainEvent,
     SuspectTest,
     _is_drain,
-    find_lost,
-    find_suspect,
     is_prolog_requeue,
     read_health_log,
+    reference_lost,
+    reference_suspect,
 )
 from slurmkit.report.window import resolve_window
 
@@ -74,13 +74,13 @@ def test_only_a_requeued_attempt_is_a_prolog_requeue():
     assert is_prolog_requeue(a) is False
 
 
-def test_find_lost_uses_the_given_boundary():
+def test_reference_lost_uses_the_given_boundary():
     rows = attempts(
         ("REQUEUED", BASE, BASE + 200, "None", "node1"), ("FAILED", BASE + 300, BASE + 900, "None", "n")
     )
-    assert find_lost(rows) == {0: "REQUEUED"}
-    assert find_lost(rows, 200) == {0: "REQUEUED", 1: PROLOG_CAUSE}
-    assert find_lost(rows, 199) == {0: "REQUEUED"}
+    assert reference_lost(rows) == {0: "REQUEUED"}
+    assert reference_lost(rows, 200) == {0: "REQUEUED", 1: PROLOG_CAUSE}
+    assert reference_lost(rows, 199) == {0: "REQUEUED"}
 
 
 def test_a_failed_attempt_naming_a_launch_failure_follows_any_requeue():
@@ -88,7 +88,7 @@ def test_a_failed_attempt_naming_a_launch_failure_follows_any_requeue():
         ("REQUEUED", BASE, BASE + 3600, "None", "node1"),
         ("FAILED", BASE + 4000, BASE + 5000, "launch_failed_requeued_held", "node1"),
     )
-    assert find_lost(rows) == {0: "REQUEUED", 1: PROLOG_CAUSE}
+    assert reference_lost(rows) == {0: "REQUEUED", 1: PROLOG_CAUSE}
 
 
 def test_only_the_attempt_right_after_the_requeue_is_lost():
@@ -97,7 +97,7 @@ def test_only_the_attempt_right_after_the_requeue_is_lost():
         ("COMPLETED", BASE + 100, BASE + 200, "None", "node1"),
         ("FAILED", BASE + 300, BASE + 400, "None", "node1"),
     )
-    assert find_lost(rows) == {0: "REQUEUED"}
+    assert reference_lost(rows) == {0: "REQUEUED"}
 
 
 # --------------------------------------------------------------------------- the health log
@@ -193,9 +193,9 @@ def test_suspect_windows_by_node_and_hours():
         ("COMPLETED", BASE + 7200, BASE + 7300, "None", "node2"),  # 6: starts exactly at node2's drain
     )
     drains = [DrainEvent("node1", BASE + 7300), DrainEvent("node2", BASE + 7200)]
-    assert find_suspect(rows, drains, 2.0) == {0, 2, 3, 6}
-    assert find_suspect(rows, drains, 0.0) == {2, 3, 6}
-    assert find_suspect(rows, [], 2.0) == set()
+    assert reference_suspect(rows, drains, 2.0) == {0, 2, 3, 6}
+    assert reference_suspect(rows, drains, 0.0) == {2, 3, 6}
+    assert reference_suspect(rows, [], 2.0) == set()
     test = SuspectTest(drains, 2.0)
     assert test.first == BASE + 7200 - 7200 and test.last == BASE + 7300
     assert [test(a) for a in rows] == [i in {0, 2, 3, 6} for i in range(len(rows))]

@@ -2,7 +2,7 @@
 
 The proof, rule by rule: change the one definition (monkeypatch its data: the prolog
 comparison, the Reason words, the tie order, the lost states, how lost seconds are added,
-the queue wait comparisons) and every engine's answer on a small hand-made dump changes
+the queue wait comparisons, clipping to the window) and every engine's answer on a small hand-made dump changes
 to the value worked out by hand: the list path (the reference), the streaming path, the
 DuckDB engine over the dump and over the archive (ingested under the changed rule where the
 archive stores the rule's output). A copy of a rule left in any engine keeps that engine's
@@ -16,8 +16,8 @@ import os
 import pytest
 
 from slurmkit.report import rules, sacct
-from slurmkit.report.aggregate import accumulate, finish
-from slurmkit.report.lost import find_lost
+from slurmkit.report.aggregate import finish, reference_accumulate
+from slurmkit.report.lost import reference_lost
 from slurmkit.report.stream import StreamingAggregator
 from slurmkit.report.window import Window, resolve_window
 from slurmkit.slurm import states
@@ -43,8 +43,8 @@ def dump(tmp_path, *lines):
 
 def _list_path(path, by, window):
     attempts, _, _ = sacct.read_sacct_file(path, window=window, now=NOW)
-    lost = find_lost(attempts, rules.PROLOG_REQUEUE_SECONDS)
-    groups, total = accumulate(attempts, by, window_start=window.start, lost=lost, suspect=None)
+    lost = reference_lost(attempts, rules.PROLOG_REQUEUE_SECONDS)
+    groups, total = reference_accumulate(attempts, by, window_start=window.start, lost=lost, suspect=None)
     return finish(groups, total, by, priced=False, health=False)
 
 
@@ -321,9 +321,9 @@ LO, HI = BASE, BASE + 86400
 EDGES = (LO - 10, LO - 1, LO, LO + 1, HI - 1, HI, HI + 1)
 
 
-def test_the_reference_parser_clips_as_the_rule_does():
-    """The reference parser applies the clipping rule inline (its hot loop): checked against
-    rules.clip at every edge of the window, attempts of no length included."""
+def test_the_parser_clips_as_the_rule_does():
+    """The parser (the list and streaming paths) clips with rules.clip: its answer at every
+    edge of the window, attempts of no length included."""
     cases = [(s, e) for s in EDGES for e in EDGES if e >= s]
     lines = [row(jid=str(100 + i), start=s, end=e) for i, (s, e) in enumerate(cases)]
     attempts, stats = sacct.parse_rows(
@@ -336,13 +336,32 @@ def test_the_reference_parser_clips_as_the_rule_does():
     assert rules.clip(LO + 5, LO + 5, LO, HI) == (LO + 5, LO + 5) and rules.clip(HI, HI, LO, HI) is None
 
 
-@pytest.mark.parametrize("engine_name", ["duckdb", "archive"])
+@pytest.mark.parametrize("engine_name", sorted(ENGINES))
 @pytest.mark.parametrize("keep, attempts", [(True, 2), (False, 1)])
-def test_the_engine_clips_by_the_definition(tmp_path, monkeypatch, engine_name, keep, attempts):
-    """The DuckDB engine's clipping SQL is built from the rule: an attempt of no length inside
-    the window counts while instants are kept, and is outside when they are not."""
+def test_clipping_is_defined_once(tmp_path, monkeypatch, engine_name, keep, attempts):
+    """Every engine clips by the rule (the parser by rules.clip, the DuckDB engine by SQL built
+    from rules.clip_sql): an attempt of no length inside the window counts while instants are
+    kept, and is outside when they are not."""
     monkeypatch.setattr(rules, "KEEP_INSTANTS", keep)
     path = dump(tmp_path, row(start=LO + 5, end=LO + 5), row(jid="9", start=LO + 5, end=LO + 3605))
     totals, _ = report(path, engine_name, window=Window(LO, HI, "t"))
     assert totals["attempts"] == attempts
     assert totals["gpu_hours"] == 2.0
+
+
+def _clip_to_day_start(start, end, lo, hi):
+    """A different clipping rule (not a sensible one: data): every attempt starts at ``lo``."""
+    return (lo, max(lo, min(end, hi))) if end > lo else None
+
+
+@pytest.mark.parametrize("engine_name", ["list", "stream"])
+@pytest.mark.parametrize("patched, gpu_hours", [(False, 2.0), (True, 4.0)])
+def test_the_parser_clips_by_the_function(tmp_path, monkeypatch, engine_name, patched, gpu_hours):
+    """The Python engines call rules.clip itself (no copy of it): an hour-long attempt (2 GPUs)
+    starting an hour into the window counts 2 hours clipped by a rule that moves every Start
+    to the window's start."""
+    if patched:
+        monkeypatch.setattr(rules, "clip", _clip_to_day_start)
+    path = dump(tmp_path, row(start=LO + 3600, end=LO + 7200))
+    totals, _ = report(path, engine_name, window=Window(LO, HI, "t"))
+    assert totals["gpu_hours"] == gpu_hours

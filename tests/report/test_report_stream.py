@@ -1,5 +1,5 @@
 """The streaming report (slurmkit.report.stream) gives the list path's answer exactly: the
-attempts parsed into a list, then find_lost, find_suspect and accumulate. Checked on the
+attempts parsed into a list, then reference_lost, reference_suspect and reference_accumulate. Checked on the
 hand-worked fixtures and on hypothesis-generated dumps (the engine tests' generators:
 requeued attempts, prolog requeues, duplicates, `|` in names, running jobs, garbage and
 impossible rows, epoch and ISO times across a DST change), for every kind of grouping,
@@ -14,9 +14,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from slurmkit.report import sacct
-from slurmkit.report.aggregate import accumulate, finish
+from slurmkit.report.aggregate import finish, reference_accumulate
 from slurmkit.report.cost import PriceTable
-from slurmkit.report.lost import DrainEvent, find_lost, find_suspect
+from slurmkit.report.lost import DrainEvent, reference_lost, reference_suspect
 from slurmkit.report.stream import StreamingAggregator
 from slurmkit.report.window import Window, resolve_window
 
@@ -42,9 +42,9 @@ BYS = [
 
 def _list_path(path, window, now, by, prices, drains, hours=6.0, filters=None, **read):
     attempts, stats, _ = sacct.read_sacct_file(path, window=window, now=now, filters=filters, **read)
-    lost = find_lost(attempts, 120)
-    suspect = find_suspect(attempts, drains, hours) if drains is not None else None
-    groups, total = accumulate(
+    lost = reference_lost(attempts, 120)
+    suspect = reference_suspect(attempts, drains, hours) if drains is not None else None
+    groups, total = reference_accumulate(
         attempts, by, window_start=window.start, lost=lost, suspect=suspect, prices=prices
     )
     return finish(groups, total, by, priced=bool(prices and prices.enabled), health=drains is not None), stats
