@@ -551,3 +551,135 @@ def test_failing_open_names_every_fault_in_one_bounded_line(run):
     (line,) = [x for x in err.splitlines() if "failing open on slurmkit fault(s): " in x]
     said = line.split("failing open on slurmkit fault(s): ", 1)[1]
     assert said == "; ".join(internal)[:300]
+
+
+# ------------------------------------------------- the budget's arithmetic, on an injected clock
+#
+# The gate reads time only through ``time.monotonic`` of its own module: a fake clock there
+# (``Clock``) starts at 100.0 and moves only when a stub says so, so every deadline the gate
+# hands on can be computed by hand. The checks, the drain and the record are stubs that note
+# what they were given.
+
+
+class Clock:
+    def __init__(self, now=100.0):
+        self.now = now
+
+    def monotonic(self):
+        return self.now
+
+
+@pytest.fixture
+def clocked(monkeypatch, run):
+    """``clocked(hook, health, took, fail)`` -> what the checks, the drain and the record got:
+    the checks (stubbed) take ``took`` seconds of the fake clock and fail when ``fail``."""
+    from slurmkit.health import engine
+    from slurmkit.verdict.base import Action, CheckResult, Status
+
+    clock = Clock()
+    seen = {}
+    monkeypatch.setattr(gate, "time", clock)
+
+    def checks(ctx, specs, deadline=None):
+        seen["checks"] = deadline
+        clock.now += seen["took"]
+        if seen["fail"]:
+            return [CheckResult("gpu_ecc", Status.FAIL, "GPU_ECC_UNCORRECTED", "GPU 3: bad", Action.ISOLATE)]
+        return [CheckResult("gpu_ecc", Status.OK)]
+
+    monkeypatch.setattr(engine, "run_checks", checks)
+    monkeypatch.setattr(
+        gate, "guarded_drain", lambda node, reason, left: seen.update(drain=left) or (True, "drained")
+    )
+    monkeypatch.setattr(
+        gate,
+        "_record_bounded",
+        lambda hook, secs, ctx, paths, st, res, took, *a: seen.update(record=secs, took=took),
+    )
+
+    def go(hook="prolog", health=None, took=0.0, fail=False, env=None):
+        seen.clear()
+        seen.update(took=took, fail=fail)
+        code, *_ = run(hook, health=health, env=env)
+        return code, seen
+
+    return go
+
+
+@pytest.mark.parametrize(
+    "health, checks_deadline",
+    [
+        # reserve = min(drain_timeout, 0.3 x budget) + 0.1, before the budget's end (t0 100 + 5)
+        ({"drain_timeout": 3.0}, 105.0 - (1.5 + 0.1)),  # 0.3 x 5 s is the smaller
+        ({"drain_timeout": 0.5}, 105.0 - (0.5 + 0.1)),  # the drain's own timeout is
+        ({"drain_timeout": 3.0, "prolog_deadline": 2.0}, 102.0 - (0.6 + 0.1)),
+    ],
+)
+def test_the_checks_get_the_budget_less_the_drains_reserve(clocked, gpu_fixture, health, checks_deadline):
+    gpu_fixture()
+    code, seen = clocked(health=health)
+    assert code == 0 and seen["checks"] == pytest.approx(checks_deadline)
+
+
+@pytest.mark.parametrize(
+    "health, took, left",
+    [
+        # the drain gets what is left of the budget less 50 ms, at most drain_timeout, at least 0.3 s
+        ({"drain_timeout": 3.0}, 1.0, 3.0),  # 105 - 101 - 0.05 = 3.95: capped at 3.0
+        ({"drain_timeout": 3.0}, 3.0, 1.95),  # 105 - 103 - 0.05
+        ({"drain_timeout": 3.0}, 4.8, 0.3),  # 0.15 left: raised to the floor of 0.3 s
+        ({"drain_timeout": 3.0}, 6.0, 0.3),  # past the deadline: still 0.3 s
+    ],
+)
+def test_the_drain_gets_what_is_left_between_a_floor_and_its_timeout(
+    clocked, gpu_fixture, health, took, left
+):
+    gpu_fixture()
+    code, seen = clocked(health=health, took=took, fail=True)
+    assert code == 1 and seen["drain"] == pytest.approx(left)
+
+
+@pytest.mark.parametrize(
+    "took, record",
+    [
+        (1.0, 4.0),  # what is left of the budget: 105 - 101
+        (4.5, 1.0),  # 0.5 s left: at least RECORD_TIMEOUT (1 s)
+        (7.0, 1.0),  # past the deadline: RECORD_TIMEOUT
+    ],
+)
+def test_the_record_gets_what_is_left_of_the_budget_at_least_one_second(clocked, gpu_fixture, took, record):
+    gpu_fixture()
+    code, seen = clocked(took=took, health={"drain_on_fail": False}, fail=True)
+    assert code == 1 and seen["record"] == pytest.approx(record) and seen["took"] == pytest.approx(took)
+    code, seen = clocked(took=took)
+    assert code == 0 and seen["record"] == pytest.approx(record) and seen["took"] == pytest.approx(took)
+
+
+def test_the_epilog_steps_get_the_budget_less_the_reserve(clocked, gpu_fixture, monkeypatch):
+    """The epilog's clean-up and efficiency step run first, under the same deadline as the
+    checks (epilog budget 30 s: reserve min(3.0, 9.0) + 0.1); the escalation sees the
+    clean-up's and the checks' results, and its own are part of the verdict."""
+    from slurmkit.hooks import efficiency, epilog
+    from slurmkit.verdict.base import CheckResult, Status
+
+    seen = {}
+    monkeypatch.setattr(
+        epilog,
+        "cleanup",
+        lambda ctx, deadline, extra: seen.update(cleanup=deadline) or [CheckResult("cleanup", Status.OK)],
+    )
+    monkeypatch.setattr(
+        efficiency, "epilog_step", lambda ctx, deadline, extra: seen.update(step=deadline, extra=extra)
+    )
+
+    def escalate(ctx, results, extra):
+        seen["escalated"] = [r.check for r in results]
+        return [CheckResult("escalation", Status.FAIL, "ESCALATED", "x")]
+
+    monkeypatch.setattr(epilog, "escalate", escalate)
+    gpu_fixture()
+    code, got = clocked("epilog", health={"drain_timeout": 3.0}, env={"SLURM_JOB_UID": "4242424"})
+    assert seen["cleanup"] == pytest.approx(130.0 - 3.1) == seen["step"]
+    assert got["checks"] == pytest.approx(130.0 - 3.1)
+    assert seen["escalated"] == ["cleanup", "gpu_ecc"]
+    assert code == 1 and got["drain"] == pytest.approx(3.0)  # the escalation's fail drains
