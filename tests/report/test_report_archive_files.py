@@ -134,3 +134,31 @@ def test_a_temporary_is_a_new_empty_parquet_name_in_the_private_directory(tmp_pa
     name = os.path.basename(p)
     assert name.startswith(".data-") and name.endswith(".parquet")
     assert archive._temporary(str(tmp_path), ".data-") != p
+
+
+@pytest.mark.parametrize("killed_at, prefix", [("data.parquet", ".data-"), (archive.MULTI, ".multi-")])
+def test_what_a_killed_ingest_leaves_is_a_temporary_the_next_one_removes(
+    cli, fixture_path, tmp_path, monkeypatch, killed_at, prefix
+):
+    """An ingest killed just before a month file or ``_multi.parquet`` is renamed into place
+    leaves its temporary in ``.tmp`` under the name the clean-up looks for; the next ingest
+    removes it (and says so) and the archive is whole."""
+    arch = tmp_path / "arch"
+    dump = fixture_path("basic.txt")
+    real = os.replace
+
+    def killed(src, dst, *a, **k):
+        if os.path.basename(dst) == killed_at:
+            raise KeyboardInterrupt  # what a kill leaves: the temporary written, not renamed
+        return real(src, dst, *a, **k)
+
+    monkeypatch.setattr(os, "replace", killed)
+    res = cli("report", "ingest", "--archive", str(arch), "--trust-free-text", "--sacct-file", dump)
+    assert res.exit_code != 0
+    monkeypatch.setattr(os, "replace", real)
+    (left,) = os.listdir(arch / ".tmp")
+    assert left.startswith(prefix) and left.endswith(".parquet") and (arch / ".tmp" / left).stat().st_size > 0
+    res = cli("report", "ingest", "--archive", str(arch), "--trust-free-text", "--sacct-file", dump)
+    assert res.exit_code == 0, res.stderr
+    assert f"slurmkit: {arch}: removed 1 file(s) a killed ingest left\n" in res.stderr
+    assert os.listdir(arch / ".tmp") == [] and (arch / archive.MULTI).exists()
