@@ -4,6 +4,7 @@ clean-up of what a killed ingest left (issue 30, mutation testing of the ingest)
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 
@@ -162,3 +163,35 @@ def test_what_a_killed_ingest_leaves_is_a_temporary_the_next_one_removes(
     assert res.exit_code == 0, res.stderr
     assert f"slurmkit: {arch}: removed 1 file(s) a killed ingest left\n" in res.stderr
     assert os.listdir(arch / ".tmp") == [] and (arch / archive.MULTI).exists()
+
+
+def test_a_damaged_rules_stamp_reads_as_months_of_unknown_rules(cli, fixture_path, tmp_path):
+    """``_rules.json`` is the archive's own file, but a damaged one (months not a mapping, a
+    version that is not a number, not JSON) must not stop a report or an ingest: such a month
+    reads as written before the stamp (rules 1), and the next ingest writes a sound stamp."""
+    from slurmkit.report.rules import RULES_VERSION
+
+    arch = tmp_path / "arch"
+    dump = fixture_path("basic.txt")
+    assert (
+        cli("report", "ingest", "--archive", str(arch), "--trust-free-text", "--sacct-file", dump).exit_code
+        == 0
+    )
+    months = [m[len("month=") :] for m in sorted(os.listdir(arch)) if m.startswith("month=")]
+    assert months and archive.stale_months(str(arch)) == {}
+    stamp = arch / archive.RULES_STAMP
+    everyone_1 = dict.fromkeys(months, 1) if RULES_VERSION != 1 else {}
+    for damaged in (
+        {"months": months},  # a list
+        {"months": dict.fromkeys(months, str(RULES_VERSION))},  # versions as text
+        {"months": {**dict.fromkeys(months, None), "9": RULES_VERSION}},
+        {"other": 1},
+        [1, 2],
+        "not json",
+    ):
+        stamp.write_text(damaged if isinstance(damaged, str) else json.dumps(damaged))
+        assert archive.stale_months(str(arch)) == everyone_1, damaged
+    res = cli("report", "ingest", "--archive", str(arch), "--trust-free-text", "--sacct-file", dump)
+    assert res.exit_code == 0, res.stderr
+    assert archive.stale_months(str(arch)) == {}
+    assert json.loads(stamp.read_text()) == {"months": dict.fromkeys(months, RULES_VERSION)}
