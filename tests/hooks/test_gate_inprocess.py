@@ -683,3 +683,23 @@ def test_the_epilog_steps_get_the_budget_less_the_reserve(clocked, gpu_fixture, 
     assert got["checks"] == pytest.approx(130.0 - 3.1)
     assert seen["escalated"] == ["cleanup", "gpu_ecc"]
     assert code == 1 and got["drain"] == pytest.approx(3.0)  # the escalation's fail drains
+
+
+def test_an_error_before_the_context_exists_fails_open_and_is_recorded(run, gpu_fixture, monkeypatch):
+    """The context itself cannot be made (a bug there): no context to close, fail open,
+    recorded under the node and job of the process environment (as slurmd sets it)."""
+    from slurmkit.health.engine import Context
+
+    for k in ("SLURMD_NODENAME", "SLURM_JOB_ID"):
+        monkeypatch.setenv(k, ENV[k])
+
+    def broken(*a, **k):
+        raise RuntimeError("no context")
+
+    monkeypatch.setattr(Context, "from_env", broken)
+    gpu_fixture()
+    code, err, recs, _ = run()
+    assert code == 0 and "internal error, failing open: RuntimeError: no context" in err
+    (rec,) = recs
+    assert (rec["node"], rec["job_id"], rec["exit_code"]) == ("node1", "4242", 0)
+    assert [r["code"] for r in rec["results"]] == ["INTERNAL_ERROR"]
