@@ -195,3 +195,37 @@ def test_a_damaged_rules_stamp_reads_as_months_of_unknown_rules(cli, fixture_pat
     assert res.exit_code == 0, res.stderr
     assert archive.stale_months(str(arch)) == {}
     assert json.loads(stamp.read_text()) == {"months": dict.fromkeys(months, RULES_VERSION)}
+
+
+def test_a_dump_with_only_the_required_columns_is_ingested_with_the_rest_blank(cli, tmp_path):
+    """sacct output with only JobID, State, AllocTRES, Start and End (the columns a report
+    needs): JobIDRaw is the JobID, every other column is stored empty, and the rows count."""
+    import duckdb
+
+    dump = tmp_path / "min.txt"
+    dump.write_text(
+        "JobID|State|AllocTRES|Start|End\n"
+        "700|COMPLETED|cpu=8,gres/gpu=4,node=1|2026-11-02T10:00:00|2026-11-02T12:00:00\n"
+        "700.batch|COMPLETED|cpu=8,gres/gpu=4,node=1|2026-11-02T10:00:00|2026-11-02T12:00:00\n"
+        "701_3|FAILED|cpu=8,gres/gpu=2,node=1|2026-11-03T10:00:00|2026-11-03T11:00:00\n"
+    )
+    arch = tmp_path / "arch"
+    res = cli("report", "ingest", "--archive", str(arch), "--trust-free-text", "--sacct-file", str(dump))
+    assert res.exit_code == 0, res.stderr
+    rows = duckdb.sql(
+        f"SELECT * FROM read_parquet('{arch}/month=*/data.parquet') ORDER BY \"JobID\""
+    ).fetchall()
+    cols = [
+        d[0] for d in duckdb.sql(f"SELECT * FROM read_parquet('{arch}/month=*/data.parquet')").description
+    ]
+    got = [dict(zip(cols, r)) for r in rows]
+    assert [(r["JobID"], r["JobIDRaw"], r["State"], r["gpus"]) for r in got] == [
+        ("700", "700", "COMPLETED", 4),
+        ("701_3", "701_3", "FAILED", 2),
+    ]
+    for r in got:
+        assert [
+            r[c]
+            for c in ("Submit", "ElapsedRaw", "User", "Account", "Partition", "NodeList", "Reason", "JobName")
+        ] == [""] * 8
+        assert r["submit_s"] is None and r["end_s"] - r["start_s"] in (3600, 7200)
