@@ -581,7 +581,7 @@ def clocked(monkeypatch, run):
     monkeypatch.setattr(gate, "time", clock)
 
     def checks(ctx, specs, deadline=None):
-        seen["checks"] = deadline
+        seen["checks"], seen["hook"] = deadline, ctx.hook
         clock.now += seen["took"]
         if seen["fail"]:
             return [CheckResult("gpu_ecc", Status.FAIL, "GPU_ECC_UNCORRECTED", "GPU 3: bad", Action.ISOLATE)]
@@ -618,7 +618,7 @@ def clocked(monkeypatch, run):
 def test_the_checks_get_the_budget_less_the_drains_reserve(clocked, gpu_fixture, health, checks_deadline):
     gpu_fixture()
     code, seen = clocked(health=health)
-    assert code == 0 and seen["checks"] == pytest.approx(checks_deadline)
+    assert code == 0 and seen["checks"] == pytest.approx(checks_deadline) and seen["hook"] == "prolog"
 
 
 @pytest.mark.parametrize(
@@ -680,7 +680,7 @@ def test_the_epilog_steps_get_the_budget_less_the_reserve(clocked, gpu_fixture, 
     gpu_fixture()
     code, got = clocked("epilog", health={"drain_timeout": 3.0}, env={"SLURM_JOB_UID": "4242424"})
     assert seen["cleanup"] == pytest.approx(130.0 - 3.1) == seen["step"]
-    assert got["checks"] == pytest.approx(130.0 - 3.1)
+    assert got["checks"] == pytest.approx(130.0 - 3.1) and got["hook"] == "epilog"
     assert seen["escalated"] == ["cleanup", "gpu_ecc"]
     assert code == 1 and got["drain"] == pytest.approx(3.0)  # the escalation's fail drains
 
@@ -703,3 +703,48 @@ def test_an_error_before_the_context_exists_fails_open_and_is_recorded(run, gpu_
     (rec,) = recs
     assert (rec["node"], rec["job_id"], rec["exit_code"]) == ("node1", "4242", 0)
     assert [r["code"] for r in rec["results"]] == ["INTERNAL_ERROR"]
+
+
+@pytest.mark.parametrize("fail_closed, decided, expect", [(True, None, 1), (False, None, 0), (True, 0, 0)])
+def test_the_watchdog_the_hook_starts_names_it_and_keeps_its_policy(
+    run, gpu_fixture, monkeypatch, capsys, fail_closed, decided, expect
+):
+    """The timer ``run_hook`` starts, fired: it names the hook, fails closed only under
+    ``fail_closed`` before a verdict, and exits with a decided verdict after one."""
+    gpu_fixture()
+    _, _, _, timers = run("epilog", health={"fail_closed": fail_closed}, env={"SLURM_JOB_UID": "4242424"})
+    exits = []
+
+    class Exited(Exception):
+        pass
+
+    def exit_(code):
+        exits.append(code)
+        raise Exited  # os._exit does not return
+
+    monkeypatch.setattr(gate.os, "_exit", exit_)
+    monkeypatch.setattr(gate, "_decided", decided)
+    with pytest.raises(Exited):
+        timers[0].fn()
+    err = capsys.readouterr().err
+    assert exits == [expect]
+    said = (
+        "exiting 0 as decided"
+        if decided is not None
+        else ("failing (fail_closed)" if fail_closed else "failing open")
+    )
+    assert err == f"slurmkit-epilog: internal watchdog fired after 31.0s; {said}\n"
+
+
+def test_the_slurm_call_timeout_is_the_configured_one(monkeypatch, site, fake_scontrol, gpu_fixture):
+    from slurmkit.slurm import binaries
+
+    monkeypatch.setattr(binaries, "_timeout", binaries._timeout)  # restored after the test
+    monkeypatch.setattr(binaries, "_bin_dir", binaries._bin_dir)
+    monkeypatch.setattr(gate.threading, "Timer", lambda s, fn: type("T", (), {"start": lambda self: None})())
+    monkeypatch.setattr(gate, "_decided", None)
+    gpu_fixture()
+    cfg = site(slurm={"bin_dir": fake_scontrol.bin_dir, "timeout": 7.25})
+    monkeypatch.setenv("SLURMKIT_CONFIG", str(cfg))
+    assert gate.run_hook("prolog", env=dict(ENV, PATH=os.environ.get("PATH", ""))) == 0
+    assert binaries.timeout() == 7.25 and binaries._bin_dir == fake_scontrol.bin_dir
