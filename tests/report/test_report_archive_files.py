@@ -229,3 +229,39 @@ def test_a_dump_with_only_the_required_columns_is_ingested_with_the_rest_blank(c
             for c in ("Submit", "ElapsedRaw", "User", "Account", "Partition", "NodeList", "Reason", "JobName")
         ] == [""] * 8
         assert r["submit_s"] is None and r["end_s"] - r["start_s"] in (3600, 7200)
+
+
+def test_a_planted_lock_symlink_is_refused_with_one_line_naming_the_archive(cli, fixture_path, tmp_path):
+    arch = tmp_path / "arch"
+    arch.mkdir(mode=0o700)
+    victim = tmp_path / "victim"
+    victim.write_text("precious")
+    os.symlink(victim, arch / ".ingest.lock")
+    res = cli(
+        "report",
+        "ingest",
+        "--archive",
+        str(arch),
+        "--trust-free-text",
+        "--sacct-file",
+        fixture_path("basic.txt"),
+    )
+    assert res.exit_code == 2
+    (line,) = res.stderr.splitlines()
+    assert line == f"slurmkit: error: --archive {arch}: {arch}/.ingest.lock: lock file is a symbolic link"
+    assert victim.read_text() == "precious" and not any(n.startswith("month=") for n in os.listdir(arch))
+
+
+def test_what_an_ingest_returns(fixture_path, tmp_path):
+    """``ingest``'s answer, key for key: the attempts kept, those skipped and why, and the rows
+    each month written holds now (basic.txt: its job rows, two of them never started)."""
+    from slurmkit.report import engine
+
+    src = engine.probe_file(fixture_path("basic.txt"), None, "|")
+    arch = str(tmp_path / "arch")
+    first = archive.ingest(arch, src)
+    assert sorted(first) == ["malformed", "months", "not_started", "rows", "skipped"]
+    assert first["skipped"] == first["not_started"] + first["malformed"] and first["not_started"] > 0
+    assert first["rows"] == sum(first["months"].values()) > 0
+    again = archive.ingest(arch, src)  # idempotent: the same rows replace themselves
+    assert again == first
