@@ -581,7 +581,8 @@ def clocked(monkeypatch, run):
     monkeypatch.setattr(gate, "time", clock)
 
     def checks(ctx, specs, deadline=None):
-        seen["checks"], seen["hook"] = deadline, ctx.hook
+        seen["checks"], seen["hook"], seen["ctx"] = deadline, ctx.hook, ctx
+        seen["specs"] = [s.name for s in specs]
         clock.now += seen["took"]
         if seen["fail"]:
             return [CheckResult("gpu_ecc", Status.FAIL, "GPU_ECC_UNCORRECTED", "GPU 3: bad", Action.ISOLATE)]
@@ -657,23 +658,27 @@ def test_the_record_gets_what_is_left_of_the_budget_at_least_one_second(clocked,
 
 def test_the_epilog_steps_get_the_budget_less_the_reserve(clocked, gpu_fixture, monkeypatch):
     """The epilog's clean-up and efficiency step run first, under the same deadline as the
-    checks (epilog budget 30 s: reserve min(3.0, 9.0) + 0.1); the escalation sees the
-    clean-up's and the checks' results, and its own are part of the verdict."""
+    checks (epilog budget 30 s: reserve min(3.0, 9.0) + 0.1), with the hook's context and
+    one ``extra`` for the record; the escalation sees the clean-up's and the checks' results
+    and the same ``extra``, and its own results are part of the verdict."""
     from slurmkit.hooks import efficiency, epilog
     from slurmkit.verdict.base import CheckResult, Status
 
     seen = {}
+
+    def cleanup(ctx, deadline, extra):
+        seen.update(cleanup=deadline, cleanup_ctx=ctx, extra=extra)
+        return [CheckResult("cleanup", Status.OK)]
+
+    monkeypatch.setattr(epilog, "cleanup", cleanup)
     monkeypatch.setattr(
-        epilog,
-        "cleanup",
-        lambda ctx, deadline, extra: seen.update(cleanup=deadline) or [CheckResult("cleanup", Status.OK)],
-    )
-    monkeypatch.setattr(
-        efficiency, "epilog_step", lambda ctx, deadline, extra: seen.update(step=deadline, extra=extra)
+        efficiency,
+        "epilog_step",
+        lambda ctx, deadline, extra: seen.update(step=deadline, step_ctx=ctx, step_extra=extra),
     )
 
     def escalate(ctx, results, extra):
-        seen["escalated"] = [r.check for r in results]
+        seen.update(escalated=[r.check for r in results], esc_ctx=ctx, esc_extra=extra)
         return [CheckResult("escalation", Status.FAIL, "ESCALATED", "x")]
 
     monkeypatch.setattr(epilog, "escalate", escalate)
@@ -681,8 +686,37 @@ def test_the_epilog_steps_get_the_budget_less_the_reserve(clocked, gpu_fixture, 
     code, got = clocked("epilog", health={"drain_timeout": 3.0}, env={"SLURM_JOB_UID": "4242424"})
     assert seen["cleanup"] == pytest.approx(130.0 - 3.1) == seen["step"]
     assert got["checks"] == pytest.approx(130.0 - 3.1) and got["hook"] == "epilog"
+    assert seen["cleanup_ctx"] is seen["step_ctx"] is seen["esc_ctx"] is got["ctx"]
+    assert isinstance(seen["extra"], dict) and seen["extra"] is seen["step_extra"] is seen["esc_extra"]
     assert seen["escalated"] == ["cleanup", "gpu_ecc"]
     assert code == 1 and got["drain"] == pytest.approx(3.0)  # the escalation's fail drains
+
+
+def test_the_prolog_runs_no_epilog_step(clocked, gpu_fixture, monkeypatch):
+    from slurmkit.hooks import efficiency, epilog
+
+    def never(*a, **k):
+        raise AssertionError("an epilog step ran in the prolog")
+
+    for mod, name in ((epilog, "cleanup"), (efficiency, "epilog_step"), (epilog, "escalate")):
+        monkeypatch.setattr(mod, name, never)
+    gpu_fixture()
+    code, seen = clocked("prolog")
+    assert code == 0 and seen["hook"] == "prolog"
+
+
+@pytest.mark.parametrize("hook", ["prolog", "epilog"])
+def test_the_checks_are_the_hooks_fast_tier_less_the_disabled(clocked, gpu_fixture, hook):
+    from slurmkit.health.catalog import CATALOG
+    from slurmkit.verdict.base import Tier
+
+    gpu_fixture()
+    env = {"SLURM_JOB_UID": "4242424"} if hook == "epilog" else None
+    _, seen = clocked(hook, health={"checks": {"gpu_ecc": {"enabled": False}}}, env=env)
+    expect = [
+        s.name for s in CATALOG.values() if s.tier == Tier.FAST and hook in s.hooks and s.name != "gpu_ecc"
+    ]
+    assert seen["specs"] == expect and len(expect) > 1
 
 
 def test_an_error_before_the_context_exists_fails_open_and_is_recorded(run, gpu_fixture, monkeypatch):
