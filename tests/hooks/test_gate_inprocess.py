@@ -332,7 +332,7 @@ def test_fail_closed_turns_the_first_internal_problem_into_an_isolating_fail(run
     assert code == 1 and rec["status"] == "unknown"  # the worst result; the exit code is the FAIL
     reason = rec["drain_reason"]
     bad = next(r for r in rec["results"] if r["status"] == "unknown")
-    assert reason == f"slurmkit:{bad['code']} {bad['check']}: {bad['reason']}"[: len(reason)]
+    assert bad["reason"] and reason == drain.format_reason(bad["code"], bad["check"], bad["reason"])
     assert "slurmkit-prolog: node1: FAIL slurmkit:" in err
 
 
@@ -782,3 +782,25 @@ def test_the_slurm_call_timeout_is_the_configured_one(monkeypatch, site, fake_sc
     monkeypatch.setenv("SLURMKIT_CONFIG", str(cfg))
     assert gate.run_hook("prolog", env=dict(ENV, PATH=os.environ.get("PATH", ""))) == 0
     assert binaries.timeout() == 7.25 and binaries._bin_dir == fake_scontrol.bin_dir
+
+
+def test_an_epilog_that_asked_for_a_reboot_does_not_drain_as_well(clocked, gpu_fixture, monkeypatch):
+    """The escalation's reboot (``scontrol reboot``, which sets its own reason) is the node's
+    way out: the gate does not drain over it."""
+    from slurmkit.hooks import efficiency, epilog
+    from slurmkit.verdict.base import CheckResult, Status
+
+    monkeypatch.setattr(epilog, "cleanup", lambda ctx, deadline, extra: [])
+    monkeypatch.setattr(efficiency, "epilog_step", lambda ctx, deadline, extra: None)
+
+    def escalate(ctx, results, extra):
+        extra["reboot_requested"] = True
+        return [CheckResult("escalation", Status.FAIL, "ESCALATED", "x")]
+
+    monkeypatch.setattr(epilog, "escalate", escalate)
+    gpu_fixture()
+    code, seen = clocked("epilog", env={"SLURM_JOB_UID": "4242424"})
+    assert code == 1 and "drain" not in seen
+    monkeypatch.setattr(epilog, "escalate", lambda ctx, results, extra: escalate(ctx, results, {}))
+    code, seen = clocked("epilog", env={"SLURM_JOB_UID": "4242424"})
+    assert code == 1 and seen["drain"] == pytest.approx(3.0)  # without it, the fail drains
