@@ -369,7 +369,9 @@ def test_the_internal_error_record_says_why(run, gpu_fixture, monkeypatch):
     from slurmkit.health import catalog
 
     seen = {}
-    monkeypatch.setattr(gate, "_record_bounded", lambda hook, secs, *a: seen.update(secs=secs, args=a))
+    monkeypatch.setattr(
+        gate, "_record_bounded", lambda hook, secs, *a: seen.update(hook=hook, secs=secs, args=a)
+    )
 
     def broken(*a, **k):
         raise ValueError("bug")
@@ -379,6 +381,7 @@ def test_the_internal_error_record_says_why(run, gpu_fixture, monkeypatch):
     code, _, _, _ = run()
     ctx, paths, status, results, seconds, exit_code, drain_reason, internal = seen["args"]
     assert code == 0 and seen["secs"] == gate.RECORD_TIMEOUT and ctx is not None and exit_code == 0
+    assert seen["hook"] == "prolog"
     (r,) = results
     assert (r.check, r.code, r.details, r.reason) == (
         "internal",
