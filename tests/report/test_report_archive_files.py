@@ -212,6 +212,10 @@ def test_a_dump_with_only_the_required_columns_is_ingested_with_the_rest_blank(c
     arch = tmp_path / "arch"
     res = cli("report", "ingest", "--archive", str(arch), "--trust-free-text", "--sacct-file", str(dump))
     assert res.exit_code == 0, res.stderr
+    assert res.stderr == (
+        f"slurmkit: ingested 2 attempt(s) into {arch} (0 not started, 0 malformed or impossible: skipped); "
+        "rows per month now: 2026-11: 2\n"
+    )  # nothing skipped is 0, not blank
     rows = duckdb.sql(
         f"SELECT * FROM read_parquet('{arch}/month=*/data.parquet') ORDER BY \"JobID\""
     ).fetchall()
