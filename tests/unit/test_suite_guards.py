@@ -18,7 +18,7 @@ def _pytest(tmp_path, body: str, **env_extra) -> subprocess.CompletedProcess:
     env = {
         k: v
         for k, v in os.environ.items()
-        if k not in ("CI", "SLURMKIT_UPDATE_GOLDENS", "SLURMKIT_REQUIRE_TRAIN")
+        if k not in ("CI", "SLURMKIT_UPDATE_GOLDENS", "SLURMKIT_REQUIRE_TRAIN", "SLURMKIT_STRICT_PATHS")
     }
     env.update(env_extra, PYTHONPATH=str(TESTS))
     return subprocess.run(
