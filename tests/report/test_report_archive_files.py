@@ -269,3 +269,30 @@ def test_what_an_ingest_returns(fixture_path, tmp_path):
     assert first["rows"] == sum(first["months"].values()) > 0
     again = archive.ingest(arch, src)  # idempotent: the same rows replace themselves
     assert again == first
+
+
+def test_row_ids_carry_the_month_and_are_unique_across_the_archive(cli, tmp_path):
+    """``rid``: the month (``year * 12 + month - 1``) in the high 32 bits, the row within the
+    month (by Start) in the low ones; the engine joins rows by it, so no two rows of the
+    archive may share one (January and November, the same month of two years)."""
+    import duckdb
+
+    dump = tmp_path / "months.txt"
+    rows = [("801", "2026-01-05"), ("802", "2026-01-06"), ("803", "2026-11-05"), ("804", "2027-11-05")]
+    dump.write_text(
+        "JobID|State|AllocTRES|Start|End\n"
+        + "".join(f"{j}|COMPLETED|gres/gpu=1|{d}T10:00:00|{d}T11:00:00\n" for j, d in rows)
+    )
+    arch = tmp_path / "arch"
+    res = cli("report", "ingest", "--archive", str(arch), "--trust-free-text", "--sacct-file", str(dump))
+    assert res.exit_code == 0, res.stderr
+    got = duckdb.sql(
+        f"SELECT \"JobID\", rid >> 32, rid & 4294967295 FROM read_parquet('{arch}/month=*/data.parquet') "
+        'ORDER BY "JobID"'
+    ).fetchall()
+    assert got == [
+        ("801", 2026 * 12 + 0, 1),
+        ("802", 2026 * 12 + 0, 2),
+        ("803", 2026 * 12 + 10, 1),
+        ("804", 2027 * 12 + 10, 1),
+    ]
