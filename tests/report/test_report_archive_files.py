@@ -296,3 +296,15 @@ def test_row_ids_carry_the_month_and_are_unique_across_the_archive(cli, tmp_path
         ("803", 2026 * 12 + 10, 1),
         ("804", 2027 * 12 + 10, 1),
     ]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root: chown to another account")
+def test_a_month_directory_of_another_account_is_left_alone(tmp_path):
+    """Not ours, though nobody else can write it: the clean-up of the months leaves it alone
+    (the archive's own ``.tmp`` would be refused)."""
+    month = tmp_path / "month=2026-11"
+    month.mkdir(mode=0o755)
+    (month / ".data-1.parquet").write_text("x")
+    os.chown(month, 65534, 65534)
+    assert archive._remove_leftovers(str(month), strict=False) == 0
+    assert os.listdir(month) == [".data-1.parquet"]
