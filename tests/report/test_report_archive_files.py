@@ -308,3 +308,19 @@ def test_a_month_directory_of_another_account_is_left_alone(tmp_path):
     os.chown(month, 65534, 65534)
     assert archive._remove_leftovers(str(month), strict=False) == 0
     assert os.listdir(month) == [".data-1.parquet"]
+
+
+def test_an_ingest_of_one_month_keeps_the_rules_stamp_of_the_others(cli, tmp_path):
+    from slurmkit.report.rules import RULES_VERSION
+
+    arch = tmp_path / "arch"
+    for j, d in (("901", "2026-01-05"), ("902", "2026-11-05")):
+        dump = tmp_path / f"{j}.txt"
+        dump.write_text(
+            f"JobID|State|AllocTRES|Start|End\n{j}|COMPLETED|gres/gpu=1|{d}T10:00:00|{d}T11:00:00\n"
+        )
+        res = cli("report", "ingest", "--archive", str(arch), "--trust-free-text", "--sacct-file", str(dump))
+        assert res.exit_code == 0, res.stderr
+    stamp = json.loads((arch / archive.RULES_STAMP).read_text())
+    assert stamp == {"months": {"2026-01": RULES_VERSION, "2026-11": RULES_VERSION}}
+    assert archive.stale_months(str(arch)) == {}
