@@ -9,13 +9,18 @@
   changed one fails (in CI, or with ``SLURMKIT_STRICT_PATHS=1``; elsewhere it warns, since
   on a shared machine another test run may be the writer). Tests use their temporary
   directories (``tmp_path``) instead.
+* A test whose behaviour under test *is* writing to those defaults (a hook that falls back to
+  them on a config error, in a new process) runs the hook through
+  :func:`private_system_paths`: in a mount namespace of its own, where ``/var`` and ``/etc``
+  are copy-on-write overlays whose writes land in the test's temporary directory.
 """
 
 from __future__ import annotations
 
 import os
 import warnings
-from typing import Dict, Optional, Tuple
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import pytest
 
@@ -102,12 +107,9 @@ def no_writes_to_system_paths(request):
         message = (
             f"{request.node.nodeid} wrote outside its temporary directories: "
             + "; ".join(f"{p} {what}" for p, what in sorted(diff.items()))
-            + " (give the code under test tmp_path paths)"
+            + " (give the code under test tmp_path paths, or run it through private_system_paths)"
         )
-        # A test marked ``writes_system_defaults`` runs the real prolog file in a subprocess
-        # with a config the prolog refuses, so it falls back to the system defaults as a node's
-        # would; until those runs get defaults of their own, such a test warns, named.
-        if strict() and request.node.get_closest_marker("writes_system_defaults") is None:
+        if strict():
             pytest.fail(message, pytrace=False)
         warnings.warn(
             pytest.PytestWarning(message + "; or another test run on this machine did"), stacklevel=2
@@ -121,13 +123,59 @@ def strict() -> bool:
 
 
 def pytest_configure(config):
-    config.addinivalue_line(
-        "markers",
-        "writes_system_defaults(reason): runs the real prolog with a refused config, which falls "
-        "back to the system's default paths (the path guard warns instead of failing)",
-    )
     if os.environ.get("CI") and os.environ.get("SLURMKIT_UPDATE_GOLDENS"):
         raise pytest.UsageError(
             "SLURMKIT_UPDATE_GOLDENS is set in CI: it rewrites the golden files instead of "
             "comparing them, so every golden test would pass. Unset it (regenerate goldens locally)."
         )
+
+
+#: Exit status of :func:`private_system_paths`' wrapper when it could not make the paths private
+#: (the command itself was then not run).
+PRIVATE_SETUP_FAILED = 97
+
+
+def _tops() -> List[str]:
+    """The top-level directories the system's paths live under (``/etc``, ``/var``)."""
+    return sorted({"/" + p.strip("/").split("/")[0] for p in system_paths()})
+
+
+def private_system_paths(argv: Sequence[str], scratch: Path) -> List[str]:
+    """``argv`` wrapped so that what it writes under the system's slurmkit paths stays out of
+    the system: as root, it runs in a mount namespace of its own (``unshare --mount``) where
+    each top directory of those paths (``/var``, ``/etc``) is an overlay with the real one
+    below and ``scratch/upper/<top>`` above, so the command sees the real tree and every
+    write lands in ``scratch`` (read it back with :func:`private_view`). Unprivileged, ``argv``
+    is returned as it is: those paths are root's, and such a run cannot write them."""
+    if os.geteuid() != 0:
+        return list(argv)
+    scratch = Path(scratch).resolve()
+    lines = ["set -u"]
+    for top in _tops():
+        if str(scratch) == top or str(scratch).startswith(top + "/"):
+            raise ValueError(f"{scratch} is under {top}: an overlay's upper layer cannot lie in its lower")
+        upper, work = scratch / "upper" / top.strip("/"), scratch / "work" / top.strip("/")
+        upper.mkdir(parents=True, exist_ok=True)
+        work.mkdir(parents=True, exist_ok=True)
+        lines.append(
+            f"mount -t overlay overlay -o lowerdir={top},upperdir={upper},workdir={work} {top} "
+            f'|| {{ echo "private_system_paths: cannot overlay {top}" >&2; exit {PRIVATE_SETUP_FAILED}; }}'
+        )
+    lines.append('exec "$@"')
+    return [
+        "unshare",
+        "--mount",
+        "--propagation",
+        "private",
+        "--",
+        "/bin/sh",
+        "-c",
+        "\n".join(lines),
+        "sh",
+        *argv,
+    ]
+
+
+def private_view(scratch: Path, path: str) -> Path:
+    """Where a write to the system's ``path`` by a :func:`private_system_paths` run landed."""
+    return Path(scratch).resolve() / "upper" / path.strip("/")

@@ -335,7 +335,7 @@ def test_fail_closed_turns_the_first_internal_problem_into_an_isolating_fail(run
     assert code == 1 and rec["status"] == "unknown"  # the worst result; the exit code is the FAIL
     reason = rec["drain_reason"]
     bad = next(r for r in rec["results"] if r["status"] == "unknown")
-    assert reason == f"slurmkit:{bad['code']} {bad['check']}: {bad['reason']}"[: len(reason)]
+    assert bad["reason"] and reason == drain.format_reason(bad["code"], bad["check"], bad["reason"])
     assert "slurmkit-prolog: node1: FAIL slurmkit:" in err
 
 
@@ -372,7 +372,9 @@ def test_the_internal_error_record_says_why(run, gpu_fixture, monkeypatch):
     from slurmkit.health import catalog
 
     seen = {}
-    monkeypatch.setattr(gate, "_record_bounded", lambda hook, secs, *a: seen.update(secs=secs, args=a))
+    monkeypatch.setattr(
+        gate, "_record_bounded", lambda hook, secs, *a: seen.update(hook=hook, secs=secs, args=a)
+    )
 
     def broken(*a, **k):
         raise ValueError("bug")
@@ -382,6 +384,7 @@ def test_the_internal_error_record_says_why(run, gpu_fixture, monkeypatch):
     code, _, _, _ = run()
     ctx, paths, status, results, seconds, exit_code, drain_reason, internal = seen["args"]
     assert code == 0 and seen["secs"] == gate.RECORD_TIMEOUT and ctx is not None and exit_code == 0
+    assert seen["hook"] == "prolog" and 0 <= seconds < 30  # how long the hook ran
     (r,) = results
     assert (r.check, r.code, r.details, r.reason) == (
         "internal",
@@ -563,3 +566,256 @@ def test_failing_open_names_every_fault_in_one_bounded_line(run):
     (line,) = [x for x in err.splitlines() if "failing open on slurmkit fault(s): " in x]
     said = line.split("failing open on slurmkit fault(s): ", 1)[1]
     assert said == "; ".join(internal)[:300]
+
+
+# ------------------------------------------------- the budget's arithmetic, on an injected clock
+#
+# The gate reads time only through ``time.monotonic`` of its own module: a fake clock there
+# (``Clock``) starts at 100.0 and moves only when a stub says so, so every deadline the gate
+# hands on can be computed by hand. The checks, the drain and the record are stubs that note
+# what they were given.
+
+
+class Clock:
+    def __init__(self, now=100.0):
+        self.now = now
+
+    def monotonic(self):
+        return self.now
+
+
+@pytest.fixture
+def clocked(monkeypatch, run):
+    """``clocked(hook, health, took, fail)`` -> what the checks, the drain and the record got:
+    the checks (stubbed) take ``took`` seconds of the fake clock and fail when ``fail``."""
+    from slurmkit.health import engine
+    from slurmkit.verdict.base import Action, CheckResult, Status
+
+    clock = Clock()
+    seen = {}
+    monkeypatch.setattr(gate, "time", clock)
+
+    def checks(ctx, specs, deadline=None):
+        seen["checks"], seen["hook"], seen["ctx"] = deadline, ctx.hook, ctx
+        seen["specs"] = [s.name for s in specs]
+        clock.now += seen["took"]
+        if seen["fail"]:
+            return [CheckResult("gpu_ecc", Status.FAIL, "GPU_ECC_UNCORRECTED", "GPU 3: bad", Action.ISOLATE)]
+        return [CheckResult("gpu_ecc", Status.OK)]
+
+    monkeypatch.setattr(engine, "run_checks", checks)
+    monkeypatch.setattr(
+        gate, "guarded_drain", lambda node, reason, left: seen.update(drain=left) or (True, "drained")
+    )
+    monkeypatch.setattr(
+        gate,
+        "_record_bounded",
+        lambda hook, secs, ctx, paths, st, res, took, *a: seen.update(record=secs, took=took),
+    )
+
+    def go(hook="prolog", health=None, took=0.0, fail=False, env=None):
+        seen.clear()
+        seen.update(took=took, fail=fail)
+        code, *_ = run(hook, health=health, env=env)
+        return code, seen
+
+    return go
+
+
+@pytest.mark.parametrize(
+    "health, checks_deadline",
+    [
+        # reserve = min(drain_timeout, 0.3 x budget) + 0.1, before the budget's end (t0 100 + 5)
+        ({"drain_timeout": 3.0}, 105.0 - (1.5 + 0.1)),  # 0.3 x 5 s is the smaller
+        ({"drain_timeout": 0.5}, 105.0 - (0.5 + 0.1)),  # the drain's own timeout is
+        ({"drain_timeout": 3.0, "prolog_deadline": 2.0}, 102.0 - (0.6 + 0.1)),
+    ],
+)
+def test_the_checks_get_the_budget_less_the_drains_reserve(clocked, gpu_fixture, health, checks_deadline):
+    gpu_fixture()
+    code, seen = clocked(health=health)
+    assert code == 0 and seen["checks"] == pytest.approx(checks_deadline) and seen["hook"] == "prolog"
+
+
+@pytest.mark.parametrize(
+    "health, took, left",
+    [
+        # the drain gets what is left of the budget less 50 ms, at most drain_timeout, at least 0.3 s
+        ({"drain_timeout": 3.0}, 1.0, 3.0),  # 105 - 101 - 0.05 = 3.95: capped at 3.0
+        ({"drain_timeout": 3.0}, 3.0, 1.95),  # 105 - 103 - 0.05
+        ({"drain_timeout": 3.0}, 4.8, 0.3),  # 0.15 left: raised to the floor of 0.3 s
+        ({"drain_timeout": 3.0}, 6.0, 0.3),  # past the deadline: still 0.3 s
+    ],
+)
+def test_the_drain_gets_what_is_left_between_a_floor_and_its_timeout(
+    clocked, gpu_fixture, health, took, left
+):
+    gpu_fixture()
+    code, seen = clocked(health=health, took=took, fail=True)
+    assert code == 1 and seen["drain"] == pytest.approx(left)
+
+
+@pytest.mark.parametrize(
+    "took, record",
+    [
+        (1.0, 4.0),  # what is left of the budget: 105 - 101
+        (4.5, 1.0),  # 0.5 s left: at least RECORD_TIMEOUT (1 s)
+        (7.0, 1.0),  # past the deadline: RECORD_TIMEOUT
+    ],
+)
+def test_the_record_gets_what_is_left_of_the_budget_at_least_one_second(clocked, gpu_fixture, took, record):
+    gpu_fixture()
+    code, seen = clocked(took=took, health={"drain_on_fail": False}, fail=True)
+    assert code == 1 and seen["record"] == pytest.approx(record) and seen["took"] == pytest.approx(took)
+    code, seen = clocked(took=took)
+    assert code == 0 and seen["record"] == pytest.approx(record) and seen["took"] == pytest.approx(took)
+
+
+def test_the_epilog_steps_get_the_budget_less_the_reserve(clocked, gpu_fixture, monkeypatch):
+    """The epilog's clean-up and efficiency step run first, under the same deadline as the
+    checks (epilog budget 30 s: reserve min(3.0, 9.0) + 0.1), with the hook's context and
+    one ``extra`` for the record; the escalation sees the clean-up's and the checks' results
+    and the same ``extra``, and its own results are part of the verdict."""
+    from slurmkit.hooks import efficiency, epilog
+    from slurmkit.verdict.base import CheckResult, Status
+
+    seen = {}
+
+    def cleanup(ctx, deadline, extra):
+        seen.update(cleanup=deadline, cleanup_ctx=ctx, extra=extra)
+        return [CheckResult("cleanup", Status.OK)]
+
+    monkeypatch.setattr(epilog, "cleanup", cleanup)
+    monkeypatch.setattr(
+        efficiency,
+        "epilog_step",
+        lambda ctx, deadline, extra: seen.update(step=deadline, step_ctx=ctx, step_extra=extra),
+    )
+
+    def escalate(ctx, results, extra):
+        seen.update(escalated=[r.check for r in results], esc_ctx=ctx, esc_extra=extra)
+        return [CheckResult("escalation", Status.FAIL, "ESCALATED", "x")]
+
+    monkeypatch.setattr(epilog, "escalate", escalate)
+    gpu_fixture()
+    code, got = clocked("epilog", health={"drain_timeout": 3.0}, env={"SLURM_JOB_UID": "4242424"})
+    assert seen["cleanup"] == pytest.approx(130.0 - 3.1) == seen["step"]
+    assert got["checks"] == pytest.approx(130.0 - 3.1) and got["hook"] == "epilog"
+    assert seen["cleanup_ctx"] is seen["step_ctx"] is seen["esc_ctx"] is got["ctx"]
+    assert isinstance(seen["extra"], dict) and seen["extra"] is seen["step_extra"] is seen["esc_extra"]
+    assert seen["escalated"] == ["cleanup", "gpu_ecc"]
+    assert code == 1 and got["drain"] == pytest.approx(3.0)  # the escalation's fail drains
+
+
+def test_the_prolog_runs_no_epilog_step(clocked, gpu_fixture, monkeypatch):
+    from slurmkit.hooks import efficiency, epilog
+
+    def never(*a, **k):
+        raise AssertionError("an epilog step ran in the prolog")
+
+    for mod, name in ((epilog, "cleanup"), (efficiency, "epilog_step"), (epilog, "escalate")):
+        monkeypatch.setattr(mod, name, never)
+    gpu_fixture()
+    code, seen = clocked("prolog")
+    assert code == 0 and seen["hook"] == "prolog"
+
+
+@pytest.mark.parametrize("hook", ["prolog", "epilog"])
+def test_the_checks_are_the_hooks_fast_tier_less_the_disabled(clocked, gpu_fixture, hook):
+    from slurmkit.health.catalog import CATALOG
+    from slurmkit.verdict.base import Tier
+
+    gpu_fixture()
+    env = {"SLURM_JOB_UID": "4242424"} if hook == "epilog" else None
+    _, seen = clocked(hook, health={"checks": {"gpu_ecc": {"enabled": False}}}, env=env)
+    expect = [
+        s.name for s in CATALOG.values() if s.tier == Tier.FAST and hook in s.hooks and s.name != "gpu_ecc"
+    ]
+    assert seen["specs"] == expect and len(expect) > 1
+
+
+def test_an_error_before_the_context_exists_fails_open_and_is_recorded(run, gpu_fixture, monkeypatch):
+    """The context itself cannot be made (a bug there): no context to close, fail open,
+    recorded under the node and job of the process environment (as slurmd sets it)."""
+    from slurmkit.health.engine import Context
+
+    for k in ("SLURMD_NODENAME", "SLURM_JOB_ID"):
+        monkeypatch.setenv(k, ENV[k])
+
+    def broken(*a, **k):
+        raise RuntimeError("no context")
+
+    monkeypatch.setattr(Context, "from_env", broken)
+    gpu_fixture()
+    code, err, recs, _ = run()
+    assert code == 0 and "internal error, failing open: RuntimeError: no context" in err
+    (rec,) = recs
+    assert (rec["node"], rec["job_id"], rec["exit_code"]) == ("node1", "4242", 0)
+    assert [r["code"] for r in rec["results"]] == ["INTERNAL_ERROR"]
+
+
+@pytest.mark.parametrize("fail_closed, decided, expect", [(True, None, 1), (False, None, 0), (True, 0, 0)])
+def test_the_watchdog_the_hook_starts_names_it_and_keeps_its_policy(
+    run, gpu_fixture, monkeypatch, capsys, fail_closed, decided, expect
+):
+    """The timer ``run_hook`` starts, fired: it names the hook, fails closed only under
+    ``fail_closed`` before a verdict, and exits with a decided verdict after one."""
+    gpu_fixture()
+    _, _, _, timers = run("epilog", health={"fail_closed": fail_closed}, env={"SLURM_JOB_UID": "4242424"})
+    exits = []
+
+    class Exited(Exception):
+        pass
+
+    def exit_(code):
+        exits.append(code)
+        raise Exited  # os._exit does not return
+
+    monkeypatch.setattr(gate.os, "_exit", exit_)
+    monkeypatch.setattr(gate, "_decided", decided)
+    with pytest.raises(Exited):
+        timers[0].fn()
+    err = capsys.readouterr().err
+    assert exits == [expect]
+    said = (
+        "exiting 0 as decided"
+        if decided is not None
+        else ("failing (fail_closed)" if fail_closed else "failing open")
+    )
+    assert err == f"slurmkit-epilog: internal watchdog fired after 31.0s; {said}\n"
+
+
+def test_the_slurm_call_timeout_is_the_configured_one(monkeypatch, site, fake_scontrol, gpu_fixture):
+    from slurmkit.slurm import binaries
+
+    monkeypatch.setattr(binaries, "_timeout", binaries._timeout)  # restored after the test
+    monkeypatch.setattr(binaries, "_bin_dir", binaries._bin_dir)
+    monkeypatch.setattr(gate.threading, "Timer", lambda s, fn: type("T", (), {"start": lambda self: None})())
+    monkeypatch.setattr(gate, "_decided", None)
+    gpu_fixture()
+    cfg = site(slurm={"bin_dir": fake_scontrol.bin_dir, "timeout": 7.25})
+    monkeypatch.setenv("SLURMKIT_CONFIG", str(cfg))
+    assert gate.run_hook("prolog", env=dict(ENV, PATH=os.environ.get("PATH", ""))) == 0
+    assert binaries.timeout() == 7.25 and binaries._bin_dir == fake_scontrol.bin_dir
+
+
+def test_an_epilog_that_asked_for_a_reboot_does_not_drain_as_well(clocked, gpu_fixture, monkeypatch):
+    """The escalation's reboot (``scontrol reboot``, which sets its own reason) is the node's
+    way out: the gate does not drain over it."""
+    from slurmkit.hooks import efficiency, epilog
+    from slurmkit.verdict.base import CheckResult, Status
+
+    monkeypatch.setattr(epilog, "cleanup", lambda ctx, deadline, extra: [])
+    monkeypatch.setattr(efficiency, "epilog_step", lambda ctx, deadline, extra: None)
+
+    def escalate(ctx, results, extra):
+        extra["reboot_requested"] = True
+        return [CheckResult("escalation", Status.FAIL, "ESCALATED", "x")]
+
+    monkeypatch.setattr(epilog, "escalate", escalate)
+    gpu_fixture()
+    code, seen = clocked("epilog", env={"SLURM_JOB_UID": "4242424"})
+    assert code == 1 and "drain" not in seen
+    monkeypatch.setattr(epilog, "escalate", lambda ctx, results, extra: escalate(ctx, results, {}))
+    code, seen = clocked("epilog", env={"SLURM_JOB_UID": "4242424"})
+    assert code == 1 and seen["drain"] == pytest.approx(3.0)  # without it, the fail drains

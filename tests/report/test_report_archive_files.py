@@ -4,6 +4,7 @@ clean-up of what a killed ingest left (issue 30, mutation testing of the ingest)
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 
@@ -134,3 +135,192 @@ def test_a_temporary_is_a_new_empty_parquet_name_in_the_private_directory(tmp_pa
     name = os.path.basename(p)
     assert name.startswith(".data-") and name.endswith(".parquet")
     assert archive._temporary(str(tmp_path), ".data-") != p
+
+
+@pytest.mark.parametrize("killed_at, prefix", [("data.parquet", ".data-"), (archive.MULTI, ".multi-")])
+def test_what_a_killed_ingest_leaves_is_a_temporary_the_next_one_removes(
+    cli, fixture_path, tmp_path, monkeypatch, killed_at, prefix
+):
+    """An ingest killed just before a month file or ``_multi.parquet`` is renamed into place
+    leaves its temporary in ``.tmp`` under the name the clean-up looks for; the next ingest
+    removes it (and says so) and the archive is whole."""
+    arch = tmp_path / "arch"
+    dump = fixture_path("basic.txt")
+    real = os.replace
+
+    def killed(src, dst, *a, **k):
+        if os.path.basename(dst) == killed_at:
+            raise KeyboardInterrupt  # what a kill leaves: the temporary written, not renamed
+        return real(src, dst, *a, **k)
+
+    monkeypatch.setattr(os, "replace", killed)
+    res = cli("report", "ingest", "--archive", str(arch), "--trust-free-text", "--sacct-file", dump)
+    assert res.exit_code != 0
+    monkeypatch.setattr(os, "replace", real)
+    (left,) = os.listdir(arch / ".tmp")
+    assert left.startswith(prefix) and left.endswith(".parquet") and (arch / ".tmp" / left).stat().st_size > 0
+    res = cli("report", "ingest", "--archive", str(arch), "--trust-free-text", "--sacct-file", dump)
+    assert res.exit_code == 0, res.stderr
+    assert f"slurmkit: {arch}: removed 1 file(s) a killed ingest left\n" in res.stderr
+    assert os.listdir(arch / ".tmp") == [] and (arch / archive.MULTI).exists()
+
+
+def test_a_damaged_rules_stamp_reads_as_months_of_unknown_rules(cli, fixture_path, tmp_path):
+    """``_rules.json`` is the archive's own file, but a damaged one (months not a mapping, a
+    version that is not a number, not JSON) must not stop a report or an ingest: such a month
+    reads as written before the stamp (rules 1), and the next ingest writes a sound stamp."""
+    from slurmkit.report.rules import RULES_VERSION
+
+    arch = tmp_path / "arch"
+    dump = fixture_path("basic.txt")
+    assert (
+        cli("report", "ingest", "--archive", str(arch), "--trust-free-text", "--sacct-file", dump).exit_code
+        == 0
+    )
+    months = [m[len("month=") :] for m in sorted(os.listdir(arch)) if m.startswith("month=")]
+    assert months and archive.stale_months(str(arch)) == {}
+    stamp = arch / archive.RULES_STAMP
+    everyone_1 = dict.fromkeys(months, 1) if RULES_VERSION != 1 else {}
+    for damaged in (
+        {"months": months},  # a list
+        {"months": dict.fromkeys(months, str(RULES_VERSION))},  # versions as text
+        {"months": {**dict.fromkeys(months, None), "9": RULES_VERSION}},
+        {"other": 1},
+        [1, 2],
+        "not json",
+    ):
+        stamp.write_text(damaged if isinstance(damaged, str) else json.dumps(damaged))
+        assert archive.stale_months(str(arch)) == everyone_1, damaged
+    res = cli("report", "ingest", "--archive", str(arch), "--trust-free-text", "--sacct-file", dump)
+    assert res.exit_code == 0, res.stderr
+    assert archive.stale_months(str(arch)) == {}
+    assert json.loads(stamp.read_text()) == {"months": dict.fromkeys(months, RULES_VERSION)}
+
+
+def test_a_dump_with_only_the_required_columns_is_ingested_with_the_rest_blank(cli, tmp_path):
+    """sacct output with only JobID, State, AllocTRES, Start and End (the columns a report
+    needs): JobIDRaw is the JobID, every other column is stored empty, and the rows count."""
+    import duckdb
+
+    dump = tmp_path / "min.txt"
+    dump.write_text(
+        "JobID|State|AllocTRES|Start|End\n"
+        "700|COMPLETED|cpu=8,gres/gpu=4,node=1|2026-11-02T10:00:00|2026-11-02T12:00:00\n"
+        "700.batch|COMPLETED|cpu=8,gres/gpu=4,node=1|2026-11-02T10:00:00|2026-11-02T12:00:00\n"
+        "701_3|FAILED|cpu=8,gres/gpu=2,node=1|2026-11-03T10:00:00|2026-11-03T11:00:00\n"
+    )
+    arch = tmp_path / "arch"
+    res = cli("report", "ingest", "--archive", str(arch), "--trust-free-text", "--sacct-file", str(dump))
+    assert res.exit_code == 0, res.stderr
+    assert res.stderr == (
+        f"slurmkit: ingested 2 attempt(s) into {arch} (0 not started, 0 malformed or impossible: skipped); "
+        "rows per month now: 2026-11: 2\n"
+    )  # nothing skipped is 0, not blank
+    rows = duckdb.sql(
+        f"SELECT * FROM read_parquet('{arch}/month=*/data.parquet') ORDER BY \"JobID\""
+    ).fetchall()
+    cols = [
+        d[0] for d in duckdb.sql(f"SELECT * FROM read_parquet('{arch}/month=*/data.parquet')").description
+    ]
+    got = [dict(zip(cols, r)) for r in rows]
+    assert [(r["JobID"], r["JobIDRaw"], r["State"], r["gpus"]) for r in got] == [
+        ("700", "700", "COMPLETED", 4),
+        ("701_3", "701_3", "FAILED", 2),
+    ]
+    for r in got:
+        assert [
+            r[c]
+            for c in ("Submit", "ElapsedRaw", "User", "Account", "Partition", "NodeList", "Reason", "JobName")
+        ] == [""] * 8
+        assert r["submit_s"] is None and r["end_s"] - r["start_s"] in (3600, 7200)
+
+
+def test_a_planted_lock_symlink_is_refused_with_one_line_naming_the_archive(cli, fixture_path, tmp_path):
+    arch = tmp_path / "arch"
+    arch.mkdir(mode=0o700)
+    victim = tmp_path / "victim"
+    victim.write_text("precious")
+    os.symlink(victim, arch / ".ingest.lock")
+    res = cli(
+        "report",
+        "ingest",
+        "--archive",
+        str(arch),
+        "--trust-free-text",
+        "--sacct-file",
+        fixture_path("basic.txt"),
+    )
+    assert res.exit_code == 2
+    (line,) = res.stderr.splitlines()
+    assert line == f"slurmkit: error: --archive {arch}: {arch}/.ingest.lock: lock file is a symbolic link"
+    assert victim.read_text() == "precious" and not any(n.startswith("month=") for n in os.listdir(arch))
+
+
+def test_what_an_ingest_returns(fixture_path, tmp_path):
+    """``ingest``'s answer, key for key: the attempts kept, those skipped and why, and the rows
+    each month written holds now (basic.txt: its job rows, two of them never started)."""
+    from slurmkit.report import engine
+
+    src = engine.probe_file(fixture_path("basic.txt"), None, "|")
+    arch = str(tmp_path / "arch")
+    first = archive.ingest(arch, src)
+    assert sorted(first) == ["malformed", "months", "not_started", "rows", "skipped"]
+    assert first["skipped"] == first["not_started"] + first["malformed"] and first["not_started"] > 0
+    assert first["rows"] == sum(first["months"].values()) > 0
+    again = archive.ingest(arch, src)  # idempotent: the same rows replace themselves
+    assert again == first
+
+
+def test_row_ids_carry_the_month_and_are_unique_across_the_archive(cli, tmp_path):
+    """``rid``: the month (``year * 12 + month - 1``) in the high 32 bits, the row within the
+    month (by Start) in the low ones; the engine joins rows by it, so no two rows of the
+    archive may share one (January and November, the same month of two years)."""
+    import duckdb
+
+    dump = tmp_path / "months.txt"
+    rows = [("801", "2026-01-05"), ("802", "2026-01-06"), ("803", "2026-11-05"), ("804", "2027-11-05")]
+    dump.write_text(
+        "JobID|State|AllocTRES|Start|End\n"
+        + "".join(f"{j}|COMPLETED|gres/gpu=1|{d}T10:00:00|{d}T11:00:00\n" for j, d in rows)
+    )
+    arch = tmp_path / "arch"
+    res = cli("report", "ingest", "--archive", str(arch), "--trust-free-text", "--sacct-file", str(dump))
+    assert res.exit_code == 0, res.stderr
+    got = duckdb.sql(
+        f"SELECT \"JobID\", rid >> 32, rid & 4294967295 FROM read_parquet('{arch}/month=*/data.parquet') "
+        'ORDER BY "JobID"'
+    ).fetchall()
+    assert got == [
+        ("801", 2026 * 12 + 0, 1),
+        ("802", 2026 * 12 + 0, 2),
+        ("803", 2026 * 12 + 10, 1),
+        ("804", 2027 * 12 + 10, 1),
+    ]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root: chown to another account")
+def test_a_month_directory_of_another_account_is_left_alone(tmp_path):
+    """Not ours, though nobody else can write it: the clean-up of the months leaves it alone
+    (the archive's own ``.tmp`` would be refused)."""
+    month = tmp_path / "month=2026-11"
+    month.mkdir(mode=0o755)
+    (month / ".data-1.parquet").write_text("x")
+    os.chown(month, 65534, 65534)
+    assert archive._remove_leftovers(str(month), strict=False) == 0
+    assert os.listdir(month) == [".data-1.parquet"]
+
+
+def test_an_ingest_of_one_month_keeps_the_rules_stamp_of_the_others(cli, tmp_path):
+    from slurmkit.report.rules import RULES_VERSION
+
+    arch = tmp_path / "arch"
+    for j, d in (("901", "2026-01-05"), ("902", "2026-11-05")):
+        dump = tmp_path / f"{j}.txt"
+        dump.write_text(
+            f"JobID|State|AllocTRES|Start|End\n{j}|COMPLETED|gres/gpu=1|{d}T10:00:00|{d}T11:00:00\n"
+        )
+        res = cli("report", "ingest", "--archive", str(arch), "--trust-free-text", "--sacct-file", str(dump))
+        assert res.exit_code == 0, res.stderr
+    stamp = json.loads((arch / archive.RULES_STAMP).read_text())
+    assert stamp == {"months": {"2026-01": RULES_VERSION, "2026-11": RULES_VERSION}}
+    assert archive.stale_months(str(arch)) == {}

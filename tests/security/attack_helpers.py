@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 import yaml
+from suite_guards import private_system_paths
 
 REPO = Path(__file__).resolve().parents[2]
 HEALTHY = REPO / "etc" / "gpu-fixtures" / "healthy-h100x8.yaml"
@@ -112,10 +113,16 @@ class Node:
         env.update(extra)
         return env
 
-    def hook(self, hook: str = "prolog", timeout: float = 60, **env: str) -> subprocess.CompletedProcess:
-        """Run a hook program exactly as slurmd would: ``env -i`` + the job's environment."""
+    def hook(
+        self, hook: str = "prolog", timeout: float = 60, private_defaults: Optional[Path] = None, **env: str
+    ) -> subprocess.CompletedProcess:
+        """Run a hook program exactly as slurmd would: ``env -i`` + the job's environment.
+        With ``private_defaults`` (a scratch directory), the system's default paths are private
+        to the run (:func:`suite_guards.private_system_paths`): for a hook that falls back to them."""
         environ = [f"{k}={v}" for k, v in self.env(**env).items()]
         argv = ["env", "-i", *environ, sys.executable, str(HOOKS[hook])]
+        if private_defaults is not None:
+            argv = private_system_paths(argv, private_defaults)
         return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, cwd="/")
 
     def records(self) -> List[Dict[str, Any]]:

@@ -15,6 +15,7 @@ an admin, where one typo must not quietly switch the gate off).
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -25,6 +26,7 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from suite_guards import private_system_paths, private_view
 
 from slurmkit.core.yamlload import load_yaml_text
 from slurmkit.errors import ConfigError
@@ -266,9 +268,10 @@ def _drains(tmp_path: Path):
     return [c for c in calls if c[:1] == ["update"] or c[:1] == ["reboot"]]
 
 
-@pytest.mark.writes_system_defaults(reason="a refused config falls back to the default paths")
 def test_a_nan_check_timeout_does_not_drain_a_healthy_node(tmp_path):
-    """The prolog as slurmd runs it, with ``health.check_timeout: .nan`` in the site config."""
+    """The prolog as slurmd runs it, with ``health.check_timeout: .nan`` in the site config.
+    The refused config makes it record the error under the system's default paths, as a
+    node's would: as root those are private to this run (:func:`private_system_paths`)."""
     data = site_dict(tmp_path)
     data["slurm"] = {"bin_dir": str(_fake_scontrol(tmp_path))}
     data["health"]["check_timeout"] = "@@"
@@ -285,10 +288,15 @@ def test_a_nan_check_timeout_does_not_drain_a_healthy_node(tmp_path):
         "SLURM_JOB_USER": "root",
         "SLURM_JOB_GPUS": "0,1",
     }
-    res = subprocess.run([sys.executable, PROLOG], env=env, capture_output=True, text=True, timeout=120)
+    argv = private_system_paths([sys.executable, PROLOG], tmp_path / "private")
+    res = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
     assert not _drains(tmp_path), f"a NaN timeout drained a healthy node: {_drains(tmp_path)}"
     assert "check_timeout" in res.stderr  # the config error is said, in slurmd's log
+    if os.geteuid() == 0:  # and recorded, in the (private) default health log
+        log = private_view(tmp_path / "private", "/var/log/slurmkit/health.jsonl")
+        rec = json.loads(log.read_text().splitlines()[-1])
+        assert (rec["job_id"], [r["code"] for r in rec["results"]]) == ("9302", ["CONFIG_ERROR"]), rec
 
 
 # --------------------------------------------------------------- hostile spec files

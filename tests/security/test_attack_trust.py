@@ -14,6 +14,7 @@ import time
 
 import pytest
 from attack_helpers import as_user, spawn_as_user
+from suite_guards import private_view
 
 HOLD_EVERY_LOCK = r"""
 import fcntl, glob, os, sys, time
@@ -113,18 +114,29 @@ def test_a_xid_table_a_user_can_write_is_ignored(node, unprivileged_users):
     assert any("xid-site.yaml" in u for u in rec["untrusted_files"])
 
 
-@pytest.mark.writes_system_defaults(reason="a refused config falls back to the default paths")
-def test_root_refuses_a_config_a_user_can_write(node, unprivileged_users):
+def test_root_refuses_a_config_a_user_can_write(node, unprivileged_users, tmp_path):
     """Old: root read any config it was pointed at; one that switches the Xid check off
-    was applied. Now it is a config error (fail open, logged, metric), not obeyed."""
+    was applied. Now it is a config error (fail open, logged, metric), not obeyed.
+
+    With its config refused the prolog records the error under the system's default paths,
+    as a node's would; those are private to this run (an overlay in a mount namespace of its
+    own, :func:`suite_guards.private_system_paths`), so the record is read from the overlay."""
     attacker, _ = unprivileged_users
     node.health["checks"] = {"xid": {"enabled": False}}
     node.write_config()
     os.chown(node.config, *_ids(attacker))
     node.add_xid(79)
-    res = node.hook("prolog")
+    res = node.hook("prolog", private_defaults=tmp_path)
     assert "config error, failing open" in res.stderr and "not trusted" in res.stderr, res.stderr
+    assert res.returncode == 0, res.stderr
     assert node.records() == []  # the hostile config's paths were not used either
+    # ... but the defaults were, for the record and the metric of the config error
+    log = private_view(tmp_path, "/var/log/slurmkit/health.jsonl")
+    rec = json.loads(log.read_text().splitlines()[-1])
+    assert (rec["hook"], rec["job_id"], rec["exit_code"]) == ("prolog", "4242", 0), rec
+    assert [r["code"] for r in rec["results"]] == ["CONFIG_ERROR"], rec
+    metrics = private_view(tmp_path, "/var/lib/prometheus/node-exporter/slurmkit_health_prolog_node1.prom")
+    assert 'slurmkit_health_internal_error{hook="prolog",node="node1"} 1' in metrics.read_text()
 
 
 def test_predictable_mount_write_test_names_cannot_be_pre_created(node, unprivileged_users, tmpfs):

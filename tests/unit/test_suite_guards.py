@@ -18,7 +18,7 @@ def _pytest(tmp_path, body: str, **env_extra) -> subprocess.CompletedProcess:
     env = {
         k: v
         for k, v in os.environ.items()
-        if k not in ("CI", "SLURMKIT_UPDATE_GOLDENS", "SLURMKIT_REQUIRE_TRAIN")
+        if k not in ("CI", "SLURMKIT_UPDATE_GOLDENS", "SLURMKIT_REQUIRE_TRAIN", "SLURMKIT_STRICT_PATHS")
     }
     env.update(env_extra, PYTHONPATH=str(TESTS))
     return subprocess.run(
@@ -114,3 +114,27 @@ def test_the_watched_paths_include_slurmkits_defaults():
         "/etc/slurmkit",
     ):
         assert path in watched
+
+
+def test_private_system_paths_keeps_a_root_write_out_of_the_system(tmp_path):
+    """A hook that falls back to the default paths is run through this wrapper: what it writes
+    under /var/log/slurmkit (and the other defaults) lands in the test's scratch directory,
+    the real directory is not touched. Unprivileged, the command is returned unchanged."""
+    import pytest
+
+    argv = [sys.executable, "-c", "import sys; open(sys.argv[1], 'a').write('x\\n')"]
+    if os.geteuid() != 0:
+        assert suite_guards.private_system_paths(argv, tmp_path) == argv
+        pytest.skip("the overlay needs root (an unprivileged run cannot write the system's paths)")
+    target = "/var/log/slurmkit/private-system-paths-probe"
+    watched = {p: suite_guards.fingerprint(p) for p in suite_guards.system_paths()}
+    res = subprocess.run(
+        suite_guards.private_system_paths([*argv, target], tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert res.returncode == 0, res.stderr
+    assert not os.path.exists(target)
+    assert suite_guards.changed(watched, {p: suite_guards.fingerprint(p) for p in watched}) == {}
+    assert suite_guards.private_view(tmp_path, target).read_text() == "x\n"
