@@ -167,6 +167,19 @@ class ClusterHandle:
             raise AssertionError(f"sbatch failed ({res.returncode}): {res.stderr.strip()}")
         return res.stdout.strip().split(";")[0]
 
+    def associate(self, *users: str, account: str = "research") -> None:
+        """Give each user an association with ``account`` (idempotent). Asked first, then
+        added: sacctmgr's answer to a user it already has differs between releases (22.05:
+        rc 0 and "Nothing new added"; 26.05: rc 1 and "Nothing added")."""
+        for user in users:
+            show = ["sacctmgr", "-n", "-P", "show", "assoc", "where", f"user={user}", f"account={account}"]
+            res = self.run([*show, "format=user"])
+            assert res.returncode == 0, f"sacctmgr show assoc: {res.stderr.strip()}"
+            if user in res.stdout.split():
+                continue
+            res = self.run(["sacctmgr", "-i", "add", "user", user, f"Account={account}"])
+            assert res.returncode == 0, f"sacctmgr add user {user}: {(res.stdout + res.stderr).strip()}"
+
     def sacct_state(self, job_id: str) -> Optional[str]:
         res = self.run(["sacct", "-X", "-n", "-P", "-j", str(job_id), "--format=State"])
         states = [s.split()[0] for s in res.stdout.split() if s.strip()]

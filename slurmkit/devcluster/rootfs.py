@@ -39,7 +39,12 @@ INSIDE_ENV = "SLURMKIT_DEVCLUSTER_ROOTFS"
 MIRROR = "http://deb.debian.org/debian"
 MARKER = ".slurmkit-rootfs.json"
 #: The cluster's programs, plus what this machine's Python needs that minbase lacks
-#: (libffi for ctypes and torch, libsqlite3) and iproute2 for the node namespaces.
+#: (libffi for ctypes and torch, libsqlite3), iproute2 for the node namespaces, and the
+#: root's own ``/usr/bin/python3`` with PyYAML: the interpreter that unprivileged users and
+#: their jobs run slurmkit's job side with (as on a site's nodes). This machine's Python,
+#: bound in for the hooks and pytest, is of no use to them: its home may sit under a
+#: directory only root may enter (``/root/.pyenv``: 0700), which made every user-run
+#: ``python`` in the root fail with ``Permission denied``.
 PACKAGES = [
     "slurmd",
     "slurmctld",
@@ -52,9 +57,11 @@ PACKAGES = [
     "iproute2",
     "libffi8",
     "libsqlite3-0",
+    "python3",
+    "python3-yaml",
 ]
 #: Bumped when PACKAGES or the build changes, so a cached root is rebuilt.
-BUILD_VERSION = 1
+BUILD_VERSION = 2
 DEBOOTSTRAP_TIMEOUT = 900
 INSTALL_TIMEOUT = 900
 

@@ -5,6 +5,7 @@ the device cgroup refuses a fake GPU the job was not given, each job has its own
 import os
 import re
 import time
+from pathlib import Path
 
 import pytest
 
@@ -107,3 +108,23 @@ def test_the_job_runs_in_slurms_cgroup_for_it(devcluster):
     # cgroup v1, multiple-slurmd build: slurm_<node>/uid_<uid>/job_<id>/step_batch/...
     assert lines["devices"].startswith(f"/slurm_node2/uid_{uid}/job_{job}/step_batch"), lines
     assert lines["freezer"].startswith(f"/slurm_node2/uid_{uid}/job_{job}/step_batch"), lines
+
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_a_users_job_runs_the_nodes_python3_with_slurmkit(devcluster):
+    """Users' jobs (and the attack tests' users) run slurmkit's job side with the node's
+    ``/usr/bin/python3``: the test run's own interpreter may sit where only root may enter.
+    A Slurm root without python3 failed the attack tests with ``Permission denied``."""
+    out = devcluster.shared_dir / f"python3-{time.time_ns()}.out"
+    script = (
+        "#!/bin/sh\n"
+        f"PYTHONPATH={REPO} exec /usr/bin/python3 -c "
+        "'import os, sys, yaml, slurmkit.submit.jobside; print(\"OK\", os.getuid(), sys.version_info[:2])'\n"
+    )
+    job = devcluster.submit(script, ["-w", "node2", f"--output={out}"], user="alice")
+    state = devcluster.wait_job(job)
+    text = out.read_text(errors="replace") if out.exists() else "(no output)"
+    assert state == "COMPLETED", f"{state}: {text}"
+    assert text.startswith("OK ") and not text.startswith("OK 0 "), text

@@ -31,8 +31,11 @@ HOOKS = {
 }
 
 
-#: The attacker's interpreter: the system one (root's venv may live where users cannot read).
-USER_PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
+#: The attacker's interpreter: the node's system one, as on a site's nodes. Not this test
+#: run's: its home may be under a directory only root may enter (``/root/.pyenv``), and
+#: falling back to it turned a missing system python3 into ``Permission denied``
+#: (tests/devcluster/test_production_config.py checks that every devcluster root has one).
+USER_PYTHON = "/usr/bin/python3"
 
 
 def as_user(user: str, code: str, *args: str, timeout: float = 30) -> subprocess.CompletedProcess:

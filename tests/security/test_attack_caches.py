@@ -128,9 +128,7 @@ def test_victims_job_neither_runs_the_planted_cache_nor_fails(devcluster, unpriv
     scratch.mkdir()
     os.chmod(scratch, 0o1777)
     attacker, victim = unprivileged_users
-    for u in (attacker, victim):
-        res = dc.run(["sacctmgr", "-i", "add", "user", u, "Account=research"])
-        assert res.returncode == 0 or "Nothing new added" in res.stdout + res.stderr, res.stderr
+    dc.associate(attacker, victim)
     marker = dropbox / "pwned"
     for mode in ("0777", "0755"):  # a cache the victim would load; one that made the job fail
         probe = int(dc.submit("#!/bin/sh\ntrue\n", ["--output=/dev/null"], user=attacker))

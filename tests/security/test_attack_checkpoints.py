@@ -202,9 +202,7 @@ def test_victims_job_refuses_the_checkpoint_dir_the_attacker_planted(
     dc = devcluster
     dropbox = shared_dropbox  # the job sees it (its /tmp is private)
     attacker, victim = unprivileged_users
-    for u in (attacker, victim):
-        res = dc.run(["sacctmgr", "-i", "add", "user", u, "Account=research"])
-        assert res.returncode == 0 or "Nothing new added" in res.stdout + res.stderr, res.stderr
+    dc.associate(attacker, victim)
     # The devcluster's own checkpoint root is root's 0755 (docs/security.md): there the
     # attacker cannot even create a directory.
     default_root = Path(_render_for(dc, dropbox, victim)[1]["checkpoint_root"])

@@ -142,12 +142,6 @@ def test_kill_leaks_kills_a_leak_that_fakes_a_running_jobs_id(unprivileged_users
 # --------------------------------------------------------------- devcluster, real jobs
 
 
-def _associate(dc, *users: str) -> None:
-    for u in users:
-        res = dc.run(["sacctmgr", "-i", "add", "user", u, "Account=research"])
-        assert res.returncode == 0 or "Nothing new added" in res.stdout + res.stderr, res.stderr
-
-
 def _wait(pred, timeout: float, what: str):
     deadline = time.monotonic() + timeout
     last = None
@@ -201,7 +195,7 @@ def test_victims_job_survives_the_attackers_epilog_on_a_shared_node(
 ):
     dc = devcluster
     attacker, victim = unprivileged_users
-    _associate(dc, attacker, victim)
+    dc.associate(attacker, victim)
     marker = shared_dropbox / "victim.pid"  # where the job can write (its /tmp is private)
     vjob = dc.submit(
         f"#!/bin/sh\nsleep 300 &\necho $! > {marker}\nwait\n",
@@ -248,7 +242,7 @@ def test_leak_with_a_forged_slurm_job_id_is_still_killed(devcluster, unprivilege
     of its own node name so no prolog reads it."""
     dc = devcluster
     attacker, victim = unprivileged_users
-    _associate(dc, victim)
+    dc.associate(victim)
     marker = shared_dropbox / "victim.pid"  # where the job can write (its /tmp is private)
     vjob = dc.submit(
         f"#!/bin/sh\nsleep 300 &\necho $! > {marker}\nwait\n",

@@ -43,6 +43,9 @@ out=$(run scontrol update JobId="$j" AdminComment=SK1:Probe.Case 2>&1); say "sco
 out=$(run sacctmgr -i modify job where jobid="$j" set AdminComment=SK1:Probe.Case 2>&1); say "sacctmgr AdminComment" "rc=$? $(echo "$out" | tr '\n' ' ')"
 sleep 2; say "sacct AdminComment" "$(run sacct -X -n -P -j "$j" --format=AdminComment)"
 
+# --- sacctmgr's answer to an association it already has (alice is in research since up)
+out=$(run sacctmgr -i add user alice Account=research 2>&1); say "sacctmgr add existing assoc" "rc=$? $(echo "$out" | tr '\n' ' ')"
+
 # --- AdminComment while the job runs
 j=$(alice sbatch --parsable -w node1 -o /dev/null --wrap 'sleep 8')
 running "$j"
