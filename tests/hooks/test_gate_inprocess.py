@@ -790,7 +790,7 @@ def test_the_slurm_call_timeout_is_the_configured_one(monkeypatch, site, fake_sc
 
     monkeypatch.setattr(binaries, "_timeout", binaries._timeout)  # restored after the test
     monkeypatch.setattr(binaries, "_bin_dir", binaries._bin_dir)
-    monkeypatch.setattr(gate.threading, "Timer", lambda s, fn: type("T", (), {"start": lambda self: None})())
+    monkeypatch.setattr(gate, "Timer", lambda s, fn: type("T", (), {"start": lambda self: None})())
     monkeypatch.setattr(gate, "_decided", None)
     gpu_fixture()
     cfg = site(slurm={"bin_dir": fake_scontrol.bin_dir, "timeout": 7.25})
