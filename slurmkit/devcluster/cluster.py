@@ -244,17 +244,7 @@ class DevCluster:
         env = dict(os.environ)
         env["SLURM_CONF"] = str(self.slurm_conf)
         env["SLURMKIT_CONFIG"] = str(self.slurmkit_config)
-        env["PATH"] = os.pathsep.join(
-            [
-                os.path.dirname(sys.executable),
-                "/usr/local/sbin",
-                "/usr/local/bin",
-                "/usr/sbin",
-                "/usr/bin",
-                "/sbin",
-                "/bin",
-            ]
-        )
+        env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), *render.SYSTEM_BIN_DIRS])
         return env
 
     def daemons(self, spec: ClusterSpec) -> Dict[str, Path]:

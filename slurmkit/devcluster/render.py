@@ -383,6 +383,11 @@ def hook_targets(spec: ClusterSpec, repo: Path) -> Dict[str, Optional[str]]:
     }
 
 
+# The system's command directories, after the venv's: the PATH of the hooks and of the
+# cluster's clients (Slurm runs hooks with no PATH at all).
+SYSTEM_BIN_DIRS = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
+
+
 def hook_wrapper(spec: ClusterSpec, root: Path, name: str, target: Optional[str]) -> str:
     """A hook script: fault injection by marker file, then slurmkit's own program.
 
@@ -390,17 +395,7 @@ def hook_wrapper(spec: ClusterSpec, root: Path, name: str, target: Optional[str]
     A file ``hooks/fail-<hook>-<node>`` (or ``hooks/fail-<hook>``) makes the hook
     exit with the number it holds (default 1): how tests provoke a failing prolog.
     """
-    path = ":".join(
-        [
-            os.path.dirname(spec.python),
-            "/usr/local/sbin",
-            "/usr/local/bin",
-            "/usr/sbin",
-            "/usr/bin",
-            "/sbin",
-            "/bin",
-        ]
-    )
+    path = ":".join([os.path.dirname(spec.python), *SYSTEM_BIN_DIRS])
     return _templates["hook"].render(
         path=path,
         slurmkit_config=slurmkit_config_path(root),
