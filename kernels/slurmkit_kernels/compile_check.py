@@ -127,6 +127,27 @@ class Row:
     groups: set[int] = field(default_factory=set)  # query heads per KV head of the problems using it
 
 
+def _meta_problem(problem: Problem, dtype):
+    """``problem``'s q, k, v as meta tensors (shapes only: compiling launches nothing) and
+    its band, as ``attention._forward`` takes them."""
+    import torch
+
+    from . import attention
+
+    b, hq, hkv, nq, nk, d = (
+        problem.batch,
+        problem.heads_q,
+        problem.heads_kv,
+        problem.seq_q,
+        problem.seq_k,
+        problem.head_dim,
+    )
+    q = torch.empty((b, hq, nq, d), dtype=dtype, device="meta")
+    k = torch.empty((b, hkv, nk, d), dtype=dtype, device="meta")
+    v = torch.empty((b, hkv, nk, d), dtype=dtype, device="meta")
+    return q, k, v, attention._band(problem.causal, None, nq, nk)
+
+
 def portable_kernel_set() -> KernelSet:
     """The kernels of ``_kernels.py``, launched by ``attention._forward``/``_backward``."""
     from . import attention
@@ -135,18 +156,8 @@ def portable_kernel_set() -> KernelSet:
         import torch
 
         dtype = getattr(torch, problem.dtype)
-        b, hq, hkv, nq, nk, d = (
-            problem.batch,
-            problem.heads_q,
-            problem.heads_kv,
-            problem.seq_q,
-            problem.seq_k,
-            problem.head_dim,
-        )
-        q = torch.empty((b, hq, nq, d), dtype=dtype, device="meta")
-        k = torch.empty((b, hkv, nk, d), dtype=dtype, device="meta")
-        v = torch.empty((b, hkv, nk, d), dtype=dtype, device="meta")
-        band = attention._band(problem.causal, None, nq, nk)
+        q, k, v, band = _meta_problem(problem, dtype)
+        d = problem.head_dim
         scale = 1.0 / math.sqrt(d)
         o, lse = attention._forward(q, k, v, band, scale, problem.precision, config)
         attention._backward(torch.empty_like(o), q, k, v, o, lse, band, scale, problem.precision, config)
@@ -182,18 +193,8 @@ def gluon_kernel_set() -> KernelSet:
         dtype = getattr(torch, problem.dtype)
         if arch // 10 != 9 or dtype not in hopper_ws.DTYPES or problem.head_dim != hopper_ws.HEAD_DIM:
             return
-        b, hq, hkv, nq, nk, d = (
-            problem.batch,
-            problem.heads_q,
-            problem.heads_kv,
-            problem.seq_q,
-            problem.seq_k,
-            problem.head_dim,
-        )
-        q = torch.empty((b, hq, nq, d), dtype=dtype, device="meta")
-        k = torch.empty((b, hkv, nk, d), dtype=dtype, device="meta")
-        v = torch.empty((b, hkv, nk, d), dtype=dtype, device="meta")
-        band = attention._band(problem.causal, None, nq, nk)
+        q, k, v, band = _meta_problem(problem, dtype)
+        d = problem.head_dim
         attention._forward(q, k, v, band, d**-0.5, problem.precision, config, True, True)
 
     return KernelSet("gluon", launch)
