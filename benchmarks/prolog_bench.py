@@ -14,14 +14,17 @@ cores busy (``--busy``: one CPU-bound process per core runs during the measureme
 
 ``--wheel`` measures what an admin installs: it builds the wheel of this checkout
 (``python -m build``), installs it into a new, clean venv (``python3 -m venv``; ``pip install
--c etc/dev/constraints.txt``) and times that venv's ``slurmkit-prolog`` console script
+-c etc/dev/constraints.txt``) and times that venv's ``slurmkit-prolog`` (the installed hook script)
 against that venv's bare interpreter (a dev venv's interpreter starts slower: .pth files, the
-editable-install finder). ``--program .venv/bin/slurmkit-prolog`` times an installed console
-script instead of the thin file (both start the same gate).
+editable-install finder). ``--program .venv/bin/slurmkit-prolog`` times an installed hook
+script instead of the file in the tree (both start the same gate).
 
 Besides wall time, each run's CPU time (user + system, of the child, from
 ``getrusage(RUSAGE_CHILDREN)``) is reported: on a shared, loaded machine the wall time of a
-40 ms process mostly measures the scheduler, its CPU time much less so.
+40 ms process mostly measures the scheduler, its CPU time much less so. ``--instructions``
+also counts the instructions each of the two executes (``valgrind --tool=callgrind``, once
+each, after the timed runs): the same on a quiet and a loaded machine, it shows what a change
+costs or saves while others use the cores (it does not see waits: thread hand-overs, disk).
 """
 
 from __future__ import annotations
@@ -108,6 +111,24 @@ def install_wheel(tmp: Path, base_python: str) -> Tuple[str, str]:
     return str(venv / "bin" / "python"), str(venv / "bin" / "slurmkit-prolog")
 
 
+def instructions(cmd: list, env: dict) -> int:
+    """Instructions ``cmd`` executes, all its threads (valgrind's callgrind), or 0 without valgrind."""
+    valgrind = shutil.which("valgrind")
+    if not valgrind:
+        return 0
+    res = subprocess.run(
+        [valgrind, "--tool=callgrind", "--callgrind-out-file=/dev/null", *cmd],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    for line in res.stderr.splitlines():
+        if "Collected :" in line:
+            return int(line.split("Collected :")[1].split()[0])
+    return 0
+
+
 def importtime(python: str, args: list, env: dict, runs: int = 1) -> list:
     """``(self us, cumulative us, name)`` per module imported by ``python -X importtime *args``,
     each the smallest over ``runs`` runs (a preempted import only ever reads longer)."""
@@ -141,6 +162,9 @@ def main() -> None:
     ap.add_argument("--base-python", default="python3", help="the interpreter that makes the --wheel venv")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--importtime-runs", type=int, default=5, help="-X importtime runs (per-module minimum)")
+    ap.add_argument(
+        "--instructions", action="store_true", help="also count instructions executed (valgrind callgrind)"
+    )
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="slurmkit-prolog-bench-") as d:
         tmp = Path(d)
@@ -176,6 +200,11 @@ def main() -> None:
         internal = [r["seconds"] for r in recs[1:]]
         checks = len(recs[-1]["results"])
         status = {r["status"] for r in recs}
+        counted = (
+            (instructions([args.python, args.program], env), instructions([args.python, "-c", "pass"], env))
+            if args.instructions
+            else (0, 0)
+        )
         rows = importtime(args.python, [args.program], env, args.importtime_runs)
         bare_rows = importtime(args.python, ["-c", "pass"], env, args.importtime_runs)
     summary = {
@@ -201,6 +230,9 @@ def main() -> None:
         "import_self_total_s": sum(r[0] for r in rows) / 1e6,
         "bare_import_modules": len(bare_rows),
         "bare_import_self_total_s": sum(r[0] for r in bare_rows) / 1e6,
+        "instructions": counted[0],
+        "bare_python_instructions": counted[1],
+        "instructions_ratio": counted[0] / counted[1] if counted[1] else None,
     }
     groups = defaultdict(int)
     top = list(rows)
@@ -232,6 +264,12 @@ def main() -> None:
         f"  CPU    p50 {summary['cpu_p50_s'] * 1000:7.1f} ms   bare {summary['bare_python_cpu_p50_s'] * 1000:.1f} ms"
         f"   ratio {summary['cpu_ratio_p50']:.2f}x   (user + system time of the child)"
     )
+    if summary["instructions_ratio"]:
+        print(
+            f"  instructions {summary['instructions'] / 1e6:.1f} M   bare "
+            f"{summary['bare_python_instructions'] / 1e6:.1f} M   ratio {summary['instructions_ratio']:.2f}x"
+            "   (valgrind callgrind, the same under any load)"
+        )
     goal = 3.0 if args.busy else 2.0
     print(
         f"  ratio p50 {summary['ratio_p50']:.2f}x; goal <= {goal:.1f}x "

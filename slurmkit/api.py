@@ -42,7 +42,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 from slurmkit.config import SiteConfig, load_site_config
 from slurmkit.core.files import write_bytes_atomic
 from slurmkit.core.schema import deep_merge, parse_set_option
-from slurmkit.core.yamlload import LineDict, load_yaml_file
+from slurmkit.core.yamlload import load_yaml_file
 from slurmkit.errors import ConfigError, ExternalCommandError, SlurmkitError, UsageError
 from slurmkit.report import DEFAULT_IDLE_BELOW
 from slurmkit.report.efficiency import JobEfficiency, from_sacct, job_efficiency, one_line, sacct_args
@@ -51,6 +51,7 @@ from slurmkit.submit import follow, hparams
 from slurmkit.submit.follow import ACTIVE_STATES, WaitTimeout
 from slurmkit.submit.render import Rendered, render
 from slurmkit.submit.spec import check_against_cluster, check_site_defaults, validate_spec
+from slurmkit.values import LineDict
 
 __all__ = [
     "Spec",

@@ -17,9 +17,9 @@ from __future__ import annotations
 import os
 
 from slurmkit.core.schema import Field, Section, validate
-from slurmkit.core.yamlload import MAX_BYTES as MAX_CONFIG_BYTES
-from slurmkit.core.yamlload import LineDict, load_yaml_file
+from slurmkit.core.trust import MAX_YAML_BYTES as MAX_CONFIG_BYTES
 from slurmkit.errors import ConfigError
+from slurmkit.values import LineDict
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the hooks' path)
 if TYPE_CHECKING:
@@ -172,6 +172,8 @@ def load_site_config(path: Optional[str] = None, *, full: bool = False) -> SiteC
     if p is not None:
         if not os.path.exists(p):
             raise ConfigError("config file not found", path=p)
+        from slurmkit.core.yamlload import load_yaml_file  # not at the top: a job start reads no YAML
+
         raw = _load_trusted(p) if os.geteuid() == 0 else load_yaml_file(p)
     cfg = _site_config(raw, p)
     return cfg.validate_all() if full else cfg
@@ -192,7 +194,6 @@ def load_hook_sections(path: Optional[str] = None) -> Dict[str, Dict[str, Any]]:
     :func:`load_site_config`.
     """
     from slurmkit.core import cache, trust
-    from slurmkit.core.yamlload import load_yaml_text
 
     p = config_path(path)
     if p is None:
@@ -204,6 +205,8 @@ def load_hook_sections(path: Optional[str] = None) -> Dict[str, Dict[str, Any]]:
             text = content.decode("utf-8")
         except UnicodeDecodeError:
             raise ConfigError("not UTF-8 text", path=p) from None
+        from slurmkit.core.yamlload import load_yaml_text  # only when the config changed
+
         cfg = _site_config(load_yaml_text(text, p), p)
         return {name: cfg.section(name) for name in HOOK_SECTIONS}
 

@@ -25,22 +25,22 @@ Usage::
 
 from __future__ import annotations
 
-import math
 import os
-import re
 
+from slurmkit.chars import ASCII_LETTERS, DIGITS, only, replace_others
 from slurmkit.core import trust
 from slurmkit.core.files import write_bytes_atomic
-from slurmkit.values import Value
+from slurmkit.values import Value, is_finite
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the hooks' path)
 if TYPE_CHECKING:
     from typing import Dict, Iterable, List, Optional
 
-# compiled on first use (``re`` caches them), not when a hook imports the module
-_NAME_RE = r"^[a-zA-Z_:][a-zA-Z0-9_:]*$"
-_LABEL_RE = r"^[a-zA-Z_][a-zA-Z0-9_]*$"
-_SAFE_FILE = r"[^A-Za-z0-9._-]"
+# Prometheus' data model: metric names [a-zA-Z_:][a-zA-Z0-9_:]*, label names [a-zA-Z_][a-zA-Z0-9_]*
+_NAME_FIRST = frozenset(ASCII_LETTERS + "_:")
+_NAME_CHARS = frozenset(ASCII_LETTERS + DIGITS + "_:")
+_LABEL_FIRST = frozenset(ASCII_LETTERS + "_")
+_LABEL_CHARS = frozenset(ASCII_LETTERS + DIGITS + "_")
 
 
 class Sample(Value):
@@ -61,7 +61,7 @@ class Sample(Value):
 def file_name(prefix: str, *parts: str) -> str:
     """``file_name("slurmkit_health", "prolog", "node1")`` -> ``slurmkit_health_prolog_node1.prom``,
     with anything unsafe in a file name replaced."""
-    return "_".join([prefix, *(re.sub(_SAFE_FILE, "_", p) for p in parts if p)]) + ".prom"
+    return "_".join([prefix, *(replace_others(p) for p in parts if p)]) + ".prom"
 
 
 def _escape_help(text: str) -> str:
@@ -75,9 +75,9 @@ def _escape_label(text: str) -> str:
 def format_value(value: float) -> str:
     """A sample value as the format spells it: ``+Inf``, ``-Inf``, ``NaN``, else Python's repr."""
     v = float(value)
-    if math.isnan(v):
+    if v != v:
         return "NaN"
-    if math.isinf(v):
+    if not is_finite(v):
         return "+Inf" if v > 0 else "-Inf"
     return repr(v)
 
@@ -90,11 +90,11 @@ def render(samples: Iterable[Sample]) -> str:
     families: Dict[str, List[Sample]] = {}
     label_sets: Dict[str, List[str]] = {}
     for s in samples:
-        if not re.match(_NAME_RE, s.name):
+        if not only(s.name, _NAME_CHARS, _NAME_FIRST):
             raise ValueError(f"invalid metric name {s.name!r}")
         keys = sorted(s.labels)
         for key in keys:
-            if not re.match(_LABEL_RE, key) or key.startswith("__"):
+            if not only(key, _LABEL_CHARS, _LABEL_FIRST) or key.startswith("__"):
                 raise ValueError(f"metric {s.name}: invalid label name {key!r}")
         if s.name in label_sets and label_sets[s.name] != keys:
             raise ValueError(f"metric {s.name}: label names {keys} differ from {label_sets[s.name]}")

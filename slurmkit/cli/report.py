@@ -530,9 +530,10 @@ def report_build_vs_rent(
 
     break_even = hardware / (GPUs x rent x 730 h x utilisation - (power + cooling + staff))
     """
-    from slurmkit.core.yamlload import LineDict, load_yaml_file
+    from slurmkit.core.yamlload import load_yaml_file
     from slurmkit.report.capacity import render_build_vs_rent
     from slurmkit.report.cost import build_vs_rent_from_mapping
+    from slurmkit.values import LineDict
 
     setup_logging(verbose, quiet)
     data: Any = LineDict()

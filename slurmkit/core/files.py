@@ -3,13 +3,15 @@
 Readers on other nodes (the verdict store on shared storage, the job-side helpers'
 round files) and the next prolog (the Xid cursor) must never see half a file, so every
 such write goes to a temporary file in the same directory and is renamed over the
-target. Only ``json`` and ``os`` are imported: the prolog calls this on its hot path.
+target. Only ``os`` and :mod:`slurmkit.core.jsontext` are imported: the prolog calls this on its hot
+path.
 """
 
 from __future__ import annotations
 
-import json
 import os
+
+from slurmkit.core import jsontext
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the hooks' path)
 if TYPE_CHECKING:
@@ -76,5 +78,10 @@ def write_json_atomic(
 
     ``indent=None`` writes compact JSON; ``fsync`` and ``mode`` as for :func:`write_bytes_atomic`.
     """
-    text = json.dumps(data, sort_keys=True, indent=indent, separators=(",", ":") if indent is None else None)
+    if indent is None:
+        text = jsontext.dumps(data, sort_keys=True, separators=(",", ":"))
+    else:  # for people to read, off the hooks' path
+        import json
+
+        text = json.dumps(data, sort_keys=True, indent=indent)
     write_bytes_atomic(path, text.encode("utf-8"), fsync=fsync, mode=mode)

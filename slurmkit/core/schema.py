@@ -9,11 +9,8 @@ returns plain dicts with every default filled in.
 
 from __future__ import annotations
 
-import math
-
-from slurmkit.core.yamlload import LineDict, load_yaml_text
 from slurmkit.errors import ConfigError
-from slurmkit.values import Value
+from slurmkit.values import LineDict, Value, is_finite
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the hooks' path)
 if TYPE_CHECKING:
@@ -122,7 +119,7 @@ def _nonfinite(value: Any, depth: int = 0) -> bool:
     ``min``/``max`` and then disables the limit it stands for: refused everywhere, also
     inside free-form mappings and lists that have no schema of their own."""
     if isinstance(value, float):
-        return not math.isfinite(value)
+        return not is_finite(value)
     if depth < 64 and isinstance(value, dict):
         return any(_nonfinite(v, depth + 1) for v in value.values())
     if depth < 64 and isinstance(value, list):
@@ -275,6 +272,8 @@ def parse_set_option(item: str) -> Dict[str, Any]:
     key, sep, raw = item.partition("=")
     if not sep or not key.strip():
         raise ConfigError(f"--set {item!r}: expected KEY=VALUE (e.g. nodes=2, requeue.max_retries=3)")
+    from slurmkit.core.yamlload import load_yaml_text  # not at the top: a job start reads no YAML
+
     try:
         value = load_yaml_text(raw, "--set") if raw.strip() else ""
     except ConfigError:

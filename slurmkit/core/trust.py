@@ -49,6 +49,10 @@ REJECTED: List[Tuple[str, str]] = []
 
 #: The most a state, verdict or table file may hold; a bigger one is not ours.
 MAX_BYTES = 16 * 1024 * 1024
+#: The most any YAML document slurmkit reads may hold (configs, job specs, tables: a spec is a
+#: few KiB; :mod:`slurmkit.core.yamlload`): here, so that a job start, which reads the config's
+#: bytes but parses no YAML, need not import the YAML loader for it.
+MAX_YAML_BYTES = 1 << 20
 
 _OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
 _LOCK_FLAGS = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)

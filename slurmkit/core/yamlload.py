@@ -2,24 +2,23 @@
 
 Error messages for configs and job specs must name the file and the line, so the
 loader records the line of every mapping key. Values are plain Python objects;
-mappings are :class:`LineDict`, a ``dict`` with a ``lines`` attribute
+mappings are :class:`~slurmkit.values.LineDict`, a ``dict`` with a ``lines`` attribute
 (``{key: 1-based line}``) and its own ``line``.
 """
 
 from __future__ import annotations
 
-import functools
-
 from slurmkit.core import trust
 from slurmkit.errors import ConfigError
+from slurmkit.values import LineDict
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the hooks' path)
 if TYPE_CHECKING:
-    from typing import Any, Dict, List, Optional
+    from typing import Any, List, Optional
 
 #: Limits on any YAML document slurmkit reads (configs, job specs, tables): a spec is a
 #: few KiB, so these only stop hostile or broken input before it costs memory or time.
-MAX_BYTES = 1 << 20
+MAX_BYTES = trust.MAX_YAML_BYTES
 MAX_DEPTH = 32
 #: values visited (aliases count each time they are used: "billion laughs" expansion)
 MAX_NODES = 200_000
@@ -54,27 +53,25 @@ def _has_nul(value: Any, clean: Optional[set] = None) -> bool:
     return False
 
 
-class LineDict(dict):
-    """A dict that knows the source line of each of its keys."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.lines: Dict[Any, int] = {}
-        self.line: Optional[int] = None
+_YAML: Optional[tuple] = None  # (yaml, LineLoader) once _yaml() ran
 
 
-@functools.lru_cache(maxsize=None)
 def _yaml():
     """PyYAML and the loader class, imported on first use: importing PyYAML is among the
     larger costs of a start (docs/benchmarks.md), which every command would pay although
-    most read no YAML (no site config)."""
+    most read no YAML (no site config). Kept in a module global (not ``functools.lru_cache``:
+    a job start imports no functools)."""
+    global _YAML
+    if _YAML is not None:
+        return _YAML
     import yaml
 
     class LineLoader(yaml.SafeLoader):
         """SafeLoader (no arbitrary objects) that builds LineDicts."""
 
     LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
-    return yaml, LineLoader
+    _YAML = (yaml, LineLoader)
+    return _YAML
 
 
 def _construct_mapping(loader, node) -> LineDict:

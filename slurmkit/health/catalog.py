@@ -2,8 +2,11 @@
 
 Each check is declared once, on its function (:func:`slurmkit.health.declare.check`): name,
 tier, summary, codes, hooks and parameters. The catalog only collects the declarations of
-the check modules, so importing it costs the import of those modules, which import nothing
-heavy (the heavy checks import torch inside their functions, which the prolog never calls).
+the check modules, which import nothing heavy (the heavy checks import torch inside their
+functions, which the prolog never calls). A job start selects only the fast tier, declared
+in :data:`FAST_MODULES`; :data:`CATALOG`, every check, is built when it is first asked for,
+so that the heavy tier's module (its declarations and helpers, the largest of the check
+modules) is not read on every job start. A test keeps the two in agreement.
 
 Where each check runs (``hooks``):
 
@@ -16,7 +19,7 @@ Where each check runs (``hooks``):
 
 from __future__ import annotations
 
-from slurmkit.health.checks import gpu, heavy, host
+from slurmkit.health.checks import gpu, host
 from slurmkit.health.declare import ALL_HOOKS, HEAVY_HOOKS, CheckSpec, declared
 from slurmkit.verdict.base import Tier
 
@@ -40,8 +43,25 @@ def build_catalog(specs: List[CheckSpec]) -> Dict[str, CheckSpec]:
     return catalog
 
 
-#: fast GPU checks, fast host checks, then the heavy tier
-CATALOG: Dict[str, CheckSpec] = build_catalog(declared(gpu, host, heavy))
+#: The modules that declare the fast tier, in the order their checks run.
+FAST_MODULES = (gpu, host)
+_FAST: Dict[str, CheckSpec] = build_catalog(declared(*FAST_MODULES))
+CATALOG: Dict[str, CheckSpec]  # every check: set by __getattr__ on first use
+
+
+def __getattr__(name: str):
+    """``CATALOG``: fast GPU checks, fast host checks, then the heavy tier (built on first use)."""
+    if name != "CATALOG":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from slurmkit.health.checks import heavy  # only when every check is asked for
+
+    catalog = build_catalog(declared(*FAST_MODULES, heavy))
+    globals()["CATALOG"] = catalog
+    return catalog
+
+
+def _every_check() -> Dict[str, CheckSpec]:
+    return globals()["CATALOG"] if "CATALOG" in globals() else __getattr__("CATALOG")
 
 
 def select(
@@ -52,12 +72,14 @@ def select(
     from slurmkit.errors import UsageError
 
     if names:
-        unknown = [n for n in names if n not in CATALOG]
+        catalog = _every_check()
+        unknown = [n for n in names if n not in catalog]
         if unknown:
-            raise UsageError(f"unknown check(s) {', '.join(unknown)}; valid: {', '.join(CATALOG)}")
-        specs = [CATALOG[n] for n in names]
+            raise UsageError(f"unknown check(s) {', '.join(unknown)}; valid: {', '.join(catalog)}")
+        specs = [catalog[n] for n in names]
     else:
-        specs = [s for s in CATALOG.values() if (tier is None or s.tier == tier) and hook in s.hooks]
+        catalog = _FAST if tier == Tier.FAST else _every_check()  # a hook's fast tier: its modules only
+        specs = [s for s in catalog.values() if (tier is None or s.tier == tier) and hook in s.hooks]
     if health_cfg is not None:
         specs = [s for s in specs if health_cfg["checks"].get(s.name, {}).get("enabled", True)]
     return specs

@@ -55,7 +55,8 @@ class CheckSpec(FrozenValue):
     hooks: FrozenSet[str]
     codes: str  # the codes it can return, for the docs and `health list`
     #: reads shared storage: a timeout means the store did not answer (UNKNOWN, fail open),
-    #: not that this node is broken
+    #: not that this node is broken; its ``store_timeout`` parameter, when it has one, is its
+    #: default timeout (a store gets a shorter wait than a check of the node itself)
     remote: bool
     #: the check's own keys under ``health.checks.<name>`` (``enabled``/``timeout`` are added for all)
     params: Mapping[str, Field]

@@ -1,7 +1,9 @@
 """Run a list of checks under per-check and overall deadlines; summarise the verdict.
 
-Every check runs in a worker thread with ``join(timeout)`` (:mod:`.deadline`). A check
-past its deadline is a FAIL whose reason names the check. After a GPU probe hangs,
+The checks run one after another in a probe thread, each under its own deadline
+(:func:`~slurmkit.health.deadline.call_each_with_deadline`). A check past its deadline is
+abandoned with its thread and is a FAIL whose reason names the check (UNKNOWN for shared
+storage); the checks after it go on in a new thread. After a GPU probe hangs,
 the remaining GPU checks are not started (each would hang on the same driver lock);
 they read UNKNOWN "not run". Checks that raise are classified:
 
@@ -17,8 +19,8 @@ import time
 
 from slurmkit.health.backends import BackendError, BackendUnavailable
 from slurmkit.health.catalog import CheckSpec, select
-from slurmkit.health.config import thresholds_for
-from slurmkit.health.deadline import ProbeTimeout, call_with_deadline
+from slurmkit.health.deadline import call_each_with_deadline
+from slurmkit.health.thresholds import thresholds_for
 from slurmkit.slurm.jobenv import JobEnv
 from slurmkit.slurm.node import this_node
 from slurmkit.values import Value
@@ -26,7 +28,7 @@ from slurmkit.verdict.base import Action, CheckResult, Status, Tier
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the hooks' path)
 if TYPE_CHECKING:
-    from typing import Any, Dict, List, Optional, Sequence
+    from typing import Any, Dict, List, Optional, Sequence, Tuple
 
     from slurmkit.health.backends import GpuBackend
 
@@ -126,6 +128,7 @@ class Context(Value):
         self._backend_error = _backend_error
         self.backend_hung_in = backend_hung_in
         self.xid_events_seen = [] if xid_events_seen is None else xid_events_seen
+        self._thresholds: Dict[str, Dict[str, Any]] = {}  # not a field: thresholds() remembers here
 
     @classmethod
     def from_env(
@@ -191,11 +194,17 @@ class Context(Value):
     def thresholds(self, gpu_name: str) -> Dict[str, Any]:
         """The threshold block for a GPU of this (NVML) name: the checks read it here rather than
         from the config module, which is built from their declarations."""
-        return thresholds_for(self.health, gpu_name)
+        found = self._thresholds.get(gpu_name)
+        if found is None:  # once per GPU name and run: every GPU check asks for every GPU
+            found = self._thresholds[gpu_name] = thresholds_for(self.health, gpu_name)
+        return found
 
 
 def check_timeout(ctx: Context, spec: CheckSpec) -> float:
-    own = ctx.params(spec.name).get("timeout")
+    """The check's ``timeout`` when set; for one reading shared storage, its ``store_timeout``;
+    else the tier's default."""
+    params = ctx.params(spec.name)
+    own = params.get("timeout") or (params.get("store_timeout") if spec.remote else None)
     if own:
         return float(own)
     return float(
@@ -203,9 +212,17 @@ def check_timeout(ctx: Context, spec: CheckSpec) -> float:
     )
 
 
-def run_one(ctx: Context, spec: CheckSpec, timeout: float) -> CheckResult:
-    """Run one check under ``timeout``; never raises."""
-    start = time.monotonic()
+def _not_run(ctx: Context, spec: CheckSpec, deadline: Optional[float]) -> Optional[CheckResult]:
+    """Why ``spec`` is not started at all, as its result, or ``None``: the run's time budget
+    is spent, or the GPU backend already hung (each GPU check would hang on the same driver lock)."""
+    if deadline is not None and deadline - time.monotonic() <= 0.01:
+        return CheckResult(
+            spec.name,
+            Status.UNKNOWN,
+            "BUDGET_EXHAUSTED",
+            f"not run: the {ctx.hook} time budget was spent",
+            details={"skipped": True},
+        )
     if spec.gpu and ctx.backend_hung_in:
         return CheckResult(
             spec.name,
@@ -214,31 +231,18 @@ def run_one(ctx: Context, spec: CheckSpec, timeout: float) -> CheckResult:
             f"not run: the GPU backend hung in {ctx.backend_hung_in}",
             details={"skipped": True},
         )
+    return None
+
+
+def _call(ctx: Context, spec: CheckSpec) -> CheckResult:
+    """Run ``spec``'s function in this (the probe) thread; classify what it raised. Its
+    deadline is the caller's (:func:`run_checks`)."""
+    start = time.monotonic()
     try:
         fn = spec.function()
-        result, _ = call_with_deadline(lambda: fn(ctx, ctx.params(spec.name)), timeout, spec.name)
+        result = fn(ctx, ctx.params(spec.name))
         if not isinstance(result, CheckResult):
             raise TypeError(f"check {spec.name} returned {type(result).__name__}, not CheckResult")
-    except ProbeTimeout:
-        if spec.gpu:
-            ctx.backend_hung_in = spec.name
-        if spec.remote:  # shared storage that does not answer is not a node fault
-            result = CheckResult(
-                spec.name,
-                Status.UNKNOWN,
-                "STORE_UNREACHABLE",
-                f"{spec.name}: shared storage did not answer within {timeout:.2f}s (failing open)",
-                details={"internal": True},
-            )
-            result.seconds = round(time.monotonic() - start, 4)
-            return result
-        result = CheckResult(
-            spec.name,
-            Status.FAIL,
-            "CHECK_TIMEOUT",
-            f"{spec.name} did not finish within {timeout:.2f}s (hung probe)",
-            Action.REBOOT if spec.gpu else Action.ISOLATE,
-        )
     except BackendUnavailable as exc:
         result = CheckResult(
             spec.name,
@@ -269,28 +273,74 @@ def run_one(ctx: Context, spec: CheckSpec, timeout: float) -> CheckResult:
     return result
 
 
-def run_checks(ctx: Context, specs: List[CheckSpec], deadline: Optional[float] = None) -> List[CheckResult]:
-    """Run ``specs`` in order. ``deadline`` (``time.monotonic()`` value) bounds the whole run:
-    a check never gets more than what is left, and checks not started in time read UNKNOWN."""
-    results: List[CheckResult] = []
-    for spec in specs:
-        timeout = check_timeout(ctx, spec)
-        if deadline is not None:
-            left = deadline - time.monotonic()
-            if left <= 0.01:
-                results.append(
-                    CheckResult(
-                        spec.name,
-                        Status.UNKNOWN,
-                        "BUDGET_EXHAUSTED",
-                        f"not run: the {ctx.hook} time budget was spent",
-                        details={"skipped": True},
-                    )
-                )
+def _timed_out(ctx: Context, spec: CheckSpec, timeout: float, seconds: float) -> CheckResult:
+    """The result of a check abandoned at its deadline (the caller's thread)."""
+    if spec.gpu:
+        ctx.backend_hung_in = spec.name
+    if spec.remote:  # shared storage that does not answer is not a node fault
+        result = CheckResult(
+            spec.name,
+            Status.UNKNOWN,
+            "STORE_UNREACHABLE",
+            f"{spec.name}: shared storage did not answer within {timeout:.2f}s (failing open)",
+            details={"internal": True},
+        )
+    else:
+        result = CheckResult(
+            spec.name,
+            Status.FAIL,
+            "CHECK_TIMEOUT",
+            f"{spec.name} did not finish within {timeout:.2f}s (hung probe)",
+            Action.REBOOT if spec.gpu else Action.ISOLATE,
+        )
+    result.seconds = round(seconds, 4)
+    return result
+
+
+def run_checks(
+    ctx: Context,
+    specs: List[CheckSpec],
+    deadline: Optional[float] = None,
+    timeout: Optional[float] = None,
+) -> List[CheckResult]:
+    """Run ``specs`` in order, in one probe thread (:func:`call_each_with_deadline`); never raises
+    for a check's sake. Each check gets its own timeout (``timeout`` when given, else its
+    configured one); ``deadline`` (``time.monotonic()`` value) bounds the whole run: a check
+    never gets more than what is left, and checks not started in time read UNKNOWN."""
+    results: List[Optional[CheckResult]] = []
+    running: List[Tuple[CheckSpec, float, int]] = []  # per call: its spec, timeout, place in results
+
+    def calls():
+        for spec in specs:
+            skipped = _not_run(ctx, spec, deadline)
+            if skipped is not None:
+                results.append(skipped)
                 continue
-            timeout = min(timeout, left)
-        results.append(run_one(ctx, spec, timeout))
-    return results
+            own = check_timeout(ctx, spec) if timeout is None else timeout
+            if deadline is not None:
+                own = min(own, deadline - time.monotonic())
+            running.append((spec, own, len(results)))
+            results.append(None)
+            yield (lambda spec=spec: _call(ctx, spec)), own
+
+    def on_timeout(index: int) -> None:  # before the next check is drawn: it sees a hung backend
+        spec, own, place = running[index]
+        results[place] = _timed_out(ctx, spec, own, own)
+
+    outcomes = call_each_with_deadline(calls(), on_timeout)
+    for (_, _, place), (kind, value, seconds) in zip(running, outcomes):
+        if kind == "value":
+            results[place] = value
+        elif kind == "error":  # not an Exception (those are results): KeyboardInterrupt, SystemExit
+            raise value
+        else:
+            results[place].seconds = round(seconds, 4)
+    return results  # type: ignore[return-value]  # every place is filled
+
+
+def run_one(ctx: Context, spec: CheckSpec, timeout: float) -> CheckResult:
+    """Run one check under ``timeout``; never raises for the check's sake."""
+    return run_checks(ctx, [spec], timeout=timeout)[0]
 
 
 def run_selected(

@@ -239,8 +239,8 @@ def _step_record(start: float, until: float, out_of_time: bool, **more: Any) -> 
 
 def _memory_back(ctx, backend, indices: List[int], deadline: float) -> CheckResult:
     """GPU memory on the job's GPUs must fall under the leftover threshold after the kill."""
-    from slurmkit.health.config import thresholds_for
     from slurmkit.health.deadline import ProbeTimeout, call_with_deadline
+    from slurmkit.health.thresholds import thresholds_for
 
     names = {g.index: g.name for g in backend.gpus()}
     wait_until = min(deadline - 0.5, time.monotonic() + float(ctx.health["memory_release_wait"]))

@@ -1,7 +1,7 @@
 """The hook programs: Prolog, Epilog and HealthCheckProgram, as functions returning an exit code.
 
-The console scripts (``slurmkit-prolog`` ..., :mod:`slurmkit.cli.hooks`) and the copied
-files in ``prolog/`` and ``epilog/`` all call :func:`main` through ``slurmkit.cli.hooks.run``. What a
+The hook scripts (``slurmkit-prolog`` ..., the files in ``prolog/`` and ``epilog/``, installed
+by the wheel or copied) all call :func:`main` through ``slurmkit.hooks.run``. What a
 hook may do is dictated by Slurm (https://slurm.schedmd.com/prolog_epilog.html): a non-zero Prolog
 exit drains the node and requeues+holds the job; a non-zero Epilog exit drains the
 node; HealthCheckProgram's exit status is ignored, it must drain by itself.

@@ -20,6 +20,8 @@ import time
 from dataclasses import dataclass
 from typing import Dict, Iterable, Iterator, List, Optional, Set, Tuple, Union
 
+from slurmkit.slurm.node import is_node_name
+
 
 @dataclass
 class Proc:
@@ -164,7 +166,6 @@ def environ_job_id(pid: int, max_bytes: int = ENVIRON_MAX_BYTES) -> Optional[str
 #
 # https://slurm.schedmd.com/cgroups.html, https://slurm.schedmd.com/cgroup_v2.html
 
-_NODE_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 _UID_DIR_RE = re.compile(r"uid_(\d+)")
 _JOB_DIR_RE = re.compile(r"job_(\d+)")
 _V2_SLICE = "system.slice"
@@ -186,7 +187,7 @@ def _v1_top_ok(name: str, node: Optional[str]) -> bool:
     if not name.startswith("slurm_"):
         return False
     rest = name[len("slurm_") :]
-    return rest == node if node else bool(_NODE_NAME_RE.fullmatch(rest))
+    return rest == node if node else is_node_name(rest)
 
 
 def _v2_scope_ok(name: str, node: Optional[str]) -> bool:
@@ -196,7 +197,7 @@ def _v2_scope_ok(name: str, node: Optional[str]) -> bool:
     if not name.endswith(suffix):
         return False
     rest = name[: -len(suffix)]
-    return rest == node if node else bool(_NODE_NAME_RE.fullmatch(rest))
+    return rest == node if node else is_node_name(rest)
 
 
 def slurm_cgroup_job(text: str, node: Optional[str] = None) -> Optional[CgroupJob]:
@@ -259,8 +260,8 @@ def job_cgroup_dirs(
     tried; with no ``uid`` each ``uid_<number>`` level is."""
     if not job_id.isdigit():
         return []
-    tops = ["slurm"] + ([f"slurm_{node}"] if node and _NODE_NAME_RE.fullmatch(node) else [])
-    scopes = [_V2_SCOPE] + ([f"{node}_{_V2_SCOPE}"] if node and _NODE_NAME_RE.fullmatch(node) else [])
+    tops = ["slurm"] + ([f"slurm_{node}"] if node and is_node_name(node) else [])
+    scopes = [_V2_SCOPE] + ([f"{node}_{_V2_SCOPE}"] if node and is_node_name(node) else [])
     out: List[str] = []
     try:
         controllers = [e.name for e in os.scandir(cgroup_root) if e.is_dir(follow_symlinks=False)]

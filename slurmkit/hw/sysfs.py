@@ -11,9 +11,10 @@ https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html).
 from __future__ import annotations
 
 import os
-import re
 
 from slurmkit.values import FrozenValue
+
+_DIGITS = frozenset("0123456789")
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the hooks' path)
 if TYPE_CHECKING:
@@ -78,8 +79,17 @@ def _parse_rate(text: str) -> Optional[float]:
 
 
 def _natural_key(text: str) -> list:
-    # mlx5_2 before mlx5_10
-    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", text)]
+    """``mlx5_2`` before ``mlx5_10``: the text split into runs of ASCII digits (as numbers) and of
+    anything else, alternating, text first (``""`` when it starts with a digit)."""
+    key: list = []
+    run = ""
+    for c in text:
+        if (c in _DIGITS) != (len(key) % 2 == 1):  # even places hold text, odd ones numbers
+            key.append(int(run) if len(key) % 2 else run)
+            run = ""
+        run += c
+    key.append(int(run) if len(key) % 2 else run)
+    return key
 
 
 def read_ib_class(class_dir: str, devices: Sequence[str] = ()) -> List[IbPort]:

@@ -14,9 +14,9 @@ log and metrics.
 
 from __future__ import annotations
 
-import collections
-import re
 import time
+
+from slurmkit.chars import ASCII_LETTERS, DIGITS, keep_only
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the hooks' path)
 if TYPE_CHECKING:
@@ -25,21 +25,21 @@ if TYPE_CHECKING:
 #: Every drain reason slurmkit writes starts with this; any other reason is someone else's.
 DRAIN_REASON_PREFIX = "slurmkit:"
 
-# compiled on first use (``re`` caches them): every hook imports this module, few drain
-_UNSAFE_CODE = r"[^A-Za-z0-9_]"
-_UNSAFE_NAME = r"[^A-Za-z0-9_.-]"
+_CODE_CHARS = frozenset(ASCII_LETTERS + DIGITS + "_")
+_NAME_CHARS = frozenset(ASCII_LETTERS + DIGITS + "_.-")
+# re imported and this compiled on first use: every hook imports this module, few parse a reason
 _REASON = r"^slurmkit:([A-Za-z0-9_]+) ([A-Za-z0-9_.-]+): ?(.*)$"
 
 
 def safe_code(value: Any, default: str) -> str:
     """A machine-readable code: letters, digits and ``_`` only, at most 64; else ``default``."""
-    text = re.sub(_UNSAFE_CODE, "", str(value or ""))[:64]
+    text = keep_only(str(value or ""), _CODE_CHARS)[:64]
     return text or default
 
 
 def safe_name(value: Any, default: str) -> str:
     """A check name: letters, digits, ``_``, ``.`` and ``-`` only, at most 64; else ``default``."""
-    return re.sub(_UNSAFE_NAME, "", str(value or ""))[:64] or default
+    return keep_only(str(value or ""), _NAME_CHARS)[:64] or default
 
 
 def safe_text(value: Any, limit: int = 400) -> str:
@@ -51,9 +51,30 @@ def safe_text(value: Any, limit: int = 400) -> str:
     return " ".join(text.split())
 
 
-#: The fields of a slurmkit drain reason: ``code``, ``check``, ``detail`` (a plain named tuple:
-#: ``typing.NamedTuple`` would import ``typing`` on the hooks' path).
-DrainReason = collections.namedtuple("DrainReason", ["code", "check", "detail"])
+class DrainReason(tuple):
+    """The fields of a slurmkit drain reason, ``(code, check, detail)``, by place or by name: a
+    named tuple written out (``collections.namedtuple`` and ``typing.NamedTuple`` would import
+    ``collections`` or ``typing`` on the hooks' path)."""
+
+    __slots__ = ()
+
+    def __new__(cls, code: str, check: str, detail: str) -> DrainReason:
+        return tuple.__new__(cls, (code, check, detail))
+
+    @property
+    def code(self) -> str:
+        return self[0]
+
+    @property
+    def check(self) -> str:
+        return self[1]
+
+    @property
+    def detail(self) -> str:
+        return self[2]
+
+    def __repr__(self) -> str:
+        return f"DrainReason(code={self[0]!r}, check={self[1]!r}, detail={self[2]!r})"
 
 
 def format_reason(code: Any, check: Any, detail: Any) -> str:
@@ -68,6 +89,8 @@ def format_reason(code: Any, check: Any, detail: Any) -> str:
 
 def parse_reason(reason: Any) -> Optional[DrainReason]:
     """The fields of a reason :func:`format_reason` built; ``None`` for any other text."""
+    import re  # not at the top: a job start imports no re (slurmkit.chars)
+
     m = re.match(_REASON, str(reason or ""))
     return DrainReason(m.group(1), m.group(2), m.group(3)) if m else None
 

@@ -14,10 +14,9 @@ the job's uid in the prolog comes from slurmd, the one in a job's own shell from
 
 from __future__ import annotations
 
-import math
 import os
 
-from slurmkit.values import FrozenValue
+from slurmkit.values import FrozenValue, is_finite
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the hooks' path)
 if TYPE_CHECKING:
@@ -37,7 +36,7 @@ def _finite(text: Optional[str]) -> Optional[float]:
         value = float(text) if text not in (None, "") else None
     except ValueError:
         return None
-    return value if value is not None and math.isfinite(value) else None
+    return value if value is not None and is_finite(value) else None
 
 
 class JobEnv(FrozenValue):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+from slurmkit.chars import ASCII_LETTERS, DIGITS, NAME_CHARS, only
 from slurmkit.slurm.jobenv import JobEnv
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the hooks' path)
@@ -32,3 +33,13 @@ def is_this_node(name: str, env: Optional[Mapping[str, str]] = None) -> bool:
         return name == given
     full = os.uname().nodename
     return bool(name) and name in (full, full.split(".")[0])
+
+
+_NODE_NAME_FIRST = frozenset(ASCII_LETTERS + DIGITS)
+
+
+def is_node_name(name: object) -> bool:
+    """Whether ``name`` is a node name slurmkit uses in file and cgroup paths: host-name
+    characters, ``[A-Za-z0-9][A-Za-z0-9._-]{0,127}``, the whole string (so never ``..``, a
+    slash or a newline)."""
+    return isinstance(name, str) and only(name, NAME_CHARS, _NODE_NAME_FIRST, longest=128)

@@ -25,11 +25,12 @@ import shlex
 from typing import Any, Dict, List, Optional
 
 from slurmkit.core.schema import Field, Section, deep_merge, parse_set_option, validate
-from slurmkit.core.yamlload import LineDict, load_yaml_file
+from slurmkit.core.yamlload import load_yaml_file
 from slurmkit.errors import ConfigError
 from slurmkit.slurm import sbatch_options
 from slurmkit.slurm.parse import ParseError, gpus_from_gres, parse_time_limit
 from slurmkit.submit import hparams
+from slurmkit.values import LineDict
 
 # --------------------------------------------------------------------------- value checks
 

@@ -16,11 +16,12 @@ from typing import Any, Dict, List, Optional
 
 from slurmkit.errors import ConfigError, SlurmCommandError, UsageError
 from slurmkit.slurm import client
+from slurmkit.slurm.node import is_node_name
 from slurmkit.slurm.parse import gpus_from_gres
 from slurmkit.sweep import jobscript, pairs, planner
 from slurmkit.sweep.metrics import write_controller_metrics
 from slurmkit.sweep.runnode import open_store
-from slurmkit.verdict.store import _NODE_NAME_RE, check_node_name, still_valid
+from slurmkit.verdict.store import check_node_name, still_valid
 
 log = logging.getLogger("slurmkit.sweep")
 
@@ -232,7 +233,7 @@ def _submit_pairs(
 
 
 def _valid_name(name: str) -> bool:
-    return bool(_NODE_NAME_RE.match(name or ""))
+    return is_node_name(name)
 
 
 def status_rows(site_cfg, now: float, node_states: Optional[Dict[str, str]] = None) -> List[Dict[str, Any]]:

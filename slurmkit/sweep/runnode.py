@@ -100,7 +100,7 @@ def annotate_references(
     if not gpu_model:
         return
     try:
-        from slurmkit.health.config import thresholds_for
+        from slurmkit.health.thresholds import thresholds_for
 
         th = thresholds_for(dict(health_cfg), gpu_model)
     except Exception:  # an older health package: no reference, no harm

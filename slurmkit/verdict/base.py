@@ -8,7 +8,6 @@ optional numeric ``value`` (a probe measurement, used for fleet-relative outlier
 
 from __future__ import annotations
 
-import enum
 import time
 
 # DRAIN_REASON_PREFIX, safe_code and safe_text are re-exported: the checks import them here
@@ -19,14 +18,14 @@ from slurmkit.slurm.drain import (  # noqa: F401
     safe_code,
     safe_text,
 )
-from slurmkit.values import Value
+from slurmkit.values import Value, Words
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the hooks' path)
 if TYPE_CHECKING:
     from typing import Any, Dict, Iterable, List, Optional
 
 
-class Status(str, enum.Enum):
+class Status(Words):
     OK = "ok"
     WARN = "warn"
     FAIL = "fail"
@@ -42,7 +41,7 @@ class Status(str, enum.Enum):
         return {"ok": 0, "unknown": 1, "warn": 2, "fail": 3}[self.value]
 
 
-class Action(str, enum.Enum):
+class Action(Words):
     NONE = "none"
     MONITOR = "monitor"
     RESET = "reset"
@@ -54,7 +53,7 @@ class Action(str, enum.Enum):
         return ["none", "monitor", "reset", "reboot", "isolate"].index(self.value)
 
 
-class Tier(str, enum.Enum):
+class Tier(Words):
     FAST = "fast"  # prolog/epilog: well under a second for the whole tier
     HEAVY = "heavy"  # sweeps: minutes, needs the [train] extra (torch)
 

@@ -14,12 +14,11 @@ several slurmd can share a host), written atomically.
 
 from __future__ import annotations
 
-import json
 import os
 import stat
 import time
 
-from slurmkit.core import trust
+from slurmkit.core import jsontext, trust
 from slurmkit.verdict.base import CheckResult, Status
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the hooks' path)
@@ -38,7 +37,7 @@ def append_jsonl(path: str, record: Dict[str, Any], timeout: float = 1.0) -> Non
     why = trust.writable_dir(directory)
     if why:
         raise trust.UntrustedFile(directory, why)
-    line = (json.dumps(record, sort_keys=True, default=str) + "\n").encode("utf-8")
+    line = (jsontext.dumps(record, sort_keys=True, default=str) + "\n").encode("utf-8")
     lock_fd = trust.lock(path + ".lock", timeout)
     try:
         fd = os.open(path, _APPEND, 0o644)
@@ -63,7 +62,7 @@ def read_jsonl(path: str, node: Optional[str] = None, limit: int = 0) -> List[Di
         return []
     for line in (raw or b"").decode("utf-8", "replace").splitlines():
         try:
-            rec = json.loads(line)
+            rec = jsontext.loads(line)
         except ValueError:
             continue
         if isinstance(rec, dict) and (node is None or rec.get("node") == node):

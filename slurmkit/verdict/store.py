@@ -51,15 +51,14 @@ reads in their own short timeout: a hung server is "unknown", never "fail".
 from __future__ import annotations
 
 import fcntl
-import json
-import math
 import os
-import re
 import time
 
-from slurmkit.core import trust
+from slurmkit.core import jsontext, trust
 from slurmkit.core.files import write_json_atomic
 from slurmkit.errors import ConfigError, UsageError
+from slurmkit.slurm.node import is_node_name
+from slurmkit.values import is_finite
 from slurmkit.verdict.base import CheckResult, Tier, worst
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the hooks' path)
@@ -88,8 +87,6 @@ LOCK_TIMEOUT = 30.0
 #: Largest node document read (history is capped, so a real one is a few KiB).
 MAX_DOC_BYTES = 4 * 1024 * 1024
 
-_NODE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
-
 
 class StoreLockTimeout(TimeoutError):
     """A store lock stayed held past ``lock_timeout``: the write is skipped, not hung."""
@@ -103,7 +100,7 @@ def check_node_name(name: str) -> str:
 
     Slurm node names are host names: letters, digits, ``-``, ``_`` and ``.``.
     """
-    if not isinstance(name, str) or not _NODE_NAME_RE.match(name) or name in (".", ".."):
+    if not isinstance(name, str) or not is_node_name(name) or name in (".", ".."):
         raise UsageError(f"invalid node name {name!r}: expected letters, digits, '.', '-' or '_'")
     return name
 
@@ -134,10 +131,7 @@ def still_valid(entry: Dict[str, Any], now: float) -> bool:
     no verdict is valid for ever."""
     value = entry.get("valid_until")
     return (
-        isinstance(value, (int, float))
-        and not isinstance(value, bool)
-        and math.isfinite(value)
-        and value > now
+        isinstance(value, (int, float)) and not isinstance(value, bool) and is_finite(value) and value > now
     )
 
 
@@ -227,7 +221,7 @@ class VerdictStore:
             _log().warning("verdict store: ignoring unreadable %s: %s", path, exc)
             return None
         try:
-            return json.loads(raw)
+            return jsontext.loads(raw)
         except ValueError as exc:
             _log().warning("verdict store: ignoring unreadable %s: %s", path, exc)
             return None
@@ -386,7 +380,7 @@ class VerdictStore:
             names = [
                 e.name[:-5] for e in entries if e.name.endswith(".json") and not e.name.startswith((".", "_"))
             ]
-        return sorted(n for n in names if _NODE_NAME_RE.match(n))
+        return sorted(n for n in names if is_node_name(n))
 
     def all(self) -> Dict[str, Dict[str, Dict[str, Any]]]:
         return {n: self.node(n) for n in self.documents()}

@@ -117,3 +117,31 @@ def test_loading_the_declarations_imports_nothing_heavy():
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == "[]"
+
+
+def test_the_fast_tier_modules_declare_every_fast_check_in_catalog_order():
+    """A job start selects from FAST_MODULES only (the heavy module is not imported): they must
+    declare exactly the catalog's fast checks, in the catalog's order, and no heavy one."""
+    from slurmkit.health import catalog
+    from slurmkit.health.declare import declared
+    from slurmkit.verdict.base import Tier
+
+    fast_declared = declared(*catalog.FAST_MODULES)
+    assert [s.name for s in fast_declared] == [
+        s.name for s in catalog.CATALOG.values() if s.tier == Tier.FAST
+    ]
+    assert all(s.tier == Tier.FAST for s in fast_declared)
+    for hook in ("prolog", "epilog", "healthcheck", "manual"):
+        assert catalog.select(Tier.FAST, hook) == [
+            s for s in catalog.CATALOG.values() if s.tier == Tier.FAST and hook in s.hooks
+        ]
+
+
+def test_a_hook_selects_its_checks_without_the_heavy_module():
+    code = (
+        "import sys\nfrom slurmkit.health.catalog import select\nfrom slurmkit.verdict.base import Tier\n"
+        "n = len(select(Tier.FAST, 'prolog'))\nprint(n, 'slurmkit.health.checks.heavy' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    count, heavy_loaded = out.stdout.split()
+    assert int(count) >= 10 and heavy_loaded == "False"

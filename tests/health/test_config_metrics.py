@@ -8,8 +8,8 @@ import pytest
 
 from slurmkit.config import load_site_config
 from slurmkit.errors import ConfigError
-from slurmkit.health.config import match_model, model_table, thresholds_for
 from slurmkit.health.engine import parse_gpu_list
+from slurmkit.health.thresholds import match_model, model_table, thresholds_for
 
 
 def test_defaults_and_devcluster_keys(site):

@@ -1,5 +1,5 @@
-"""The hook entry: the copied files in prolog/ and epilog/ and the console scripts run the
-same ``slurmkit.cli.hooks.run`` with the same fail-open rule. A dependency of the gate that
+"""The hook entry: the files in prolog/ and epilog/, run from the tree and as the venv installs them, run the
+same ``slurmkit.hooks.run`` with the same fail-open rule. A dependency of the gate that
 raises something other than ImportError while it loads must not drain the node: exit 0,
 one line on stderr (slurmd's log), ``slurmkit_health_internal_error 1`` in the metrics."""
 
@@ -41,7 +41,7 @@ class _Finder(importlib.abc.MetaPathFinder):
 sys.meta_path.insert(0, _Finder())
 """
 
-CONSOLE_SCRIPT_DIR = Path(sys.executable).parent
+INSTALLED_SCRIPT_DIR = Path(sys.executable).parent
 
 HOOKS = [
     pytest.param([sys.executable, str(REPO / "prolog" / "slurmkit-prolog")], "prolog", id="prolog-file"),
@@ -49,8 +49,8 @@ HOOKS = [
     pytest.param(
         [sys.executable, str(REPO / "prolog" / "slurmkit-healthcheck")], "healthcheck", id="healthcheck-file"
     ),
-    pytest.param([str(CONSOLE_SCRIPT_DIR / "slurmkit-prolog")], "prolog", id="prolog-console-script"),
-    pytest.param([str(CONSOLE_SCRIPT_DIR / "slurmkit-epilog")], "epilog", id="epilog-console-script"),
+    pytest.param([str(INSTALLED_SCRIPT_DIR / "slurmkit-prolog")], "prolog", id="prolog-installed-script"),
+    pytest.param([str(INSTALLED_SCRIPT_DIR / "slurmkit-epilog")], "epilog", id="epilog-installed-script"),
 ]
 
 

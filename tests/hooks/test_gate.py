@@ -178,14 +178,12 @@ def test_hooks_run_without_path_or_home(gpu_fixture, site, fake_scontrol, tmp_pa
     assert_healthy_pass(res, tmp_path, "prolog", "1")
 
 
-def test_console_script_runs_as_installed_from_an_empty_environment(
-    gpu_fixture, site, fake_scontrol, tmp_path
-):
+def test_the_installed_hook_script_runs_from_an_empty_environment(gpu_fixture, site, fake_scontrol, tmp_path):
     """``Prolog=<venv>/bin/slurmkit-prolog`` as slurmd runs it: ``env -i`` plus only the
     variables Slurm sets (and the config path), no PATH, HOME, VIRTUAL_ENV or PYTHONPATH,
     started from / ."""
     script = Path(sys.executable).parent / "slurmkit-prolog"
-    assert script.exists(), f"{script} missing: reinstall slurmkit (pip install -e .) for the console scripts"
+    assert script.exists(), f"{script} missing: reinstall slurmkit (pip install -e .) for the hook scripts"
     gpu_fixture()
     cfg = site(slurm={"bin_dir": fake_scontrol.bin_dir})
     res = subprocess.run(
@@ -198,7 +196,7 @@ def test_console_script_runs_as_installed_from_an_empty_environment(
     assert_healthy_pass(res, tmp_path, "prolog", "7")
 
 
-@pytest.mark.parametrize("entry", ["thin-file", "console-script"])
+@pytest.mark.parametrize("entry", ["hook-file", "entry-function"])
 def test_a_hook_that_cannot_import_the_gate_fails_open_without_a_verdict(
     gpu_fixture, site, fake_scontrol, tmp_path, entry
 ):
@@ -209,7 +207,7 @@ def test_a_hook_that_cannot_import_the_gate_fails_open_without_a_verdict(
     run = (
         f"runpy.run_path({PROLOG!r}, run_name='__main__')"
         if entry == "thin-file"
-        else "from slurmkit.cli.hooks import prolog; prolog()"
+        else "from slurmkit.hooks import run; run('prolog')"
     )
     code = f"import runpy, sys\nsys.modules['slurmkit.hooks.gate'] = None  # import fails\n{run}\n"
     res = subprocess.run(

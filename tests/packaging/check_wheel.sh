@@ -8,7 +8,7 @@
 # 2. a clean venv (no system site-packages) gets the slurmkit wheel, its runtime dependencies
 #    resolved by pip with etc/dev/constraints.txt (from pip's configured index or cache), nothing else;
 # 3. from /, with `env -i` and only what slurmd gives a Prolog (SLURM_JOB_*, SLURMD_NODENAME) plus
-#    SLURMKIT_CONFIG, the installed console scripts run on a simulated 8 x H100 node: the prolog
+#    SLURMKIT_CONFIG, the installed hook scripts run on a simulated 8 x H100 node: the prolog
 #    passes and records, a failing GPU fixture exits 1 and drains through a recording scontrol,
 #    the epilog and healthcheck run, and the installed version is the one source's.
 # Everything lives under a temporary directory, removed at the end. Exit 0 only if every step passed.
@@ -68,7 +68,7 @@ health:
   simulated_fixture: $NODE/gpu/{node}.yaml
 YAML
 chmod 644 "$NODE/slurmkit.yaml"
-hook() {  # hook NAME: run the installed console script as slurmd would, from /
+hook() {  # hook NAME: run the installed hook script as slurmd would, from /
   (cd / && env -i SLURMKIT_CONFIG="$NODE/slurmkit.yaml" SLURMKIT_CACHE_DIR="$NODE/cache" SLURMD_NODENAME=node1 \
      SLURM_JOB_ID=4242 SLURM_JOB_UID=65534 SLURM_JOB_USER=nobody SLURM_JOB_GPUS=0,1,2,3,4,5,6,7 \
      "$WORK/venv/bin/slurmkit-$1")

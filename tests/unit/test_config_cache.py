@@ -135,3 +135,16 @@ def test_a_job_start_with_a_warm_cache_imports_no_yaml(setup):
         for _ in range(2)
     ]
     assert [r.stdout.strip() for r in runs] == ["True", "False"], [r.stderr for r in runs]
+
+
+def test_the_checksum_is_stable_and_sees_a_same_size_rewrite():
+    """The key's checksum (the bytes as a number modulo 2**61 - 1): the same in every process
+    (no per-process hash seed), and different after an in-place edit of the same size."""
+    assert cache.checksum(b"") == 0 and cache.checksum(b"\x01\x02") == 0x0201
+    assert cache.checksum(b"\xff" * 8) == (2**64 - 1) % (2**61 - 1)
+    text = b"health:\n  fail_closed: false\n" * 50
+    flipped = text.replace(b"false", b"fals3", 1)
+    assert len(flipped) == len(text) and cache.checksum(flipped) != cache.checksum(text)
+    swapped = text[:10] + text[11:12] + text[10:11] + text[12:]  # two bytes exchanged
+    assert cache.checksum(swapped) != cache.checksum(text)
+    assert cache.checksum(text + b"\0") == cache.checksum(text)  # trailing NULs: the key's size differs

@@ -25,7 +25,7 @@ LAYERS: List[Set[str]] = [
     {"metrics"},  # Prometheus textfiles, written through core's atomic writer and trust rule
     {"slurm", "core"},  # the Slurm CLI (runner, parse, client); YAML, schema, files, trust
     {"hw", "errors", "resources"},
-    {"values"},  # small value classes without dataclasses (the hooks import them on every job)
+    {"values", "chars"},  # small value classes without dataclasses; name characters without re (the hooks)
 ]
 RANK: Dict[str, int] = {unit: i for i, units in enumerate(LAYERS) for unit in units}
 

@@ -1,6 +1,6 @@
 """Packaging a site can install as it is: library dependencies are ranges, the exact versions
 live in etc/dev/constraints.txt (which the bootstrap installs with, and whose change
-reinstalls), and the hooks are console scripts."""
+reinstalls), and the hooks are installed as the plain scripts they are."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from importlib import metadata
 from pathlib import Path
 
@@ -78,12 +79,31 @@ def test_constraints_pin_torch_and_match_the_installed_versions():
     assert drift == [], "re-run etc/dev/bootstrap.sh, or update etc/dev/constraints.txt"
 
 
-def test_hooks_are_console_scripts():
-    scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
-    for hook in ("prolog", "epilog", "healthcheck"):
-        assert scripts[f"slurmkit-{hook}"] == f"slurmkit.cli.hooks:{hook}"
-    installed = {e.name: e.value for e in metadata.entry_points(group="console_scripts")}
-    assert installed.get("slurmkit-prolog") == "slurmkit.cli.hooks:prolog", "pip install -e . again"
+HOOK_FILES = {
+    "slurmkit-prolog": "prolog/slurmkit-prolog",
+    "slurmkit-epilog": "epilog/slurmkit-epilog",
+    "slurmkit-healthcheck": "prolog/slurmkit-healthcheck",
+}
+
+
+def test_hooks_are_installed_as_the_plain_scripts_not_pip_wrappers():
+    """pip's console-script wrapper imports ``re`` before slurmkit; the hook files do not. The
+    wheel installs them as they are, with the venv's interpreter on the first line."""
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())
+    assert sorted(project["tool"]["setuptools"]["script-files"]) == sorted(HOOK_FILES.values())
+    hooks_as_wrappers = [n for n in project["project"]["scripts"] if n in HOOK_FILES]
+    assert hooks_as_wrappers == [], "a hook must not also be a [project.scripts] wrapper"
+    wrappers = {e.name for e in metadata.entry_points(group="console_scripts")}
+    assert not wrappers & set(HOOK_FILES), "an old install's wrapper: pip install -e . again"
+    bin_dir = Path(sys.executable).parent  # the venv the tests run in
+    for name, source in HOOK_FILES.items():
+        installed = bin_dir / name
+        if not installed.exists():
+            pytest.skip(f"{installed} missing: run etc/dev/bootstrap.sh")
+        first, _, body = installed.read_text().partition("\n")
+        assert first.startswith("#!") and "python" in first and os.access(installed, os.X_OK)
+        assert body == (REPO / source).read_text().partition("\n")[2], f"{installed} is not {source}"
+        assert "import re" not in body
 
 
 def _apt_packages_installed() -> bool:

@@ -65,3 +65,60 @@ def test_the_hook_classes_keep_their_defaults_and_copies():
     assert JobEnv(job_id="1") == JobEnv.from_env({"SLURM_JOB_ID": "1"})
     a = CheckSpec("c", Tier.FAST, len, "s", params={"p": 1})
     assert a == CheckSpec("c", Tier.FAST, len, "s") and hash(a) == hash(CheckSpec("c", Tier.FAST, len, "s"))
+
+
+# ---------------------------------------------------------------- Words (a vocabulary without enum)
+
+
+def test_words_behave_as_the_str_enums_they_replace():
+    import copy
+    import pickle
+
+    from slurmkit.values import Words
+    from slurmkit.verdict.base import Action, Status, Tier
+
+    class Old(str, __import__("enum").Enum):
+        OK = "ok"
+        FAIL = "fail"
+
+    class New(Words):
+        OK = "ok"
+        FAIL = "fail"
+
+    for old, new in zip(Old, New):
+        assert (new.value, new.name, new == new.value, hash(new) == hash(new.value)) == (
+            old.value,
+            old.name,
+            True,
+            True,
+        )
+        assert (str(new), repr(new).replace("New", "Old"), f"{new}") == (
+            str(old).replace("Old", "New"),
+            repr(old),
+            f"{old}".replace("Old", "New"),
+        )
+        assert New(old.value) is new and isinstance(new, str) and isinstance(new, New)
+        assert copy.deepcopy([new])[0] is new and copy.copy(new) is new
+    assert pickle.loads(pickle.dumps([Status.WARN, Action.RESET])) == [Status.WARN, Action.RESET]
+    assert pickle.loads(pickle.dumps(Status.WARN)) is Status.WARN
+    assert list(New) == [New.OK, New.FAIL] and len(New) == 2
+    assert [s.value for s in Status] == ["ok", "warn", "fail", "unknown"]
+    assert Action("reboot").severity == 3 and Status("fail").exit_code == 2 and Tier("heavy") is Tier.HEAVY
+    for bad in ("OK", "", None, 1, ["ok"]):
+        with pytest.raises(ValueError, match="is not a valid New"):
+            New(bad)
+    with pytest.raises(AttributeError):
+        New.OK = "changed"
+    with pytest.raises(AttributeError):
+        New.OK.extra = 1
+    assert New.OK is not Status.OK and New.OK == Status.OK  # two vocabularies: equal as strings only
+
+
+def test_is_finite_is_math_isfinite_and_takes_any_int():
+    import math
+
+    from slurmkit.values import is_finite
+
+    for x in (0.0, -0.0, 1e308, -1e308, 5e-324, float("inf"), float("-inf"), float("nan"), 0, -7, True):
+        assert is_finite(x) == math.isfinite(x), x
+    assert is_finite(10**400)  # math.isfinite raises OverflowError here

@@ -31,7 +31,6 @@ import time
 
 from slurmkit.core.cache import load_derived
 from slurmkit.core.trust import UntrustedFile
-from slurmkit.core.yamlload import load_yaml_text
 from slurmkit.errors import ConfigError
 from slurmkit.health.backends import (
     HARDWARE_ERRORS,
@@ -61,6 +60,8 @@ MODEL_NAMES = {
 
 def _parse_fixture(content: bytes, path: str) -> Any:
     try:
+        from slurmkit.core.yamlload import load_yaml_text  # only when the fixture changed
+
         return load_yaml_text(content.decode("utf-8"), path)
     except UnicodeDecodeError:
         raise ConfigError("not UTF-8 text", path=path) from None

@@ -7,8 +7,7 @@ check runs unchanged against NVML or a fixture.
 
 from __future__ import annotations
 
-import re
-
+from slurmkit.chars import DIGITS, keep_only
 from slurmkit.core.schema import Field
 from slurmkit.health import declare
 from slurmkit.verdict.base import Action, CheckResult, Status, Tier
@@ -43,6 +42,9 @@ class _Verdicts:
         )
 
 
+_DIGIT_SET = frozenset(DIGITS)
+
+
 def _gpus(ctx):
     return ctx.backend().gpus()
 
@@ -54,7 +56,6 @@ def gres_gpu_count(node: str, gres_conf: str) -> Optional[int]:
     """GPUs configured for ``node`` in gres.conf (``Count=`` or the ``File=`` list), or ``None``
     when the file is missing or only ``AutoDetect`` is used."""
     from slurmkit.core import trust
-    from slurmkit.slurm.parse import ParseError, conf_records, expand_hostlist
 
     try:
         raw = trust.read_trusted(gres_conf)  # root's file only: it sets how many GPUs must be there
@@ -62,6 +63,12 @@ def gres_gpu_count(node: str, gres_conf: str) -> Optional[int]:
         return None
     if raw is None:
         return None
+    from slurmkit.slurm.parse import (  # imports re: only with a gres.conf
+        ParseError,
+        conf_records,
+        expand_hostlist,
+    )
+
     text = raw.decode("utf-8", "replace")
     total, seen = 0, False
     for _, kv in conf_records(text):
@@ -71,7 +78,7 @@ def gres_gpu_count(node: str, gres_conf: str) -> Optional[int]:
             if "nodename" in kv and node not in expand_hostlist(kv["nodename"]):
                 continue
             if "count" in kv:
-                count = int(re.sub(r"[^0-9]", "", kv["count"]) or 0)
+                count = int(keep_only(kv["count"], _DIGIT_SET) or 0)
             elif "file" in kv:
                 count = len(expand_hostlist(kv["file"]))
             else:

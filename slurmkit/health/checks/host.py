@@ -438,30 +438,18 @@ def check_heavy_cache(ctx, params) -> CheckResult:
     are ignored, and a node the sweep never reached has none: OK, because the absence of
     a sweep is not a node fault.
 
-    The store is shared storage: it is read under its own short timeout
-    (``store_timeout``), and a store that does not answer (a hung NFS server, a FIFO in
-    place of a file) is UNKNOWN, which fails open; it never drains the node. Only
+    The store is shared storage (``remote``): the engine gives this check its own short
+    timeout (``store_timeout``) and reads a store that does not answer in time (a hung NFS
+    server, a FIFO in place of a file) as UNKNOWN, which fails open; it never drains the node.
+    The read runs in the engine's probe thread, not in a thread of its own. Only
     verdict files owned by root or ``paths.shared_owner`` are believed, and what goes
     into the drain reason (code, action, text) is sanitised.
     """
-    from slurmkit.health.deadline import ProbeTimeout, call_with_deadline
-
     if not ctx.health.get("use_verdict_store", True):
         return CheckResult("heavy_cache", Status.OK, "OK", "verdict store disabled", value=0)
     root = ctx.paths["shared_dir"]
-    wait = float(params.get("store_timeout") or 1.0)
     try:
-        entries, _ = call_with_deadline(
-            lambda: for_paths(ctx.paths).node(ctx.node) or {}, wait, "heavy_cache"
-        )
-    except ProbeTimeout:
-        return CheckResult(
-            "heavy_cache",
-            Status.UNKNOWN,
-            "STORE_UNREACHABLE",
-            f"{root}: the verdict store did not answer within {wait:g}s (failing open)",
-            details={"internal": True},
-        )
+        entries = for_paths(ctx.paths).node(ctx.node) or {}
     except Exception as exc:
         return CheckResult(
             "heavy_cache", Status.UNKNOWN, "STORE_UNREADABLE", f"{root}: {exc}", details={"internal": True}

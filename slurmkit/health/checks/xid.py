@@ -11,13 +11,12 @@ resume clears it, not only the one prolog that read it first.
 
 from __future__ import annotations
 
-import json
 import os
-import re
 import sys
 import time
 
-from slurmkit.core import trust
+from slurmkit.chars import replace_others
+from slurmkit.core import jsontext, trust
 from slurmkit.core.files import write_json_atomic
 from slurmkit.verdict.base import Action
 
@@ -84,13 +83,15 @@ class XidTable:
 
 #: "... to 0x1 (GPU Reset Required)", "... to 0x1", "... to (GPU Reset Required)". The last
 #: "to" wins, so the "from" state is never read as the target.
-_XID154_TARGET = (  # compiled on first use (re caches it): the prolog rarely sees an Xid 154
+_XID154_TARGET = (  # re imported and this compiled on first use: the prolog rarely sees an Xid 154
     r"\bto\s+(?:(0x[0-9a-fA-F]{1,8}|\d{1,10})\b\s*)?(?:\(\s*([^()]{0,80}?)\s*\))?"
 )
 
 
 def xid154_target(message: str) -> Optional[Tuple[Optional[int], str]]:
     """``(code, label)`` of the state an Xid 154 message changes *to*; ``None`` if it names none."""
+    import re  # not at the top: a job start imports no re (slurmkit.chars)
+
     found = None
     for m in re.finditer(_XID154_TARGET, message or "", re.IGNORECASE):
         if m.group(1) or m.group(2):
@@ -177,21 +178,19 @@ def _trusted_yaml(path: str) -> Any:
 
 # ---------------------------------------------------------------------- cursor
 
-_SAFE = r"[^A-Za-z0-9._-]"  # compiled on first use (re caches it)
-
 
 def cursor_path(state_dir: str, node: str) -> str:
-    return os.path.join(state_dir, f"xid-cursor.{re.sub(_SAFE, '_', node)}.json")
+    return os.path.join(state_dir, f"xid-cursor.{replace_others(node)}.json")
 
 
 def lock_path(state_dir: str, node: str) -> str:
     """The cursor's lock: 0600, root's (the old ``<cursor>.lock`` was 0644, and a lock a
     user can open is a lock a user can hold)."""
-    return os.path.join(state_dir, f"xid-{re.sub(_SAFE, '_', node)}.lock")
+    return os.path.join(state_dir, f"xid-{replace_others(node)}.lock")
 
 
 def sticky_path(state_dir: str, node: str) -> str:
-    return os.path.join(state_dir, f"xid-sticky.{re.sub(_SAFE, '_', node)}.json")
+    return os.path.join(state_dir, f"xid-sticky.{replace_others(node)}.json")
 
 
 class locked_cursor:  # lower case: it was a contextlib function, and reads as one
@@ -231,7 +230,7 @@ def _read_json(path: str) -> Dict[str, Any]:
     """A root-owned JSON state file as a dict; missing, untrusted or broken: ``{}``."""
     try:
         raw = trust.read_trusted(path)
-        data = json.loads(raw) if raw else {}
+        data = jsontext.loads(raw) if raw else {}
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}

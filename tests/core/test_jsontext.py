@@ -1,0 +1,87 @@
+"""slurmkit.core.jsontext gives what json gives: the same text from dumps, the same values and
+the same errors from loads, on generated documents and on the edges (NaN, a byte order mark,
+trailing data, control characters, non-UTF-8 bytes, a circular document)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from slurmkit.core import jsontext
+from slurmkit.verdict.base import Status
+
+scalars = st.none() | st.booleans() | st.integers() | st.floats() | st.text()
+documents = st.recursive(
+    scalars,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=25,
+)
+
+
+def _same(a, b) -> bool:
+    """Equal, with NaN equal to NaN (json turns NaN back into a NaN)."""
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return True
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    return type(a) is type(b) and a == b
+
+
+@settings(max_examples=300, deadline=None)
+@given(documents, st.booleans(), st.sampled_from([(", ", ": "), (",", ":")]))
+def test_dumps_writes_what_json_writes(doc, sort_keys, separators):
+    assert jsontext.dumps(doc, sort_keys=sort_keys, separators=separators) == json.dumps(
+        doc, sort_keys=sort_keys, separators=separators
+    )
+
+
+@settings(max_examples=300, deadline=None)
+@given(documents, st.sampled_from(["", " ", "\n\t ", "\r\n"]))
+def test_loads_reads_what_json_reads(doc, space):
+    text = space + json.dumps(doc) + space
+    assert _same(jsontext.loads(text), json.loads(text))
+    assert _same(jsontext.loads(text.encode("utf-8")), json.loads(text.encode("utf-8")))
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["", " ", "{", '{"a": 1} x', '{"a": 1}{}', "[1,]", '"a\nb"', "NaN x", "\ufeff{}", "nul", '{"a" 1}'],
+)
+def test_a_malformed_document_raises_jsons_own_error(text):
+    with pytest.raises(json.JSONDecodeError) as ours:
+        jsontext.loads(text)
+    with pytest.raises(json.JSONDecodeError) as theirs:
+        json.loads(text)
+    assert (ours.value.msg, ours.value.pos) == (theirs.value.msg, theirs.value.pos)
+
+
+def test_bytes_are_read_as_json_reads_them():
+    assert jsontext.loads(b"\xef\xbb\xbf{}") == json.loads(b"\xef\xbb\xbf{}") == {}  # UTF-8 with a BOM
+    utf16 = '{"a": [1]}'.encode("utf-16")
+    assert jsontext.loads(utf16) == json.loads(utf16) == {"a": [1]}
+    with pytest.raises(UnicodeDecodeError):
+        jsontext.loads(b'"\xff"')
+
+
+def test_dumps_options_match_json():
+    nan = {"v": float("nan"), "w": float("-inf")}
+    assert jsontext.dumps(nan) == json.dumps(nan) == '{"v": NaN, "w": -Infinity}'
+    with pytest.raises(ValueError):
+        jsontext.dumps(nan, allow_nan=False)
+    with pytest.raises(TypeError, match="Object of type set is not JSON serializable"):
+        jsontext.dumps({"s": {1}})
+    assert jsontext.dumps({"s": {1}}, default=str) == json.dumps({"s": {1}}, default=str)
+    loop: list = []
+    loop.append(loop)
+    with pytest.raises(ValueError, match="[Cc]ircular"):
+        jsontext.dumps(loop)
+    assert jsontext.dumps({"é": "\u2028\x00"}) == json.dumps({"é": "\u2028\x00"})  # ASCII only
+    assert jsontext.dumps({Status.FAIL: [Status.OK]}) == '{"fail": ["ok"]}'  # the words are strings
+    with pytest.raises(TypeError):
+        jsontext.dumps({1: 2, "a": 3}, sort_keys=True)  # as json: keys of two types do not sort

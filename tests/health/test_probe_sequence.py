@@ -1,0 +1,164 @@
+"""The one probe runner (``deadline.call_each_with_deadline``): a hook's checks run in one
+probe thread, each under its own deadline; a hung one is abandoned with its thread and the
+rest go on in a new one. What a hung probe must never do: hold the caller past its deadline,
+let its late answer replace the timeout, or let a GPU check start on a hung driver."""
+
+from __future__ import annotations
+
+import _thread
+import time
+
+import pytest
+
+from slurmkit.health.catalog import CATALOG
+from slurmkit.health.deadline import ProbeTimeout, call_each_with_deadline, call_with_deadline
+from slurmkit.health.engine import check_timeout, run_checks
+from slurmkit.verdict.base import Status
+
+
+def test_healthy_calls_run_in_order_in_one_thread_not_one_each():
+    seen = []
+
+    def probe(i):
+        seen.append((i, _thread.get_ident()))
+        return i * 10
+
+    outcomes = call_each_with_deadline([(lambda i=i: probe(i), 1.0) for i in range(16)])
+    assert [(kind, value) for kind, value, _ in outcomes] == [("value", i * 10) for i in range(16)]
+    assert [i for i, _ in seen] == list(range(16))
+    threads = {ident for _, ident in seen}
+    assert len(threads) == 1 and _thread.get_ident() not in threads
+    assert all(0 <= seconds < 1.0 for _, _, seconds in outcomes)
+
+
+def test_a_hung_call_is_abandoned_at_its_deadline_and_the_rest_go_on_in_a_new_thread():
+    release = _thread.allocate_lock()
+    release.acquire()
+    threads, timed_out, drawn_after = [], [], []
+
+    def hang():
+        threads.append(_thread.get_ident())
+        release.acquire(True, 10)  # stuck until the test lets it go
+        return "late"
+
+    def quick(name):
+        threads.append(_thread.get_ident())
+        return name
+
+    def calls():
+        yield (lambda: quick("a")), 1.0
+        yield hang, 0.2
+        drawn_after.append(list(timed_out))  # drawn after on_timeout ran
+        yield (lambda: quick("c")), 1.0
+
+    t0 = time.monotonic()
+    outcomes = call_each_with_deadline(calls(), timed_out.append)
+    elapsed = time.monotonic() - t0
+    assert 0.2 <= elapsed < 1.5
+    assert [(k, v) for k, v, _ in outcomes] == [("value", "a"), ("timeout", None), ("value", "c")]
+    assert outcomes[1][2] >= 0.2
+    assert timed_out == [1] and drawn_after == [[1]]
+    assert threads[0] == threads[1] != threads[2]
+    release.release()  # the abandoned call now returns: its "late" must not show up anywhere
+    time.sleep(0.05)
+    assert [(k, v) for k, v, _ in outcomes] == [("value", "a"), ("timeout", None), ("value", "c")]
+
+
+def test_a_call_that_ends_just_before_its_deadline_is_a_value():
+    outcomes = call_each_with_deadline([(lambda: time.sleep(0.15) or "ok", 0.6)])
+    assert [(k, v) for k, v, _ in outcomes] == [("value", "ok")]
+
+
+def test_a_zero_timeout_times_out_a_call_that_blocks():
+    gate = _thread.allocate_lock()
+    gate.acquire()
+    outcomes = call_each_with_deadline([(lambda: gate.acquire(True, 5), 0.0)])
+    assert outcomes[0][0] == "timeout"
+    gate.release()
+
+
+def test_what_a_call_raises_is_its_outcome_and_the_next_call_still_runs():
+    boom = ValueError("boom")
+
+    def bad():
+        raise boom
+
+    outcomes = call_each_with_deadline([(bad, 1.0), (lambda: 2, 1.0)])
+    assert outcomes[0][:2] == ("error", boom) and outcomes[1][:2] == ("value", 2)
+
+
+def test_what_drawing_the_calls_raises_is_raised_to_the_caller():
+    def calls():
+        yield (lambda: 1), 1.0
+        raise RuntimeError("bad plan")
+
+    with pytest.raises(RuntimeError, match="bad plan"):
+        call_each_with_deadline(calls())
+
+
+def test_call_with_deadline_is_the_one_call_case():
+    assert call_with_deadline(lambda: 7, 1.0, "seven")[0] == 7
+    with pytest.raises(KeyError):
+        call_with_deadline(lambda: {}["x"], 1.0, "missing")
+    gate = _thread.allocate_lock()
+    gate.acquire()
+    with pytest.raises(ProbeTimeout, match="stuck did not finish within 0.10s"):
+        call_with_deadline(lambda: gate.acquire(True, 5), 0.1, "stuck")
+    gate.release()
+
+
+def test_checks_after_a_hung_gpu_probe_the_gpu_ones_are_not_started_the_rest_run(gpu_fixture, ctx_factory):
+    gpu_fixture(lambda d: d.update(inject={"hang": {"call": "ecc", "seconds": 30}}))
+    ctx = ctx_factory()
+    names = ("memory_available", "gpu_ecc", "gpu_temperature", "gpu_count", "memory_available")
+    t0 = time.monotonic()
+    results = run_checks(ctx, [CATALOG[n] for n in names], deadline=time.monotonic() + 5)
+    assert time.monotonic() - t0 < 3.0
+    assert [(r.check, r.status, r.code) for r in results] == [
+        ("memory_available", Status.OK, results[0].code),
+        ("gpu_ecc", Status.FAIL, "CHECK_TIMEOUT"),
+        ("gpu_temperature", Status.UNKNOWN, "NOT_RUN"),
+        ("gpu_count", Status.UNKNOWN, "NOT_RUN"),
+        ("memory_available", Status.OK, results[4].code),
+    ]
+    assert ctx.backend_hung_in == "gpu_ecc"
+    assert results[1].seconds >= check_timeout(ctx, CATALOG["gpu_ecc"])  # held to its own deadline
+
+
+def test_checks_past_the_runs_deadline_are_not_started(gpu_fixture, ctx_factory):
+    gpu_fixture()
+    ctx = ctx_factory()
+    results = run_checks(ctx, [CATALOG["gpu_count"], CATALOG["gpu_ecc"]], deadline=time.monotonic())
+    assert [(r.status, r.code) for r in results] == [(Status.UNKNOWN, "BUDGET_EXHAUSTED")] * 2
+
+
+def test_a_store_that_does_not_answer_is_unknown_at_its_store_timeout_never_a_failure(
+    gpu_fixture, ctx_factory, monkeypatch
+):
+    """heavy_cache reads the shared store in the probe thread (no thread of its own): the engine
+    holds it to ``store_timeout`` and reads a hang as the store's fault, failing open."""
+    from slurmkit.health.checks import host
+
+    gate = _thread.allocate_lock()
+    gate.acquire()
+
+    class HungStore:
+        def node(self, name):
+            gate.acquire(True, 10)  # a hard-mounted NFS server that went away
+            return {}
+
+    monkeypatch.setattr(host, "for_paths", lambda paths: HungStore())
+    ctx = ctx_factory(hook="prolog", health={"checks": {"heavy_cache": {"store_timeout": 0.2}}})
+    spec = CATALOG["heavy_cache"]
+    assert check_timeout(ctx, spec) == 0.2  # the store's wait, not the 2 s of a node check
+    t0 = time.monotonic()
+    (result,) = run_checks(ctx, [spec], deadline=time.monotonic() + 5)
+    assert 0.2 <= time.monotonic() - t0 < 1.5
+    assert (result.status, result.code, result.details.get("internal")) == (
+        Status.UNKNOWN,
+        "STORE_UNREACHABLE",
+        True,
+    )
+    gate.release()
+    ctx.health["checks"]["heavy_cache"]["timeout"] = 0.7  # an explicit timeout still wins
+    assert check_timeout(ctx, spec) == 0.7
