@@ -124,7 +124,7 @@ for line in open(f"{work}/results.txt"):
 total = sum(counts.values())
 killed = counts["killed"] + counts["timeout"] + counts["caught by type check"] + counts["segfault"]
 pct = 100.0 * killed / total if total else 0.0
-what = f"{src} ({len(only)} function patterns)" if only else src
+what = f"{src} ({len(only)} name patterns)" if only else src
 line = f"{name}: {what}: {killed}/{total} killed ({pct:.1f} %), {dict(counts)}; {secs} s; mutmut exit {rc}"
 open(f"{work}/score.txt", "w").write(line + "\n")
 print(line)
