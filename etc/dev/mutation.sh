@@ -4,6 +4,7 @@
 #   bash etc/dev/mutation.sh                 # every module below
 #   bash etc/dev/mutation.sh trust kmsg      # some of them
 #   bash etc/dev/mutation.sh --list          # the modules and the tests each one runs
+#   SLURMKIT_MUTATION_MUTANTS="<names>" bash etc/dev/mutation.sh archive   # only those mutants
 #
 # Each module runs in its own scratch copy of the tree ($SLURMKIT_MUTATION_DIR, default
 # /tmp/slurmkit-mutation/<module>), with a [tool.mutmut] section generated from the table
@@ -29,11 +30,12 @@ declare -A MODULES=(
   [gate]="slurmkit/hooks/gate.py|tests/hooks/test_gate_inprocess.py tests/health/test_node_rules.py"
   [xid]="slurmkit/health/checks/xid.py|tests/health/test_xid_units.py tests/health/test_xid.py tests/health/test_xid_catalog.py tests/health/test_node_rules.py"
   [kmsg]="slurmkit/health/checks/kmsg.py|tests/health/test_kmsg.py tests/health/test_xid.py tests/health/test_xid_real.py tests/health/test_node_rules.py"
+  [rules]="slurmkit/report/rules.py|tests/report/test_report_rules_units.py tests/report/test_report_rules_once.py tests/report/test_report_edges.py tests/report/test_report_lost.py"
   [lost]="slurmkit/report/lost.py|tests/report/test_report_edges.py tests/report/test_report_lost.py tests/report/test_report_aggregate.py"
   [efficiency]="slurmkit/report/efficiency.py|tests/report/test_report_efficiency_units.py tests/report/test_report_efficiency_summary.py tests/report/test_report_efficiency.py tests/report/test_report_edges.py"
   [archive]="slurmkit/report/archive.py|tests/report/test_report_archive_files.py tests/report/test_report_archive.py tests/report/test_report_edges.py"
 )
-ORDER=(kmsg lost trust xid efficiency gate archive)
+ORDER=(kmsg rules lost trust xid efficiency gate archive)
 # mutmut stops a mutant's tests after (their baseline time + timeout_constant) x
 # timeout_multiplier of wall time (twice that of CPU time), defaults 1 s and 15, and counts
 # the mutant as killed. The baseline it uses for the archive is far below what its DuckDB
@@ -103,6 +105,9 @@ PY
   local only=()
   set -f  # the patterns are mutmut's, not the shell's
   [ -z "${FUNCTIONS[$name]:-}" ] || read -r -a only <<<"${FUNCTIONS[$name]}"
+  # SLURMKIT_MUTATION_MUTANTS: only these mutants (mutmut's names), e.g. a module's survivors
+  # again after new tests; the score printed is then theirs alone
+  [ -z "${SLURMKIT_MUTATION_MUTANTS:-}" ] || read -r -a only <<<"$SLURMKIT_MUTATION_MUTANTS"
   set +f
   (cd "$work" && nice -n 19 "$MUTMUT" run --max-children "$JOBS" "${only[@]}" >run.log 2>&1) || rc=$?
   local secs=$((SECONDS - t0))
@@ -119,7 +124,7 @@ for line in open(f"{work}/results.txt"):
 total = sum(counts.values())
 killed = counts["killed"] + counts["timeout"] + counts["caught by type check"] + counts["segfault"]
 pct = 100.0 * killed / total if total else 0.0
-what = f"{src} ({len(only)} function patterns)" if only else src
+what = f"{src} ({len(only)} name patterns)" if only else src
 line = f"{name}: {what}: {killed}/{total} killed ({pct:.1f} %), {dict(counts)}; {secs} s; mutmut exit {rc}"
 open(f"{work}/score.txt", "w").write(line + "\n")
 print(line)

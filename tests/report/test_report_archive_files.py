@@ -324,3 +324,65 @@ def test_an_ingest_of_one_month_keeps_the_rules_stamp_of_the_others(cli, tmp_pat
     stamp = json.loads((arch / archive.RULES_STAMP).read_text())
     assert stamp == {"months": {"2026-01": RULES_VERSION, "2026-11": RULES_VERSION}}
     assert archive.stale_months(str(arch)) == {}
+
+
+def test_a_reader_error_without_a_line_number_still_names_the_dump(fixture_path, tmp_path, monkeypatch):
+    """DuckDB's line reader names the line of a NUL byte (``CSV Error on Line: N``); an error
+    of that kind without the number is reported the same way, as ``a line``."""
+    import contextlib
+
+    import duckdb
+
+    from slurmkit.report import engine
+
+    real = archive.session
+
+    class Refusing:
+        def __init__(self, con):
+            self.con = con
+
+        def execute(self, query, *args):
+            if query.lower().startswith("create temp table new as"):
+                raise duckdb.InvalidInputException("Invalid Input Error: a NUL byte, somewhere")
+            return self.con.execute(query, *args)
+
+        def __getattr__(self, name):
+            return getattr(self.con, name)
+
+    @contextlib.contextmanager
+    def session(*args, **kwargs):
+        with real(*args, **kwargs) as con:
+            yield Refusing(con)
+
+    monkeypatch.setattr(archive, "session", session)
+    src = engine.probe_file(fixture_path("basic.txt"), None, "|")
+    arch = tmp_path / "arch"
+    with pytest.raises(UsageError) as exc:
+        archive.ingest(str(arch), src)
+    assert str(exc.value) == (
+        f"{src.path}: a line holds a NUL byte, which sacct never writes; nothing was ingested "
+        "(remove it, e.g. tr -d '\\000')"
+    )
+    assert not any(n.startswith("month=") for n in os.listdir(arch))
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root: a lock file owned by root")
+def test_the_ingest_lock_trusts_only_the_ingesting_account(fixture_path, tmp_path, monkeypatch):
+    """The archive's lock is this account's own: run as another user (here the process's
+    euid as the archive sees it, 4242), a lock file root left in the archive is refused,
+    although root is trusted elsewhere (trust.trusted_uids)."""
+    from slurmkit.core import trust
+    from slurmkit.report import engine
+
+    arch = tmp_path / "arch"
+    arch.mkdir(mode=0o700)
+    (arch / ".ingest.lock").write_text("")
+    os.chmod(arch / ".ingest.lock", 0o600)
+    src = engine.probe_file(fixture_path("basic.txt"), None, "|")
+    monkeypatch.setattr(os, "geteuid", lambda: 4242)
+    assert 0 in trust.trusted_uids()
+    with pytest.raises(UsageError) as exc:
+        archive.ingest(str(arch), src)
+    assert str(exc.value) == (
+        f"--archive {arch}: {arch}/.ingest.lock: lock file is owned by uid 0, not by a trusted account"
+    )
