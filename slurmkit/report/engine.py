@@ -75,7 +75,6 @@ from slurmkit.slurm.parse import ParseError, expand_hostlist
 #: NUL byte, which sacct does not write: the reference reads such a dump).
 _LINE_DELIM = "\u0000"
 log = logging.getLogger("slurmkit.report")
-_UNKNOWN_SQL = "('Unknown', 'None', '', 'N/A')"
 
 
 class NeedsReference(Exception):
@@ -438,27 +437,28 @@ class _Rules:
         End or Submit is one sacct did not know (``Unknown``). The tests on the texts become
         tests on NULL: the same classes, for a quarter less of the first pass's time (reading
         and testing texts costs more than reading the epochs)."""
-        lo, hi, earliest = self.lo, self.hi, sacct.EARLIEST_TIME
         if typed:
             not_started, unknown_end = "FALSE", "en IS NULL"
             undecided_sql = "st IS NULL"
         else:
-            not_started, unknown_end = f"t_st IN {_UNKNOWN_SQL}", f"t_en IN {_UNKNOWN_SQL}"
+            not_started, unknown_end = rule.unknown_time_sql("t_st"), rule.unknown_time_sql("t_en")
             undecided_sql = (
-                f"st IS NULL OR (en IS NULL AND t_en NOT IN {_UNKNOWN_SQL})"
-                f" OR (sub IS NULL AND t_sub NOT IN {_UNKNOWN_SQL})"
+                f"st IS NULL OR (en IS NULL AND NOT {rule.unknown_time_sql('t_en')})"
+                f" OR (sub IS NULL AND NOT {rule.unknown_time_sql('t_sub')})"
             )
-        running = f"({unknown_end} AND state IN {_in_list(sacct.RUNNING_STATES)})"
-        en_eff = f"(CASE WHEN {running} THEN {hi} ELSE en END)"
-        outside, s, e = rule.clip_sql("st", en_eff, lo, hi)
-        cls = f"""CASE
-            WHEN {_filtered_sql(self.filters)} THEN 'filtered'
-            WHEN {not_started} THEN 'notstarted'
-            WHEN {undecided_sql} THEN {_q(undecided)}
-            WHEN en IS NULL AND NOT {running} THEN 'bad'
-            WHEN st < {earliest} OR en < {earliest} OR sub < {earliest} OR en < st THEN 'bad'
-            WHEN {outside} THEN 'outside'
-            ELSE 'ok' END"""
+        cls, s, e = rule.row_class_sql(
+            filtered=_filtered_sql(self.filters),
+            not_started=not_started,
+            undecided=undecided_sql,
+            undecided_class=undecided,
+            unknown_end=unknown_end,
+            state="state",
+            st="st",
+            en="en",
+            sub="sub",
+            lo=self.lo,
+            hi=self.hi,
+        )
         return f"{cls} AS cls, {s} AS s, {e} AS e"
 
 
@@ -603,15 +603,13 @@ def _load_file(
 
 def _time_why() -> str:
     """SQL: the reference's reason for a row of class ``bad`` by its times (in its order)."""
-    running = f"state IN {_in_list(sacct.RUNNING_STATES)}"
+    unknown_end = rule.unknown_time_sql("t_en")
     return f"""CASE
-        WHEN st IS NULL OR (en IS NULL AND t_en NOT IN {_UNKNOWN_SQL}) THEN 'bad time'
-        WHEN en IS NULL AND NOT {running}
+        WHEN st IS NULL OR (en IS NULL AND NOT {unknown_end}) THEN 'bad time'
+        WHEN en IS NULL AND NOT {rule.running_sql("state")}
             THEN coalesce(nullif(trim(t_en), ''), 'empty') || ' end time for a ' || state || ' job'
-        WHEN sub IS NULL AND t_sub NOT IN {_UNKNOWN_SQL} THEN 'bad time'
-        WHEN st < {sacct.EARLIEST_TIME} OR en < {sacct.EARLIEST_TIME} OR sub < {sacct.EARLIEST_TIME}
-            THEN {_q(sacct.IMPOSSIBLE + "time before 2000")}
-        ELSE {_q(sacct.IMPOSSIBLE + "end before start")} END"""
+        WHEN sub IS NULL AND NOT {rule.unknown_time_sql("t_sub")} THEN 'bad time'
+        ELSE {rule.impossible_time_sql("st", "en", "sub")} END"""
 
 
 def _bad_rows(
