@@ -150,18 +150,24 @@ def epoch_sql(expr: str, hour_epoch: str) -> str:
     )
 
 
-def job_id_sql(job_id: str, raw: Optional[str]) -> str:
+def job_id_sql(job_id: str, raw: Optional[str], plain_raw: Optional[str] = None) -> str:
     """SQL of :func:`slurmkit.report.sacct.job_id_ok` (``raw`` None: the dump has no JobIDRaw);
-    the plain job whose JobIDRaw equals its JobID is tested first (most rows)."""
+    the plain job whose JobIDRaw equals its JobID is tested first (most rows). ``plain_raw``:
+    SQL that is TRUE only when ``raw`` is 1 to 18 ASCII digits (never NULL; the scan has it
+    from its cast of JobIDRaw), which spares the regular expressions of most rows."""
     shape = f"regexp_full_match({job_id}, {_q(sacct.JOB_ID_PATTERN)})"
     if raw is None:
         return f"coalesce({shape}, FALSE)"
     base = f"regexp_extract({job_id}, '^[0-9]+')"
+    digits = f"regexp_full_match({raw}, '[0-9]{{1,18}}')"
+    plain = plain_raw or "FALSE"
     return (
-        f"coalesce(CASE WHEN {job_id} = {raw} THEN regexp_full_match({job_id}, '[0-9]{{1,18}}') "
-        f"WHEN NOT {shape} OR NOT regexp_full_match({raw}, '[0-9]{{1,18}}') THEN FALSE "
-        f"WHEN contains({job_id}, '_[') OR NOT regexp_matches({job_id}, '[_+]') THEN {raw} = {base} "
-        f"ELSE CAST({raw} AS HUGEINT) >= CAST({base} AS HUGEINT) END, FALSE)"
+        f"coalesce(CASE WHEN {plain} AND {job_id} = {raw} THEN TRUE "
+        f"WHEN {job_id} = {raw} THEN regexp_full_match({job_id}, '[0-9]{{1,18}}') "
+        f"WHEN NOT {shape} OR NOT ({plain} OR {digits}) THEN FALSE "
+        f"WHEN contains({job_id}, '_[') OR NOT (contains({job_id}, '_') OR contains({job_id}, '+')) "
+        f"THEN {raw} = {base} "
+        f"ELSE CAST({raw} AS BIGINT) >= CAST({base} AS BIGINT) END, FALSE)"
     )
 
 
@@ -555,9 +561,12 @@ def _load_file(
         for k, (_, lo, hi) in numbers.items()
     )
     # 4: a blank line; 1: a wrong field count or job id (the reference's reasons, in its order)
+    id_ok = plan.id_ok
+    if numeric_jid:  # (JobIDRaw's cast, in the same SELECT, says which are plain numbers)
+        id_ok = job_id_sql(plan.jobid, plan.raw, f"({_plain_int('jid', 1, 18)}) IS NOT NULL")
     shape = (
         f"CASE WHEN {plan.blank} THEN 4 "
-        f"WHEN NOT coalesce({plan.count_ok}, FALSE) OR NOT {plan.id_ok} THEN 1 ELSE 0 END"
+        f"WHEN NOT coalesce({plan.count_ok}, FALSE) OR NOT {id_ok} THEN 1 ELSE 0 END"
     )
     why = (
         f"CASE WHEN shape = 1 THEN CASE WHEN NOT n_ok THEN {_q(f'wrong field count (expected {plan.nf})')} "
