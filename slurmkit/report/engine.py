@@ -10,8 +10,10 @@ in bounded memory. It reads a saved dump **once**:
    columns this report's rules read: its line number and a hash of the line, JobIDRaw as a
    number (a text that is not a plain number gets a negative id of its own), its times as
    epochs, and its class, decided in SQL in the reference parser's order: filtered, not
-   started, malformed or impossible, outside the window, counted. ISO times are converted
-   in the scan: DuckDB's ``strptime`` reads their fields as UTC, and a small table of UTC
+   started, malformed or impossible, outside the window, counted (the SQL is
+   :func:`.rules.row_class_sql`'s). Step rows are dropped on the line, before its split. ISO
+   times are converted in the scan: one regular expression checks their shape, DuckDB's cast
+   to TIMESTAMP reads their fields as UTC, and a small table of UTC
    offsets (:func:`utc_offsets`, a few entries a year) built from the reference's own rule
    (:func:`slurmkit.report.sacct.hour_epoch`) gives local time and DST. The few times it
    does not decide (before 1999-12, more than a year past the report's end, a 60th second,
