@@ -4,6 +4,11 @@
 run side by side (alternating, in one run, so a busy machine weighs on both alike).
 
     TZ=UTC .venv/bin/python benchmarks/report_dirty.py /tmp/report-dirty-1m.txt /tmp/report-1m.txt --runs 3
+    TZ=UTC .venv/bin/python benchmarks/report_dirty.py /tmp/report-dirty-1m.txt --base /tmp/report-base
+
+``--base DIR``: also run another checkout's ``slurmkit`` (``git archive COMMIT slurmkit | tar -x -C
+DIR``), imported through ``PYTHONPATH`` (every command runs from ``/``, so neither checkout is
+imported from the working directory); ``--engines``: the engines to run (default duckdb,auto).
 
 mawk's sum: for each job row (JobID without a dot), GPUs from ``gres/gpu=N`` times
 End - Start, the ISO times turned into epochs by the civil-calendar arithmetic in awk (UTC:
@@ -15,6 +20,7 @@ Prints, per file and command, the median wall time, its range and the peak RSS.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import statistics
@@ -39,10 +45,21 @@ END { printf "%.6f\n", s / 3600 }
 
 def timed(argv, env):
     t0 = time.perf_counter()
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, cwd="/")
     out = proc.stdout.read()
     _, status, usage = os.wait4(proc.pid, 0)
     return time.perf_counter() - t0, usage.ru_maxrss / 1024, out, os.waitstatus_to_exitcode(status)
+
+
+def _answer(out: bytes) -> str:
+    """The report's JSON without what differs from run to run or by engine (when, and which engine)."""
+    try:
+        doc = json.loads(out)
+    except ValueError:
+        return "not JSON"
+    for key in ("generated_at", "engine"):
+        doc.get("meta", {}).pop(key, None)
+    return json.dumps(doc, sort_keys=True)
 
 
 def main() -> None:
@@ -50,36 +67,52 @@ def main() -> None:
     ap.add_argument("files", nargs="+")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--by", default="user")
+    ap.add_argument("--base", help="another checkout's directory holding slurmkit/, run side by side")
+    ap.add_argument("--engines", default="duckdb,auto")
     args = ap.parse_args()
-    env = dict(os.environ)
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    checkouts = {"": here}
+    if args.base:
+        checkouts["base "] = os.path.abspath(args.base)
     py = sys.executable
     commands = {}
+    envs = {}
     for f in args.files:
+        f = os.path.abspath(f)
         if shutil.which("mawk"):
             commands[(f, "mawk")] = ["mawk", "-F", "|", AWK, f]
-        for eng in ("duckdb", "auto"):
-            commands[(f, f"slurmkit --engine {eng}")] = [
-                py, "-m", "slurmkit.cli.main", "report", "--sacct-file", f, "--trust-free-text",
-                "--by", args.by, "--format", "json", "--no-health-log", "--engine", eng,
-            ]  # fmt: skip
+            envs[(f, "mawk")] = dict(os.environ)
+        for label, where in checkouts.items():
+            for eng in args.engines.split(","):
+                key = (f, f"{label}slurmkit --engine {eng}")
+                commands[key] = [
+                    py, "-m", "slurmkit.cli.main", "report", "--sacct-file", f, "--trust-free-text",
+                    "--by", args.by, "--format", "json", "--no-health-log", "--engine", eng,
+                ]  # fmt: skip
+                envs[key] = dict(os.environ, PYTHONPATH=where)
     samples = {k: [] for k in commands}
     rss = {k: 0.0 for k in commands}
+    outputs = {k: set() for k in commands}
     with open("/proc/loadavg") as fh:
         print("load before:", fh.read().split()[:3])
     for _ in range(args.runs):
         for k, argv in commands.items():
-            wall, peak, out, rc = timed(argv, env)
+            wall, peak, out, rc = timed(argv, envs[k])
             samples[k].append(wall)
             rss[k] = max(rss[k], peak)
+            outputs[k].add(_answer(out) if k[1] != "mawk" else out)
             if rc != 0:
                 print(f"{k}: exit {rc}")
     with open("/proc/loadavg") as fh:
         print("load after:", fh.read().split()[:3])
+    for f in dict.fromkeys(f for f, _ in commands):
+        answers = set().union(*(o for (g, name), o in outputs.items() if g == f and name != "mawk"))
+        print(f"{os.path.basename(f)}: the slurmkit commands printed {len(answers)} distinct output(s)")
     for (f, name), xs in samples.items():
         mawk = statistics.median(samples[(f, "mawk")]) if (f, "mawk") in samples else None
         ratio = f" ({statistics.median(xs) / mawk:.1f}x mawk)" if mawk and name != "mawk" else ""
         print(
-            f"{os.path.basename(f)}  {name:24s} median {statistics.median(xs):6.2f} s "
+            f"{os.path.basename(f)}  {name:29s} median {statistics.median(xs):6.2f} s "
             f"({min(xs):.2f}-{max(xs):.2f}){ratio}, peak RSS {rss[(f, name)]:.0f} MiB"
         )
 

@@ -51,10 +51,8 @@ from slurmkit.errors import UsageError
 from slurmkit.report import rules, sacct
 from slurmkit.report.duck import duckdb
 from slurmkit.report.engine import (
-    _UNKNOWN_SQL,
     FileSource,
     _digits,
-    _in_list,
     _Plan,
     _q,
     _state_sql,
@@ -396,16 +394,16 @@ def _ingest(directory: str, src: FileSource, plan: _Plan, select: List[str]) -> 
             ) from None
         _typed_columns(con, "new")
         # the reference's rules: what it would skip as not started, malformed or impossible
-        running = _in_list(sacct.RUNNING_STATES)
+        # (rules.row_class_sql's order: not started, then bad times, then impossible ones)
         state = _state_sql('"State"')
+        unknown_end = rules.unknown_time_sql('"End"')
         con.execute("""ALTER TABLE new ADD COLUMN why VARCHAR""")
         con.execute(f"""UPDATE new SET why = CASE
             WHEN NOT ok THEN 'malformed'
-            WHEN "Start" IN {_UNKNOWN_SQL} THEN 'not_started'
-            WHEN start_s IS NULL OR (end_s IS NULL AND NOT ("End" IN {_UNKNOWN_SQL} AND {state} IN {running}))
-                 OR (submit_s IS NULL AND "Submit" NOT IN {_UNKNOWN_SQL}) THEN 'malformed'
-            WHEN start_s < {sacct.EARLIEST_TIME} OR end_s < {sacct.EARLIEST_TIME}
-                 OR submit_s < {sacct.EARLIEST_TIME} OR end_s < start_s OR gpus IS NULL THEN 'malformed'
+            WHEN {rules.unknown_time_sql('"Start"')} THEN 'not_started'
+            WHEN start_s IS NULL OR (end_s IS NULL AND NOT ({unknown_end} AND {rules.running_sql(state)}))
+                 OR (submit_s IS NULL AND NOT {rules.unknown_time_sql('"Submit"')}) THEN 'malformed'
+            WHEN {rules.impossible_time_cond_sql("start_s", "end_s", "submit_s")} OR gpus IS NULL THEN 'malformed'
             END""")
         skipped = dict(
             con.execute("SELECT why, count(*) FROM new WHERE why IS NOT NULL GROUP BY why").fetchall()

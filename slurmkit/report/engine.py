@@ -10,8 +10,10 @@ in bounded memory. It reads a saved dump **once**:
    columns this report's rules read: its line number and a hash of the line, JobIDRaw as a
    number (a text that is not a plain number gets a negative id of its own), its times as
    epochs, and its class, decided in SQL in the reference parser's order: filtered, not
-   started, malformed or impossible, outside the window, counted. ISO times are converted
-   in the scan: DuckDB's ``strptime`` reads their fields as UTC, and a small table of UTC
+   started, malformed or impossible, outside the window, counted (the SQL is
+   :func:`.rules.row_class_sql`'s). Step rows are dropped on the line, before its split. ISO
+   times are converted in the scan: one regular expression checks their shape, DuckDB's cast
+   to TIMESTAMP reads their fields as UTC, and a small table of UTC
    offsets (:func:`utc_offsets`, a few entries a year) built from the reference's own rule
    (:func:`slurmkit.report.sacct.hour_epoch`) gives local time and DST. The few times it
    does not decide (before 1999-12, more than a year past the report's end, a 60th second,
@@ -75,7 +77,6 @@ from slurmkit.slurm.parse import ParseError, expand_hostlist
 #: NUL byte, which sacct does not write: the reference reads such a dump).
 _LINE_DELIM = "\u0000"
 log = logging.getLogger("slurmkit.report")
-_UNKNOWN_SQL = "('Unknown', 'None', '', 'N/A')"
 
 
 class NeedsReference(Exception):
@@ -151,18 +152,24 @@ def epoch_sql(expr: str, hour_epoch: str) -> str:
     )
 
 
-def job_id_sql(job_id: str, raw: Optional[str]) -> str:
+def job_id_sql(job_id: str, raw: Optional[str], plain_raw: Optional[str] = None) -> str:
     """SQL of :func:`slurmkit.report.sacct.job_id_ok` (``raw`` None: the dump has no JobIDRaw);
-    the plain job whose JobIDRaw equals its JobID is tested first (most rows)."""
+    the plain job whose JobIDRaw equals its JobID is tested first (most rows). ``plain_raw``:
+    SQL that is TRUE only when ``raw`` is 1 to 18 ASCII digits (never NULL; the scan has it
+    from its cast of JobIDRaw), which spares the regular expressions of most rows."""
     shape = f"regexp_full_match({job_id}, {_q(sacct.JOB_ID_PATTERN)})"
     if raw is None:
         return f"coalesce({shape}, FALSE)"
     base = f"regexp_extract({job_id}, '^[0-9]+')"
+    digits = f"regexp_full_match({raw}, '[0-9]{{1,18}}')"
+    plain = plain_raw or "FALSE"
     return (
-        f"coalesce(CASE WHEN {job_id} = {raw} THEN regexp_full_match({job_id}, '[0-9]{{1,18}}') "
-        f"WHEN NOT {shape} OR NOT regexp_full_match({raw}, '[0-9]{{1,18}}') THEN FALSE "
-        f"WHEN contains({job_id}, '_[') OR NOT regexp_matches({job_id}, '[_+]') THEN {raw} = {base} "
-        f"ELSE CAST({raw} AS HUGEINT) >= CAST({base} AS HUGEINT) END, FALSE)"
+        f"coalesce(CASE WHEN {plain} AND {job_id} = {raw} THEN TRUE "
+        f"WHEN {job_id} = {raw} THEN regexp_full_match({job_id}, '[0-9]{{1,18}}') "
+        f"WHEN NOT {shape} OR NOT ({plain} OR {digits}) THEN FALSE "
+        f"WHEN contains({job_id}, '_[') OR NOT (contains({job_id}, '_') OR contains({job_id}, '+')) "
+        f"THEN {raw} = {base} "
+        f"ELSE CAST({raw} AS BIGINT) >= CAST({base} AS BIGINT) END, FALSE)"
     )
 
 
@@ -209,13 +216,10 @@ class _Plan:
         self.surplus = "FALSE"  # (kept for the callers' tests: the split above folds them)
         self.blank = "(n IS NULL OR (n < 2 AND trim(f0) = ''))"
         self.id_ok = job_id_sql(self.jobid, self.raw if self.raw != self.jobid else None)
-        # The reference tests the first field for a dot before splitting: a line without any
-        # separator is a (malformed) job row, not a step.
-        self.step = (
-            "(contains(f0, '.') AND n > 1)"
-            if self.jobid_first
-            else f"({self.count_ok} AND contains({self.jobid}, '.'))"
-        )
+        # The reference tests the first field for a dot before splitting (a line without any
+        # separator is a (malformed) job row, not a step): so does the reader, on the line,
+        # before its split (most of a dump's lines are steps); else the JobID field is tested.
+        self.step = "FALSE" if self.jobid_first else f"({self.count_ok} AND contains({self.jobid}, '.'))"
 
     def reader(self) -> str:
         """SQL of a relation ``(ln, lh, n, f0, f1, ...)``: the dump's lines after the header."""
@@ -235,11 +239,17 @@ class _Plan:
             fields = [f"s[{i + 1}] AS f{i}" for i in range(k)]
             fields.append(f"array_to_string(s[{k + 1}:{k + 1} + greatest(n - {nf}, 0)], {sep}) AS f{k}")
             fields += [f"s[{i + 1} + greatest(n - {nf}, 0)] AS f{i}" for i in range(k + 1, nf)]
+        # (a dot up to the first separator, as the reference's ``find``; NULL, an empty line, is kept)
+        steps = (
+            f" WHERE NOT coalesce(strpos({line}, '.') BETWEEN 1 AND strpos({line}, {sep}), FALSE)"
+            if self.jobid_first
+            else ""
+        )
         return (
             f"(SELECT ln, lh, n, {', '.join(fields)} FROM ("
             f"SELECT ln, lh, s, len(s) AS n FROM ("
             f"SELECT ln, hash(l) AS lh, string_split({line}, {sep}) AS s FROM ("
-            f"SELECT row_number() OVER () AS ln, l FROM {lines}))))"
+            f"SELECT row_number() OVER () AS ln, l FROM {lines}){steps})))"
         )
 
 
@@ -374,20 +384,24 @@ def _offset_sql(loc: str, table: Sequence[Tuple[int, Optional[int]]]) -> str:
     return f"CASE WHEN {loc} < {table[0][0]} THEN NULL ELSE {tree(0, len(table))} END"
 
 
+#: the ISO times the scan converts: :func:`slurmkit.report.sacct.parse_time`'s shape with ASCII
+#: digits and an hour below 24 (the reference's own tests on the fields)
+_ISO_PATTERN = "[0-9]{4}-[0-9]{2}-[0-9]{2}[T ]([01][0-9]|2[0-3]):[0-9]{2}:[0-9]{2}"
+
+
 def _iso_local_sql(text: str) -> str:
     """SQL: the local seconds of an ISO time text (its fields read as UTC), NULL unless it is
-    ``YYYY-MM-DD``, ``T`` or a space, ``HH:MM:SS`` of a real date and time, which
+    ``YYYY-MM-DD``, ``T`` or a space, ``HH:MM:SS`` in ASCII digits (:data:`_ISO_PATTERN`, one
+    regular expression) of a real date and time, which
     :func:`slurmkit.report.sacct.parse_time` takes too (it also takes a day past the month's
-    end and a 60th second: those are NULL here, for the second step). DuckDB's ``strptime``
-    skips whitespace before a number, which the reference does not take: a text with any
-    but the one space between date and time is NULL too (a fuzzed comparison found no other
-    difference)."""
-    formats = "['%Y-%m-%dT%H:%M:%S', '%Y-%m-%d %H:%M:%S']"
-    spaces = " AND ".join(f"NOT contains({text}, chr({c}))" for c in (9, 10, 11, 12, 13))
+    end and a 60th second: DuckDB's cast refuses them, NULL here, for the second step).
+    DuckDB's cast to TIMESTAMP skips whitespace and takes hour 24 (the next day): the pattern
+    lets neither through (a fuzzed comparison with the reference, every one-character change
+    of five times, found no other difference; ``strptime`` and a test per whitespace character
+    cost twice as much)."""
     return (
-        f"CASE WHEN length({text}) = 19 AND substr({text}, 11, 1) IN ('T', ' ') "
-        f"AND NOT contains(left({text}, 10), ' ') AND NOT contains(substr({text}, 12), ' ') AND {spaces} "
-        f"THEN CAST(epoch(try_strptime({text}, {formats})) AS BIGINT) END"
+        f"CASE WHEN regexp_full_match({text}, {_q(_ISO_PATTERN)}) "
+        f"THEN CAST(epoch(TRY_CAST({text} AS TIMESTAMP)) AS BIGINT) END"
     )
 
 
@@ -438,27 +452,28 @@ class _Rules:
         End or Submit is one sacct did not know (``Unknown``). The tests on the texts become
         tests on NULL: the same classes, for a quarter less of the first pass's time (reading
         and testing texts costs more than reading the epochs)."""
-        lo, hi, earliest = self.lo, self.hi, sacct.EARLIEST_TIME
         if typed:
             not_started, unknown_end = "FALSE", "en IS NULL"
             undecided_sql = "st IS NULL"
         else:
-            not_started, unknown_end = f"t_st IN {_UNKNOWN_SQL}", f"t_en IN {_UNKNOWN_SQL}"
+            not_started, unknown_end = rule.unknown_time_sql("t_st"), rule.unknown_time_sql("t_en")
             undecided_sql = (
-                f"st IS NULL OR (en IS NULL AND t_en NOT IN {_UNKNOWN_SQL})"
-                f" OR (sub IS NULL AND t_sub NOT IN {_UNKNOWN_SQL})"
+                f"st IS NULL OR (en IS NULL AND NOT {rule.unknown_time_sql('t_en')})"
+                f" OR (sub IS NULL AND NOT {rule.unknown_time_sql('t_sub')})"
             )
-        running = f"({unknown_end} AND state IN {_in_list(sacct.RUNNING_STATES)})"
-        en_eff = f"(CASE WHEN {running} THEN {hi} ELSE en END)"
-        outside, s, e = rule.clip_sql("st", en_eff, lo, hi)
-        cls = f"""CASE
-            WHEN {_filtered_sql(self.filters)} THEN 'filtered'
-            WHEN {not_started} THEN 'notstarted'
-            WHEN {undecided_sql} THEN {_q(undecided)}
-            WHEN en IS NULL AND NOT {running} THEN 'bad'
-            WHEN st < {earliest} OR en < {earliest} OR sub < {earliest} OR en < st THEN 'bad'
-            WHEN {outside} THEN 'outside'
-            ELSE 'ok' END"""
+        cls, s, e = rule.row_class_sql(
+            filtered=_filtered_sql(self.filters),
+            not_started=not_started,
+            undecided=undecided_sql,
+            undecided_class=undecided,
+            unknown_end=unknown_end,
+            state="state",
+            st="st",
+            en="en",
+            sub="sub",
+            lo=self.lo,
+            hi=self.hi,
+        )
         return f"{cls} AS cls, {s} AS s, {e} AS e"
 
 
@@ -524,8 +539,11 @@ def _load_file(
     text["r_reason"] = plan.reason
     inner = ", ".join(f"{v} AS {k}" for k, v in text.items())
     inner += "".join(
-        f", TRY_CAST({v} AS BIGINT) AS v_{k}, length({v}) AS l_{k}, {v} AS r_{k}"
-        for k, (v, _, _) in numbers.items()
+        # (the cast only of a text of the lengths _plain_int takes: a failing cast costs a third
+        # of a scan of ISO times)
+        f", TRY_CAST(CASE WHEN length({v}) BETWEEN {lo} AND {hi} THEN {v} END AS BIGINT) AS v_{k}, "
+        f"length({v}) AS l_{k}, {v} AS r_{k}"
+        for k, (v, lo, hi) in numbers.items()
     )
     parts = ", ".join(f"v_{k}, l_{k}" for k in numbers)
     checked = ", ".join(f"{_plain_int(k, lo, hi)} AS {k}" for k, (_, lo, hi) in numbers.items())
@@ -545,9 +563,12 @@ def _load_file(
         for k, (_, lo, hi) in numbers.items()
     )
     # 4: a blank line; 1: a wrong field count or job id (the reference's reasons, in its order)
+    id_ok = plan.id_ok
+    if numeric_jid:  # (JobIDRaw's cast, in the same SELECT, says which are plain numbers)
+        id_ok = job_id_sql(plan.jobid, plan.raw, f"({_plain_int('jid', 1, 18)}) IS NOT NULL")
     shape = (
         f"CASE WHEN {plan.blank} THEN 4 "
-        f"WHEN NOT coalesce({plan.count_ok}, FALSE) OR NOT {plan.id_ok} THEN 1 ELSE 0 END"
+        f"WHEN NOT coalesce({plan.count_ok}, FALSE) OR NOT {id_ok} THEN 1 ELSE 0 END"
     )
     why = (
         f"CASE WHEN shape = 1 THEN CASE WHEN NOT n_ok THEN {_q(f'wrong field count (expected {plan.nf})')} "
@@ -603,15 +624,13 @@ def _load_file(
 
 def _time_why() -> str:
     """SQL: the reference's reason for a row of class ``bad`` by its times (in its order)."""
-    running = f"state IN {_in_list(sacct.RUNNING_STATES)}"
+    unknown_end = rule.unknown_time_sql("t_en")
     return f"""CASE
-        WHEN st IS NULL OR (en IS NULL AND t_en NOT IN {_UNKNOWN_SQL}) THEN 'bad time'
-        WHEN en IS NULL AND NOT {running}
+        WHEN st IS NULL OR (en IS NULL AND NOT {unknown_end}) THEN 'bad time'
+        WHEN en IS NULL AND NOT {rule.running_sql("state")}
             THEN coalesce(nullif(trim(t_en), ''), 'empty') || ' end time for a ' || state || ' job'
-        WHEN sub IS NULL AND t_sub NOT IN {_UNKNOWN_SQL} THEN 'bad time'
-        WHEN st < {sacct.EARLIEST_TIME} OR en < {sacct.EARLIEST_TIME} OR sub < {sacct.EARLIEST_TIME}
-            THEN {_q(sacct.IMPOSSIBLE + "time before 2000")}
-        ELSE {_q(sacct.IMPOSSIBLE + "end before start")} END"""
+        WHEN sub IS NULL AND NOT {rule.unknown_time_sql("t_sub")} THEN 'bad time'
+        ELSE {rule.impossible_time_sql("st", "en", "sub")} END"""
 
 
 def _bad_rows(

@@ -19,10 +19,15 @@ runs. Changing the data here changes both engines' answers
   :func:`queue_wait`, :func:`queue_wait_fn`, :func:`queue_wait_sql`;
 * clipping to the window: :data:`KEEP_INSTANTS`; :func:`clip`, :func:`clip_sql`.
 
-The parser of the Python path (:func:`.sacct._parse_rows`) clips with :func:`clip`, the
-DuckDB engine with SQL from :func:`clip_sql`. Not yet here: the row classes (filtered, not started, malformed,
-impossible, outside, counted), written in the reference parser and in
-:meth:`.engine._Rules.derived`; the edge tests keep them equal.
+* row classes (filtered, not started, malformed or impossible by the times, outside, counted):
+  :data:`ROW_CLASSES`, :data:`UNKNOWN_TIMES`, :data:`RUNNING_STATES`, :data:`EARLIEST_TIME`;
+  :func:`impossible_time`, :func:`impossible_time_fn`, :func:`row_class_sql`,
+  :func:`impossible_time_sql`.
+
+The parser of the Python path (:func:`.sacct._parse_rows`) clips with :func:`clip` and tests
+times with :func:`impossible_time_fn`, reading the unknown times and running states here when a
+parse starts; the DuckDB engine (:meth:`.engine._Rules.derived`) and the archive's ingest build
+their SQL from :func:`clip_sql`, :func:`row_class_sql` and :func:`impossible_time_sql`.
 
 **Versions.** The archive keeps what some rules computed at ingest: in each month file the
 typed columns (``start_s``, ``end_s``, ``submit_s``: the time rule; ``gpus``: the AllocTRES
@@ -46,7 +51,7 @@ JobIDRaw is not sacct's are no longer kept (issue 25).
 from __future__ import annotations
 
 import operator
-from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, FrozenSet, Mapping, Optional, Sequence, Tuple
 
 from slurmkit.slurm import states
 
@@ -344,6 +349,121 @@ def clip_sql(start: str, end: str, lo: int, hi: int) -> Tuple[str, str, str]:
     s, e = f"greatest({start}, {lo})", f"least({end}, {hi})"
     instant = f"({start} = {end} AND {start} >= {lo} AND {start} < {hi})" if KEEP_INSTANTS else "FALSE"
     return f"{e} <= {s} AND NOT {instant}", s, f"greatest({e}, {s})"
+
+
+# --------------------------------------------------------------------------- row classes
+
+#: A job row's class, decided in this order (the first that applies): ``filtered`` (the
+#: report's filters leave it out), ``notstarted`` (its Start is one of :data:`UNKNOWN_TIMES`:
+#: pending, or cancelled before it started), ``bad`` (a time that is no time; an unknown End of
+#: a state not in :data:`RUNNING_STATES`; an impossible time, :func:`impossible_time`),
+#: ``outside`` (:func:`clip`), ``ok`` (counted). The reasons sacct's shape gives (a wrong field
+#: count or job id) come before them, the AllocTRES and exact duplicates after.
+ROW_CLASSES: Tuple[str, ...] = ("filtered", "notstarted", "bad", "outside", "ok")
+#: the texts of a time sacct did not know (``Unknown`` End of a running job, ``None`` Start of
+#: a pending one)
+UNKNOWN_TIMES: FrozenSet[str] = frozenset({"Unknown", "None", "", "N/A"})
+#: the states whose unknown End means "running up to now" (taken from
+#: :data:`slurmkit.slurm.states.RUNNING_STATES`)
+RUNNING_STATES: FrozenSet[str] = frozenset(states.RUNNING_STATES)
+#: times before this (2000-01-01T00:00:00Z) cannot come from a Slurm accounting database
+#: (slurmdbd appeared in 2008): such a row is impossible, not summed
+EARLIEST_TIME = 946684800
+#: the prefix of the reasons of rows that parse but cannot be true (counted with the malformed)
+IMPOSSIBLE = "impossible: "
+BEFORE_EARLIEST = IMPOSSIBLE + "time before 2000"
+END_BEFORE_START = IMPOSSIBLE + "end before start"
+
+
+def impossible_time(start: int, end: int, submit: Optional[int], running: bool) -> Optional[str]:
+    """Why a row's times cannot be true (None: they can). A running row's End is the report's
+    end, not data: it is not tested."""
+    if (
+        start < EARLIEST_TIME
+        or (end < EARLIEST_TIME and not running)
+        or (submit is not None and submit < EARLIEST_TIME)
+    ):
+        return BEFORE_EARLIEST
+    if end < start and not running:
+        return END_BEFORE_START
+    return None
+
+
+def impossible_time_fn() -> Callable[[int, int, Optional[int], bool], Optional[str]]:
+    """:func:`impossible_time` compiled with :data:`EARLIEST_TIME` in it (the reference parser
+    calls it once per row: no look-up of the rule's data per call)."""
+    source = (
+        "def impossible(start, end, submit, running):\n"
+        f"    if start < {int(EARLIEST_TIME)} or (end < {int(EARLIEST_TIME)} and not running)"
+        f" or (submit is not None and submit < {int(EARLIEST_TIME)}):\n"
+        f"        return {BEFORE_EARLIEST!r}\n"
+        "    if end < start and not running:\n"
+        f"        return {END_BEFORE_START!r}\n"
+        "    return None\n"
+    )
+    scope: Dict[str, Any] = {}
+    exec(compile(source, "<slurmkit.report.rules.impossible_time>", "exec"), scope)  # noqa: S102 (our own text)
+    return scope["impossible"]
+
+
+def unknown_time_sql(text: str) -> str:
+    """SQL: the time text is one of :data:`UNKNOWN_TIMES`."""
+    return f"{text} IN {_in_list(UNKNOWN_TIMES)}"
+
+
+def running_sql(state: str) -> str:
+    """SQL: the state is one of :data:`RUNNING_STATES`."""
+    return f"{state} IN {_in_list(RUNNING_STATES)}"
+
+
+def impossible_time_sql(st: str, en: str, sub: str) -> str:
+    """SQL of :func:`impossible_time` over epochs (``en`` NULL: an unknown End, tested as
+    running; ``sub`` NULL: no Submit): its reason, NULL when the times can be true."""
+    e = int(EARLIEST_TIME)
+    return (
+        f"CASE WHEN {st} < {e} OR {en} < {e} OR {sub} < {e} THEN {_q(BEFORE_EARLIEST)} "
+        f"WHEN {en} < {st} THEN {_q(END_BEFORE_START)} END"
+    )
+
+
+def impossible_time_cond_sql(st: str, en: str, sub: str) -> str:
+    """SQL: :func:`impossible_time_sql` gives a reason (the condition alone, for the scan)."""
+    e = int(EARLIEST_TIME)
+    return f"({st} < {e} OR {en} < {e} OR {sub} < {e} OR {en} < {st})"
+
+
+def row_class_sql(
+    *,
+    filtered: str,
+    not_started: str,
+    undecided: str,
+    undecided_class: str,
+    unknown_end: str,
+    state: str,
+    st: str,
+    en: str,
+    sub: str,
+    lo: int,
+    hi: int,
+) -> Tuple[str, str, str]:
+    """SQL of a job row's class (:data:`ROW_CLASSES`, in their order) and its clipped Start
+    and End: ``(class, s, e)``. ``filtered``, ``not_started``, ``undecided`` (a time text the
+    engine has not turned into an epoch yet: class ``undecided_class``) and ``unknown_end``
+    are SQL conditions; ``st``, ``en``, ``sub`` the epochs (NULL where the text was none)."""
+    if ROW_CLASSES != ("filtered", "notstarted", "bad", "outside", "ok"):
+        raise RuntimeError("rules.ROW_CLASSES: the SQL form knows this order only")
+    running = f"({unknown_end} AND {running_sql(state)})"
+    en_eff = f"(CASE WHEN {running} THEN {hi} ELSE {en} END)"
+    outside, s, e = clip_sql(st, en_eff, lo, hi)
+    cls = f"""CASE
+            WHEN {filtered} THEN 'filtered'
+            WHEN {not_started} THEN 'notstarted'
+            WHEN {undecided} THEN {_q(undecided_class)}
+            WHEN {en} IS NULL AND NOT {running} THEN 'bad'
+            WHEN {impossible_time_cond_sql(st, en, sub)} THEN 'bad'
+            WHEN {outside} THEN 'outside'
+            ELSE 'ok' END"""
+    return cls, s, e
 
 
 # --------------------------------------------------------------------------- SQL text

@@ -50,7 +50,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable, Dict, FrozenSet, Iterable, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
-from slurmkit.errors import ExternalCommandError, SlurmCommandError, UsageError
+from slurmkit.errors import UsageError
 from slurmkit.report import progress, rules
 from slurmkit.report.neutral import neutral_text
 from slurmkit.report.window import Window, iso_local
@@ -96,18 +96,17 @@ COLUMN_FOR = {
     "name": "JobName",
 }
 
-#: States whose attempt may still be running: End=Unknown means "up to now".
+#: States whose attempt may still be running: End=Unknown means "up to now" (the rule:
+#: :data:`.rules.RUNNING_STATES`, read when a parse starts).
 RUNNING_STATES: FrozenSet[str] = RUNNING_STATES
-_UNKNOWN_TIMES = frozenset({"Unknown", "None", "", "N/A"})
 
 MAX_LISTED_LINES = 20
-#: Times before this (2000-01-01T00:00:00Z) cannot come from a Slurm accounting database
-#: (slurmdbd appeared in 2008); such a row is flagged, not summed.
-EARLIEST_TIME = 946684800
+#: Times before this cannot be true (the rule: :data:`.rules.EARLIEST_TIME`, read when a parse starts).
+EARLIEST_TIME = rules.EARLIEST_TIME
 #: Default for ``report.max_gpus``: more GPUs than any cluster holds (set it to your own count).
 DEFAULT_MAX_GPUS = 100_000
 #: Prefix of the reasons for rows that parse but cannot be true (counted with the malformed ones).
-IMPOSSIBLE = "impossible: "
+IMPOSSIBLE = rules.IMPOSSIBLE
 
 
 class Attempt(NamedTuple):
@@ -269,7 +268,7 @@ def parse_time(text: str) -> Optional[int]:
     """
     if text.isdigit() and text.isascii():  # int() alone would take " 12", "+12", "1_2" and other digits
         return int(text)
-    if text in _UNKNOWN_TIMES:
+    if text in rules.UNKNOWN_TIMES:
         return None
     if (
         len(text) != 19
@@ -447,7 +446,8 @@ def _parse_rows(
     any_filter = filters.active
 
     tres_cache: Dict[str, object] = {}
-    running_states = RUNNING_STATES
+    running_states = rules.RUNNING_STATES  # the row-class rule's data, read when the parse starts
+    impossible = rules.impossible_time_fn()
     slow_time = parse_time
     new_attempt = _new_attempt
     clip = rules.clip  # read when the parse starts (the rule's data too)
@@ -457,7 +457,6 @@ def _parse_rows(
     append = out.append
     bad = stats.bad
     job_rows = step_rows = not_started = outside = filtered = 0
-    earliest = EARLIEST_TIME
     seen_rows: set = set()  # hashes of the job rows summed so far: exact duplicates are flagged
 
     text_fields = operator.itemgetter(i_jobid, i_raw, i_user, i_account, i_part, i_nodes, i_reason, i_name)
@@ -573,11 +572,9 @@ def _parse_rows(
             except ValueError:
                 bad(line_no, "bad time")
                 continue
-        if start < earliest or (end < earliest and not running) or (submit is not None and submit < earliest):
-            bad(line_no, IMPOSSIBLE + "time before 2000")
-            continue
-        if end < start and not running:
-            bad(line_no, IMPOSSIBLE + "end before start")
+        why = impossible(start, end, submit, running)
+        if why is not None:
+            bad(line_no, why)
             continue
         # --- clip to the window (again: -T is not trusted, and files may lack it)
         se = clip(start, end, lo, hi)
@@ -905,32 +902,13 @@ def parse_names(text: str, sep: str = SACCT_DELIMITER) -> Tuple[Dict[str, str], 
 
 
 def call_sacct(query: SacctQuery, timeout: Optional[float]):
-    """Run sacct through the shared runner; a missing sacct or an unreachable slurmdbd
-    raises an exit-3 error that says so (the one sacct caller of the report)."""
-    from slurmkit.slurm import client, runner
+    """Run sacct through the slurm layer's one sacct call (:func:`slurmkit.slurm.client.run_sacct`:
+    a missing sacct or an unreachable slurmdbd raises an exit-3 error that says so)."""
+    from slurmkit.slurm import client
 
     env = dict(os.environ)
     env.update(query.env)
-    try:
-        res = client.call("sacct", query.args, env=env, timeout=timeout)
-    except ExternalCommandError as exc:
-        hint = ""
-        low = (exc.stderr or str(exc)).lower()
-        if "database" in low or "slurmdbd" in low or "connection refused" in low:
-            hint = " (is slurmdbd running and reachable?)"
-        raise type(exc)(
-            exc.argv, f"{exc.message}{hint}", returncode=exc.returncode, stderr=exc.stderr
-        ) from None
-    err = res.stderr.lower()
-    if "problem talking to the database" in err or "slurmdbd" in err and "error" in err:
-        raise SlurmCommandError(
-            res.argv,
-            f"sacct could not reach the accounting database: "
-            f"{runner.tail(res.stderr)} (is slurmdbd running?)",
-            returncode=res.returncode,
-            stderr=res.stderr,
-        )
-    return res
+    return client.run_sacct(query.args, env=env, timeout=timeout)
 
 
 def live_lines(query: SacctQuery, *, names: bool, timeout: Optional[float] = None) -> List[str]:

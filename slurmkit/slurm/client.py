@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence
 
-from slurmkit.errors import SlurmCommandError
+from slurmkit.errors import ExternalCommandError, SlurmCommandError
 from slurmkit.slurm import binaries, runner
 from slurmkit.slurm.parse import SACCT_DELIMITER, parse_parsable2
 
@@ -246,8 +246,43 @@ def sacct(
         "--format=" + ",".join(fields),
         *args,
     ]
-    res = call("sacct", argv, timeout=timeout)
+    res = run_sacct(argv, timeout=timeout)
     return parse_parsable2(res.stdout, list(fields), free_field=free_field, sep=SACCT_DELIMITER)
+
+
+#: what a failed sacct call's message ends with when its stderr points at the accounting daemon
+SLURMDBD_HINT = " (is slurmdbd running and reachable?)"
+
+
+def _points_at_slurmdbd(stderr: str) -> bool:
+    low = stderr.lower()
+    return "database" in low or "slurmdbd" in low or "connection refused" in low
+
+
+def run_sacct(
+    args: Sequence[str], *, env: Optional[Mapping[str, str]] = None, timeout: Optional[float] = None
+) -> runner.Result:
+    """The one place sacct is run (:func:`sacct`, the report's queries): a failure whose stderr
+    points at the accounting database (slurmdbd down or unreachable) says so, with
+    :data:`SLURMDBD_HINT`, and so does an exit 0 whose stderr says sacct could not talk to the
+    database (some releases print an error and an empty table)."""
+    try:
+        res = call("sacct", args, env=env, timeout=timeout)
+    except ExternalCommandError as exc:  # (a timeout or a missing sacct too, by their message)
+        if not _points_at_slurmdbd(exc.stderr or str(exc)):
+            raise
+        raise type(exc)(
+            exc.argv, f"{exc}{SLURMDBD_HINT}", returncode=exc.returncode, stderr=exc.stderr
+        ) from None
+    err = res.stderr.lower()
+    if "problem talking to the database" in err or ("slurmdbd" in err and "error" in err):
+        raise SlurmCommandError(
+            res.argv,
+            f"sacct could not reach the accounting database: {runner.tail(res.stderr)}{SLURMDBD_HINT}",
+            returncode=res.returncode,
+            stderr=res.stderr,
+        )
+    return res
 
 
 def sacctmgr(args: Sequence[str], *, check: bool = True, timeout: Optional[float] = None) -> runner.Result:

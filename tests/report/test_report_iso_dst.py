@@ -146,3 +146,52 @@ def test_report_over_iso_times_across_changes_same_as_reference(zone, tmp_path, 
     )
     if zone != "UTC" and zone != "Asia/Kolkata":
         assert len(rows) >= 8
+
+
+@pytest.mark.parametrize("zone", ["UTC"], indirect=True)
+def test_the_scan_converts_only_what_the_reference_reads_the_same(zone):
+    """Every one-character change of a few ISO times (whitespace, which DuckDB's cast skips; an
+    hour of 24, which it takes as the next day; signs, letters, non-ASCII digits, separators):
+    the scan's value, where it gives one, is the reference's; anything else is NULL, left to the
+    second step (which is the reference's own ``parse_time``)."""
+    base = ["2026-11-03T10:05:09", "2026-11-03 23:59:59", "2024-02-29T00:00:00"]
+    chars = [
+        " ",
+        "\t",
+        "\n",
+        "\r",
+        "\x0b",
+        "\x0c",
+        "+",
+        "-",
+        "a",
+        "\u0663",
+        "0",
+        "9",
+        "2",
+        "4",
+        "T",
+        "t",
+        ":",
+        "/",
+    ]
+    texts = set(base) | {"2026-11-03T24:00:00", "2026-11-03 24:00:00", "2026-11-03T10:60:00"}
+    for b in base:
+        for i in range(len(b)):
+            for c in chars:
+                texts.add(b[:i] + c + b[i + 1 :])  # replaced
+                texts.add((b[:i] + c + b[i:])[:19])  # inserted, the end cut
+                texts.add(c + b[:i] + b[i + 1 :])  # one left out, one in front
+    texts = sorted(texts)
+    con = duckdb.connect()
+    con.execute("CREATE TABLE t AS SELECT unnest(?) AS x", [texts])
+    got = dict(con.execute(f"SELECT x, {engine._iso_local_sql('x')} FROM t").fetchall())
+    converted = 0
+    for text in texts:
+        if got[text] is None:
+            continue
+        converted += 1
+        sacct.clear_time_caches()
+        assert got[text] == sacct.parse_time(text), repr(text)
+    assert got["2026-11-03T24:00:00"] is None and got["2026-11-03 24:00:00"] is None
+    assert converted > len(base) * 10

@@ -365,3 +365,103 @@ def test_the_parser_clips_by_the_function(tmp_path, monkeypatch, engine_name, pa
     path = dump(tmp_path, row(start=LO + 3600, end=LO + 7200))
     totals, _ = report(path, engine_name, window=Window(LO, HI, "t"))
     assert totals["gpu_hours"] == gpu_hours
+
+
+# --------------------------------------------------------------------------- row classes
+
+
+@pytest.mark.parametrize("engine_name", sorted(ENGINES))
+@pytest.mark.parametrize("patched, gpu_hours", [(False, 3.0), (True, 1.0)])
+def test_the_earliest_time_is_defined_once(tmp_path, monkeypatch, engine_name, patched, gpu_hours):
+    """A row starting at BASE (2 GPUs, an hour) and one submitted and started an hour later (1
+    GPU): with the earliest possible time moved past BASE, the first is impossible in every
+    engine (the archive keeps only the rows the rule allows: ingested under it)."""
+    if patched:
+        monkeypatch.setattr(rules, "EARLIEST_TIME", BASE + 1)
+    path = dump(
+        tmp_path,
+        row(),
+        row(jid="9", tres="gres/gpu=1", submit=BASE + 3600, start=BASE + 3600, end=BASE + 7200),
+    )
+    totals, _ = report(path, engine_name)
+    assert totals["gpu_hours"] == gpu_hours
+
+
+def _running(tmp_path):
+    """A RUNNING row (2 GPUs) with an unknown End, counted up to NOW; a finished one (1 GPU, an hour)."""
+    return dump(tmp_path, row(state="RUNNING", end="Unknown"), row(jid="9", tres="gres/gpu=1"))
+
+
+@pytest.mark.parametrize("engine_name", sorted(ENGINES))
+@pytest.mark.parametrize("patched", [False, True])
+def test_the_unknown_times_are_defined_once(tmp_path, monkeypatch, engine_name, patched):
+    """``Unknown`` is a time sacct did not know (the running row counts up to now); taken out
+    of the rule, it is a bad time in every engine."""
+    if patched:
+        monkeypatch.setattr(rules, "UNKNOWN_TIMES", frozenset({"None", "", "N/A"}))
+    totals, _ = report(_running(tmp_path), engine_name)
+    assert totals["gpu_hours"] == (1.0 if patched else 1.0 + 2 * (NOW - BASE) / 3600)
+
+
+@pytest.mark.parametrize("engine_name", sorted(ENGINES))
+@pytest.mark.parametrize("patched", [False, True])
+def test_the_running_states_are_defined_once(tmp_path, monkeypatch, engine_name, patched):
+    """An unknown End of a RUNNING row means "up to now"; with RUNNING out of the running
+    states, the row is malformed (an unknown End of a finished state) in every engine."""
+    if patched:
+        monkeypatch.setattr(rules, "RUNNING_STATES", rules.RUNNING_STATES - {"RUNNING"})
+    totals, _ = report(_running(tmp_path), engine_name)
+    assert totals["gpu_hours"] == (1.0 if patched else 1.0 + 2 * (NOW - BASE) / 3600)
+
+
+@pytest.mark.parametrize("engine_name", ["list", "stream", "duckdb"])
+@pytest.mark.parametrize("patched", [False, True])
+def test_the_impossible_reasons_are_defined_once(tmp_path, monkeypatch, engine_name, patched):
+    """The reasons of impossible times, as the engines report them, come from the rule."""
+    if patched:
+        monkeypatch.setattr(rules, "END_BEFORE_START", rules.IMPOSSIBLE + "ends before it starts")
+        monkeypatch.setattr(rules, "BEFORE_EARLIEST", rules.IMPOSSIBLE + "too early")
+    path = dump(tmp_path, row(start=BASE + 10, end=BASE), row(jid="9", submit=100), row(jid="10"))
+    reasons = _reasons(path, engine_name)
+    assert reasons == {rules.END_BEFORE_START: 1, rules.BEFORE_EARLIEST: 1}
+
+
+def _reasons(path, engine_name):
+    if engine_name == "duckdb":
+        pytest.importorskip("duckdb")
+        from slurmkit.report import engine
+
+        _, _, stats = engine.run(
+            engine.probe_file(path),
+            window=UNBOUNDED,
+            now=NOW,
+            filters=None,
+            by=[],
+            prices=None,
+            max_gpus=sacct.DEFAULT_MAX_GPUS,
+            prolog_requeue_seconds=rules.PROLOG_REQUEUE_SECONDS,
+        )
+    elif engine_name == "stream":
+        agg = StreamingAggregator([], window_start=UNBOUNDED.start, prolog_requeue_seconds=120.0)
+        _, stats, _ = sacct.read_sacct_file(path, window=UNBOUNDED, now=NOW, sink=agg.add)
+    else:
+        _, stats, _ = sacct.read_sacct_file(path, window=UNBOUNDED, now=NOW)
+    return dict(stats.malformed_reasons)
+
+
+def test_the_row_class_forms_read_the_same_data(monkeypatch):
+    """The compiled Python form and the SQL forms follow the rule's data (text, no engine)."""
+    monkeypatch.setattr(rules, "EARLIEST_TIME", 50)
+    check = rules.impossible_time_fn()
+    for args in [(49, 60, None, False), (60, 49, None, True), (60, 70, 10, False), (70, 60, None, False),
+                 (70, 60, None, True), (60, 70, 55, False)]:  # fmt: skip
+        assert check(*args) == rules.impossible_time(*args)
+    assert "st < 50 OR" in rules.impossible_time_sql("st", "en", "sub")
+    monkeypatch.setattr(rules, "UNKNOWN_TIMES", frozenset({"x'y"}))
+    assert rules.unknown_time_sql("t") == "t IN ('x''y')"
+    monkeypatch.setattr(rules, "ROW_CLASSES", ("notstarted", "filtered", "bad", "outside", "ok"))
+    with pytest.raises(RuntimeError):
+        rules.row_class_sql(
+            filtered="f", not_started="n", undecided="u", undecided_class="bad", unknown_end="x",
+            state="s", st="st", en="en", sub="sub", lo=0, hi=1,
+        )  # fmt: skip

@@ -202,6 +202,13 @@ _ID_CASES = [(j, r) for j, r, _ in _BAD_ID_ROWS] + [
     ("123+1", "0123"),
     (" 123", " 123"),
     ("", ""),
+    ("0123", "0123"),
+    ("123+1", "+124"),
+    ("123_4", " 124"),
+    ("123_4", "1_24"),
+    ("123_4", "12e4"),
+    ("123_4", "1200"),
+    ("99", "99.0"),
 ]
 
 
@@ -209,12 +216,22 @@ def test_the_engines_job_id_rule_is_the_references():
     """The SQL of the JobID/JobIDRaw rule answers as the Python one on every case (a stricter
     SQL would only hand good dumps to the reference, which no report total would show)."""
     from slurmkit.report.duck import duckdb
-    from slurmkit.report.engine import _q, job_id_sql
+    from slurmkit.report.engine import _plain_int, _q, job_id_sql
 
     con = duckdb.connect()
     for job_id, raw in _ID_CASES:
         sql = job_id_sql(_q(job_id), None if raw is None else _q(raw))
         assert con.execute(f"SELECT {sql}").fetchone()[0] == sacct.job_id_ok(job_id, raw), (job_id, raw)
+        if raw is None:
+            continue
+        # as the scan asks it: JobIDRaw's cast says which are plain numbers (no regular expression)
+        scan = job_id_sql("j", "r", f"({_plain_int('jid', 1, 18)}) IS NOT NULL")
+        got = con.execute(
+            f"""SELECT {scan} FROM (SELECT j, r, TRY_CAST(CASE WHEN length(r) BETWEEN 1 AND 18 THEN r END AS BIGINT)
+                AS v_jid, length(r) AS l_jid, r AS r_jid FROM (SELECT ? AS j, ? AS r))""",
+            [job_id, raw],
+        ).fetchone()[0]
+        assert got == sacct.job_id_ok(job_id, raw), (job_id, raw, "scan")
 
 
 def test_good_ids_stay_in_the_engine(tmp_path, config):
