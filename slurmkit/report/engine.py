@@ -649,7 +649,7 @@ def _bad_rows(
             wrong.append((t, "garbage AllocTRES"))
             continue
         if max(g[0], sum(n for _, n in g[1])) > max_gpus:
-            wrong.append((t, sacct.IMPOSSIBLE + "more GPUs than report.max_gpus"))
+            wrong.append((t, rule.IMPOSSIBLE + "more GPUs than report.max_gpus"))
     if wrong:
         _table(con, "badtres", ("tres", "why"), ("VARCHAR", "VARCHAR"), wrong)
         con.execute("INSERT INTO badrows SELECT ln, why FROM j JOIN badtres USING (tres) WHERE cls = 'ok'")
@@ -675,7 +675,7 @@ def _dedupe(con: duckdb.DuckDBPyConnection) -> None:
                 FROM j JOIN (SELECT DISTINCT jid, lh FROM pairs WHERE dup) USING (jid, lh) WHERE cls = 'ok')
             WHERE k > 1"""
         )
-        why = _q(sacct.IMPOSSIBLE + "exact duplicate of an earlier row")
+        why = _q(rule.IMPOSSIBLE + "exact duplicate of an earlier row")
         con.execute(f"INSERT INTO badrows SELECT ln, {why} FROM dups")
         con.execute("UPDATE j SET cls = 'bad' WHERE ln IN (SELECT ln FROM dups)")
     con.execute("DROP TABLE pairs")
@@ -686,7 +686,7 @@ def _report_bad(con: duckdb.DuckDBPyConnection, first_row: int, stats: ParseStat
     reason (in the order each first occurs), the first line numbers listed."""
     for why, n in con.execute("SELECT why, count(*) FROM badrows GROUP BY why ORDER BY min(ln)").fetchall():
         stats.malformed += n
-        if why.startswith(sacct.IMPOSSIBLE):
+        if why.startswith(rule.IMPOSSIBLE):
             stats.impossible += n
         stats.malformed_reasons[why] += n
     stats.malformed_lines.extend(

@@ -55,7 +55,6 @@ from slurmkit.report import progress, rules
 from slurmkit.report.neutral import neutral_text
 from slurmkit.report.window import Window, iso_local
 from slurmkit.slurm.parse import SACCT_DELIMITER, ParseError, gpus_from_tres, parse_tres, split_parsable2
-from slurmkit.slurm.states import RUNNING_STATES
 
 log = logging.getLogger("slurmkit.report")
 
@@ -96,17 +95,9 @@ COLUMN_FOR = {
     "name": "JobName",
 }
 
-#: States whose attempt may still be running: End=Unknown means "up to now" (the rule:
-#: :data:`.rules.RUNNING_STATES`, read when a parse starts).
-RUNNING_STATES: FrozenSet[str] = RUNNING_STATES
-
 MAX_LISTED_LINES = 20
-#: Times before this cannot be true (the rule: :data:`.rules.EARLIEST_TIME`, read when a parse starts).
-EARLIEST_TIME = rules.EARLIEST_TIME
 #: Default for ``report.max_gpus``: more GPUs than any cluster holds (set it to your own count).
 DEFAULT_MAX_GPUS = 100_000
-#: Prefix of the reasons for rows that parse but cannot be true (counted with the malformed ones).
-IMPOSSIBLE = rules.IMPOSSIBLE
 
 
 class Attempt(NamedTuple):
@@ -190,10 +181,10 @@ class ParseStats:
     malformed_reasons: Counter = field(default_factory=Counter)
 
     def bad(self, line_no: int, reason: str) -> None:
-        """Count a skipped row; reasons starting with :data:`IMPOSSIBLE` are rows that
+        """Count a skipped row; reasons starting with :data:`.rules.IMPOSSIBLE` are rows that
         parse but cannot be true (they are excluded exactly like malformed ones)."""
         self.malformed += 1
-        if reason.startswith(IMPOSSIBLE):
+        if reason.startswith(rules.IMPOSSIBLE):
             self.impossible += 1
         self.malformed_reasons[reason] += 1
         if len(self.malformed_lines) < MAX_LISTED_LINES:
@@ -594,7 +585,10 @@ def _parse_rows(
                 g = False
             tres_cache[tres] = g
         if not g:
-            bad(line_no, "garbage AllocTRES" if g is False else IMPOSSIBLE + "more GPUs than report.max_gpus")
+            bad(
+                line_no,
+                "garbage AllocTRES" if g is False else rules.IMPOSSIBLE + "more GPUs than report.max_gpus",
+            )
             continue
         row_hash = hash(line.rstrip("\r\n"))
         if sink is not None:
@@ -604,10 +598,10 @@ def _parse_rows(
                 ),
                 row_hash,
             ):
-                bad(line_no, IMPOSSIBLE + "exact duplicate of an earlier row")
+                bad(line_no, rules.IMPOSSIBLE + "exact duplicate of an earlier row")
             continue
         if row_hash in seen_rows:
-            bad(line_no, IMPOSSIBLE + "exact duplicate of an earlier row")
+            bad(line_no, rules.IMPOSSIBLE + "exact duplicate of an earlier row")
             continue
         seen_rows.add(row_hash)
         append(
