@@ -37,14 +37,18 @@ def cache_dir() -> str:
     return os.environ.get(DIR_ENV) or DEFAULT_DIR
 
 
-#: 2**61 - 1, a Mersenne prime: the modulus of :func:`checksum`
-_PRIME = (1 << 61) - 1
+#: 2**61 - 2373, a safe prime (``(p - 1) / 2`` is prime too): the modulus of :func:`checksum`.
+#: Not the Mersenne prime 2**61 - 1: modulo that, 256**61 is 1, so bytes 61 apart count
+#: alike and exchanging them (or +d at one, -d at the other) would leave the checksum as it
+#: was. Here 256 has order (p - 1) / 2, about 2**60: no two places in a file count alike.
+_PRIME = 2305843009213691579
 
 
 def checksum(data: bytes) -> int:
-    """The bytes read as one little-endian number, modulo the prime 2**61 - 1: a change within
-    any 7 bytes in a row always changes it (it moves the number by less than the prime), any
-    other change all but surely (by chance 2**-61); a change of length is the key's size. In C, at
+    """The bytes read as one little-endian number, modulo the prime :data:`_PRIME` (just under
+    2**61): a change within any 7 bytes in a row always changes it (it moves the number by less
+    than the prime), any other change all but surely (by chance about 2**-61); a change of
+    length is the key's size. In C, at
     about the speed of a copy, without :mod:`zlib` (a shared library loaded into every job
     start for one CRC; docs/benchmarks.md, "Prolog fast path"). Not a defence against
     someone who can write the source: the trust rule is (only root's files are read)."""

@@ -138,13 +138,35 @@ def test_a_job_start_with_a_warm_cache_imports_no_yaml(setup):
 
 
 def test_the_checksum_is_stable_and_sees_a_same_size_rewrite():
-    """The key's checksum (the bytes as a number modulo 2**61 - 1): the same in every process
+    """The key's checksum (the bytes as a number modulo a prime): the same in every process
     (no per-process hash seed), and different after an in-place edit of the same size."""
     assert cache.checksum(b"") == 0 and cache.checksum(b"\x01\x02") == 0x0201
-    assert cache.checksum(b"\xff" * 8) == (2**64 - 1) % (2**61 - 1)
+    assert cache.checksum(b"\xff" * 8) == (2**64 - 1) % cache._PRIME
     text = b"health:\n  fail_closed: false\n" * 50
     flipped = text.replace(b"false", b"fals3", 1)
     assert len(flipped) == len(text) and cache.checksum(flipped) != cache.checksum(text)
     swapped = text[:10] + text[11:12] + text[10:11] + text[12:]  # two bytes exchanged
     assert cache.checksum(swapped) != cache.checksum(text)
     assert cache.checksum(text + b"\0") == cache.checksum(text)  # trailing NULs: the key's size differs
+
+
+@pytest.mark.parametrize("apart", [61, 122, 61 * 7])
+def test_the_checksum_sees_an_edit_of_two_bytes_61_apart(apart):
+    """Modulo 2**61 - 1, 256**61 is 1: bytes 61 (122, ...) apart counted alike, so a same-size
+    rewrite that exchanges them, or raises one digit and lowers the other (min 80 -> 90,
+    max 95 -> 85), kept the checksum, and a cache entry for the old file matched the new one."""
+    text = bytearray(b"health:\n  checks:\n" + b"#" * 1000)
+    text[100], text[100 + apart] = ord("8"), ord("9")
+    swapped = bytearray(text)
+    swapped[100], swapped[100 + apart] = ord("9"), ord("8")
+    assert cache.checksum(bytes(swapped)) != cache.checksum(bytes(text))
+    st = os.stat(__file__)
+    assert cache.identity(st, bytes(swapped)) != cache.identity(st, bytes(text))
+
+
+def test_no_two_places_of_a_file_count_alike():
+    """The order of 256 modulo the checksum's prime is far beyond any file's size (so no
+    structured same-size edit, only chance, keeps the checksum)."""
+    p = cache._PRIME
+    assert p < 2**64 and p > 2**56  # a 7-byte change always changes it; 16 hex digits in the tag
+    assert pow(256, (p - 1) // 2, p) == 1 and all(pow(256, k, p) != 1 for k in (1, 2, 61, 122, 1 << 20))
