@@ -65,8 +65,10 @@ def loads(document: Any) -> Any:
         start = len(text) - len(text.lstrip(_WHITESPACE))
         try:
             value, end = _scan(text, start)
-        except StopIteration:
-            pass  # malformed: json raises its error below
+        except (StopIteration, ValueError):
+            # malformed: json raises its error below; or bytes json reads in another encoding
+            # (UTF-16 or UTF-32 without a byte order mark is valid UTF-8, read wrong)
+            pass
         else:
             if not text[end:].strip(_WHITESPACE):
                 return value

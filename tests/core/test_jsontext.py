@@ -85,3 +85,46 @@ def test_dumps_options_match_json():
     assert jsontext.dumps({Status.FAIL: [Status.OK]}) == '{"fail": ["ok"]}'  # the words are strings
     with pytest.raises(TypeError):
         jsontext.dumps({1: 2, "a": 3}, sort_keys=True)  # as json: keys of two types do not sort
+
+
+@pytest.mark.parametrize("encoding", ["utf-16-le", "utf-16-be", "utf-32-le", "utf-32-be"])
+@pytest.mark.parametrize("doc", ['"x"', '{"a": 1}', '[1, "b"]', '{"a": "b"}', "1", '"ok"'])
+def test_bytes_without_a_byte_order_mark_are_read_in_jsons_encoding(doc, encoding):
+    """json reads bytes in the encoding it detects from the zero bytes (RFC 4627); UTF-16 or
+    UTF-32 without a byte order mark is also valid UTF-8, where a string holds a NUL, a
+    control character: the UTF-8 scan raised its error instead of handing the bytes to json."""
+    data = doc.encode(encoding)
+    assert jsontext.loads(data) == json.loads(data) == json.loads(doc)
+    assert jsontext.loads(bytearray(data)) == json.loads(doc)
+
+
+@settings(max_examples=200, deadline=None)
+@given(documents, st.sampled_from(["utf-16-le", "utf-16-be", "utf-32-le", "utf-32-be", "utf-8-sig"]))
+def test_loads_reads_bytes_in_any_encoding_json_reads(doc, encoding):
+    data = json.dumps(doc).encode(encoding)
+    assert _same(jsontext.loads(data), json.loads(data))
+
+
+@pytest.mark.parametrize(
+    "text", ['{"a": 1e999999}', "[" * 5 + "]" * 4, '{"a": "\\ud800"}', "-", "1.", "[1 2]"]
+)
+def test_edges_give_json_value_or_error(text):
+    """Values and error types the same as json's (an overflowing float is inf in both)."""
+    try:
+        theirs = ("value", json.loads(text))
+    except Exception as exc:  # noqa: BLE001
+        theirs = ("error", type(exc), str(exc))
+    try:
+        ours = ("value", jsontext.loads(text))
+    except Exception as exc:  # noqa: BLE001
+        ours = ("error", type(exc), str(exc))
+    assert ours == theirs
+
+
+def test_a_too_long_integer_raises_jsons_error():
+    text = "[" + "1" * 5000 + "]"
+    with pytest.raises(ValueError) as ours:
+        jsontext.loads(text)
+    with pytest.raises(ValueError) as theirs:
+        json.loads(text)
+    assert type(ours.value) is type(theirs.value) and str(ours.value) == str(theirs.value)
