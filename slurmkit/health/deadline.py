@@ -91,6 +91,7 @@ def call_each_with_deadline(
                     return
                 try:
                     fn, timeout = next(it)
+                    timeout = float(timeout)  # not a number: raised to the caller, not lost here
                 except StopIteration:
                     finished.release()
                     return
@@ -98,7 +99,7 @@ def call_each_with_deadline(
                     state["failed"] = exc
                     finished.release()
                     return
-                state["call"], state["timeout"] = len(outcomes), float(timeout)
+                state["call"], state["timeout"] = len(outcomes), timeout
                 state["started"] = time.monotonic()
             try:
                 outcome: Tuple[str, Any] = ("value", fn())

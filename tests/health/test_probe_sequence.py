@@ -162,3 +162,146 @@ def test_a_store_that_does_not_answer_is_unknown_at_its_store_timeout_never_a_fa
     gate.release()
     ctx.health["checks"]["heavy_cache"]["timeout"] = 0.7  # an explicit timeout still wins
     assert check_timeout(ctx, spec) == 0.7
+
+
+def _bounded(fn, seconds):
+    """``fn()`` in a thread, waited for at most ``seconds``: ``("value", v)``, ``("raised", exc)``
+    or ``("hung", None)`` (so a test of a hang cannot hang the suite)."""
+    box = []
+    done = _thread.allocate_lock()
+    done.acquire()
+
+    def run():
+        try:
+            box.append(("value", fn()))
+        except BaseException as exc:
+            box.append(("raised", exc))
+        done.release()
+
+    _thread.start_new_thread(run, ())
+    return box[0] if done.acquire(True, seconds) else ("hung", None)
+
+
+@pytest.mark.parametrize("bad", ["soon", None, object(), 10**400], ids=["text", "none", "object", "huge-int"])
+def test_a_timeout_that_is_no_number_is_raised_to_the_caller_not_a_hang(bad):
+    """The timeout was made a float in the worker outside the guarded draw: the worker died,
+    ``finished`` was never released and the caller polled for ever (no deadline at all)."""
+    kind, exc = _bounded(lambda: call_each_with_deadline([(lambda: 1, 1.0), (lambda: 2, bad)]), 3.0)
+    assert kind == "raised" and isinstance(exc, (TypeError, ValueError, OverflowError)), (kind, exc)
+
+
+@pytest.mark.parametrize("timeout", [-5.0, float("-inf")])
+def test_a_negative_timeout_is_a_zero_one(timeout):
+    gate = _thread.allocate_lock()
+    gate.acquire()
+    t0 = time.monotonic()
+    outcomes = call_each_with_deadline([(lambda: gate.acquire(True, 5), timeout)])
+    assert outcomes[0][0] == "timeout" and time.monotonic() - t0 < 1.0
+    gate.release()
+
+
+def test_a_nan_timeout_times_out_at_once_never_waits_for_ever():
+    gate = _thread.allocate_lock()
+    gate.acquire()
+    kind, outcomes = _bounded(
+        lambda: call_each_with_deadline([(lambda: gate.acquire(True, 5), float("nan"))]), 3.0
+    )
+    gate.release()
+    assert kind == "value" and outcomes[0][0] == "timeout"
+
+
+@pytest.mark.parametrize("timeout", [float("inf"), 1e300, 10**30, 7200])
+def test_a_huge_timeout_waits_for_the_call(timeout):
+    """Past the longest one lock wait (or infinite): waited in pieces, the answer comes."""
+    outcomes = call_each_with_deadline([(lambda: time.sleep(0.05) or "done", timeout)])
+    assert [(k, v) for k, v, _ in outcomes] == [("value", "done")]
+
+
+def test_base_exceptions_of_a_call_are_its_outcome_and_do_not_stop_the_rest():
+    stop, interrupt = SystemExit(3), KeyboardInterrupt()
+
+    def raise_(exc):
+        raise exc
+
+    outcomes = call_each_with_deadline(
+        [(lambda: raise_(stop), 1.0), (lambda: raise_(interrupt), 1.0), (lambda: "after", 1.0)]
+    )
+    assert [(k, v) for k, v, _ in outcomes] == [("error", stop), ("error", interrupt), ("value", "after")]
+
+
+def test_many_hung_calls_in_a_row_each_time_out_at_its_own_deadline_and_late_answers_are_dropped():
+    gates = [_thread.allocate_lock() for _ in range(5)]
+    for g in gates:
+        g.acquire()
+    timed_out = []
+    calls = [(lambda g=g: g.acquire(True, 10) and "late", 0.1) for g in gates] + [(lambda: "last", 1.0)]
+    t0 = time.monotonic()
+    outcomes = call_each_with_deadline(calls, timed_out.append)
+    assert 0.5 <= time.monotonic() - t0 < 3.0
+    assert [k for k, _, _ in outcomes] == ["timeout"] * 5 + ["value"] and outcomes[-1][1] == "last"
+    assert timed_out == [0, 1, 2, 3, 4]
+    for g in gates:
+        g.release()  # every abandoned call now answers "late"
+    time.sleep(0.1)
+    assert [k for k, _, _ in outcomes] == ["timeout"] * 5 + ["value"] and len(outcomes) == 6
+
+
+def test_an_abandoned_call_answering_while_the_next_one_runs_changes_nothing():
+    gate, second = _thread.allocate_lock(), _thread.allocate_lock()
+    gate.acquire()
+    second.acquire()
+
+    def late():
+        gate.acquire(True, 10)
+        return "late"
+
+    def next_call():
+        gate.release()  # the abandoned call answers now, while this one runs
+        time.sleep(0.1)
+        return "second"
+
+    outcomes = call_each_with_deadline([(late, 0.1), (next_call, 2.0), (lambda: "third", 1.0)])
+    assert [(k, v) for k, v, _ in outcomes] == [("timeout", None), ("value", "second"), ("value", "third")]
+
+
+def test_drawing_that_raises_after_a_timeout_is_raised():
+    gate = _thread.allocate_lock()
+    gate.acquire()
+
+    def calls():
+        yield (lambda: gate.acquire(True, 5)), 0.05
+        raise RuntimeError("plan broke after the hang")
+
+    kind, exc = _bounded(lambda: call_each_with_deadline(calls()), 3.0)
+    gate.release()
+    assert kind == "raised" and isinstance(exc, RuntimeError)
+
+
+def test_what_on_timeout_raises_is_raised_to_the_caller():
+    gate = _thread.allocate_lock()
+    gate.acquire()
+
+    def on_timeout(index):
+        raise LookupError(index)
+
+    kind, exc = _bounded(
+        lambda: call_each_with_deadline([(lambda: gate.acquire(True, 5), 0.05)], on_timeout), 3.0
+    )
+    gate.release()
+    assert kind == "raised" and isinstance(exc, LookupError) and exc.args == (0,)
+
+
+def test_a_call_ending_at_about_its_deadline_is_one_outcome_never_two():
+    """Value or timeout, whichever the guard saw first, but exactly one per call, in order."""
+    for _ in range(20):
+        outcomes = call_each_with_deadline([(lambda: time.sleep(0.02) or "v", 0.02), (lambda: "next", 1.0)])
+        assert (
+            len(outcomes) == 2
+            and outcomes[0][0] in ("value", "timeout")
+            and outcomes[1][:2] == ("value", "next")
+        )
+
+
+def test_an_empty_sequence_returns_at_once():
+    t0 = time.monotonic()
+    assert call_each_with_deadline([]) == [] and time.monotonic() - t0 < 0.5
