@@ -69,7 +69,8 @@ def call_each_with_deadline(
     for costs two cross-CPU wake-ups (about 0.3 ms each on an idle machine, far more when the
     cores are busy), which for sixteen fast checks was most of a prolog's own time. Here the
     caller sleeps until the running call's deadline or the end of the sequence, whichever comes
-    first. A call past its deadline is abandoned with its thread; ``on_timeout(index)`` runs in
+    first; a call that starts with an earlier deadline than the one the caller sleeps until (a
+    shorter timeout after a longer one) wakes it. A call past its deadline is abandoned with its thread; ``on_timeout(index)`` runs in
     the caller's thread, then the calls after it go on in a new thread. ``calls`` is drawn in
     the worker thread, after ``on_timeout``, so what it decides next sees what ``on_timeout``
     changed; an exception raised while drawing it is re-raised here.
@@ -77,12 +78,28 @@ def call_each_with_deadline(
     it = iter(calls)
     outcomes: List[Tuple[str, Any, float]] = []
     guard = _thread.allocate_lock()  # orders the worker's and the caller's view of the running call
-    finished = _thread.allocate_lock()
-    finished.acquire()  # released by the worker when ``calls`` is exhausted or drawing it raised
+    wake = _thread.allocate_lock()
+    wake.acquire()  # released by the worker (under guard, see _wake) to end the caller's sleep
     # generation: which worker is current (an abandoned one drops what it gets back); call,
     # started, timeout: the running call's index, start and timeout (started is None between
-    # calls); failed: what drawing ``calls`` raised
-    state: dict = {"generation": 0, "call": -1, "started": None, "timeout": 0.0, "failed": None}
+    # calls); failed: what drawing ``calls`` raised; done: ``calls`` is exhausted or drawing it
+    # raised; until: when the caller's sleep ends (None while it is awake); woken: ``wake`` is
+    # released and not yet taken
+    state: dict = {
+        "generation": 0,
+        "call": -1,
+        "started": None,
+        "timeout": 0.0,
+        "failed": None,
+        "done": False,
+        "until": None,
+        "woken": False,
+    }
+
+    def _wake() -> None:  # under guard
+        if not state["woken"]:
+            state["woken"] = True
+            wake.release()
 
     def work(generation: int) -> None:
         while True:
@@ -93,14 +110,21 @@ def call_each_with_deadline(
                     fn, timeout = next(it)
                     timeout = float(timeout)  # not a number: raised to the caller, not lost here
                 except StopIteration:
-                    finished.release()
+                    state["done"] = True
+                    _wake()
                     return
                 except BaseException as exc:
                     state["failed"] = exc
-                    finished.release()
+                    state["done"] = True
+                    _wake()
                     return
                 state["call"], state["timeout"] = len(outcomes), timeout
                 state["started"] = time.monotonic()
+                until = state["until"]
+                if until is not None and state["started"] + timeout < until:
+                    # the caller sleeps past this call's deadline (an earlier call's, longer):
+                    # wake it to watch this one; a healthy run with no shorter timeout never does
+                    _wake()
             try:
                 outcome: Tuple[str, Any] = ("value", fn())
             except BaseException as exc:  # handed to the caller
@@ -114,12 +138,20 @@ def call_each_with_deadline(
     _thread.start_new_thread(work, (0,))
     while True:
         with guard:
+            if state["done"]:
+                break
             call, started, timeout = state["call"], state["started"], state["timeout"]
-        # between calls (or before the first) the worker is in ``calls``' own code: look again soon
-        wait = 0.05 if started is None else started + timeout - time.monotonic()
-        if finished.acquire(True, min(max(0.0, wait), _LONGEST_WAIT)):
-            break
+            # between calls (or before the first) the worker is in ``calls``' own code: look again soon
+            now = time.monotonic()
+            wait = min(max(0.0, 0.05 if started is None else started + timeout - now), _LONGEST_WAIT)
+            state["until"] = now + wait
+        woken = wake.acquire(True, wait)
         with guard:
+            state["until"] = None
+            if woken:
+                state["woken"] = False
+            if state["done"]:
+                break
             if state["started"] is None or state["call"] != call:
                 continue  # that call returned in time; another one may be running
             if time.monotonic() < started + timeout:

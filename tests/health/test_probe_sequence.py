@@ -305,3 +305,62 @@ def test_a_call_ending_at_about_its_deadline_is_one_outcome_never_two():
 def test_an_empty_sequence_returns_at_once():
     t0 = time.monotonic()
     assert call_each_with_deadline([]) == [] and time.monotonic() - t0 < 0.5
+
+
+@pytest.mark.parametrize("first", [0.1, 0.3])
+def test_a_hung_call_with_a_shorter_timeout_than_the_one_before_is_held_to_its_own(first):
+    """The caller slept until the running call's deadline and was not told when the next call
+    started: a call that hung with a shorter timeout than what was left of the one before it
+    (heavy_cache's 1 s store wait after a 2 s GPU check) was held to that earlier deadline."""
+    gate = _thread.allocate_lock()
+    gate.acquire()
+    calls = [(lambda: time.sleep(first) or "slow but in time", 5.0), (lambda: gate.acquire(True, 10), 0.2)]
+    t0 = time.monotonic()
+    kind, outcomes = _bounded(lambda: call_each_with_deadline(calls), 8.0)
+    elapsed = time.monotonic() - t0
+    gate.release()
+    assert kind == "value" and [k for k, _, _ in outcomes] == ["value", "timeout"]
+    assert elapsed < first + 0.2 + 1.0, elapsed  # not the first call's 5 s
+    assert 0.2 <= outcomes[1][2] < 1.2
+
+
+def test_a_shorter_timeout_after_healthy_longer_ones_still_returns_at_once():
+    outcomes = call_each_with_deadline(
+        [(lambda i=i: time.sleep(0.08) or i, t) for i, t in enumerate((3.0, 0.5, 2.0, 0.3))]
+    )
+    assert [(k, v) for k, v, _ in outcomes] == [("value", i) for i in range(4)]
+
+
+def test_a_hung_store_after_a_slow_check_is_unknown_at_its_store_timeout(ctx_factory, monkeypatch):
+    from slurmkit.health.checks import host
+    from slurmkit.health.declare import CheckSpec
+    from slurmkit.verdict.base import CheckResult, Tier
+
+    gate = _thread.allocate_lock()
+    gate.acquire()
+
+    class HungStore:
+        def node(self, name):
+            gate.acquire(True, 10)
+            return {}
+
+    monkeypatch.setattr(host, "for_paths", lambda paths: HungStore())
+    slow = CheckSpec(
+        "slow_probe",
+        Tier.FAST,
+        lambda ctx, params: time.sleep(0.15) or CheckResult("slow_probe", Status.OK),
+        "a check that takes its time, within its timeout",
+        gpu=False,
+    )
+    ctx = ctx_factory(hook="prolog", health={"checks": {"heavy_cache": {"store_timeout": 0.2}}})
+    ctx.health["checks"]["slow_probe"] = {"timeout": 4.0}
+    t0 = time.monotonic()
+    results = run_checks(ctx, [slow, CATALOG["heavy_cache"]], deadline=time.monotonic() + 6)
+    elapsed = time.monotonic() - t0
+    gate.release()
+    assert [(r.check, r.status) for r in results] == [
+        ("slow_probe", Status.OK),
+        ("heavy_cache", Status.UNKNOWN),
+    ]
+    assert results[1].code == "STORE_UNREACHABLE" and results[1].seconds < 1.0
+    assert elapsed < 1.5, elapsed  # not slow_probe's 4 s
