@@ -122,3 +122,80 @@ def test_is_finite_is_math_isfinite_and_takes_any_int():
     for x in (0.0, -0.0, 1e308, -1e308, 5e-324, float("inf"), float("-inf"), float("nan"), 0, -7, True):
         assert is_finite(x) == math.isfinite(x), x
     assert is_finite(10**400)  # math.isfinite raises OverflowError here
+
+
+def test_words_mix_with_plain_strings_as_the_str_enums_did():
+    """Where the (str, enum.Enum) classes were compared, hashed, sorted or written: the same
+    answers from the words (a status read back from JSON is a plain string)."""
+    import enum
+    import json
+
+    import yaml
+
+    from slurmkit.core import jsontext
+    from slurmkit.verdict.base import Action, Status
+
+    # the enum it replaced, under the same name (so str() and repr() read the same)
+    Old = enum.Enum("Status", {"OK": "ok", "WARN": "warn", "FAIL": "fail", "UNKNOWN": "unknown"}, type=str)
+
+    for old, new in zip(Old, Status):
+        assert hash(old) == hash(new) == hash(new.value)
+        assert {old.value: 1}[new] == 1 and {new: 1}[old.value] == 1  # a plain string finds a member
+        assert (new in {old.value}, old.value in {new}) == (old in {old.value}, old.value in {old})
+        assert "%s|%r|%-16s|%s" % (new, new, new, f"{new:>16}") == "%s|%r|%-16s|%s" % (
+            old,
+            old,
+            old,
+            f"{old:>16}",
+        )
+        assert json.dumps({new: [new]}, indent=1) == json.dumps({old: [old]}, indent=1)
+        assert jsontext.dumps({new: new}) == json.dumps({old: old}) == json.dumps({new.value: new.value})
+        assert new.upper() == old.upper() and type(new.upper()) is str and type(new.value) is str
+        assert new + "!" == old + "!" and "-".join([new, new]) == "-".join([old, old])
+    assert sorted([Status.WARN, "ok", Status.FAIL, "unknown"]) == sorted(
+        [Old.WARN, "ok", Old.FAIL, "unknown"]
+    )
+    assert [type(s) for s in sorted([Status.WARN, Status.OK])] == [Status, Status]
+    assert max(Status, key=lambda s: s.severity) is Status.FAIL
+    assert len({Status.FAIL, "fail", Status("fail")}) == 1
+    for bad in (Action.NONE, "none", Status):
+        with pytest.raises(ValueError):
+            Status(bad)
+    with pytest.raises(yaml.representer.RepresenterError):
+        yaml.safe_dump({"status": Status.FAIL})  # as with the enum: write .value
+    assert yaml.safe_dump({"status": Status.FAIL.value}) == "status: fail\n"
+    assert "fail" in list(Status) and "FAIL" not in list(Status)
+
+
+def test_words_survive_every_pickle_protocol_and_stay_the_one_member():
+    import pickle
+
+    from slurmkit.verdict.base import Action, Status, Tier
+
+    for proto in range(pickle.HIGHEST_PROTOCOL + 1):
+        for word in (*Status, *Action, *Tier):
+            assert pickle.loads(pickle.dumps(word, proto)) is word
+        r = CheckResult("c", Status.FAIL, action=Action.REBOOT)
+        back = pickle.loads(pickle.dumps(r, proto))
+        assert back == r and back.status is Status.FAIL and back.action is Action.REBOOT
+
+
+def test_a_words_class_keeps_only_its_upper_case_strings_as_members():
+    from slurmkit.values import Words
+
+    class Mixed(Words):
+        A = "a"
+        B_2 = "b2"
+        lower = "not a member"
+        _HIDDEN = "h"
+        NUMBER = 3
+
+        @property
+        def shout(self) -> str:
+            return self.value.upper()
+
+    assert list(Mixed) == [Mixed.A, Mixed.B_2] and Mixed.B_2.name == "B_2"
+    assert Mixed.lower == "not a member" and type(Mixed.lower) is str and Mixed.NUMBER == 3
+    assert Mixed("a").shout == "A"
+    with pytest.raises(ValueError):
+        Mixed("h")
