@@ -128,3 +128,53 @@ def test_a_too_long_integer_raises_jsons_error():
     with pytest.raises(ValueError) as theirs:
         json.loads(text)
     assert type(ours.value) is type(theirs.value) and str(ours.value) == str(theirs.value)
+
+
+def _outcome(fn, *args, **kwargs):
+    try:
+        return ("value", fn(*args, **kwargs))
+    except Exception as exc:  # noqa: BLE001
+        return ("error", type(exc), str(exc))
+
+
+json_ish = st.text(
+    alphabet=st.sampled_from(list('{}[]",:. -+0123456789eEtrufalsnNIy\\\n\t \x00\u00e9\ud800')), max_size=24
+)
+
+
+@settings(max_examples=600, deadline=None)
+@given(json_ish)
+def test_any_text_gives_jsons_value_or_jsons_error(text):
+    ours, theirs = _outcome(jsontext.loads, text), _outcome(json.loads, text)
+    if ours[0] == theirs[0] == "value":
+        assert _same(ours[1], theirs[1])
+    else:
+        assert ours == theirs
+
+
+@settings(max_examples=600, deadline=None)
+@given(st.binary(max_size=24) | json_ish.map(lambda t: t.encode("utf-8", "surrogatepass")))
+def test_any_bytes_give_jsons_value_or_jsons_error(data):
+    ours, theirs = _outcome(jsontext.loads, data), _outcome(json.loads, data)
+    if ours[0] == theirs[0] == "value":
+        assert _same(ours[1], theirs[1])
+    else:
+        assert ours == theirs
+
+
+keys = st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=4)
+odd_documents = st.recursive(
+    scalars | st.tuples(st.integers()),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(keys, inner, max_size=3) | st.tuples(inner, inner)
+    ),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(odd_documents, st.booleans(), st.booleans())
+def test_dumps_of_any_keys_and_tuples_is_jsons_text_or_jsons_error(doc, sort_keys, allow_nan):
+    ours = _outcome(jsontext.dumps, doc, sort_keys=sort_keys, allow_nan=allow_nan)
+    theirs = _outcome(json.dumps, doc, sort_keys=sort_keys, allow_nan=allow_nan)
+    assert ours == theirs
