@@ -364,3 +364,71 @@ def test_a_hung_store_after_a_slow_check_is_unknown_at_its_store_timeout(ctx_fac
     ]
     assert results[1].code == "STORE_UNREACHABLE" and results[1].seconds < 1.0
     assert elapsed < 1.5, elapsed  # not slow_probe's 4 s
+
+
+def _spec(name, fn, gpu=False):
+    from slurmkit.health.declare import CheckSpec
+    from slurmkit.verdict.base import Tier
+
+    return CheckSpec(name, Tier.FAST, fn, f"{name} (test)", gpu=gpu)
+
+
+def test_a_hung_host_check_is_an_isolating_failure_and_its_late_answer_changes_nothing(ctx_factory):
+    from slurmkit.verdict.base import Action, CheckResult
+
+    gate = _thread.allocate_lock()
+    gate.acquire()
+    late = []
+
+    def hung(ctx, params):
+        gate.acquire(True, 10)
+        ctx.backend_hung_in = "written late by the abandoned check"
+        late.append(True)
+        return CheckResult("hung_host", Status.OK)
+
+    ctx = ctx_factory(hook="prolog")
+    ctx.health["checks"]["hung_host"] = {"timeout": 0.2}
+    specs = [_spec("hung_host", hung), _spec("after", lambda ctx, params: CheckResult("after", Status.OK))]
+    results = run_checks(ctx, specs, deadline=time.monotonic() + 5)
+    assert [(r.check, r.status, r.code, r.action) for r in results] == [
+        ("hung_host", Status.FAIL, "CHECK_TIMEOUT", Action.ISOLATE),
+        ("after", Status.OK, "OK", Action.NONE),
+    ]
+    assert ctx.backend_hung_in is None  # a host check's hang is not the GPU driver's
+    gate.release()
+    deadline = time.monotonic() + 2
+    while not late and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert late and results[0].status == Status.FAIL and results[0].code == "CHECK_TIMEOUT"
+
+
+def test_an_exception_from_a_check_is_its_result_but_a_base_exception_is_raised(ctx_factory):
+    from slurmkit.verdict.base import CheckResult
+
+    def raises(exc):
+        def fn(ctx, params):
+            raise exc
+
+        return fn
+
+    ctx = ctx_factory(hook="prolog")
+    ok = _spec("fine", lambda ctx, params: CheckResult("fine", Status.OK))
+    results = run_checks(ctx, [_spec("buggy", raises(ZeroDivisionError("x"))), ok])
+    assert [(r.status, r.code) for r in results] == [(Status.UNKNOWN, "INTERNAL_ERROR"), (Status.OK, "OK")]
+    wrong = _spec("wrong_type", lambda ctx, params: "ok")
+    assert run_checks(ctx, [wrong])[0].code == "INTERNAL_ERROR"
+    with pytest.raises(KeyboardInterrupt):
+        run_checks(ctx, [ok, _spec("interrupted", raises(KeyboardInterrupt())), ok])
+
+
+def test_run_one_with_a_zero_or_negative_timeout_never_waits_on_a_hung_check(ctx_factory):
+    from slurmkit.health.engine import run_one
+
+    gate = _thread.allocate_lock()
+    gate.acquire()
+    ctx = ctx_factory(hook="prolog")
+    for timeout in (0.0, -1.0):
+        t0 = time.monotonic()
+        result = run_one(ctx, _spec("stuck", lambda ctx, params: gate.acquire(True, 5)), timeout)
+        assert result.code == "CHECK_TIMEOUT" and time.monotonic() - t0 < 1.0
+    gate.release()
