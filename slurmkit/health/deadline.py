@@ -70,8 +70,9 @@ def call_each_with_deadline(
     cores are busy), which for sixteen fast checks was most of a prolog's own time. Here the
     caller sleeps until the running call's deadline or the end of the sequence, whichever comes
     first; a call that starts with an earlier deadline than the one the caller sleeps until (a
-    shorter timeout after a longer one) wakes it. A call past its deadline is abandoned with its thread; ``on_timeout(index)`` runs in
-    the caller's thread, then the calls after it go on in a new thread. ``calls`` is drawn in
+    shorter timeout after a longer one) wakes it. A call past its deadline is abandoned with
+    its thread; ``on_timeout(index)`` runs in the caller's thread, then the calls after it go on
+    in a new thread. ``calls`` is drawn in
     the worker thread, after ``on_timeout``, so what it decides next sees what ``on_timeout``
     changed; an exception raised while drawing it is re-raised here.
     """
