@@ -320,8 +320,8 @@ def test_a_hung_call_with_a_shorter_timeout_than_the_one_before_is_held_to_its_o
     elapsed = time.monotonic() - t0
     gate.release()
     assert kind == "value" and [k for k, _, _ in outcomes] == ["value", "timeout"]
-    assert elapsed < first + 0.2 + 1.0, elapsed  # not the first call's 5 s
-    assert 0.2 <= outcomes[1][2] < 1.2
+    assert elapsed < first + 0.2 + 2.0, elapsed  # not the first call's 5 s
+    assert 0.2 <= outcomes[1][2] < 2.5
 
 
 def test_a_shorter_timeout_after_healthy_longer_ones_still_returns_at_once():
@@ -362,8 +362,8 @@ def test_a_hung_store_after_a_slow_check_is_unknown_at_its_store_timeout(ctx_fac
         ("slow_probe", Status.OK),
         ("heavy_cache", Status.UNKNOWN),
     ]
-    assert results[1].code == "STORE_UNREACHABLE" and results[1].seconds < 1.0
-    assert elapsed < 1.5, elapsed  # not slow_probe's 4 s
+    assert results[1].code == "STORE_UNREACHABLE" and results[1].seconds < 2.0
+    assert elapsed < 2.5, elapsed  # not slow_probe's 4 s
 
 
 def _spec(name, fn, gpu=False):
@@ -430,5 +430,5 @@ def test_run_one_with_a_zero_or_negative_timeout_never_waits_on_a_hung_check(ctx
     for timeout in (0.0, -1.0):
         t0 = time.monotonic()
         result = run_one(ctx, _spec("stuck", lambda ctx, params: gate.acquire(True, 5)), timeout)
-        assert result.code == "CHECK_TIMEOUT" and time.monotonic() - t0 < 1.0
+        assert result.code == "CHECK_TIMEOUT" and time.monotonic() - t0 < 2.0
     gate.release()
