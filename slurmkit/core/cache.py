@@ -48,10 +48,10 @@ def checksum(data: bytes) -> int:
     """The bytes read as one little-endian number, modulo the prime :data:`_PRIME` (just under
     2**61): a change within any 7 bytes in a row always changes it (it moves the number by less
     than the prime), any other change all but surely (by chance about 2**-61); a change of
-    length is the key's size. In C, at
-    about the speed of a copy, without :mod:`zlib` (a shared library loaded into every job
-    start for one CRC; docs/benchmarks.md, "Prolog fast path"). Not a defence against
-    someone who can write the source: the trust rule is (only root's files are read)."""
+    length is the key's size. In C, at about the speed of a copy, without :mod:`zlib` (a
+    shared library loaded into every job start for one CRC; docs/benchmarks.md, "Prolog fast
+    path"). Not a defence against someone who can write the source: the trust rule is (only
+    root's files are read)."""
     return int.from_bytes(data, "little") % _PRIME
 
 

@@ -72,9 +72,9 @@ def call_each_with_deadline(
     first; a call that starts with an earlier deadline than the one the caller sleeps until (a
     shorter timeout after a longer one) wakes it. A call past its deadline is abandoned with
     its thread; ``on_timeout(index)`` runs in the caller's thread, then the calls after it go on
-    in a new thread. ``calls`` is drawn in
-    the worker thread, after ``on_timeout``, so what it decides next sees what ``on_timeout``
-    changed; an exception raised while drawing it is re-raised here.
+    in a new thread. ``calls`` is drawn in the worker thread, after ``on_timeout``, so what it
+    decides next sees what ``on_timeout`` changed; an exception raised while drawing it (or a
+    timeout that is not a number) is re-raised here.
     """
     it = iter(calls)
     outcomes: List[Tuple[str, Any, float]] = []
