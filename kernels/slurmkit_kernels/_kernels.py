@@ -159,32 +159,53 @@ def _fwd_inner(
 
 
 @triton.jit
-def _attn_fwd(
-    Q,
-    K,
-    V,
-    O,
-    LSE,  # noqa: E741 (Q, K, V, O as in the paper)
-    stride_qb,
-    stride_qh,
+def _base(ptr, row, stride_row, head, stride_head):
+    """``ptr`` moved to a (batch or first token, head) pair, with 64-bit offsets.
+
+    Dense kernels pass (batch, batch stride), varlen kernels (the sequence's first token,
+    token stride). int32 products overflow at long sequences / long packed batches.
+    """
+    return ptr + row.to(tl.int64) * stride_row + head.to(tl.int64) * stride_head
+
+
+@triton.jit
+def _load_rows(base, offs, offs_d, stride_row, stride_d, ok):
+    """A ``[rows, HEAD_DIM]`` tile at ``base``; rows where ``ok`` is false read 0."""
+    return tl.load(base + _tile(offs, offs_d, stride_row, stride_d), mask=ok[:, None], other=0.0)
+
+
+@triton.jit
+def _store_rows(base, offs, offs_d, stride_row, stride_d, x, ok, EMULATE_BF16: tl.constexpr):
+    """Store the fp32 tile ``x`` at ``base`` in the tensor's dtype, rows where ``ok``."""
+    tl.store(
+        base + _tile(offs, offs_d, stride_row, stride_d),
+        _cast(x, base.dtype.element_ty, EMULATE_BF16),
+        mask=ok[:, None],
+    )
+
+
+@triton.jit
+def _fwd_block(
+    q_base,
+    k_base,
+    v_base,
+    o_base,
+    LSE,
+    lse_row,
+    lse_len,
+    lse_first,
     stride_qm,
     stride_qd,
-    stride_kb,
-    stride_kh,
     stride_kn,
     stride_kd,
-    stride_vb,
-    stride_vh,
     stride_vn,
     stride_vd,
-    stride_ob,
-    stride_oh,
     stride_om,
     stride_od,
+    start_m,
     N_Q,
     N_K,
-    H_Q,
-    GROUP,
+    N_VISIT,
     D_LO,
     D_HI,
     qk_scale,
@@ -194,27 +215,23 @@ def _attn_fwd(
     EMULATE_BF16: tl.constexpr,
     INPUT_PRECISION: tl.constexpr,
 ):
-    """One program per (query block, batch*head): writes O and the log2-domain lse."""
-    start_m = tl.program_id(0) * BLOCK_M
-    pid_bh = tl.program_id(1)
-    off_b = pid_bh // H_Q
-    off_h = pid_bh % H_Q
-    off_hkv = off_h // GROUP
-    # 64-bit base offsets: batch*head strides overflow int32 at long sequences.
-    q_base = Q + off_b.to(tl.int64) * stride_qb + off_h.to(tl.int64) * stride_qh
-    k_base = K + off_b.to(tl.int64) * stride_kb + off_hkv.to(tl.int64) * stride_kh
-    v_base = V + off_b.to(tl.int64) * stride_vb + off_hkv.to(tl.int64) * stride_vh
-    o_base = O + off_b.to(tl.int64) * stride_ob + off_h.to(tl.int64) * stride_oh
+    """The forward of one query block, shared by the dense and varlen kernels.
 
+    Bases point at the block's (batch or sequence, head). Its lse row starts at
+    ``LSE + lse_row * lse_len + lse_first`` (added at the store, where the dense kernel
+    computed it before: computing it up front moved instructions in the PTX). Keys ``[0, N_K)`` exist; key blocks are visited up to ``N_VISIT`` (``N_K``, or 0
+    for a varlen program past its sequence's end, which then stores nothing).
+    """
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_DIM)
     row_ok = offs_m < N_Q
-    q = tl.load(q_base + _tile(offs_m, offs_d, stride_qm, stride_qd), mask=row_ok[:, None], other=0.0)
+    q = _load_rows(q_base, offs_m, offs_d, stride_qm, stride_qd, row_ok)
 
     acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
-    lo, mid_lo, mid_hi, hi = _ranges(start_m, BLOCK_M, BLOCK_N, D_LO, D_HI, N_K)
+    lo, mid_lo, mid_hi, hi = _ranges(start_m, BLOCK_M, BLOCK_N, D_LO, D_HI, N_VISIT)
+    # Three stages: masked band edge, unmasked interior, masked band edge / ragged end.
     acc, l_i, m_i = _fwd_inner(
         acc,
         l_i,
@@ -287,16 +304,87 @@ def _attn_fwd(
         EMULATE_BF16,
         INPUT_PRECISION,
     )
+    # Normalise once; a row that saw no key writes 0 and lse = +inf (see the module docstring).
     empty = l_i == 0.0
     l_safe = tl.where(empty, 1.0, l_i)
     out = acc / l_safe[:, None]
     lse = tl.where(empty, float("inf"), m_i + tl.math.log2(l_safe))
-    tl.store(
-        o_base + _tile(offs_m, offs_d, stride_om, stride_od),
-        _cast(out, O.dtype.element_ty, EMULATE_BF16),
-        mask=row_ok[:, None],
+    _store_rows(o_base, offs_m, offs_d, stride_om, stride_od, out, row_ok, EMULATE_BF16)
+    tl.store(LSE + lse_row.to(tl.int64) * lse_len + lse_first + offs_m, lse, mask=row_ok)
+
+
+@triton.jit
+def _attn_fwd(
+    Q,
+    K,
+    V,
+    O,
+    LSE,  # noqa: E741 (Q, K, V, O as in the paper)
+    stride_qb,
+    stride_qh,
+    stride_qm,
+    stride_qd,
+    stride_kb,
+    stride_kh,
+    stride_kn,
+    stride_kd,
+    stride_vb,
+    stride_vh,
+    stride_vn,
+    stride_vd,
+    stride_ob,
+    stride_oh,
+    stride_om,
+    stride_od,
+    N_Q,
+    N_K,
+    H_Q,
+    GROUP,
+    D_LO,
+    D_HI,
+    qk_scale,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    EMULATE_BF16: tl.constexpr,
+    INPUT_PRECISION: tl.constexpr,
+):
+    """One program per (query block, batch*head): writes O and the log2-domain lse."""
+    start_m = tl.program_id(0) * BLOCK_M
+    pid_bh = tl.program_id(1)
+    off_b = pid_bh // H_Q
+    off_h = pid_bh % H_Q
+    off_hkv = off_h // GROUP
+    _fwd_block(
+        _base(Q, off_b, stride_qb, off_h, stride_qh),
+        _base(K, off_b, stride_kb, off_hkv, stride_kh),
+        _base(V, off_b, stride_vb, off_hkv, stride_vh),
+        _base(O, off_b, stride_ob, off_h, stride_oh),
+        LSE,
+        pid_bh,
+        N_Q,
+        0,
+        stride_qm,
+        stride_qd,
+        stride_kn,
+        stride_kd,
+        stride_vn,
+        stride_vd,
+        stride_om,
+        stride_od,
+        start_m,
+        N_Q,
+        N_K,
+        N_K,
+        D_LO,
+        D_HI,
+        qk_scale,
+        BLOCK_M,
+        BLOCK_N,
+        HEAD_DIM,
+        EMULATE_BF16,
+        INPUT_PRECISION,
     )
-    tl.store(LSE + pid_bh.to(tl.int64) * N_Q + offs_m, lse, mask=row_ok)
 
 
 @triton.jit
@@ -399,7 +487,7 @@ def _bwd_dkdv_inner(
 
 
 @triton.jit
-def _attn_bwd_dkdv(
+def _dkdv_block(
     Q,
     K,
     V,
@@ -408,34 +496,40 @@ def _attn_bwd_dkdv(
     DELTA,
     DK,
     DV,
-    stride_qb,
+    q_row,
+    k_row,
+    stride_q_row,
     stride_qh,
     stride_qm,
     stride_qd,
-    stride_kb,
+    stride_k_row,
     stride_kh,
     stride_kn,
     stride_kd,
-    stride_vb,
+    stride_v_row,
     stride_vh,
     stride_vn,
     stride_vd,
-    stride_dob,
+    stride_do_row,
     stride_doh,
     stride_dom,
     stride_dod,
-    stride_dkb,
+    stride_dk_row,
     stride_dkh,
     stride_dkn,
     stride_dkd,
-    stride_dvb,
+    stride_dv_row,
     stride_dvh,
     stride_dvn,
     stride_dvd,
+    lse_b,
+    lse_heads,
+    lse_len,
+    lse_first,
+    start_n,
+    off_hkv,
     N_Q,
     N_K,
-    H_Q,
-    H_KV,
     GROUP,
     D_LO,
     D_HI,
@@ -447,33 +541,21 @@ def _attn_bwd_dkdv(
     EMULATE_BF16: tl.constexpr,
     INPUT_PRECISION: tl.constexpr,
 ):
-    """One program per (key block, batch*kv_head): dK and dV, summed over the GQA group.
+    """dK and dV of one key block, summed over the GQA group; shared by dense and varlen.
 
-    The program owns its dK/dV rows exclusively and visits the group's query heads in
-    a fixed order, so the sum is race-free and bitwise reproducible.
+    Tensors are addressed at (``row``, head) through ``_base``: dense kernels pass the batch
+    index and batch strides as ``q_row``/``k_row`` and ``stride_*_row``, varlen kernels the
+    sequence's first token and token strides. Query head ``h``'s lse and delta rows start at
+    ``(lse_b * lse_heads + h) * lse_len + lse_first``.
     """
-    start_n = tl.program_id(0) * BLOCK_N
-    pid_bh = tl.program_id(1)
-    off_b = pid_bh // H_KV
-    off_hkv = pid_bh % H_KV
     offs_n = start_n + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_DIM)
     col_ok = offs_n < N_K
-    k = tl.load(
-        K
-        + off_b.to(tl.int64) * stride_kb
-        + off_hkv.to(tl.int64) * stride_kh
-        + _tile(offs_n, offs_d, stride_kn, stride_kd),
-        mask=col_ok[:, None],
-        other=0.0,
+    k = _load_rows(
+        _base(K, k_row, stride_k_row, off_hkv, stride_kh), offs_n, offs_d, stride_kn, stride_kd, col_ok
     )
-    v = tl.load(
-        V
-        + off_b.to(tl.int64) * stride_vb
-        + off_hkv.to(tl.int64) * stride_vh
-        + _tile(offs_n, offs_d, stride_vn, stride_vd),
-        mask=col_ok[:, None],
-        other=0.0,
+    v = _load_rows(
+        _base(V, k_row, stride_v_row, off_hkv, stride_vh), offs_n, offs_d, stride_vn, stride_vd, col_ok
     )
 
     # Query i sees key j iff D_LO <= j - i <= D_HI, i.e. -D_HI <= i - j <= -D_LO.
@@ -485,11 +567,11 @@ def _attn_bwd_dkdv(
     # which nearly doubled the GQA kernel's registers and made it spill under triton 3.6.
     for g in tl.range(0, GROUP, disable_licm=True):
         off_h = off_hkv * GROUP + g
-        bh = off_b * H_Q + off_h
-        q_base = Q + off_b.to(tl.int64) * stride_qb + off_h.to(tl.int64) * stride_qh
-        do_base = DO + off_b.to(tl.int64) * stride_dob + off_h.to(tl.int64) * stride_doh
-        lse_base = LSE + bh.to(tl.int64) * N_Q
-        delta_base = DELTA + bh.to(tl.int64) * N_Q
+        bh = lse_b * lse_heads + off_h
+        q_base = _base(Q, q_row, stride_q_row, off_h, stride_qh)
+        do_base = _base(DO, q_row, stride_do_row, off_h, stride_doh)
+        lse_base = LSE + bh.to(tl.int64) * lse_len + lse_first
+        delta_base = DELTA + bh.to(tl.int64) * lse_len + lse_first
         dk, dv = _bwd_dkdv_inner(
             dk,
             dv,
@@ -569,21 +651,139 @@ def _attn_bwd_dkdv(
             INPUT_PRECISION,
         )
     dk = dk * sm_scale
-    tl.store(
-        DK
-        + off_b.to(tl.int64) * stride_dkb
-        + off_hkv.to(tl.int64) * stride_dkh
-        + _tile(offs_n, offs_d, stride_dkn, stride_dkd),
-        _cast(dk, DK.dtype.element_ty, EMULATE_BF16),
-        mask=col_ok[:, None],
+    _store_rows(
+        _base(DK, k_row, stride_dk_row, off_hkv, stride_dkh),
+        offs_n,
+        offs_d,
+        stride_dkn,
+        stride_dkd,
+        dk,
+        col_ok,
+        EMULATE_BF16,
     )
-    tl.store(
-        DV
-        + off_b.to(tl.int64) * stride_dvb
-        + off_hkv.to(tl.int64) * stride_dvh
-        + _tile(offs_n, offs_d, stride_dvn, stride_dvd),
-        _cast(dv, DV.dtype.element_ty, EMULATE_BF16),
-        mask=col_ok[:, None],
+    _store_rows(
+        _base(DV, k_row, stride_dv_row, off_hkv, stride_dvh),
+        offs_n,
+        offs_d,
+        stride_dvn,
+        stride_dvd,
+        dv,
+        col_ok,
+        EMULATE_BF16,
+    )
+
+
+@triton.jit
+def _attn_bwd_dkdv(
+    Q,
+    K,
+    V,
+    DO,
+    LSE,
+    DELTA,
+    DK,
+    DV,
+    stride_qb,
+    stride_qh,
+    stride_qm,
+    stride_qd,
+    stride_kb,
+    stride_kh,
+    stride_kn,
+    stride_kd,
+    stride_vb,
+    stride_vh,
+    stride_vn,
+    stride_vd,
+    stride_dob,
+    stride_doh,
+    stride_dom,
+    stride_dod,
+    stride_dkb,
+    stride_dkh,
+    stride_dkn,
+    stride_dkd,
+    stride_dvb,
+    stride_dvh,
+    stride_dvn,
+    stride_dvd,
+    N_Q,
+    N_K,
+    H_Q,
+    H_KV,
+    GROUP,
+    D_LO,
+    D_HI,
+    sm_scale,
+    qk_scale,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    EMULATE_BF16: tl.constexpr,
+    INPUT_PRECISION: tl.constexpr,
+):
+    """One program per (key block, batch*kv_head): dK and dV, summed over the GQA group.
+
+    The program owns its dK/dV rows exclusively and visits the group's query heads in
+    a fixed order, so the sum is race-free and bitwise reproducible.
+    """
+    start_n = tl.program_id(0) * BLOCK_N
+    pid_bh = tl.program_id(1)
+    off_b = pid_bh // H_KV
+    off_hkv = pid_bh % H_KV
+    _dkdv_block(
+        Q,
+        K,
+        V,
+        DO,
+        LSE,
+        DELTA,
+        DK,
+        DV,
+        off_b,
+        off_b,
+        stride_qb,
+        stride_qh,
+        stride_qm,
+        stride_qd,
+        stride_kb,
+        stride_kh,
+        stride_kn,
+        stride_kd,
+        stride_vb,
+        stride_vh,
+        stride_vn,
+        stride_vd,
+        stride_dob,
+        stride_doh,
+        stride_dom,
+        stride_dod,
+        stride_dkb,
+        stride_dkh,
+        stride_dkn,
+        stride_dkd,
+        stride_dvb,
+        stride_dvh,
+        stride_dvn,
+        stride_dvd,
+        off_b,
+        H_Q,
+        N_Q,
+        0,
+        start_n,
+        off_hkv,
+        N_Q,
+        N_K,
+        GROUP,
+        D_LO,
+        D_HI,
+        sm_scale,
+        qk_scale,
+        BLOCK_M,
+        BLOCK_N,
+        HEAD_DIM,
+        EMULATE_BF16,
+        INPUT_PRECISION,
     )
 
 
@@ -637,7 +837,7 @@ def _bwd_dq_inner(
 
 
 @triton.jit
-def _attn_bwd_dq(
+def _dq_block(
     Q,
     K,
     V,
@@ -645,30 +845,36 @@ def _attn_bwd_dq(
     LSE,
     DELTA,
     DQ,
-    stride_qb,
+    q_row,
+    k_row,
+    stride_q_row,
     stride_qh,
     stride_qm,
     stride_qd,
-    stride_kb,
+    stride_k_row,
     stride_kh,
     stride_kn,
     stride_kd,
-    stride_vb,
+    stride_v_row,
     stride_vh,
     stride_vn,
     stride_vd,
-    stride_dob,
+    stride_do_row,
     stride_doh,
     stride_dom,
     stride_dod,
-    stride_dqb,
+    stride_dq_row,
     stride_dqh,
     stride_dqm,
     stride_dqd,
+    lse_row,
+    lse_len,
+    lse_first,
+    start_m,
+    off_h,
+    off_hkv,
     N_Q,
     N_K,
-    H_Q,
-    GROUP,
     D_LO,
     D_HI,
     sm_scale,
@@ -679,36 +885,25 @@ def _attn_bwd_dq(
     EMULATE_BF16: tl.constexpr,
     INPUT_PRECISION: tl.constexpr,
 ):
-    """One program per (query block, batch*head): dQ, with the forward's key ranges."""
-    start_m = tl.program_id(0) * BLOCK_M
-    pid_bh = tl.program_id(1)
-    off_b = pid_bh // H_Q
-    off_h = pid_bh % H_Q
-    off_hkv = off_h // GROUP
+    """dQ of one query block over the forward's key ranges; shared by dense and varlen.
+
+    Addressing as in ``_dkdv_block``; the head's lse and delta rows start at
+    ``lse_row * lse_len + lse_first``.
+    """
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_DIM)
     row_ok = offs_m < N_Q
-    q = tl.load(
-        Q
-        + off_b.to(tl.int64) * stride_qb
-        + off_h.to(tl.int64) * stride_qh
-        + _tile(offs_m, offs_d, stride_qm, stride_qd),
-        mask=row_ok[:, None],
-        other=0.0,
+    q = _load_rows(
+        _base(Q, q_row, stride_q_row, off_h, stride_qh), offs_m, offs_d, stride_qm, stride_qd, row_ok
     )
-    do = tl.load(
-        DO
-        + off_b.to(tl.int64) * stride_dob
-        + off_h.to(tl.int64) * stride_doh
-        + _tile(offs_m, offs_d, stride_dom, stride_dod),
-        mask=row_ok[:, None],
-        other=0.0,
+    do = _load_rows(
+        _base(DO, q_row, stride_do_row, off_h, stride_doh), offs_m, offs_d, stride_dom, stride_dod, row_ok
     )
     # Rows past N_Q (and rows that see no key) get lse = +inf, hence P = 0.
-    lse = tl.load(LSE + pid_bh.to(tl.int64) * N_Q + offs_m, mask=row_ok, other=float("inf"))
-    delta = tl.load(DELTA + pid_bh.to(tl.int64) * N_Q + offs_m, mask=row_ok, other=0.0)
-    k_base = K + off_b.to(tl.int64) * stride_kb + off_hkv.to(tl.int64) * stride_kh
-    v_base = V + off_b.to(tl.int64) * stride_vb + off_hkv.to(tl.int64) * stride_vh
+    lse = tl.load(LSE + lse_row.to(tl.int64) * lse_len + lse_first + offs_m, mask=row_ok, other=float("inf"))
+    delta = tl.load(DELTA + lse_row.to(tl.int64) * lse_len + lse_first + offs_m, mask=row_ok, other=0.0)
+    k_base = _base(K, k_row, stride_k_row, off_hkv, stride_kh)
+    v_base = _base(V, k_row, stride_v_row, off_hkv, stride_vh)
 
     dq = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
     lo, mid_lo, mid_hi, hi = _ranges(start_m, BLOCK_M, BLOCK_N, D_LO, D_HI, N_K)
@@ -788,11 +983,112 @@ def _attn_bwd_dq(
         INPUT_PRECISION,
     )
     dq = dq * sm_scale
-    tl.store(
-        DQ
-        + off_b.to(tl.int64) * stride_dqb
-        + off_h.to(tl.int64) * stride_dqh
-        + _tile(offs_m, offs_d, stride_dqm, stride_dqd),
-        _cast(dq, DQ.dtype.element_ty, EMULATE_BF16),
-        mask=row_ok[:, None],
+    _store_rows(
+        _base(DQ, q_row, stride_dq_row, off_h, stride_dqh),
+        offs_m,
+        offs_d,
+        stride_dqm,
+        stride_dqd,
+        dq,
+        row_ok,
+        EMULATE_BF16,
+    )
+
+
+@triton.jit
+def _attn_bwd_dq(
+    Q,
+    K,
+    V,
+    DO,
+    LSE,
+    DELTA,
+    DQ,
+    stride_qb,
+    stride_qh,
+    stride_qm,
+    stride_qd,
+    stride_kb,
+    stride_kh,
+    stride_kn,
+    stride_kd,
+    stride_vb,
+    stride_vh,
+    stride_vn,
+    stride_vd,
+    stride_dob,
+    stride_doh,
+    stride_dom,
+    stride_dod,
+    stride_dqb,
+    stride_dqh,
+    stride_dqm,
+    stride_dqd,
+    N_Q,
+    N_K,
+    H_Q,
+    GROUP,
+    D_LO,
+    D_HI,
+    sm_scale,
+    qk_scale,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    EMULATE_BF16: tl.constexpr,
+    INPUT_PRECISION: tl.constexpr,
+):
+    """One program per (query block, batch*head): dQ, with the forward's key ranges."""
+    start_m = tl.program_id(0) * BLOCK_M
+    pid_bh = tl.program_id(1)
+    off_b = pid_bh // H_Q
+    off_h = pid_bh % H_Q
+    off_hkv = off_h // GROUP
+    _dq_block(
+        Q,
+        K,
+        V,
+        DO,
+        LSE,
+        DELTA,
+        DQ,
+        off_b,
+        off_b,
+        stride_qb,
+        stride_qh,
+        stride_qm,
+        stride_qd,
+        stride_kb,
+        stride_kh,
+        stride_kn,
+        stride_kd,
+        stride_vb,
+        stride_vh,
+        stride_vn,
+        stride_vd,
+        stride_dob,
+        stride_doh,
+        stride_dom,
+        stride_dod,
+        stride_dqb,
+        stride_dqh,
+        stride_dqm,
+        stride_dqd,
+        pid_bh,
+        N_Q,
+        0,
+        start_m,
+        off_h,
+        off_hkv,
+        N_Q,
+        N_K,
+        D_LO,
+        D_HI,
+        sm_scale,
+        qk_scale,
+        BLOCK_M,
+        BLOCK_N,
+        HEAD_DIM,
+        EMULATE_BF16,
+        INPUT_PRECISION,
     )
