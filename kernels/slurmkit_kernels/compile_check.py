@@ -66,11 +66,11 @@ KERNEL_SETS = [
     "slurmkit_kernels.compile_check:gluon_kernel_set",
 ]
 # Registered, checked only when named with ``--kernel-sets`` (kept out of the default sweep
-# that CI requires to be clean); none at present.
-OPTIONAL_KERNEL_SETS: list[str] = []
+# that CI requires to be clean): the Gluon d128 backward, compile-only and not yet spill-free.
+OPTIONAL_KERNEL_SETS: list[str] = ["slurmkit_kernels.compile_check:gluon_bwd_kernel_set"]
 # Instructions a kernel set's kernels must contain, else the row fails: without them the
 # warp-specialised forward would not be the kernel it claims to be.
-REQUIRED_INSTRUCTIONS = {"gluon": ("setmaxnreg", "wgmma", "tma")}
+REQUIRED_INSTRUCTIONS = {"gluon": ("setmaxnreg", "wgmma", "tma"), "gluon_bwd": ("setmaxnreg", "wgmma", "tma")}
 MARK_BEGIN = "<!-- compile_check table: begin -->"
 MARK_END = "<!-- compile_check table: end -->"
 
@@ -198,6 +198,41 @@ def gluon_kernel_set() -> KernelSet:
         attention._forward(q, k, v, band, d**-0.5, problem.precision, config, True, True)
 
     return KernelSet("gluon", launch)
+
+
+def gluon_bwd_kernel_set() -> KernelSet:
+    """The warp-specialised Gluon d128 backward of ``hopper_ws_bwd.py`` (compile-only: never
+    run, not routed by ``flash_attention``), launched by ``hopper_ws_bwd.backward``; sm_90,
+    fp16/bf16, head dim 128 only. dQ leaves by TMA reduce-add, counted in the TMA column."""
+
+    def launch(problem: Problem, config, arch: int) -> None:
+        import torch
+
+        from . import hopper_ws_bwd
+
+        dtype = getattr(torch, problem.dtype)
+        if arch // 10 != 9 or dtype not in hopper_ws_bwd.DTYPES or problem.head_dim != hopper_ws_bwd.HEAD_DIM:
+            return
+        q, k, v, band = _meta_problem(problem, dtype)
+        b, h, n, d = q.shape
+        stats = torch.empty((b, h, n), dtype=torch.float32, device="meta")
+        scale = d**-0.5
+        hopper_ws_bwd.backward(
+            q,
+            k,
+            v,
+            torch.empty_like(q),
+            stats,
+            torch.empty_like(stats),
+            torch.empty_like(q),
+            torch.empty_like(k),
+            torch.empty_like(v),
+            band,
+            scale,
+            scale * math.log2(math.e),
+        )
+
+    return KernelSet("gluon_bwd", launch)
 
 
 def load_kernel_sets(entries: Sequence[str] = KERNEL_SETS) -> list[KernelSet]:
@@ -492,7 +527,10 @@ def _record(rows, by_kernel, kset, config, problem, launch, target, limit, progr
         )
         ptx = compiled.asm["ptx"]
         row.wgmma = count_instructions(ptx, "wgmma.mma_async")
-        row.tma = count_instructions(ptx, "cp.async.bulk.tensor")
+        # TMA loads and stores, and TMA reduce-adds (the Gluon backward's dQ).
+        row.tma = count_instructions(ptx, "cp.async.bulk.tensor") + count_instructions(
+            ptx, "cp.reduce.async.bulk.tensor"
+        )
         row.setmaxnreg = count_instructions(ptx, "setmaxnreg")
         row.setmaxnreg_values = setmaxnreg_values(ptx)
         try:
