@@ -23,8 +23,8 @@ metadata), and the number of ``wgmma`` (warpgroup MMA), ``cp.async.bulk.tensor``
 instructions set (a warp-specialised kernel's registers per thread group; ptxas's figure
 is then the launch's ``maxnreg``). Exit code 1 on a compile error, **any spill**, shared
 memory over the architecture's per-block limit (227 KB on sm_90), or a kernel set's
-required instructions missing (:data:`REQUIRED_INSTRUCTIONS`: the Gluon forward must have
-``setmaxnreg``, async wgmma and TMA); the table is printed either way. Exit code 2 under ``TRITON_INTERPRET=1`` (the interpreter does not compile) or for a
+required instructions missing (:data:`REQUIRED_INSTRUCTIONS`: the Gluon forward and
+backward must have ``setmaxnreg``, async wgmma and TMA); the table is printed either way. Exit code 2 under ``TRITON_INTERPRET=1`` (the interpreter does not compile) or for a
 bad config file.
 
 Registering more kernels (for example a Hopper path): write a function returning a
@@ -64,10 +64,11 @@ KERNEL_SETS = [
     "slurmkit_kernels.compile_check:hopper_kernel_set",
     "slurmkit_kernels.compile_check:varlen_kernel_set",
     "slurmkit_kernels.compile_check:gluon_kernel_set",
+    "slurmkit_kernels.compile_check:gluon_bwd_kernel_set",
 ]
 # Registered, checked only when named with ``--kernel-sets`` (kept out of the default sweep
-# that CI requires to be clean): the Gluon d128 backward, compile-only and not yet spill-free.
-OPTIONAL_KERNEL_SETS: list[str] = ["slurmkit_kernels.compile_check:gluon_bwd_kernel_set"]
+# that CI requires to be clean); none at present.
+OPTIONAL_KERNEL_SETS: list[str] = []
 # Instructions a kernel set's kernels must contain, else the row fails: without them the
 # warp-specialised forward would not be the kernel it claims to be.
 REQUIRED_INSTRUCTIONS = {"gluon": ("setmaxnreg", "wgmma", "tma"), "gluon_bwd": ("setmaxnreg", "wgmma", "tma")}

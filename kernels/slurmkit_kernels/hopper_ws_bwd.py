@@ -3,8 +3,8 @@
 **Compile-only: it has never run.** No GPU has executed it and Triton's interpreter does
 not run Gluon, so its numerics and its mbarrier protocol are unchecked; it is not routed
 by ``flash_attention`` (nothing calls :func:`backward` but a caller that asks for it), and
-``compile_check``'s optional ``gluon_bwd`` kernel set compiles it for sm_90 (spills, shared
-memory, ``setmaxnreg``, async wgmma, TMA). **Not yet spill-free** (docs/kernels.md).
+``compile_check``'s ``gluon_bwd`` kernel set compiles it for sm_90 (0 spills, shared
+memory, ``setmaxnreg``, async wgmma, TMA).
 Same contract as ``_hopper._hopper_bwd`` with ``deterministic=False``: the band rule ``D_LO <= j - i <= D_HI``, the log2-domain ``lse``
 of either Hopper forward (``+inf`` for rows that see no key), ``delta = rowsum(dO * O)``,
 unscaled dQ sums into a zeroed fp32 ``(batch, heads_q, seq_q, head_dim)`` buffer (scaled
@@ -19,11 +19,11 @@ keys), 12 warps:
   of each query block into a ``NUM_STAGES`` ring (a *ready* mbarrier with the transaction
   bytes, an *empty* one released by both consumers);
 * **two consumer warpgroups** (``_bwd_consumer``), each owning ``BLOCK_N`` keys with K and V
-  in shared memory and dK, dV in registers, walking the same query blocks:
-  ``S = Q K^T`` and ``dP = dO V^T`` issued together as async wgmma (queries as rows, so
-  lse and delta are two values per thread), the softmax of S under dP, P and dS written
-  once to shared memory, ``dV += P^T dO`` and ``dK += dS^T Q`` with the transposed A
-  operands read from shared memory, then ``dQ = dS K`` in two halves of the head dim;
+  in shared memory and dK, dV in registers, walking the same ``BLOCK_M = 32`` query blocks
+  with keys as rows (FlashAttention-3's swapped S/dP): ``S^T = K Q^T`` and ``dP^T = V dO^T``
+  issued together as async wgmma (16 registers each), the softmax of S^T under dP^T,
+  ``dV += P^T dO`` and ``dK += dS^T Q`` with P^T and dS^T from registers, dS^T written once
+  to shared memory for ``dQ^T = K^T dS^T`` in two halves of the head dim;
 * **dQ by TMA reduce-add**: each warpgroup's ``dQ`` share of a query block is added to the
   fp32 buffer with one ``cp.reduce.async.bulk.tensor`` (a ``tt.descriptor_reduce``; Gluon
   in triton 3.7.1 has no Python entry for it on Hopper, see :func:`_tma_reduce_add`): no atomics
@@ -50,7 +50,7 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 HEAD_DIM = 128
 DTYPES = (torch.float16, torch.bfloat16)
 # (BLOCK_M query rows per step, BLOCK_N keys per consumer warpgroup, ring stages).
-TILES = (64, 64, 2)
+TILES = (32, 64, 2)
 CONSUMER_REGS = 240
 LOADER_REGS = 24
 MAXNREG = 168  # 12 warps x 32 x 168 <= 65536, as for the forward (hopper_ws.MAXNREG)
@@ -131,7 +131,6 @@ def _bwd_consumer(
     v_bufs,
     q_bufs,
     do_bufs,
-    p_buf,
     ds_buf,
     kv_bar,
     ready,
@@ -156,31 +155,29 @@ def _bwd_consumer(
 ):
     """One consumer warpgroup: dK, dV of keys ``start_n + WG * BLOCK_N`` .. ``+ BLOCK_N - 1``."""
     dtype: gl.constexpr = k_bufs.dtype
-    # S, dP: [BLOCK_M queries, BLOCK_N keys] (queries as rows, so lse and delta are two
-    # values per thread, not sixteen); dK, dV: [BLOCK_N, HEAD_DIM]; dQ halves: [BLOCK_M, HEAD_DIM / 2].
-    s_layout: gl.constexpr = gl.NVMMADistributedLayout(
-        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 16]
+    # Keys as rows throughout (FlashAttention-3's swapped S/dP): S^T, dP^T are
+    # [BLOCK_N keys, BLOCK_M queries], so BLOCK_M may be 32 (wgmma's M is the key side, 64)
+    # and they take 16 registers each; P^T and dS^T feed dV and dK from registers.
+    # dK, dV: [BLOCK_N, HEAD_DIM]; dQ^T halves: [HEAD_DIM / 2, BLOCK_M].
+    st_layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_M, 16]
     )
     acc_layout: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HEAD_DIM, 16]
     )
-    DQ_COLS: gl.constexpr = HEAD_DIM // 2
-    dq_layout: gl.constexpr = gl.NVMMADistributedLayout(
-        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, DQ_COLS, 16]
-    )
-    row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
-    col_s: gl.constexpr = gl.SliceLayout(0, s_layout)
+    a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=2)
+    DQ_ROWS: gl.constexpr = HEAD_DIM // 2
+    row_st: gl.constexpr = gl.SliceLayout(1, st_layout)
+    col_st: gl.constexpr = gl.SliceLayout(0, st_layout)
     key0 = start_n + WG * BLOCK_N
     key1 = key0 + BLOCK_N - 1
 
     k_smem = k_bufs.index(WG).reshape([BLOCK_N, HEAD_DIM])
     v_smem = v_bufs.index(WG).reshape([BLOCK_N, HEAD_DIM])
-    p_smem = p_buf.index(WG)
     ds_smem = ds_buf.index(WG)
     mbarrier.wait(kv_bar, 0)
 
-    zero_s = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)
-    zero_dq = gl.zeros([BLOCK_M, DQ_COLS], gl.float32, dq_layout)
+    zero_st = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, st_layout)
     dk = gl.zeros([BLOCK_N, HEAD_DIM], gl.float32, acc_layout)
     dv = gl.zeros([BLOCK_N, HEAD_DIM], gl.float32, acc_layout)
     for it in range(n_iter):
@@ -190,47 +187,47 @@ def _bwd_consumer(
         mbarrier.wait(ready.index(stage), phase)
         q_smem = q_bufs.index(stage).reshape([BLOCK_M, HEAD_DIM])
         do_smem = do_bufs.index(stage).reshape([BLOCK_M, HEAD_DIM])
-        # S = Q K^T and dP = dO V^T, both in flight; wait for S alone.
-        s_tok = warpgroup_mma(q_smem, k_smem.permute((1, 0)), zero_s, use_acc=False, is_async=True)
-        dp_tok = warpgroup_mma(do_smem, v_smem.permute((1, 0)), zero_s, use_acc=False, is_async=True)
-        offs_m = start_m + gl.arange(0, BLOCK_M, layout=row_s)
+        # S^T = K Q^T and dP^T = V dO^T, both in flight; wait for S^T alone.
+        st_tok = warpgroup_mma(k_smem, q_smem.permute((1, 0)), zero_st, use_acc=False, is_async=True)
+        dpt_tok = warpgroup_mma(v_smem, do_smem.permute((1, 0)), zero_st, use_acc=False, is_async=True)
+        offs_m = start_m + gl.arange(0, BLOCK_M, layout=col_st)
         row_ok = offs_m < N_Q
         stat_row = pid_bh.to(gl.int64) * N_Q + start_m
         # Rows past N_Q and rows that saw no key have lse = +inf: P = 0.
-        lse = gl.load(LSE + stat_row + gl.arange(0, BLOCK_M, layout=row_s), mask=row_ok, other=float("inf"))
-        s = warpgroup_mma_wait(1, deps=(s_tok,))
-        p = gl.exp2(s * qk_scale - gl.expand_dims(lse, 1))
-        # Mask only blocks with a (query, key) pair outside the band or a key past N_K
+        lse = gl.load(LSE + stat_row + gl.arange(0, BLOCK_M, layout=col_st), mask=row_ok, other=float("inf"))
+        st = warpgroup_mma_wait(1, deps=(st_tok,))
+        pt = gl.exp2(st * qk_scale - gl.expand_dims(lse, 0))
+        # Mask only blocks with a (key, query) pair outside the band or a key past N_K
         # (TMA zero-fills those keys; exp2(0 - lse) must not reach dV or dQ).
         inside = (key1 < N_K) & (key0 - (start_m + BLOCK_M - 1) >= D_LO) & (key1 - start_m <= D_HI)
         if not inside:
-            # Keys relative to this query block (loop-variant): key - query = cols - m.
+            # Keys relative to this query block (loop-variant): key - query = rows - m.
             # With absolute key indices the compiler hoisted them out of the loop and kept
-            # sixteen per thread live across it (spills).
-            cols = (key0 - start_m) + gl.arange(0, BLOCK_N, layout=col_s)
-            rel = gl.expand_dims(cols, 0) - gl.expand_dims(gl.arange(0, BLOCK_M, layout=row_s), 1)
-            visible = (gl.expand_dims(cols, 0) < N_K - start_m) & (rel >= D_LO) & (rel <= D_HI)
-            p = gl.where(visible, p, 0.0)
-        p_smem.store(p.to(dtype))
-        delta = gl.load(DELTA + stat_row + gl.arange(0, BLOCK_M, layout=row_s), mask=row_ok, other=0.0)
-        dp = warpgroup_mma_wait(0, deps=(dp_tok,))
-        ds = p * (dp - gl.expand_dims(delta, 1))
-        ds_smem.store(ds.to(dtype))
+            # them live across it (spills).
+            rows = (key0 - start_m) + gl.arange(0, BLOCK_N, layout=row_st)
+            rel = gl.expand_dims(rows, 1) - gl.expand_dims(gl.arange(0, BLOCK_M, layout=col_st), 0)
+            visible = (gl.expand_dims(rows, 1) < N_K - start_m) & (rel >= D_LO) & (rel <= D_HI)
+            pt = gl.where(visible, pt, 0.0)
+        delta = gl.load(DELTA + stat_row + gl.arange(0, BLOCK_M, layout=col_st), mask=row_ok, other=0.0)
+        dpt = warpgroup_mma_wait(0, deps=(dpt_tok,))
+        dst = (pt * (dpt - gl.expand_dims(delta, 0))).to(dtype)
+        # dS^T to shared memory once, the B operand of dQ^T = K^T dS^T.
+        ds_smem.store(dst)
         fence_async_shared()
-        # dV += P^T dO and dK += dS^T Q, both A operands transposed from shared memory.
-        dv_tok = warpgroup_mma(p_smem.permute((1, 0)), do_smem, dv, is_async=True)
-        dk_tok = warpgroup_mma(ds_smem.permute((1, 0)), q_smem, dk, is_async=True)
+        # dV += P^T dO and dK += dS^T Q, A operands from registers.
+        dv_tok = warpgroup_mma(gl.convert_layout(pt.to(dtype), a_layout), do_smem, dv, is_async=True)
+        dk_tok = warpgroup_mma(gl.convert_layout(dst, a_layout), q_smem, dk, is_async=True)
         dv, dk = warpgroup_mma_wait(0, deps=(dv_tok, dk_tok))
         # Q_i and dO_i are no longer read: release the stage before the dQ products.
         mbarrier.arrive(empty.index(stage), count=1)
-        # dQ in two halves of the head dim (32 registers each instead of 64):
-        # dQ[:, c] = dS K[:, c], each added to the fp32 buffer by one TMA reduce-add.
+        # dQ^T = K^T dS^T in two halves of the head dim (wgmma's M is the head dim here),
+        # each transposed back and added to the fp32 buffer by one TMA reduce-add.
         # Unscaled; the host scales the finished sum.
         for c in gl.static_range(2):
-            k_half = k_smem.slice(c * DQ_COLS, DQ_COLS, dim=1)
-            dq_tok = warpgroup_mma(ds_smem, k_half, zero_dq, use_acc=False, is_async=True)
-            dq = warpgroup_mma_wait(0, deps=(dq_tok,))
-            _tma_reduce_add(desc_dq, [off_b, off_h, start_m, c * DQ_COLS], dq)
+            kt_half = k_smem.slice(c * DQ_ROWS, DQ_ROWS, dim=1).permute((1, 0))
+            dqt_tok = warpgroup_mma(kt_half, ds_smem, zero_st, use_acc=False, is_async=True)
+            dqt = warpgroup_mma_wait(0, deps=(dqt_tok,))
+            _tma_reduce_add(desc_dq, [off_b, off_h, start_m, c * DQ_ROWS], gl.permute(dqt, (1, 0)))
 
     _tma_store(desc_dk, [off_b, off_h, key0, 0], (dk * sm_scale).to(desc_dk.dtype))
     _tma_store(desc_dv, [off_b, off_h, key0, 0], dv.to(desc_dv.dtype))
@@ -280,10 +277,9 @@ def _ws_bwd(
     v_bufs = gl.allocate_shared_memory(dtype, [2] + desc_v.block_type.shape, desc_v.layout)
     q_bufs = gl.allocate_shared_memory(dtype, [NUM_STAGES] + desc_q.block_type.shape, desc_q.layout)
     do_bufs = gl.allocate_shared_memory(dtype, [NUM_STAGES] + desc_do.block_type.shape, desc_do.layout)
-    # P and dS of each consumer warpgroup, [queries, keys]: read transposed by dV and dK.
-    ps_layout: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=32, element_bitwidth=16, rank=2)
-    p_buf = gl.allocate_shared_memory(dtype, [2, BLOCK_M, BLOCK_N], ps_layout)
-    ds_buf = gl.allocate_shared_memory(dtype, [2, BLOCK_M, BLOCK_N], ps_layout)
+    # dS^T of each consumer warpgroup, [keys, queries]: the B operand of dQ^T = K^T dS^T.
+    ds_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, BLOCK_M], dtype)
+    ds_buf = gl.allocate_shared_memory(dtype, [2, BLOCK_N, BLOCK_M], ds_layout)
     kv_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
@@ -306,7 +302,6 @@ def _ws_bwd(
                     v_bufs,
                     q_bufs,
                     do_bufs,
-                    p_buf,
                     ds_buf,
                     kv_bar,
                     ready,
@@ -342,7 +337,6 @@ def _ws_bwd(
                     v_bufs,
                     q_bufs,
                     do_bufs,
-                    p_buf,
                     ds_buf,
                     kv_bar,
                     ready,
