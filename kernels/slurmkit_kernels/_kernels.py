@@ -159,6 +159,115 @@ def _fwd_inner(
 
 
 @triton.jit
+def _base(ptr, row, stride_row, head, stride_head):
+    """``ptr`` moved to a (batch or first token, head) pair, with 64-bit offsets.
+
+    Dense kernels pass (batch, batch stride), varlen kernels (the sequence's first token,
+    token stride). int32 products overflow at long sequences / long packed batches.
+    """
+    return ptr + row.to(tl.int64) * stride_row + head.to(tl.int64) * stride_head
+
+
+@triton.jit
+def _load_rows(base, offs, offs_d, stride_row, stride_d, ok):
+    """A ``[rows, HEAD_DIM]`` tile at ``base``; rows where ``ok`` is false read 0."""
+    return tl.load(base + _tile(offs, offs_d, stride_row, stride_d), mask=ok[:, None], other=0.0)
+
+
+@triton.jit
+def _store_rows(base, offs, offs_d, stride_row, stride_d, x, ok, EMULATE_BF16: tl.constexpr):
+    """Store the fp32 tile ``x`` at ``base`` in the tensor's dtype, rows where ``ok``."""
+    tl.store(
+        base + _tile(offs, offs_d, stride_row, stride_d),
+        _cast(x, base.dtype.element_ty, EMULATE_BF16),
+        mask=ok[:, None],
+    )
+
+
+@triton.jit
+def _fwd_block(
+    q_base,
+    k_base,
+    v_base,
+    o_base,
+    LSE,
+    lse_row,
+    lse_len,
+    lse_first,
+    stride_qm,
+    stride_qd,
+    stride_kn,
+    stride_kd,
+    stride_vn,
+    stride_vd,
+    stride_om,
+    stride_od,
+    start_m,
+    N_Q,
+    N_K,
+    N_VISIT,
+    D_LO,
+    D_HI,
+    qk_scale,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    EMULATE_BF16: tl.constexpr,
+    INPUT_PRECISION: tl.constexpr,
+):
+    """The forward of one query block, shared by the dense and varlen kernels.
+
+    Bases point at the block's (batch or sequence, head). Its lse row starts at
+    ``LSE + lse_row * lse_len + lse_first`` (added at the store, where the dense kernel
+    computed it before: computing it up front moved instructions in the PTX). Keys ``[0, N_K)`` exist; key blocks are visited up to ``N_VISIT`` (``N_K``, or 0
+    for a varlen program past its sequence's end, which then stores nothing).
+    """
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, HEAD_DIM)
+    row_ok = offs_m < N_Q
+    q = _load_rows(q_base, offs_m, offs_d, stride_qm, stride_qd, row_ok)
+
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    lo, mid_lo, mid_hi, hi = _ranges(start_m, BLOCK_M, BLOCK_N, D_LO, D_HI, N_VISIT)
+    # Three stages: masked band edge, unmasked interior, masked band edge / ragged end.
+    bounds = (lo, mid_lo, mid_hi, hi)
+    for stage in tl.static_range(3):
+        acc, l_i, m_i = _fwd_inner(
+            acc,
+            l_i,
+            m_i,
+            q,
+            k_base,
+            v_base,
+            stride_kn,
+            stride_kd,
+            stride_vn,
+            stride_vd,
+            bounds[stage],
+            bounds[stage + 1],
+            offs_m,
+            offs_d,
+            N_K,
+            D_LO,
+            D_HI,
+            qk_scale,
+            stage != 1,
+            BLOCK_N,
+            EMULATE_BF16,
+            INPUT_PRECISION,
+        )
+    # Normalise once; a row that saw no key writes 0 and lse = +inf (see the module docstring).
+    empty = l_i == 0.0
+    l_safe = tl.where(empty, 1.0, l_i)
+    out = acc / l_safe[:, None]
+    lse = tl.where(empty, float("inf"), m_i + tl.math.log2(l_safe))
+    _store_rows(o_base, offs_m, offs_d, stride_om, stride_od, out, row_ok, EMULATE_BF16)
+    tl.store(LSE + lse_row.to(tl.int64) * lse_len + lse_first + offs_m, lse, mask=row_ok)
+
+
+@triton.jit
 def _attn_fwd(
     Q,
     K,
@@ -200,103 +309,36 @@ def _attn_fwd(
     off_b = pid_bh // H_Q
     off_h = pid_bh % H_Q
     off_hkv = off_h // GROUP
-    # 64-bit base offsets: batch*head strides overflow int32 at long sequences.
-    q_base = Q + off_b.to(tl.int64) * stride_qb + off_h.to(tl.int64) * stride_qh
-    k_base = K + off_b.to(tl.int64) * stride_kb + off_hkv.to(tl.int64) * stride_kh
-    v_base = V + off_b.to(tl.int64) * stride_vb + off_hkv.to(tl.int64) * stride_vh
-    o_base = O + off_b.to(tl.int64) * stride_ob + off_h.to(tl.int64) * stride_oh
-
-    offs_m = start_m + tl.arange(0, BLOCK_M)
-    offs_d = tl.arange(0, HEAD_DIM)
-    row_ok = offs_m < N_Q
-    q = tl.load(q_base + _tile(offs_m, offs_d, stride_qm, stride_qd), mask=row_ok[:, None], other=0.0)
-
-    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
-    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
-    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
-    lo, mid_lo, mid_hi, hi = _ranges(start_m, BLOCK_M, BLOCK_N, D_LO, D_HI, N_K)
-    acc, l_i, m_i = _fwd_inner(
-        acc,
-        l_i,
-        m_i,
-        q,
-        k_base,
-        v_base,
+    _fwd_block(
+        _base(Q, off_b, stride_qb, off_h, stride_qh),
+        _base(K, off_b, stride_kb, off_hkv, stride_kh),
+        _base(V, off_b, stride_vb, off_hkv, stride_vh),
+        _base(O, off_b, stride_ob, off_h, stride_oh),
+        LSE,
+        pid_bh,
+        N_Q,
+        0,
+        stride_qm,
+        stride_qd,
         stride_kn,
         stride_kd,
         stride_vn,
         stride_vd,
-        lo,
-        mid_lo,
-        offs_m,
-        offs_d,
+        stride_om,
+        stride_od,
+        start_m,
+        N_Q,
+        N_K,
         N_K,
         D_LO,
         D_HI,
         qk_scale,
-        True,
+        BLOCK_M,
         BLOCK_N,
+        HEAD_DIM,
         EMULATE_BF16,
         INPUT_PRECISION,
     )
-    acc, l_i, m_i = _fwd_inner(
-        acc,
-        l_i,
-        m_i,
-        q,
-        k_base,
-        v_base,
-        stride_kn,
-        stride_kd,
-        stride_vn,
-        stride_vd,
-        mid_lo,
-        mid_hi,
-        offs_m,
-        offs_d,
-        N_K,
-        D_LO,
-        D_HI,
-        qk_scale,
-        False,
-        BLOCK_N,
-        EMULATE_BF16,
-        INPUT_PRECISION,
-    )
-    acc, l_i, m_i = _fwd_inner(
-        acc,
-        l_i,
-        m_i,
-        q,
-        k_base,
-        v_base,
-        stride_kn,
-        stride_kd,
-        stride_vn,
-        stride_vd,
-        mid_hi,
-        hi,
-        offs_m,
-        offs_d,
-        N_K,
-        D_LO,
-        D_HI,
-        qk_scale,
-        True,
-        BLOCK_N,
-        EMULATE_BF16,
-        INPUT_PRECISION,
-    )
-    empty = l_i == 0.0
-    l_safe = tl.where(empty, 1.0, l_i)
-    out = acc / l_safe[:, None]
-    lse = tl.where(empty, float("inf"), m_i + tl.math.log2(l_safe))
-    tl.store(
-        o_base + _tile(offs_m, offs_d, stride_om, stride_od),
-        _cast(out, O.dtype.element_ty, EMULATE_BF16),
-        mask=row_ok[:, None],
-    )
-    tl.store(LSE + pid_bh.to(tl.int64) * N_Q + offs_m, lse, mask=row_ok)
 
 
 @triton.jit
@@ -399,6 +441,143 @@ def _bwd_dkdv_inner(
 
 
 @triton.jit
+def _dkdv_block(
+    Q,
+    K,
+    V,
+    DO,
+    LSE,
+    DELTA,
+    DK,
+    DV,
+    q_row,
+    k_row,
+    stride_q_row,
+    stride_qh,
+    stride_qm,
+    stride_qd,
+    stride_k_row,
+    stride_kh,
+    stride_kn,
+    stride_kd,
+    stride_v_row,
+    stride_vh,
+    stride_vn,
+    stride_vd,
+    stride_do_row,
+    stride_doh,
+    stride_dom,
+    stride_dod,
+    stride_dk_row,
+    stride_dkh,
+    stride_dkn,
+    stride_dkd,
+    stride_dv_row,
+    stride_dvh,
+    stride_dvn,
+    stride_dvd,
+    lse_b,
+    lse_heads,
+    lse_len,
+    lse_first,
+    start_n,
+    off_hkv,
+    N_Q,
+    N_K,
+    GROUP,
+    D_LO,
+    D_HI,
+    sm_scale,
+    qk_scale,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    EMULATE_BF16: tl.constexpr,
+    INPUT_PRECISION: tl.constexpr,
+):
+    """dK and dV of one key block, summed over the GQA group; shared by dense and varlen.
+
+    Tensors are addressed at (``row``, head) through ``_base``: dense kernels pass the batch
+    index and batch strides as ``q_row``/``k_row`` and ``stride_*_row``, varlen kernels the
+    sequence's first token and token strides. Query head ``h``'s lse and delta rows start at
+    ``(lse_b * lse_heads + h) * lse_len + lse_first``.
+    """
+    offs_n = start_n + tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, HEAD_DIM)
+    col_ok = offs_n < N_K
+    k = _load_rows(
+        _base(K, k_row, stride_k_row, off_hkv, stride_kh), offs_n, offs_d, stride_kn, stride_kd, col_ok
+    )
+    v = _load_rows(
+        _base(V, k_row, stride_v_row, off_hkv, stride_vh), offs_n, offs_d, stride_vn, stride_vd, col_ok
+    )
+
+    # Query i sees key j iff D_LO <= j - i <= D_HI, i.e. -D_HI <= i - j <= -D_LO.
+    lo, mid_lo, mid_hi, hi = _ranges(start_n, BLOCK_N, BLOCK_M, -D_HI, -D_LO, N_Q)
+    bounds = (lo, mid_lo, mid_hi, hi)
+    dk = tl.zeros([BLOCK_N, HEAD_DIM], dtype=tl.float32)
+    dv = tl.zeros([BLOCK_N, HEAD_DIM], dtype=tl.float32)
+    # No loop-invariant code motion out of the group loop: it hoisted the prologues of the
+    # three pipelined query loops (offsets, masks) and kept them live across every head,
+    # which nearly doubled the GQA kernel's registers and made it spill under triton 3.6.
+    for g in tl.range(0, GROUP, disable_licm=True):
+        off_h = off_hkv * GROUP + g
+        bh = lse_b * lse_heads + off_h
+        q_base = _base(Q, q_row, stride_q_row, off_h, stride_qh)
+        do_base = _base(DO, q_row, stride_do_row, off_h, stride_doh)
+        lse_base = LSE + bh.to(tl.int64) * lse_len + lse_first
+        delta_base = DELTA + bh.to(tl.int64) * lse_len + lse_first
+        for stage in tl.static_range(3):  # masked edge, unmasked interior, masked edge
+            dk, dv = _bwd_dkdv_inner(
+                dk,
+                dv,
+                k,
+                v,
+                q_base,
+                do_base,
+                lse_base,
+                delta_base,
+                stride_qm,
+                stride_qd,
+                stride_dom,
+                stride_dod,
+                bounds[stage],
+                bounds[stage + 1],
+                offs_n,
+                offs_d,
+                N_Q,
+                D_LO,
+                D_HI,
+                qk_scale,
+                stage != 1,
+                BLOCK_M,
+                EMULATE_BF16,
+                INPUT_PRECISION,
+            )
+    dk = dk * sm_scale
+    _store_rows(
+        _base(DK, k_row, stride_dk_row, off_hkv, stride_dkh),
+        offs_n,
+        offs_d,
+        stride_dkn,
+        stride_dkd,
+        dk,
+        col_ok,
+        EMULATE_BF16,
+    )
+    _store_rows(
+        _base(DV, k_row, stride_dv_row, off_hkv, stride_dvh),
+        offs_n,
+        offs_d,
+        stride_dvn,
+        stride_dvd,
+        dv,
+        col_ok,
+        EMULATE_BF16,
+    )
+
+
+@triton.jit
 def _attn_bwd_dkdv(
     Q,
     K,
@@ -456,134 +635,59 @@ def _attn_bwd_dkdv(
     pid_bh = tl.program_id(1)
     off_b = pid_bh // H_KV
     off_hkv = pid_bh % H_KV
-    offs_n = start_n + tl.arange(0, BLOCK_N)
-    offs_d = tl.arange(0, HEAD_DIM)
-    col_ok = offs_n < N_K
-    k = tl.load(
-        K
-        + off_b.to(tl.int64) * stride_kb
-        + off_hkv.to(tl.int64) * stride_kh
-        + _tile(offs_n, offs_d, stride_kn, stride_kd),
-        mask=col_ok[:, None],
-        other=0.0,
-    )
-    v = tl.load(
-        V
-        + off_b.to(tl.int64) * stride_vb
-        + off_hkv.to(tl.int64) * stride_vh
-        + _tile(offs_n, offs_d, stride_vn, stride_vd),
-        mask=col_ok[:, None],
-        other=0.0,
-    )
-
-    # Query i sees key j iff D_LO <= j - i <= D_HI, i.e. -D_HI <= i - j <= -D_LO.
-    lo, mid_lo, mid_hi, hi = _ranges(start_n, BLOCK_N, BLOCK_M, -D_HI, -D_LO, N_Q)
-    dk = tl.zeros([BLOCK_N, HEAD_DIM], dtype=tl.float32)
-    dv = tl.zeros([BLOCK_N, HEAD_DIM], dtype=tl.float32)
-    # No loop-invariant code motion out of the group loop: it hoisted the prologues of the
-    # three pipelined query loops (offsets, masks) and kept them live across every head,
-    # which nearly doubled the GQA kernel's registers and made it spill under triton 3.6.
-    for g in tl.range(0, GROUP, disable_licm=True):
-        off_h = off_hkv * GROUP + g
-        bh = off_b * H_Q + off_h
-        q_base = Q + off_b.to(tl.int64) * stride_qb + off_h.to(tl.int64) * stride_qh
-        do_base = DO + off_b.to(tl.int64) * stride_dob + off_h.to(tl.int64) * stride_doh
-        lse_base = LSE + bh.to(tl.int64) * N_Q
-        delta_base = DELTA + bh.to(tl.int64) * N_Q
-        dk, dv = _bwd_dkdv_inner(
-            dk,
-            dv,
-            k,
-            v,
-            q_base,
-            do_base,
-            lse_base,
-            delta_base,
-            stride_qm,
-            stride_qd,
-            stride_dom,
-            stride_dod,
-            lo,
-            mid_lo,
-            offs_n,
-            offs_d,
-            N_Q,
-            D_LO,
-            D_HI,
-            qk_scale,
-            True,
-            BLOCK_M,
-            EMULATE_BF16,
-            INPUT_PRECISION,
-        )
-        dk, dv = _bwd_dkdv_inner(
-            dk,
-            dv,
-            k,
-            v,
-            q_base,
-            do_base,
-            lse_base,
-            delta_base,
-            stride_qm,
-            stride_qd,
-            stride_dom,
-            stride_dod,
-            mid_lo,
-            mid_hi,
-            offs_n,
-            offs_d,
-            N_Q,
-            D_LO,
-            D_HI,
-            qk_scale,
-            False,
-            BLOCK_M,
-            EMULATE_BF16,
-            INPUT_PRECISION,
-        )
-        dk, dv = _bwd_dkdv_inner(
-            dk,
-            dv,
-            k,
-            v,
-            q_base,
-            do_base,
-            lse_base,
-            delta_base,
-            stride_qm,
-            stride_qd,
-            stride_dom,
-            stride_dod,
-            mid_hi,
-            hi,
-            offs_n,
-            offs_d,
-            N_Q,
-            D_LO,
-            D_HI,
-            qk_scale,
-            True,
-            BLOCK_M,
-            EMULATE_BF16,
-            INPUT_PRECISION,
-        )
-    dk = dk * sm_scale
-    tl.store(
-        DK
-        + off_b.to(tl.int64) * stride_dkb
-        + off_hkv.to(tl.int64) * stride_dkh
-        + _tile(offs_n, offs_d, stride_dkn, stride_dkd),
-        _cast(dk, DK.dtype.element_ty, EMULATE_BF16),
-        mask=col_ok[:, None],
-    )
-    tl.store(
-        DV
-        + off_b.to(tl.int64) * stride_dvb
-        + off_hkv.to(tl.int64) * stride_dvh
-        + _tile(offs_n, offs_d, stride_dvn, stride_dvd),
-        _cast(dv, DV.dtype.element_ty, EMULATE_BF16),
-        mask=col_ok[:, None],
+    _dkdv_block(
+        Q,
+        K,
+        V,
+        DO,
+        LSE,
+        DELTA,
+        DK,
+        DV,
+        off_b,
+        off_b,
+        stride_qb,
+        stride_qh,
+        stride_qm,
+        stride_qd,
+        stride_kb,
+        stride_kh,
+        stride_kn,
+        stride_kd,
+        stride_vb,
+        stride_vh,
+        stride_vn,
+        stride_vd,
+        stride_dob,
+        stride_doh,
+        stride_dom,
+        stride_dod,
+        stride_dkb,
+        stride_dkh,
+        stride_dkn,
+        stride_dkd,
+        stride_dvb,
+        stride_dvh,
+        stride_dvn,
+        stride_dvd,
+        off_b,
+        H_Q,
+        N_Q,
+        0,
+        start_n,
+        off_hkv,
+        N_Q,
+        N_K,
+        GROUP,
+        D_LO,
+        D_HI,
+        sm_scale,
+        qk_scale,
+        BLOCK_M,
+        BLOCK_N,
+        HEAD_DIM,
+        EMULATE_BF16,
+        INPUT_PRECISION,
     )
 
 
@@ -637,6 +741,117 @@ def _bwd_dq_inner(
 
 
 @triton.jit
+def _dq_block(
+    Q,
+    K,
+    V,
+    DO,
+    LSE,
+    DELTA,
+    DQ,
+    q_row,
+    k_row,
+    stride_q_row,
+    stride_qh,
+    stride_qm,
+    stride_qd,
+    stride_k_row,
+    stride_kh,
+    stride_kn,
+    stride_kd,
+    stride_v_row,
+    stride_vh,
+    stride_vn,
+    stride_vd,
+    stride_do_row,
+    stride_doh,
+    stride_dom,
+    stride_dod,
+    stride_dq_row,
+    stride_dqh,
+    stride_dqm,
+    stride_dqd,
+    lse_row,
+    lse_len,
+    lse_first,
+    start_m,
+    off_h,
+    off_hkv,
+    N_Q,
+    N_K,
+    D_LO,
+    D_HI,
+    sm_scale,
+    qk_scale,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    EMULATE_BF16: tl.constexpr,
+    INPUT_PRECISION: tl.constexpr,
+):
+    """dQ of one query block over the forward's key ranges; shared by dense and varlen.
+
+    Addressing as in ``_dkdv_block``; the head's lse and delta rows start at
+    ``lse_row * lse_len + lse_first``.
+    """
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, HEAD_DIM)
+    row_ok = offs_m < N_Q
+    q = _load_rows(
+        _base(Q, q_row, stride_q_row, off_h, stride_qh), offs_m, offs_d, stride_qm, stride_qd, row_ok
+    )
+    do = _load_rows(
+        _base(DO, q_row, stride_do_row, off_h, stride_doh), offs_m, offs_d, stride_dom, stride_dod, row_ok
+    )
+    # Rows past N_Q (and rows that see no key) get lse = +inf, hence P = 0.
+    lse = tl.load(LSE + lse_row.to(tl.int64) * lse_len + lse_first + offs_m, mask=row_ok, other=float("inf"))
+    delta = tl.load(DELTA + lse_row.to(tl.int64) * lse_len + lse_first + offs_m, mask=row_ok, other=0.0)
+    k_base = _base(K, k_row, stride_k_row, off_hkv, stride_kh)
+    v_base = _base(V, k_row, stride_v_row, off_hkv, stride_vh)
+
+    dq = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+    lo, mid_lo, mid_hi, hi = _ranges(start_m, BLOCK_M, BLOCK_N, D_LO, D_HI, N_K)
+    bounds = (lo, mid_lo, mid_hi, hi)
+    for stage in tl.static_range(3):  # masked edge, unmasked interior, masked edge / ragged end
+        dq = _bwd_dq_inner(
+            dq,
+            q,
+            do,
+            lse,
+            delta,
+            k_base,
+            v_base,
+            stride_kn,
+            stride_kd,
+            stride_vn,
+            stride_vd,
+            bounds[stage],
+            bounds[stage + 1],
+            offs_m,
+            offs_d,
+            N_K,
+            D_LO,
+            D_HI,
+            qk_scale,
+            stage != 1,
+            BLOCK_N,
+            EMULATE_BF16,
+            INPUT_PRECISION,
+        )
+    dq = dq * sm_scale
+    _store_rows(
+        _base(DQ, q_row, stride_dq_row, off_h, stride_dqh),
+        offs_m,
+        offs_d,
+        stride_dqm,
+        stride_dqd,
+        dq,
+        row_ok,
+        EMULATE_BF16,
+    )
+
+
+@triton.jit
 def _attn_bwd_dq(
     Q,
     K,
@@ -685,114 +900,51 @@ def _attn_bwd_dq(
     off_b = pid_bh // H_Q
     off_h = pid_bh % H_Q
     off_hkv = off_h // GROUP
-    offs_m = start_m + tl.arange(0, BLOCK_M)
-    offs_d = tl.arange(0, HEAD_DIM)
-    row_ok = offs_m < N_Q
-    q = tl.load(
-        Q
-        + off_b.to(tl.int64) * stride_qb
-        + off_h.to(tl.int64) * stride_qh
-        + _tile(offs_m, offs_d, stride_qm, stride_qd),
-        mask=row_ok[:, None],
-        other=0.0,
-    )
-    do = tl.load(
-        DO
-        + off_b.to(tl.int64) * stride_dob
-        + off_h.to(tl.int64) * stride_doh
-        + _tile(offs_m, offs_d, stride_dom, stride_dod),
-        mask=row_ok[:, None],
-        other=0.0,
-    )
-    # Rows past N_Q (and rows that see no key) get lse = +inf, hence P = 0.
-    lse = tl.load(LSE + pid_bh.to(tl.int64) * N_Q + offs_m, mask=row_ok, other=float("inf"))
-    delta = tl.load(DELTA + pid_bh.to(tl.int64) * N_Q + offs_m, mask=row_ok, other=0.0)
-    k_base = K + off_b.to(tl.int64) * stride_kb + off_hkv.to(tl.int64) * stride_kh
-    v_base = V + off_b.to(tl.int64) * stride_vb + off_hkv.to(tl.int64) * stride_vh
-
-    dq = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
-    lo, mid_lo, mid_hi, hi = _ranges(start_m, BLOCK_M, BLOCK_N, D_LO, D_HI, N_K)
-    dq = _bwd_dq_inner(
-        dq,
-        q,
-        do,
-        lse,
-        delta,
-        k_base,
-        v_base,
+    _dq_block(
+        Q,
+        K,
+        V,
+        DO,
+        LSE,
+        DELTA,
+        DQ,
+        off_b,
+        off_b,
+        stride_qb,
+        stride_qh,
+        stride_qm,
+        stride_qd,
+        stride_kb,
+        stride_kh,
         stride_kn,
         stride_kd,
+        stride_vb,
+        stride_vh,
         stride_vn,
         stride_vd,
-        lo,
-        mid_lo,
-        offs_m,
-        offs_d,
+        stride_dob,
+        stride_doh,
+        stride_dom,
+        stride_dod,
+        stride_dqb,
+        stride_dqh,
+        stride_dqm,
+        stride_dqd,
+        pid_bh,
+        N_Q,
+        0,
+        start_m,
+        off_h,
+        off_hkv,
+        N_Q,
         N_K,
         D_LO,
         D_HI,
+        sm_scale,
         qk_scale,
-        True,
+        BLOCK_M,
         BLOCK_N,
+        HEAD_DIM,
         EMULATE_BF16,
         INPUT_PRECISION,
-    )
-    dq = _bwd_dq_inner(
-        dq,
-        q,
-        do,
-        lse,
-        delta,
-        k_base,
-        v_base,
-        stride_kn,
-        stride_kd,
-        stride_vn,
-        stride_vd,
-        mid_lo,
-        mid_hi,
-        offs_m,
-        offs_d,
-        N_K,
-        D_LO,
-        D_HI,
-        qk_scale,
-        False,
-        BLOCK_N,
-        EMULATE_BF16,
-        INPUT_PRECISION,
-    )
-    dq = _bwd_dq_inner(
-        dq,
-        q,
-        do,
-        lse,
-        delta,
-        k_base,
-        v_base,
-        stride_kn,
-        stride_kd,
-        stride_vn,
-        stride_vd,
-        mid_hi,
-        hi,
-        offs_m,
-        offs_d,
-        N_K,
-        D_LO,
-        D_HI,
-        qk_scale,
-        True,
-        BLOCK_N,
-        EMULATE_BF16,
-        INPUT_PRECISION,
-    )
-    dq = dq * sm_scale
-    tl.store(
-        DQ
-        + off_b.to(tl.int64) * stride_dqb
-        + off_h.to(tl.int64) * stride_dqh
-        + _tile(offs_m, offs_d, stride_dqm, stride_dqd),
-        _cast(dq, DQ.dtype.element_ty, EMULATE_BF16),
-        mask=row_ok[:, None],
     )

@@ -23,8 +23,8 @@ metadata), and the number of ``wgmma`` (warpgroup MMA), ``cp.async.bulk.tensor``
 instructions set (a warp-specialised kernel's registers per thread group; ptxas's figure
 is then the launch's ``maxnreg``). Exit code 1 on a compile error, **any spill**, shared
 memory over the architecture's per-block limit (227 KB on sm_90), or a kernel set's
-required instructions missing (:data:`REQUIRED_INSTRUCTIONS`: the Gluon forward must have
-``setmaxnreg``, async wgmma and TMA); the table is printed either way. Exit code 2 under ``TRITON_INTERPRET=1`` (the interpreter does not compile) or for a
+required instructions missing (:data:`REQUIRED_INSTRUCTIONS`: the Gluon forward and
+backward must have ``setmaxnreg``, async wgmma and TMA); the table is printed either way. Exit code 2 under ``TRITON_INTERPRET=1`` (the interpreter does not compile) or for a
 bad config file.
 
 Registering more kernels (for example a Hopper path): write a function returning a
@@ -64,13 +64,14 @@ KERNEL_SETS = [
     "slurmkit_kernels.compile_check:hopper_kernel_set",
     "slurmkit_kernels.compile_check:varlen_kernel_set",
     "slurmkit_kernels.compile_check:gluon_kernel_set",
+    "slurmkit_kernels.compile_check:gluon_bwd_kernel_set",
 ]
 # Registered, checked only when named with ``--kernel-sets`` (kept out of the default sweep
 # that CI requires to be clean); none at present.
 OPTIONAL_KERNEL_SETS: list[str] = []
 # Instructions a kernel set's kernels must contain, else the row fails: without them the
 # warp-specialised forward would not be the kernel it claims to be.
-REQUIRED_INSTRUCTIONS = {"gluon": ("setmaxnreg", "wgmma", "tma")}
+REQUIRED_INSTRUCTIONS = {"gluon": ("setmaxnreg", "wgmma", "tma"), "gluon_bwd": ("setmaxnreg", "wgmma", "tma")}
 MARK_BEGIN = "<!-- compile_check table: begin -->"
 MARK_END = "<!-- compile_check table: end -->"
 
@@ -198,6 +199,41 @@ def gluon_kernel_set() -> KernelSet:
         attention._forward(q, k, v, band, d**-0.5, problem.precision, config, True, True)
 
     return KernelSet("gluon", launch)
+
+
+def gluon_bwd_kernel_set() -> KernelSet:
+    """The warp-specialised Gluon d128 backward of ``hopper_ws_bwd.py`` (compile-only: never
+    run, not routed by ``flash_attention``), launched by ``hopper_ws_bwd.backward``; sm_90,
+    fp16/bf16, head dim 128 only. dQ leaves by TMA reduce-add, counted in the TMA column."""
+
+    def launch(problem: Problem, config, arch: int) -> None:
+        import torch
+
+        from . import hopper_ws_bwd
+
+        dtype = getattr(torch, problem.dtype)
+        if arch // 10 != 9 or dtype not in hopper_ws_bwd.DTYPES or problem.head_dim != hopper_ws_bwd.HEAD_DIM:
+            return
+        q, k, v, band = _meta_problem(problem, dtype)
+        b, h, n, d = q.shape
+        stats = torch.empty((b, h, n), dtype=torch.float32, device="meta")
+        scale = d**-0.5
+        hopper_ws_bwd.backward(
+            q,
+            k,
+            v,
+            torch.empty_like(q),
+            stats,
+            torch.empty_like(stats),
+            torch.empty_like(q),
+            torch.empty_like(k),
+            torch.empty_like(v),
+            band,
+            scale,
+            scale * math.log2(math.e),
+        )
+
+    return KernelSet("gluon_bwd", launch)
 
 
 def load_kernel_sets(entries: Sequence[str] = KERNEL_SETS) -> list[KernelSet]:
@@ -492,7 +528,10 @@ def _record(rows, by_kernel, kset, config, problem, launch, target, limit, progr
         )
         ptx = compiled.asm["ptx"]
         row.wgmma = count_instructions(ptx, "wgmma.mma_async")
-        row.tma = count_instructions(ptx, "cp.async.bulk.tensor")
+        # TMA loads and stores, and TMA reduce-adds (the Gluon backward's dQ).
+        row.tma = count_instructions(ptx, "cp.async.bulk.tensor") + count_instructions(
+            ptx, "cp.reduce.async.bulk.tensor"
+        )
         row.setmaxnreg = count_instructions(ptx, "setmaxnreg")
         row.setmaxnreg_values = setmaxnreg_values(ptx)
         try:

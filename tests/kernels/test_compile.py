@@ -315,7 +315,7 @@ def test_docs_table_is_the_tools_output_for_every_kernel_set(tmp_path, cache_dir
 
     docs_rows = _marked_table(DOCS.read_text(encoding="utf-8"))
     names = {entry.rsplit(":", 1)[1].removesuffix("_kernel_set") for entry in compile_check.KERNEL_SETS}
-    assert names == {"portable", "hopper", "varlen", "gluon"}
+    assert names == {"portable", "hopper", "varlen", "gluon", "gluon_bwd"}
     listed = {row.split(" | ")[0].removeprefix("| ").split("/")[0] for row in docs_rows}
     assert listed == names, f"docs/kernels.md lists kernel sets {sorted(listed)}, registered {sorted(names)}"
     assert "python -m slurmkit_kernels.compile_check --markdown-into docs/kernels.md" in DOCS.read_text()
@@ -329,7 +329,10 @@ def test_docs_table_is_the_tools_output_for_every_kernel_set(tmp_path, cache_dir
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     fresh = _marked_table(out.read_text())
-    # The Gluon forward serves head dim 128 only: test_gluon.py compares its d128 rows.
-    assert {row.split(" | ")[0].removeprefix("| ").split("/")[0] for row in fresh} == names - {"gluon"}
+    # The Gluon forward and backward serve head dim 128 only: test_gluon.py compares their d128 rows.
+    assert {row.split(" | ")[0].removeprefix("| ").split("/")[0] for row in fresh} == names - {
+        "gluon",
+        "gluon_bwd",
+    }
     docs_slice = [row for row in docs_rows if " | bfloat16 | 64 | " in row]
     assert sorted(docs_slice) == sorted(fresh), "\n".join(["docs:", *docs_slice, "tool:", *fresh])

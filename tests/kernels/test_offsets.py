@@ -26,7 +26,6 @@ import triton.language as tl  # noqa: E402
 from slurmkit_kernels import LaunchConfig, flash_attention  # noqa: E402
 from slurmkit_kernels import attention as attention_mod  # noqa: E402
 from slurmkit_kernels._kernels import _tile  # noqa: E402
-from slurmkit_kernels._varlen import _tile as varlen_tile  # noqa: E402
 from slurmkit_kernels.config import KernelConfig  # noqa: E402
 
 TWO_31 = 2**31
@@ -38,14 +37,9 @@ def _tile_probe(OUT, stride_row, stride_col, ROWS: tl.constexpr, COLS: tl.conste
     tl.store(OUT + tl.arange(0, ROWS)[:, None] * COLS + tl.arange(0, COLS)[None, :], offs)
 
 
-@triton.jit
-def _varlen_tile_probe(OUT, stride_row, stride_col, ROWS: tl.constexpr, COLS: tl.constexpr):
-    offs = varlen_tile(tl.arange(0, ROWS), tl.arange(0, COLS), stride_row, stride_col)
-    tl.store(OUT + tl.arange(0, ROWS)[:, None] * COLS + tl.arange(0, COLS)[None, :], offs)
-
-
-#: the dense kernels' `_tile` and varlen's own copy of it, each behind a probe kernel
-TILE_PROBES = {"dense": _tile_probe, "varlen": _varlen_tile_probe}
+#: the kernels' `_tile` behind a probe kernel (varlen had its own copy; it now shares the
+#: dense kernels' block functions, and with them `_tile`)
+TILE_PROBES = {"dense": _tile_probe}
 
 
 @pytest.mark.parametrize("kind", sorted(TILE_PROBES))
