@@ -19,6 +19,7 @@ hand-over, not one per check.
 from __future__ import annotations
 
 import _thread
+import os
 import time
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the hooks' path)
@@ -56,12 +57,77 @@ class Timer:
         _thread.start_new_thread(self._wait_then_call, ())
 
 
+class _ProbeThread:
+    """A daemon thread that runs the sequences handed to it, one at a time, and parks between
+    them (:func:`_hand`). A sequence it is abandoned in (a hung call) ends it."""
+
+    def __init__(self) -> None:
+        self._go = _thread.allocate_lock()
+        self._go.acquire()
+        self._task: Optional[Callable[[], Optional[Callable[[], None]]]] = None
+        _thread.start_new_thread(self._serve, ())
+
+    def _serve(self) -> None:
+        while True:
+            self._go.acquire()
+            task, self._task = self._task, None
+            finish = task()  # type: ignore[misc]
+            if finish is None:
+                return  # abandoned: the caller went on without this thread
+            with _parked_guard:
+                keep = not _parked
+                if keep:
+                    _parked.append(self)
+            finish()  # parked first, so the caller's next sequence finds this thread
+            if not keep:
+                return
+
+    def hand(self, task: Callable[[], Optional[Callable[[], None]]]) -> None:
+        self._task = task
+        self._go.release()
+
+
+#: The probe thread waiting for the next sequence (at most one). Handing a sequence to a parked
+#: thread is a wake-up; starting a thread is a new task, which a busy scheduler queues behind
+#: the running ones (measured: docs/benchmarks.md, "Prolog fast path", every core busy).
+_parked: List[_ProbeThread] = []
+_parked_guard = _thread.allocate_lock()
+
+
+def _forget_parked_in_child() -> None:
+    """A forked child has none of its parent's threads: a parked one there would take a sequence
+    and never run it (a heavy check forks its probe workers; each would wait its whole timeout)."""
+    global _parked_guard
+    _parked_guard = _thread.allocate_lock()  # the parent may have held it while forking
+    _parked.clear()
+
+
+os.register_at_fork(after_in_child=_forget_parked_in_child)
+
+
+def _hand(task: Callable[[], Optional[Callable[[], None]]]) -> None:
+    with _parked_guard:
+        thread = _parked.pop() if _parked else None
+    (thread or _ProbeThread()).hand(task)
+
+
+def prestart() -> None:
+    """Start a probe thread and park it, if none is: a hook calls this first, so the thread
+    comes up while the hook's modules load and its first sequence is a wake-up."""
+    with _parked_guard:
+        if _parked:
+            return
+    thread = _ProbeThread()
+    with _parked_guard:
+        _parked.append(thread)
+
+
 def call_each_with_deadline(
     calls: Iterable[Tuple[Callable[[], Any], float]],
     on_timeout: Optional[Callable[[int], None]] = None,
 ) -> List[Tuple[str, Any, float]]:
     """Call each ``fn`` of ``calls`` (``(fn, timeout)`` pairs, drawn one at a time) in order, in
-    one daemon thread, each under its own ``timeout`` in seconds. Returns, per call,
+    one probe thread (a parked one when there is one), each under its own ``timeout`` in seconds. Returns, per call,
     ``("value", result, seconds)``, ``("error", exception, seconds)`` or ``("timeout", None,
     seconds)``.
 
@@ -102,23 +168,27 @@ def call_each_with_deadline(
             state["woken"] = True
             wake.release()
 
-    def work(generation: int) -> None:
+    def finish() -> None:  # the worker, once it is parked for the next sequence
+        with guard:
+            _wake()
+
+    def work(generation: int) -> Optional[Callable[[], None]]:
+        """Run the calls from where the sequence is; return :func:`finish` at its end, ``None``
+        when the caller gave up on this thread (it stays in a hung call or drops the answer)."""
         while True:
             with guard:
                 if state["generation"] != generation:
-                    return
+                    return None
                 try:
                     fn, timeout = next(it)
                     timeout = float(timeout)  # not a number: raised to the caller, not lost here
                 except StopIteration:
                     state["done"] = True
-                    _wake()
-                    return
+                    return finish
                 except BaseException as exc:
                     state["failed"] = exc
                     state["done"] = True
-                    _wake()
-                    return
+                    return finish
                 state["call"], state["timeout"] = len(outcomes), timeout
                 state["started"] = time.monotonic()
                 until = state["until"]
@@ -132,11 +202,11 @@ def call_each_with_deadline(
                 outcome = ("error", exc)
             with guard:
                 if state["generation"] != generation:
-                    return  # the caller gave up on this call and went on without this thread
+                    return None  # the caller gave up on this call and went on without this thread
                 outcomes.append((outcome[0], outcome[1], time.monotonic() - state["started"]))
                 state["started"] = None
 
-    _thread.start_new_thread(work, (0,))
+    _hand(lambda: work(0))
     while True:
         with guard:
             if state["done"]:
@@ -164,7 +234,7 @@ def call_each_with_deadline(
             generation = state["generation"]
         if on_timeout is not None:
             on_timeout(index)
-        _thread.start_new_thread(work, (generation,))
+        _hand(lambda generation=generation: work(generation))
     if state["failed"] is not None:
         raise state["failed"]
     return outcomes

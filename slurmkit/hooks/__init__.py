@@ -102,6 +102,9 @@ def fail_open(hook: str, exc: BaseException) -> None:
 def run(hook: str) -> None:
     """Run the ``hook`` gate in this process and exit with its code."""
     try:
+        from slurmkit.health.deadline import prestart
+
+        prestart()  # the probe thread comes up while the gate's modules load
         from slurmkit.hooks.gate import main
     except Exception as exc:  # ImportError, or a broken dependency failing at import: fail open
         fail_open(hook, exc)

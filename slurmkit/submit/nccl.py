@@ -162,11 +162,11 @@ class HcaPort:
 def detect_hca_ports(root: str = SYSFS_INFINIBAND) -> List[HcaPort]:
     """Every port under ``root`` (``/sys/class/infiniband``), in natural order.
 
-    Reads sysfs through :func:`slurmkit.hw.sysfs.read_ib_class`, the one reader of
+    Reads sysfs through :func:`slurmkit.hw.read_ib_class`, the one reader of
     those files, and normalises what ssubmit's selection expects: an unreadable rate is
     0 and a missing link layer is InfiniBand. A missing ``root`` gives ``[]``.
     """
-    from slurmkit.hw.sysfs import read_ib_class
+    from slurmkit.hw import read_ib_class
 
     return [
         HcaPort(p.device, p.port, p.state, p.rate_gbps or 0.0, p.link_layer or "InfiniBand", p.has_netdev)

@@ -12,7 +12,7 @@ import pytest
 
 from slurmkit.health.catalog import CATALOG
 from slurmkit.health.engine import run_one
-from slurmkit.hw.sysfs import ib_ports
+from slurmkit.hw import ib_ports
 from slurmkit.verdict.base import Action, CheckResult, Status
 from slurmkit.verdict.store import VerdictStore
 
@@ -270,7 +270,7 @@ def test_heavy_cache_reports_valid_verdicts_and_fails_on_a_valid_fail(ctx_factor
         ("disk_space", "os.statvfs", {}),
         ("memory_available", "slurmkit.health.checks.host.meminfo", {}),
         ("mounts", "slurmkit.health.checks.host._mount_table", {"checks": {"mounts": {"required": ["/"]}}}),
-        ("infiniband", "slurmkit.hw.sysfs.ib_ports", {}),
+        ("infiniband", "slurmkit.hw.ib_ports", {}),
         (
             "services",
             "slurmkit.health.checks.host.running_process_names",

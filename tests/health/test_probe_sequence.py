@@ -432,3 +432,55 @@ def test_run_one_with_a_zero_or_negative_timeout_never_waits_on_a_hung_check(ctx
         result = run_one(ctx, _spec("stuck", lambda ctx, params: gate.acquire(True, 5)), timeout)
         assert result.code == "CHECK_TIMEOUT" and time.monotonic() - t0 < 2.0
     gate.release()
+
+
+def test_a_finished_sequence_parks_its_thread_for_the_next_and_a_hung_one_does_not():
+    """A hook's second sequence (the record after the checks) goes to the parked probe thread:
+    a wake-up, not a new thread. A thread abandoned in a hung call is never handed work again."""
+    from slurmkit.health import deadline
+
+    deadline.prestart()
+    parked = list(deadline._parked)
+    assert len(parked) == 1
+    first = call_each_with_deadline([(_thread.get_ident, 1.0)] * 3)
+    second = call_each_with_deadline([(_thread.get_ident, 1.0)])
+    idents = {value for _, value, _ in first + second}
+    assert len(idents) == 1 and _thread.get_ident() not in idents
+    assert deadline._parked == parked  # the same thread, parked again
+    deadline.prestart()  # one is parked already: no second one
+    assert deadline._parked == parked
+
+    gate = _thread.allocate_lock()
+    gate.acquire()
+    hung = call_each_with_deadline([(lambda: gate.acquire(True, 5) and _thread.get_ident(), 0.1)])
+    assert hung[0][0] == "timeout"
+    after = call_each_with_deadline([(_thread.get_ident, 1.0)])
+    assert after[0][1] not in idents  # the stuck thread is not reused
+    gate.release()
+    time.sleep(0.05)  # the abandoned call returns now: its thread ends, it does not park
+    assert len(deadline._parked) == 1 and deadline._parked[0] is not parked[0]
+
+
+def test_a_forked_child_does_not_hand_its_sequence_to_the_parents_parked_thread():
+    """The parent's parked thread does not exist in a fork: the child starts its own, and its
+    sequence runs at once (not after the call's whole timeout)."""
+    import os
+
+    from slurmkit.health import deadline
+
+    deadline.prestart()
+    assert deadline._parked
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: one call with a long timeout must still answer at once
+        try:
+            t0 = time.monotonic()
+            ((kind, value, _),) = call_each_with_deadline([(lambda: 42, 30.0)])
+            os.write(write, f"{kind} {value} {time.monotonic() - t0:.3f}".encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    os.waitpid(pid, 0)
+    kind, value, seconds = os.read(read, 100).decode().split()
+    os.close(read)
+    assert (kind, value) == ("value", "42") and float(seconds) < 5.0

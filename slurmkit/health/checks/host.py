@@ -289,7 +289,7 @@ def check_mounts(ctx, params) -> CheckResult:
     },
 )
 def check_infiniband(ctx, params) -> CheckResult:
-    from slurmkit.hw.sysfs import ib_ports
+    from slurmkit.hw import ib_ports
 
     ports = ib_ports(params.get("sysfs_root") or "/sys", params.get("devices") or ())
     expected = params.get("expected_rate_gbps")

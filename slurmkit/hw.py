@@ -1,4 +1,4 @@
-"""InfiniBand ports from sysfs, with a root prefix so tests read fixture trees.
+"""Node hardware read from sysfs: InfiniBand ports, with a root prefix so tests read fixture trees.
 
 ``/sys/class/infiniband/<hca>/ports/<n>/state`` reads ``4: ACTIVE`` and ``rate`` reads
 ``400 Gb/sec (4X NDR)``. Two users: the ``infiniband`` health check (every port

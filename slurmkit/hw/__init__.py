@@ -1,1 +1,0 @@
-"""Node hardware interfaces read by several layers (sysfs)."""
