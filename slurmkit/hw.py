@@ -59,7 +59,8 @@ class IbPort(FrozenValue):
 
 def _read(path: str) -> str:
     try:
-        with open(path, encoding="ascii", errors="replace") as fh:
+        # utf-8, not ascii: the kernel writes ASCII, and utf-8's codec is loaded at start-up
+        with open(path, encoding="utf-8", errors="replace") as fh:
             return fh.read().strip()
     except OSError:
         return ""

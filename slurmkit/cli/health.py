@@ -46,7 +46,7 @@ def _sections(config_path):
 
 def _local_or_simulated(node, health):
     from slurmkit.hooks.nodeops import NotHere, can_check_locally
-    from slurmkit.slurm.node import this_node
+    from slurmkit.slurm.jobenv import this_node
 
     if node is None:
         return this_node()

@@ -23,7 +23,7 @@ from slurmkit.cli.common import (
     setup_logging,
 )
 from slurmkit.errors import UsageError
-from slurmkit.slurm.node import this_node
+from slurmkit.slurm.jobenv import this_node
 
 
 @click.group("sweep", invoke_without_command=True)

@@ -21,8 +21,7 @@ from slurmkit.health.backends import BackendError, BackendUnavailable
 from slurmkit.health.catalog import CheckSpec, select
 from slurmkit.health.deadline import call_each_with_deadline
 from slurmkit.health.thresholds import thresholds_for
-from slurmkit.slurm.jobenv import JobEnv
-from slurmkit.slurm.node import this_node
+from slurmkit.slurm.jobenv import JobEnv, this_node
 from slurmkit.values import Value
 from slurmkit.verdict.base import Action, CheckResult, Status, Tier
 

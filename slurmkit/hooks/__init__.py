@@ -47,7 +47,7 @@ def _metrics_dir() -> str:
 
 def _node() -> str:
     try:
-        from slurmkit.slurm.node import this_node
+        from slurmkit.slurm.jobenv import this_node
 
         return this_node()
     except Exception:

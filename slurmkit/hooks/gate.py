@@ -34,8 +34,7 @@ from slurmkit.core import trust
 from slurmkit.health.deadline import Timer
 from slurmkit.slurm import binaries
 from slurmkit.slurm.drain import guarded_drain
-from slurmkit.slurm.jobenv import JobEnv
-from slurmkit.slurm.node import this_node
+from slurmkit.slurm.jobenv import JobEnv, this_node
 from slurmkit.verdict.base import Action, CheckResult, Status, Tier
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the hooks' path)

@@ -12,7 +12,7 @@ Rules (NHC's, made strict):
 
 Where the re-check runs: the checks read this machine's GPUs and filesystems, so they
 must run on the node. ``resume`` runs them locally when this machine *is* the node
-(:func:`slurmkit.slurm.node.is_this_node`: ``SLURMD_NODENAME`` when set, else the
+(:func:`slurmkit.slurm.jobenv.is_this_node`: ``SLURMD_NODENAME`` when set, else the
 full or short hostname) or when the GPU backend is the
 simulated one (each node's fixture is a file, readable from anywhere; the devcluster
 case). Anywhere else it refuses with exit 3 and says to run it on the node
@@ -28,7 +28,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 from slurmkit.errors import UsageError
 from slurmkit.slurm.drain import DRAIN_REASON_PREFIX, is_drained, is_slurmkit_reason
-from slurmkit.slurm.node import is_this_node
+from slurmkit.slurm.jobenv import is_this_node
 from slurmkit.verdict.base import CheckResult, Tier
 
 # exit codes of `slurmkit node resume`

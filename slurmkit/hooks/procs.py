@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass
 from typing import Dict, Iterable, Iterator, List, Optional, Set, Tuple, Union
 
-from slurmkit.slurm.node import is_node_name
+from slurmkit.slurm.jobenv import is_node_name
 
 
 @dataclass
@@ -59,7 +59,8 @@ def read_proc(pid: int) -> Optional[Proc]:
 def boot_time() -> Optional[float]:
     """When the machine booted (``btime`` in ``/proc/stat``, epoch seconds)."""
     try:
-        with open("/proc/stat", encoding="ascii", errors="replace") as fh:
+        # utf-8, not ascii: the kernel writes ASCII, and utf-8's codec is loaded at start-up
+        with open("/proc/stat", encoding="utf-8", errors="replace") as fh:
             for line in fh:
                 if line.startswith("btime "):
                     return float(line.split()[1])
@@ -305,7 +306,8 @@ def cgroup_job_pids(
                 return pids
             if "cgroup.procs" in files:
                 try:
-                    with open(os.path.join(root, "cgroup.procs"), encoding="ascii") as fh:
+                    # utf-8, not ascii: the kernel writes ASCII, and utf-8's codec is loaded at start-up
+                    with open(os.path.join(root, "cgroup.procs"), encoding="utf-8") as fh:
                         pids.update(int(x) for x in fh.read().split() if x.isdigit())
                 except OSError:
                     continue

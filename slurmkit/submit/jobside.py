@@ -46,8 +46,7 @@ from slurmkit.core.files import write_json_atomic
 from slurmkit.core.trust import private_dir_problem
 from slurmkit.errors import ExternalCommandError
 from slurmkit.slurm import client, runner
-from slurmkit.slurm.jobenv import JobEnv
-from slurmkit.slurm.node import this_node
+from slurmkit.slurm.jobenv import JobEnv, this_node
 from slurmkit.submit import hparams
 from slurmkit.verdict.store import VerdictStore, still_valid
 

@@ -16,7 +16,7 @@ from typing import Any, Dict, List, Optional
 
 from slurmkit.errors import ConfigError, SlurmCommandError, UsageError
 from slurmkit.slurm import client
-from slurmkit.slurm.node import is_node_name
+from slurmkit.slurm.jobenv import is_node_name
 from slurmkit.slurm.parse import gpus_from_gres
 from slurmkit.sweep import jobscript, pairs, planner
 from slurmkit.sweep.metrics import write_controller_metrics

@@ -57,7 +57,7 @@ import time
 from slurmkit.core import jsontext, trust
 from slurmkit.core.files import write_json_atomic
 from slurmkit.errors import ConfigError, UsageError
-from slurmkit.slurm.node import is_node_name
+from slurmkit.slurm.jobenv import is_node_name
 from slurmkit.values import is_finite
 from slurmkit.verdict.base import CheckResult, Tier, worst
 

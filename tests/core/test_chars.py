@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from slurmkit.chars import ASCII_LETTERS, DIGITS, NAME_CHARS, keep_only, only, replace_others
-from slurmkit.slurm.node import is_node_name
+from slurmkit.slurm.jobenv import is_node_name
 
 texts = st.text(alphabet=st.sampled_from(list("aZx09._-:/ \n\u00e9\u0661")), max_size=12)
 

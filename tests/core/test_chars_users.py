@@ -16,7 +16,7 @@ from slurmkit import metrics
 from slurmkit.errors import UsageError
 from slurmkit.hooks import procs
 from slurmkit.slurm import drain
-from slurmkit.slurm.node import is_node_name
+from slurmkit.slurm.jobenv import is_node_name
 from slurmkit.sweep import cron
 from slurmkit.verdict.store import check_node_name
 

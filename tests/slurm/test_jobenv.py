@@ -6,8 +6,7 @@ import os
 
 import pytest
 
-from slurmkit.slurm.jobenv import DEFAULT_SLURM_CONF, JobEnv
-from slurmkit.slurm.node import is_this_node, this_node
+from slurmkit.slurm.jobenv import DEFAULT_SLURM_CONF, JobEnv, is_this_node, this_node
 
 
 def test_every_field_from_slurms_names():

@@ -161,7 +161,8 @@ def check_disk_space(ctx, params) -> CheckResult:
 
 def meminfo() -> Dict[str, int]:
     out = {}
-    with open("/proc/meminfo", encoding="ascii") as fh:
+    # utf-8, not ascii: the kernel writes ASCII, and utf-8's codec is loaded at start-up
+    with open("/proc/meminfo", encoding="utf-8") as fh:
         for line in fh:
             key, _, rest = line.partition(":")
             parts = rest.split()

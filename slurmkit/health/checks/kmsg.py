@@ -54,7 +54,8 @@ def short_pci(bus_id: str) -> str:
 
 
 def boot_time() -> float:
-    with open("/proc/stat", encoding="ascii") as fh:
+    # utf-8, not ascii: the kernel writes ASCII, and utf-8's codec is loaded at start-up
+    with open("/proc/stat", encoding="utf-8") as fh:
         for line in fh:
             if line.startswith("btime "):
                 return float(line.split()[1])
