@@ -107,7 +107,8 @@ def _private_dir(path: str) -> int:
     except FileExistsError:
         pass
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+        # (not inherited by a child without O_CLOEXEC: CPython sets it on every descriptor, PEP 446)
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     except OSError as exc:
         raise UsageError(f"--archive: {path}: {exc.strerror} (a symlink or not a directory?)") from None
     st = os.fstat(fd)
@@ -299,8 +300,8 @@ def _write_multi(con: duckdb.DuckDBPyConnection, directory: str) -> None:
 
 def _rule_versions(directory: str) -> Dict[str, int]:
     try:
-        with open(os.path.join(directory, RULES_STAMP), encoding="utf-8") as fh:
-            stamp = json.load(fh)
+        with open(os.path.join(directory, RULES_STAMP), "rb") as fh:
+            stamp = json.loads(fh.read())
         months = stamp["months"]
     except (OSError, ValueError, KeyError, TypeError):
         return {}
@@ -352,9 +353,8 @@ def ingest(directory: str, src: FileSource) -> Dict[str, object]:
     idx = {c.strip().lower(): i for i, c in enumerate(src.columns)}
     select = []
     for c in sacct.FIELDS:
-        if c == "JobName" and "jobname" in idx:
-            select.append(f"{plan.name} AS {_ident(c)}")
-        elif c == "JobIDRaw":
+        # (JobName's field ``f<i>`` holds its surplus fields: the reader folds them back)
+        if c == "JobIDRaw":
             select.append(f"{plan.raw} AS {_ident(c)}")
         elif c.lower() in idx:
             select.append(f"f{idx[c.lower()]} AS {_ident(c)}")

@@ -11,7 +11,7 @@ import stat
 import pytest
 
 from slurmkit.errors import UsageError
-from slurmkit.report import archive
+from slurmkit.report import archive, sacct
 
 
 @pytest.fixture
@@ -386,3 +386,49 @@ def test_the_ingest_lock_trusts_only_the_ingesting_account(fixture_path, tmp_pat
     assert str(exc.value) == (
         f"--archive {arch}: {arch}/.ingest.lock: lock file is owned by uid 0, not by a trusted account"
     )
+
+
+#: The archive's file format, column for column: other tools read these files (pandas,
+#: polars and Spark name columns case-sensitively), so a column's spelling is part of it.
+MONTH_COLUMNS = [
+    *[(c, "VARCHAR") for c in sacct.FIELDS],
+    ("start_s", "BIGINT"),
+    ("end_s", "BIGINT"),
+    ("submit_s", "BIGINT"),
+    ("gpus", "BIGINT"),
+    ("jid_i", "BIGINT"),
+    ("state_n", "VARCHAR"),
+    ("rid", "BIGINT"),
+]
+
+
+def test_the_archive_files_columns_names_and_types(fixture_path, tmp_path):
+    """Each month file holds sacct's fields by their sacct names (text), then the typed columns
+    and the row id; ``_multi.parquet`` the same rows' columns and the rule outputs. Read with
+    DuckDB, which keeps a file's spelling (``hive_partitioning`` off: ``month=`` is the
+    directory's name, not a column of the file)."""
+    import duckdb
+
+    from slurmkit.report import engine
+
+    arch = tmp_path / "arch"
+    archive.ingest(str(arch), engine.probe_file(fixture_path("basic.txt"), None, "|"))
+
+    def columns(path):
+        return [
+            (name, kind)
+            for name, kind, *_ in duckdb.sql(
+                f"DESCRIBE SELECT * FROM read_parquet('{path}', hive_partitioning = false)"
+            ).fetchall()
+        ]
+
+    months = sorted(arch.glob("month=*/" + archive.DATA))
+    assert len(months) == 2
+    for month in months:
+        assert columns(month) == MONTH_COLUMNS, month
+    assert columns(arch / archive.MULTI) == [
+        *MONTH_COLUMNS,
+        ("tie_rank", "BIGINT"),
+        ("pflag", "BOOLEAN"),
+        ("lflag", "BOOLEAN"),
+    ]
