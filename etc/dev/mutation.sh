@@ -26,7 +26,7 @@ JOBS="${SLURMKIT_MUTATION_JOBS:-2}"
 
 # module -> "source file|test paths (space separated)". Unit tests only: no devcluster, no root.
 declare -A MODULES=(
-  [trust]="slurmkit/core/trust.py|tests/health/test_node_rules.py tests/core/test_trust.py tests/core/test_files.py"
+  [trust]="slurmkit/core/trust.py|tests/health/test_node_rules.py tests/core/test_trust.py tests/core/test_trust_walk.py tests/core/test_private_dir.py tests/core/test_files.py"
   [gate]="slurmkit/hooks/gate.py|tests/hooks/test_gate_inprocess.py tests/health/test_node_rules.py"
   [xid]="slurmkit/health/checks/xid.py|tests/health/test_xid_units.py tests/health/test_xid.py tests/health/test_xid_catalog.py tests/health/test_node_rules.py"
   [kmsg]="slurmkit/health/checks/kmsg.py|tests/health/test_kmsg.py tests/health/test_xid.py tests/health/test_xid_real.py tests/health/test_node_rules.py"

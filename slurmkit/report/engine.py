@@ -54,6 +54,7 @@ floating point and may differ from the reference in the last bits.
 from __future__ import annotations
 
 import contextlib
+import os
 import json
 import logging
 import shutil
@@ -245,11 +246,15 @@ class _Plan:
             if self.jobid_first
             else ""
         )
+        numbered = f"(SELECT row_number() OVER () AS ln, l FROM {lines}){steps}"
+        if os.environ.get("SK_PROTO"):
+            self.stage1 = f"SELECT ln, l FROM {numbered}"
+            numbered = "lines1"
         return (
             f"(SELECT ln, lh, n, {', '.join(fields)} FROM ("
             f"SELECT ln, lh, s, len(s) AS n FROM ("
-            f"SELECT ln, hash(l) AS lh, string_split({line}, {sep}) AS s FROM ("
-            f"SELECT row_number() OVER () AS ln, l FROM {lines}){steps})))"
+            f"SELECT ln, hash(l) AS lh, string_split({line}, {sep}) AS s FROM "
+            f"{numbered})))"
         )
 
 
@@ -577,6 +582,12 @@ def _load_file(
     texts = ", ".join(f"CASE WHEN {k} IS NULL THEN r_{k} END AS t_{k}" for k in times)
     jt = ", CASE WHEN jid IS NULL THEN r_jid END AS jt" if numeric_jid else ""
     # (the profile counts the rows read, so the step rows are counted without being kept)
+    reader = plan.reader()
+    if os.environ.get("SK_PROTO"):
+        con.execute("PRAGMA enable_profiling = 'no_output'")
+        con.execute(f"CREATE TEMP TABLE lines1 AS {plan.stage1}")
+        proto_rows = _rows_read(con)
+        con.execute("PRAGMA disable_profiling")
     con.execute("PRAGMA enable_profiling = 'no_output'")
     try:
         con.execute(
@@ -586,12 +597,14 @@ def _load_file(
                    {rule.reason_kept_sql("state", "r_reason")} AS reason FROM (
                 SELECT * EXCLUDE ({parts}, {local}, n_ok), {checked}, {why} FROM (
                     SELECT {inner}, CAST({shape} AS UTINYINT) AS shape, coalesce({plan.count_ok}, FALSE) AS n_ok
-                    FROM {plan.reader()} WHERE NOT coalesce({plan.step}, FALSE))))""",
+                    FROM {reader} WHERE NOT coalesce({plan.step}, FALSE))))""",
         )
     except duckdb.InvalidInputException as exc:  # a line its reader refuses (a NUL byte)
         raise NeedsReference(f"DuckDB's reader: {str(exc).splitlines()[0]}") from None
-    rows_read = _rows_read(con)
+    rows_read = proto_rows if os.environ.get("SK_PROTO") else _rows_read(con)
     con.execute("PRAGMA disable_profiling")
+    if os.environ.get("SK_PROTO"):
+        con.execute("DROP TABLE lines1")
     wrong, blank_n, rows_n, no_jid, iso = con.execute(
         """SELECT count(*) FILTER (WHERE shape = 1),
                   count(*) FILTER (WHERE shape = 4), count(*), count(*) FILTER (WHERE shape = 0 AND jid IS NULL),

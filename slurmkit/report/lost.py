@@ -73,13 +73,6 @@ def is_prolog_requeue(attempt: Attempt, max_seconds: float = DEFAULT_PROLOG_REQU
     )
 
 
-def _order(a: Attempt) -> tuple:
-    """Time order of one job's attempts (:func:`.rules.order_key`); ties (same Start) are
-    broken by content, not by the line number, so the answer does not depend on the order
-    rows arrive in."""
-    return rules.order_key(a)
-
-
 def reference_lost(
     attempts: Sequence[Attempt], prolog_requeue_seconds: float = DEFAULT_PROLOG_REQUEUE_SECONDS
 ) -> Dict[int, str]:

@@ -414,3 +414,27 @@ def test_a_cursor_without_a_count_starts_counting(tmp_path):
     cur = xid.Cursor(path)
     cur.advance(6.0, 2)
     assert cur.data["events_seen"] == 2
+
+
+def test_a_missing_table_file_is_a_config_error_naming_it(tmp_path):
+    missing = str(tmp_path / "xid-table.yaml")
+    with pytest.raises(ConfigError) as err:
+        xid._trusted_yaml(missing)
+    assert str(err.value) == f"{missing}: cannot read: No such file or directory"
+
+
+def test_a_cursor_in_a_directory_others_can_write_is_refused_by_name(tmp_path):
+    state = tmp_path / "state"
+    state.mkdir()
+    state.chmod(0o777)
+    with pytest.raises(trust.UntrustedFile) as err:
+        with xid.locked_cursor(str(state), "node1", 1.0):
+            pass
+    assert err.value.path == str(state)
+    assert err.value.why == trust.writable_dir(str(state))
+    assert err.value.why and "writable by group or others" in err.value.why
+    assert os.listdir(state) == []  # nothing written there
+
+
+def test_a_cursor_never_entered_closes_nothing_on_exit(tmp_path):
+    xid.locked_cursor(str(tmp_path), "node1", 1.0).__exit__(None, None, None)
