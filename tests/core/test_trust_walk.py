@@ -224,3 +224,42 @@ def test_a_new_lock_file_has_its_mode_from_its_creation(tmp_path, monkeypatch):
     finally:
         os.umask(old)
     assert os.stat(tmp_path / "x.lock").st_mode & 0o777 == 0o640
+
+
+def test_a_file_in_a_sticky_shared_directory_is_refused_by_name(in_tmp):
+    """/tmp passes the walk (sticky), but a file root reads must not sit in a directory
+    others can write."""
+    with open(in_tmp, "w") as fh:
+        fh.write("x")
+    with pytest.raises(trust.UntrustedFile) as err:
+        trust.open_trusted(in_tmp)
+    mode = os.lstat("/tmp").st_mode & 0o7777
+    assert (err.value.path, err.value.why) == (
+        in_tmp,
+        f"directory /tmp is writable by group or others (mode {mode:04o})",
+    )
+
+
+def test_a_private_directory_is_judged_for_the_user_asked_for(tmp_path):
+    d = tmp_path / "ckpt"
+    d.mkdir(mode=0o700)
+    assert trust.private_dir_problem(str(d), uid=ME) is None
+    other = 4242 if ME != 4242 else 4343
+    assert trust.private_dir_problem(str(d), uid=other) == (
+        f"{d} belongs to uid {ME}, not to uid {other} (this job's user)"
+    )
+
+
+def test_levels_are_created_below_an_existing_directory_only_others_cannot_write(tmp_path):
+    base = tmp_path / "base"
+    base.mkdir()
+    base.chmod(0o755)  # others may read and enter it: not a reason to refuse
+    assert trust.private_dir_problem(str(base / "a" / "b")) is None
+    assert (base / "a" / "b").is_dir()
+    base.chmod(0o777)  # not sticky: anyone could have planted or could swap what is made there
+    assert trust.private_dir_problem(str(base / "c" / "d")) == (
+        f"directory {base} is writable by group or others (mode 0777)"
+    )
+    assert not (base / "c").exists()
+    base.chmod(0o1777)  # sticky, as /tmp: each entry is its owner's
+    assert trust.private_dir_problem(str(base / "e")) is None
