@@ -53,6 +53,7 @@ FORBIDDEN = {
     "enum": "(with functools) the status, action and tier words are slurmkit.values.Words",
     "functools": "imported by enum and re",
     "collections": "imported by functools; the drain reason is a small tuple class",
+    "encodings.ascii": "kernel files are read as utf-8, whose codec the interpreter has loaded",
 }
 
 PROBE = """
