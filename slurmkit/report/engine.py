@@ -54,7 +54,6 @@ floating point and may differ from the reference in the last bits.
 from __future__ import annotations
 
 import contextlib
-import os
 import json
 import logging
 import shutil
@@ -180,8 +179,9 @@ class _Plan:
     The dump is read as lines (one column, nothing split by the CSV reader), each with its
     number ``ln`` (1 is the line ``src.first_row``; with one column and the empty text as NULL,
     DuckDB keeps empty lines as NULL rows, so ``ln`` counts every line, as the reference's line
-    numbers do; the order of ``row_number() OVER ()`` is the file's, which the tests check) and ``lh``, a hash of the
-    whole line (exact duplicates). The fields are split in SQL: ``n`` is their number, and
+    numbers do; the order of ``row_number() OVER ()`` is the file's, which the tests check), into
+    table :data:`LINES` (:func:`read_lines`), and from there with ``lh``, a hash of the whole
+    line (exact duplicates). The fields are split in SQL: ``n`` is their number, and
     when the dump has JobName, the surplus fields of a row (a ``|`` in a job name) are folded
     back into it as :func:`slurmkit.slurm.parse.split_parsable2` does, wherever it is."""
 
@@ -222,17 +222,37 @@ class _Plan:
         # before its split (most of a dump's lines are steps); else the JobID field is tested.
         self.step = "FALSE" if self.jobid_first else f"({self.count_ok} AND contains({self.jobid}, '.'))"
 
-    def reader(self) -> str:
-        """SQL of a relation ``(ln, lh, n, f0, f1, ...)``: the dump's lines after the header."""
-        src, nf, sep = self.src, self.nf, _q(self.src.sep)
+    def _line(self) -> str:
+        """SQL of a line's text without ``--parsable``'s one delimiter after the last field
+        (removed as the reference does)."""
+        sep = _q(self.src.sep)
+        if self.src.trailing:
+            return f"CASE WHEN suffix(l, {sep}) THEN left(l, length(l) - {len(self.src.sep)}) ELSE l END"
+        return "l"
+
+    def numbered_lines(self) -> str:
+        """SQL of ``(ln, l)``: the dump's lines after the header with their numbers, less the
+        step rows (a dot up to the first separator, as the reference's ``find``; NULL, an empty
+        line, is kept)."""
+        src, sep, line = self.src, _q(self.src.sep), self._line()
         lines = (
             f"read_csv({_q(src.path)}, columns={{'l': 'VARCHAR'}}, delim={_q(_LINE_DELIM)}, "
             f"quote='', escape='', header=false, skip={src.first_row - 1}, auto_detect=false, "
             f"strict_mode=true, null_padding=false, parallel=true)"
         )
-        line = "l"
-        if src.trailing:  # --parsable: one delimiter after the last field, removed as the reference does
-            line = f"CASE WHEN suffix(l, {sep}) THEN left(l, length(l) - {len(src.sep)}) ELSE l END"
+        steps = (
+            f" WHERE NOT coalesce(strpos({line}, '.') BETWEEN 1 AND strpos({line}, {sep}), FALSE)"
+            if self.jobid_first
+            else ""
+        )
+        return f"SELECT ln, l FROM (SELECT row_number() OVER () AS ln, l FROM {lines}){steps}"
+
+    def reader(self, lines: Optional[str] = None) -> str:
+        """SQL of a relation ``(ln, lh, n, f0, f1, ...)``: the fields of the dump's lines, from
+        table ``lines`` (:data:`LINES`, filled by :func:`read_lines`), or read by the same
+        statement (one statement on one thread: the archive's ingest)."""
+        nf, sep, line = self.nf, _q(self.src.sep), self._line()
+        source = lines or f"({self.numbered_lines()})"
         if self.i_name is None:
             fields = [f"s[{i + 1}] AS f{i}" for i in range(nf)]
         else:  # the surplus fields of a row go back into its JobName
@@ -240,22 +260,32 @@ class _Plan:
             fields = [f"s[{i + 1}] AS f{i}" for i in range(k)]
             fields.append(f"array_to_string(s[{k + 1}:{k + 1} + greatest(n - {nf}, 0)], {sep}) AS f{k}")
             fields += [f"s[{i + 1} + greatest(n - {nf}, 0)] AS f{i}" for i in range(k + 1, nf)]
-        # (a dot up to the first separator, as the reference's ``find``; NULL, an empty line, is kept)
-        steps = (
-            f" WHERE NOT coalesce(strpos({line}, '.') BETWEEN 1 AND strpos({line}, {sep}), FALSE)"
-            if self.jobid_first
-            else ""
-        )
-        numbered = f"(SELECT row_number() OVER () AS ln, l FROM {lines}){steps}"
-        if os.environ.get("SK_PROTO"):
-            self.stage1 = f"SELECT ln, l FROM {numbered}"
-            numbered = "lines1"
         return (
             f"(SELECT ln, lh, n, {', '.join(fields)} FROM ("
             f"SELECT ln, lh, s, len(s) AS n FROM ("
-            f"SELECT ln, hash(l) AS lh, string_split({line}, {sep}) AS s FROM "
-            f"{numbered})))"
+            f"SELECT ln, hash(l) AS lh, string_split({line}, {sep}) AS s FROM {source})))"
         )
+
+
+#: The temporary table of a dump's numbered lines (:func:`read_lines`).
+LINES = "dump_lines"
+
+
+def read_lines(con: duckdb.DuckDBPyConnection, plan: _Plan) -> int:
+    """Table :data:`LINES`: ``plan``'s numbered lines (:meth:`_Plan.numbered_lines`). Returns
+    the rows DuckDB's CSV reader read (the step rows are counted, not kept).
+
+    A table of its own because the numbers come from ``row_number() OVER ()`` in the file's
+    order, a streaming window, which DuckDB runs on one thread together with everything in
+    its pipeline: stored first, the split and the parsing of the fields that read it run on
+    every thread (on the dirty 10M dump, 30 % less wall time; docs/benchmarks.md). Raises
+    ``duckdb.InvalidInputException`` for a line the reader refuses (a NUL byte)."""
+    con.execute("PRAGMA enable_profiling = 'no_output'")
+    try:
+        con.execute(f"CREATE OR REPLACE TEMP TABLE {LINES} AS {plan.numbered_lines()}")
+        return _rows_read(con)
+    finally:
+        con.execute("PRAGMA disable_profiling")
 
 
 def _table(
@@ -581,15 +611,8 @@ def _load_file(
     )
     texts = ", ".join(f"CASE WHEN {k} IS NULL THEN r_{k} END AS t_{k}" for k in times)
     jt = ", CASE WHEN jid IS NULL THEN r_jid END AS jt" if numeric_jid else ""
-    # (the profile counts the rows read, so the step rows are counted without being kept)
-    reader = plan.reader()
-    if os.environ.get("SK_PROTO"):
-        con.execute("PRAGMA enable_profiling = 'no_output'")
-        con.execute(f"CREATE TEMP TABLE lines1 AS {plan.stage1}")
-        proto_rows = _rows_read(con)
-        con.execute("PRAGMA disable_profiling")
-    con.execute("PRAGMA enable_profiling = 'no_output'")
     try:
+        rows_read = read_lines(con, plan)
         con.execute(
             f"""CREATE TEMP TABLE j AS
         SELECT *, {rules.derived("iso")} FROM (
@@ -597,14 +620,11 @@ def _load_file(
                    {rule.reason_kept_sql("state", "r_reason")} AS reason FROM (
                 SELECT * EXCLUDE ({parts}, {local}, n_ok), {checked}, {why} FROM (
                     SELECT {inner}, CAST({shape} AS UTINYINT) AS shape, coalesce({plan.count_ok}, FALSE) AS n_ok
-                    FROM {reader} WHERE NOT coalesce({plan.step}, FALSE))))""",
+                    FROM {plan.reader(LINES)} WHERE NOT coalesce({plan.step}, FALSE))))""",
         )
     except duckdb.InvalidInputException as exc:  # a line its reader refuses (a NUL byte)
         raise NeedsReference(f"DuckDB's reader: {str(exc).splitlines()[0]}") from None
-    rows_read = proto_rows if os.environ.get("SK_PROTO") else _rows_read(con)
-    con.execute("PRAGMA disable_profiling")
-    if os.environ.get("SK_PROTO"):
-        con.execute("DROP TABLE lines1")
+    con.execute(f"DROP TABLE {LINES}")
     wrong, blank_n, rows_n, no_jid, iso = con.execute(
         """SELECT count(*) FILTER (WHERE shape = 1),
                   count(*) FILTER (WHERE shape = 4), count(*), count(*) FILTER (WHERE shape = 0 AND jid IS NULL),
