@@ -26,8 +26,8 @@ keys), 12 warps:
   to shared memory for ``dQ^T = K^T dS^T`` in two halves of the head dim;
 * **dQ by TMA reduce-add**: each warpgroup's ``dQ`` share of a query block is added to the
   fp32 buffer with one ``cp.reduce.async.bulk.tensor`` (a ``tt.descriptor_reduce``; Gluon
-  in triton 3.7.1 has no Python entry for it on Hopper, see :func:`_tma_reduce_add`): no atomics
-  per element and no semaphore, hence **not deterministic** (fp32 adds in arrival order).
+  in triton 3.6.0 and 3.7.1 has no Python entry for it on Hopper, see :func:`_tma_reduce_add`):
+  no atomics per element and no semaphore, hence **not deterministic** (fp32 adds in arrival order).
 """
 
 from __future__ import annotations
@@ -59,7 +59,11 @@ MAXNREG = 168  # 12 warps x 32 x 168 <= 65536, as for the forward (hopper_ws.MAX
 @builtin
 def _tma_reduce_add(desc, coord, value, _semantic=None):
     """``desc[coord] += value`` by one TMA reduce-add (``tt.descriptor_reduce``, lowered by
-    Triton's TMA lowering pass through shared memory to ``cp.reduce.async.bulk.tensor``)."""
+    Triton's TMA lowering pass through shared memory to ``cp.reduce.async.bulk.tensor``).
+
+    Private API: ``_semantic._convert_to_ir_values``, ``builder.create_descriptor_reduce``
+    and ``ir.DESCRIPTOR_REDUCE_KIND`` have the same signatures in triton 3.6.0 and 3.7.1
+    (``compile_check --kernel-sets gluon_bwd`` emits the four reduce-adds under both)."""
     offsets = _semantic._convert_to_ir_values(coord, require_i64=False)
     _semantic.builder.create_descriptor_reduce(
         ir.DESCRIPTOR_REDUCE_KIND.ADD, desc.handle, value.handle, offsets
