@@ -278,7 +278,7 @@ def read_lines(con: duckdb.DuckDBPyConnection, plan: _Plan) -> int:
     A table of its own because the numbers come from ``row_number() OVER ()`` in the file's
     order, a streaming window, which DuckDB runs on one thread together with everything in
     its pipeline: stored first, the split and the parsing of the fields that read it run on
-    every thread (on the dirty 10M dump, 30 % less wall time; docs/benchmarks.md). Raises
+    every thread (docs/benchmarks.md, "Dirty dumps, third pass"). Raises
     ``duckdb.InvalidInputException`` for a line the reader refuses (a NUL byte)."""
     con.execute("PRAGMA enable_profiling = 'no_output'")
     try:
