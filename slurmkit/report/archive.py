@@ -107,7 +107,7 @@ def _private_dir(path: str) -> int:
     except FileExistsError:
         pass
     try:
-        # (not inherited by a child without O_CLOEXEC: CPython sets it on every descriptor, PEP 446)
+        # (no O_CLOEXEC needed: CPython makes every descriptor non-inheritable, PEP 446)
         fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     except OSError as exc:
         raise UsageError(f"--archive: {path}: {exc.strerror} (a symlink or not a directory?)") from None
