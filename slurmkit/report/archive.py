@@ -99,11 +99,16 @@ def parquet_glob(directory: str) -> str:
     return os.path.join(directory, "month=*", DATA)
 
 
-def _private_dir(path: str) -> int:
-    """A descriptor of directory ``path``, created 0700 if absent; refused (UsageError)
+#: The archive's own directory and its months: readable by others, as sacct's records are
+#: by default, written by the ingesting account alone (its temporaries: 0700).
+ARCHIVE_MODE = 0o755
+
+
+def _private_dir(path: str, mode: int = 0o700) -> int:
+    """A descriptor of directory ``path``, created ``mode`` if absent; refused (UsageError)
     unless it is a real directory (not a symlink) of this user that nobody else can write."""
     try:
-        os.mkdir(path, 0o700)
+        os.mkdir(path, mode)
     except FileExistsError:
         pass
     try:
@@ -360,7 +365,10 @@ def ingest(directory: str, src: FileSource) -> Dict[str, object]:
             select.append(f"f{idx[c.lower()]} AS {_ident(c)}")
         else:
             select.append(f"'' AS {_ident(c)}")
-    os.makedirs(directory, exist_ok=True)
+    # the levels above are the path the user gave (as ``mkdir -p``); the archive itself must
+    # be this account's and writable by nobody else, or another user could plant a month in it
+    os.makedirs(os.path.dirname(os.path.abspath(directory)), exist_ok=True)
+    os.close(_private_dir(directory, ARCHIVE_MODE))
     try:
         lock = trust.lock(
             os.path.join(directory, ".ingest.lock"), LOCK_TIMEOUT, owners=frozenset({os.geteuid()})
@@ -423,7 +431,7 @@ def _ingest(directory: str, src: FileSource, plan: _Plan, select: List[str]) -> 
         out["rows"] = con.execute("SELECT count(*) FROM fresh").fetchone()[0]
         for (m,) in con.execute("SELECT DISTINCT month FROM fresh ORDER BY month").fetchall():
             part = os.path.join(directory, f"month={m}")
-            os.makedirs(part, exist_ok=True)
+            os.close(_private_dir(part, ARCHIVE_MODE))  # (never a planted link or another's directory)
             target = os.path.join(part, DATA)
             old = ""
             if os.path.exists(target):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import stat
 
 import pytest
@@ -378,6 +379,7 @@ def test_the_ingest_lock_trusts_only_the_ingesting_account(fixture_path, tmp_pat
     arch.mkdir(mode=0o700)
     (arch / ".ingest.lock").write_text("")
     os.chmod(arch / ".ingest.lock", 0o600)
+    os.chown(arch, 4242, 4242)  # the archive is that account's (its directory is checked first)
     src = engine.probe_file(fixture_path("basic.txt"), None, "|")
     monkeypatch.setattr(os, "geteuid", lambda: 4242)
     assert 0 in trust.trusted_uids()
@@ -432,3 +434,57 @@ def test_the_archive_files_columns_names_and_types(fixture_path, tmp_path):
         ("pflag", "BOOLEAN"),
         ("lflag", "BOOLEAN"),
     ]
+
+
+def _ingest_cli(cli, fixture_path, arch):
+    return cli(
+        "report", "ingest", "--archive", str(arch), "--trust-free-text", "--sacct-file", fixture_path("basic.txt")
+    )  # fmt: skip
+
+
+def test_a_new_archive_and_its_months_are_readable_by_others_and_written_by_us_alone(
+    cli, fixture_path, tmp_path
+):
+    old = os.umask(0)
+    try:
+        arch = tmp_path / "deep" / "arch"
+        res = _ingest_cli(cli, fixture_path, arch)
+    finally:
+        os.umask(old)
+    assert res.exit_code == 0, res.stderr
+    months = [arch / n for n in os.listdir(arch) if n.startswith("month=")]
+    assert months
+    for d in [arch, *months]:
+        assert stat.S_IMODE(os.lstat(d).st_mode) == archive.ARCHIVE_MODE == 0o755, d
+    assert stat.S_IMODE(os.lstat(arch / archive.TMP_DIR).st_mode) == 0o700
+
+
+@pytest.mark.parametrize("mode", [0o775, 0o777, 0o1777])
+def test_an_archive_others_can_write_is_refused_before_anything_is_written(cli, fixture_path, tmp_path, mode):
+    """Another user could plant a month (a link to a directory of theirs, or their own rows)."""
+    arch = tmp_path / "arch"
+    arch.mkdir()
+    arch.chmod(mode)
+    res = _ingest_cli(cli, fixture_path, arch)
+    assert res.exit_code == 2
+    (line,) = res.stderr.splitlines()
+    assert line == (
+        f"slurmkit: error: --archive: {arch} is not this user's private directory: refusing to write or clean it"
+    )
+    assert os.listdir(arch) == []
+
+
+def test_a_month_that_is_a_link_is_refused_and_its_target_untouched(cli, fixture_path, tmp_path):
+    arch = tmp_path / "arch"
+    assert _ingest_cli(cli, fixture_path, arch).exit_code == 0
+    month = sorted(n for n in os.listdir(arch) if n.startswith("month="))[-1]
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    shutil.rmtree(arch / month)
+    os.symlink(elsewhere, arch / month)
+    res = _ingest_cli(cli, fixture_path, arch)
+    assert res.exit_code == 2
+    assert res.stderr.splitlines()[-1] == (
+        f"slurmkit: error: --archive: {arch / month}: Not a directory (a symlink or not a directory?)"
+    )
+    assert os.listdir(elsewhere) == []
