@@ -62,18 +62,7 @@ def table_rows(stdout: str) -> list[dict]:
 @pytest.mark.timeout(3000)
 def test_shipped_configs_compile_without_spills(cache_dir):
     proc = run_compile_check(
-        [
-            "--config",
-            "h100",
-            "h200",
-            "--dtypes",
-            "bfloat16",
-            "--head-dims",
-            "64",
-            "128",
-            "--seq-lens",
-            "4096",
-        ],
+        "--config h100 h200 --dtypes bfloat16 --head-dims 64 128 --seq-lens 4096".split(),
         cache_dir,
         timeout=1500,
     )
@@ -88,19 +77,7 @@ def test_shipped_configs_compile_without_spills(cache_dir):
     assert any(r["group"] == "4" for r in rows if r["kernel"] == "_attn_bwd_dkdv"), proc.stdout
 
     proc = run_compile_check(
-        [
-            "--config",
-            "h100",
-            "h200",
-            "--dtypes",
-            "float32",
-            "--head-dims",
-            "128",
-            "--seq-lens",
-            "4096",
-            "--gqa",
-            "1",
-        ],
+        "--config h100 h200 --dtypes float32 --head-dims 128 --seq-lens 4096 --gqa 1".split(),
         cache_dir,
         timeout=1500,
     )
@@ -126,22 +103,7 @@ def test_gqa_loop_keeps_the_register_count_of_mha(cache_dir):
     thread at every head dim). The group loop now disables LICM; GQA must cost about what
     MHA does."""
     proc = run_compile_check(
-        [
-            "--kernel-sets",
-            "portable",
-            "varlen",
-            "--kernels",
-            "_attn_bwd_dkdv",
-            "_varlen_bwd_dkdv",
-            "--config",
-            "h100",
-            "--dtypes",
-            "bfloat16",
-            "--head-dims",
-            "16",
-            "--seq-lens",
-            "4096",
-        ],
+        "--kernel-sets portable varlen --kernels _attn_bwd_dkdv _varlen_bwd_dkdv --config h100 --dtypes bfloat16 --head-dims 16 --seq-lens 4096".split(),
         cache_dir,
         timeout=800,
     )
@@ -159,22 +121,7 @@ def test_fp32_ieee_d16_forward_is_spill_free(cache_dir):
     and GQA. With one stage the non-causal varlen build spilled 4 B per thread under triton
     3.6.0 (56 registers; clean under 3.7.1), so the shipped configs give it 2 stages."""
     proc = run_compile_check(
-        [
-            "--kernel-sets",
-            "portable",
-            "varlen",
-            "--kernels",
-            "_attn_fwd",
-            "_varlen_fwd",
-            "--dtypes",
-            "float32",
-            "--fp32-precisions",
-            "ieee",
-            "--head-dims",
-            "16",
-            "--seq-lens",
-            "4096",
-        ],
+        "--kernel-sets portable varlen --kernels _attn_fwd _varlen_fwd --dtypes float32 --fp32-precisions ieee --head-dims 16 --seq-lens 4096".split(),
         cache_dir,
         timeout=800,
     )
@@ -301,20 +248,7 @@ def test_hopper_kernels_report_their_tma_instructions(cache_dir):
     moves tiles through descriptors reports TMA instructions; the pointer-based portable
     preprocess kernel the backward also launches reports none."""
     proc = run_compile_check(
-        [
-            "--kernel-sets",
-            "hopper",
-            "--config",
-            "h100",
-            "--dtypes",
-            "bfloat16",
-            "--head-dims",
-            "64",
-            "--seq-lens",
-            "4096",
-            "--gqa",
-            "1",
-        ],
+        "--kernel-sets hopper --config h100 --dtypes bfloat16 --head-dims 64 --seq-lens 4096 --gqa 1".split(),
         cache_dir,
         timeout=1100,
     )
