@@ -51,6 +51,7 @@ from slurmkit.errors import UsageError
 from slurmkit.report import rules, sacct
 from slurmkit.report.duck import duckdb
 from slurmkit.report.engine import (
+    LINES,
     FileSource,
     _digits,
     _Plan,
@@ -61,6 +62,7 @@ from slurmkit.report.engine import (
     epoch_sql,
     hour_key,
     hours_table,
+    read_lines,
     session,
 )
 from slurmkit.report.rules import RULES_VERSION
@@ -388,6 +390,7 @@ def _ingest(directory: str, src: FileSource, plan: _Plan, select: List[str]) -> 
     out: Dict[str, object] = {"rows": 0, "skipped": 0, "not_started": 0, "malformed": 0, "months": {}}
     with session() as con:
         try:
+            read_lines(con, plan)
             con.execute(f"""CREATE TEMP TABLE new AS
                 SELECT {", ".join(select)}, coalesce({plan.count_ok}, FALSE) AND NOT {plan.surplus} AND {plan.id_ok} AS ok
                 FROM {plan.reader()} WHERE NOT coalesce({plan.step}, FALSE) AND NOT (f1 IS NULL AND trim(f0) = '')""")
@@ -400,6 +403,7 @@ def _ingest(directory: str, src: FileSource, plan: _Plan, select: List[str]) -> 
                 f"{src.path}: {line} holds a NUL byte, which sacct never writes; nothing was ingested "
                 "(remove it, e.g. tr -d '\\000')"
             ) from None
+        con.execute(f"DROP TABLE {LINES}")
         _typed_columns(con, "new")
         # the reference's rules: what it would skip as not started, malformed or impossible
         # (rules.row_class_sql's order: not started, then bad times, then impossible ones)

@@ -247,12 +247,10 @@ class _Plan:
         )
         return f"SELECT ln, l FROM (SELECT row_number() OVER () AS ln, l FROM {lines}){steps}"
 
-    def reader(self, lines: Optional[str] = None) -> str:
+    def reader(self) -> str:
         """SQL of a relation ``(ln, lh, n, f0, f1, ...)``: the fields of the dump's lines, from
-        table ``lines`` (:data:`LINES`, filled by :func:`read_lines`), or read by the same
-        statement (one statement on one thread: the archive's ingest)."""
+        table :data:`LINES` (filled by :func:`read_lines`)."""
         nf, sep, line = self.nf, _q(self.src.sep), self._line()
-        source = lines or f"({self.numbered_lines()})"
         if self.i_name is None:
             fields = [f"s[{i + 1}] AS f{i}" for i in range(nf)]
         else:  # the surplus fields of a row go back into its JobName
@@ -263,7 +261,7 @@ class _Plan:
         return (
             f"(SELECT ln, lh, n, {', '.join(fields)} FROM ("
             f"SELECT ln, lh, s, len(s) AS n FROM ("
-            f"SELECT ln, hash(l) AS lh, string_split({line}, {sep}) AS s FROM {source})))"
+            f"SELECT ln, hash(l) AS lh, string_split({line}, {sep}) AS s FROM {LINES})))"
         )
 
 
@@ -620,7 +618,7 @@ def _load_file(
                    {rule.reason_kept_sql("state", "r_reason")} AS reason FROM (
                 SELECT * EXCLUDE ({parts}, {local}, n_ok), {checked}, {why} FROM (
                     SELECT {inner}, CAST({shape} AS UTINYINT) AS shape, coalesce({plan.count_ok}, FALSE) AS n_ok
-                    FROM {plan.reader(LINES)} WHERE NOT coalesce({plan.step}, FALSE))))""",
+                    FROM {plan.reader()} WHERE NOT coalesce({plan.step}, FALSE))))""",
         )
     except duckdb.InvalidInputException as exc:  # a line its reader refuses (a NUL byte)
         raise NeedsReference(f"DuckDB's reader: {str(exc).splitlines()[0]}") from None
