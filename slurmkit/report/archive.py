@@ -151,7 +151,7 @@ def _remove_leftovers(path: str, strict: bool = True) -> int:
         for name in os.listdir(fd):
             if not name.startswith(LEFTOVER_PREFIXES):
                 continue
-            st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            st = os.lstat(name, dir_fd=fd)
             if stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode):
                 os.unlink(name, dir_fd=fd)
                 removed += 1
@@ -164,7 +164,7 @@ def _clean(directory: str) -> None:
     """At the start of an ingest (under its lock): what killed ones left behind goes."""
     removed = _remove_leftovers(os.path.join(directory, TMP_DIR))
     for name in os.listdir(directory):
-        if name.startswith("month=") and os.path.isdir(os.path.join(directory, name)):
+        if name.startswith("month="):  # (what is not a private directory is left alone)
             removed += _remove_leftovers(os.path.join(directory, name), strict=False)
     if removed:
         print(f"slurmkit: {directory}: removed {removed} file(s) a killed ingest left", file=sys.stderr)
@@ -212,6 +212,25 @@ def source(directory: str) -> FileSource:
     )
 
 
+#: the Reason the rules read (a month file keeps every row's; the rules keep it only for the
+#: states that can name a launch failure), over the archive's columns
+_REASON_KEPT = rules.reason_kept_sql("state_n", '"Reason"')
+#: the SQL columns of :data:`.rules.TIE_ORDER`'s fields in the archive's files, joined with
+#: ``tres_order t`` (the engine's own map for a dump: ``engine._TIE_COLUMNS``)
+_TIE_COLUMNS = {
+    "state": "state_n",
+    "reason": _REASON_KEPT,
+    "job_id": '"JobID"',
+    "tres": "t.ord",
+    "nodelist": '"NodeList"',
+    "user": '"User"',
+    "account": '"Account"',
+    "partition": '"Partition"',
+    "name": None,
+    "submit": "coalesce(submit_s, -1)",
+}
+
+
 def _relation(files_sql: str, extra: str = "") -> str:
     """The engine's columns from the archive's (``{where}``: the engine's window test).
     A NULL End or Submit means sacct had none (ingest keeps no other), so the engine's typed
@@ -222,7 +241,7 @@ def _relation(files_sql: str, extra: str = "") -> str:
         "(SELECT rid, jid_i AS jid, state_n AS state, gpus, start_s AS st, end_s AS en, submit_s AS sub, "
         '"JobID" AS job_id, "AllocTRES" AS tres, "User" AS u, "Account" AS a, "Partition" AS p, '
         '"NodeList" AS nl, "JobName" AS name, '
-        f"""{rules.reason_kept_sql("state_n", '"Reason"')} AS reason, 0 AS h """
+        f"{_REASON_KEPT} AS reason, 0 AS h "
         f"{extra} FROM {files_sql} {{where}})"
     )
 
@@ -275,28 +294,12 @@ def _write_multi(con: duckdb.DuckDBPyConnection, directory: str) -> None:
         SELECT * FROM {files_sql} WHERE jid_i IN (SELECT jid_i FROM {files_sql} GROUP BY 1 HAVING count(*) > 1)"""
     )
     distinct = [t for (t,) in con.execute('SELECT DISTINCT "AllocTRES" FROM mr').fetchall()]
-    _tres_tables(con, distinct, sys.maxsize, None, False, name="tres_order")
+    _tres_tables(con, distinct, sys.maxsize, None, name="tres_order")
     tmp = _temporary(directory, ".multi-")
-    # (rules.TIE_ORDER after Start and End)
-    reason = rules.reason_kept_sql("state_n", '"Reason"')
-    order = rules.tie_order_sql(
-        {
-            "state": "state_n",
-            "reason": reason,
-            "job_id": '"JobID"',
-            "tres": "t.ord",
-            "nodelist": '"NodeList"',
-            "user": '"User"',
-            "account": '"Account"',
-            "partition": '"Partition"',
-            "name": None,
-            "submit": "coalesce(submit_s, -1)",
-        }
-    )
     con.execute(
         f"""COPY (SELECT mr.*,
-               row_number() OVER (PARTITION BY jid_i ORDER BY {order}) AS tie_rank,
-               {rules.flags_sql(reason)}
+               row_number() OVER (PARTITION BY jid_i ORDER BY {rules.tie_order_sql(_TIE_COLUMNS)}) AS tie_rank,
+               {rules.flags_sql(_REASON_KEPT)}
             FROM mr JOIN tres_order t ON t.tres = mr."AllocTRES") TO {_q(tmp)} ({PARQUET_OPTIONS})"""
     )
     os.replace(tmp, os.path.join(directory, MULTI))
@@ -387,7 +390,7 @@ def ingest(directory: str, src: FileSource) -> Dict[str, object]:
 
 
 def _ingest(directory: str, src: FileSource, plan: _Plan, select: List[str]) -> Dict[str, object]:
-    out: Dict[str, object] = {"rows": 0, "skipped": 0, "not_started": 0, "malformed": 0, "months": {}}
+    months: Dict[str, int] = {}
     with session() as con:
         try:
             read_lines(con, plan)
@@ -420,9 +423,6 @@ def _ingest(directory: str, src: FileSource, plan: _Plan, select: List[str]) -> 
         skipped = dict(
             con.execute("SELECT why, count(*) FROM new WHERE why IS NOT NULL GROUP BY why").fetchall()
         )
-        out["not_started"] = skipped.get("not_started", 0)
-        out["malformed"] = skipped.get("malformed", 0)
-        out["skipped"] = sum(skipped.values())
         con.execute("DELETE FROM new WHERE why IS NOT NULL")
         month = "strftime(make_timestamp(start_s * 1000000), '%Y-%m')"
         # one row per attempt: a repeated key keeps the row with a known End
@@ -432,7 +432,7 @@ def _ingest(directory: str, src: FileSource, plan: _Plan, select: List[str]) -> 
             SELECT *, {month} AS month, row_number() OVER (PARTITION BY {keys}
                 ORDER BY (end_s IS NULL), end_s DESC, "State") AS rn FROM new)
             WHERE rn = 1""")
-        out["rows"] = con.execute("SELECT count(*) FROM fresh").fetchone()[0]
+        rows = con.execute("SELECT count(*) FROM fresh").fetchone()[0]
         for (m,) in con.execute("SELECT DISTINCT month FROM fresh ORDER BY month").fetchall():
             part = os.path.join(directory, f"month={m}")
             os.close(_private_dir(part, ARCHIVE_MODE))  # (never a planted link or another's directory)
@@ -455,7 +455,7 @@ def _ingest(directory: str, src: FileSource, plan: _Plan, select: List[str]) -> 
             tmp = _temporary(directory, ".data-")
             # sorted by Start, so each row group covers a span of time and a report's window
             # skips the others by their statistics
-            month_no = int(m[:4]) * 12 + int(m[5:7]) - 1
+            month_no = int(m[:4]) * 12 + int(m[5:]) - 1
             order = 'start_s, "JobIDRaw", "JobID"'
             con.execute(
                 f"COPY (SELECT *, ({month_no}::BIGINT << 32) + row_number() OVER (ORDER BY {order}) AS rid "
@@ -464,13 +464,19 @@ def _ingest(directory: str, src: FileSource, plan: _Plan, select: List[str]) -> 
             )
             n = con.execute(f"SELECT count(*) FROM read_parquet({_q(tmp)})").fetchone()[0]
             os.replace(tmp, target)
-            out["months"][m] = n
-        if out["months"]:
+            months[m] = n
+        if months:
             versions = _rule_versions(directory)
-            versions.update(dict.fromkeys(out["months"], RULES_VERSION))
+            versions.update(dict.fromkeys(months, RULES_VERSION))
             files.write_json_atomic(os.path.join(directory, RULES_STAMP), {"months": versions})
             _write_multi(con, directory)
-    return out
+    return {
+        "rows": rows,
+        "skipped": sum(skipped.values()),
+        "not_started": skipped.get("not_started", 0),
+        "malformed": skipped.get("malformed", 0),
+        "months": months,
+    }
 
 
 def _typed_columns(con: duckdb.DuckDBPyConnection, table: str) -> None:
