@@ -176,11 +176,12 @@ def job_id_sql(job_id: str, raw: Optional[str], plain_raw: Optional[str] = None)
 class _Plan:
     """Column positions of a saved dump and the SQL that reads its fields.
 
-    The dump is read as lines (one column, nothing split by the CSV reader), each with its
-    number ``ln`` (1 is the line ``src.first_row``; with one column and the empty text as NULL,
-    DuckDB keeps empty lines as NULL rows, so ``ln`` counts every line, as the reference's line
-    numbers do; the order of ``row_number() OVER ()`` is the file's, which the tests check), into
-    table :data:`LINES` (:func:`read_lines`), and from there with ``lh``, a hash of the whole
+    The dump is read as lines (one column, nothing split by the CSV reader) into table
+    :data:`LINES` (:func:`read_lines`), in the file's order, so that a line's ``rowid`` is its
+    place: its number ``ln`` is ``rowid + 1`` (1 is the line ``src.first_row``; with one column
+    and the empty text as NULL, DuckDB keeps empty lines as NULL rows, so ``ln`` counts every
+    line, as the reference's line numbers do; the tests check the numbers against the
+    reference's), and from there with ``lh``, a hash of the whole
     line (exact duplicates). The fields are split in SQL: ``n`` is their number, and
     when the dump has JobName, the surplus fields of a row (a ``|`` in a job name) are folded
     back into it as :func:`slurmkit.slurm.parse.split_parsable2` does, wherever it is."""
@@ -230,22 +231,21 @@ class _Plan:
             return f"CASE WHEN suffix(l, {sep}) THEN left(l, length(l) - {len(self.src.sep)}) ELSE l END"
         return "l"
 
-    def numbered_lines(self) -> str:
-        """SQL of ``(ln, l)``: the dump's lines after the header with their numbers, less the
-        step rows (a dot up to the first separator, as the reference's ``find``; NULL, an empty
-        line, is kept)."""
+    def lines(self) -> str:
+        """SQL of ``(l, step)``: each line of the dump after the header, in the file's order; a
+        step row (a dot up to the first separator, as the reference's ``find``) is kept as a
+        NULL ``l`` with ``step`` true (a line's place is its number; NULL, an empty line, is
+        kept with ``step`` false)."""
         src, sep, line = self.src, _q(self.src.sep), self._line()
         lines = (
             f"read_csv({_q(src.path)}, columns={{'l': 'VARCHAR'}}, delim={_q(_LINE_DELIM)}, "
             f"quote='', escape='', header=false, skip={src.first_row - 1}, auto_detect=false, "
             f"strict_mode=true, null_padding=false, parallel=true)"
         )
-        steps = (
-            f" WHERE NOT coalesce(strpos({line}, '.') BETWEEN 1 AND strpos({line}, {sep}), FALSE)"
-            if self.jobid_first
-            else ""
-        )
-        return f"SELECT ln, l FROM (SELECT row_number() OVER () AS ln, l FROM {lines}){steps}"
+        if not self.jobid_first:
+            return f"SELECT l, FALSE AS step FROM {lines}"
+        step = f"coalesce(strpos({line}, '.') BETWEEN 1 AND strpos({line}, {sep}), FALSE)"
+        return f"SELECT CASE WHEN {step} THEN NULL ELSE l END AS l, {step} AS step FROM {lines}"
 
     def reader(self) -> str:
         """SQL of a relation ``(ln, lh, n, f0, f1, ...)``: the fields of the dump's lines, from
@@ -261,7 +261,8 @@ class _Plan:
         return (
             f"(SELECT ln, lh, n, {', '.join(fields)} FROM ("
             f"SELECT ln, lh, s, len(s) AS n FROM ("
-            f"SELECT ln, hash(l) AS lh, string_split({line}, {sep}) AS s FROM {LINES})))"
+            f"SELECT rowid + 1 AS ln, hash(l) AS lh, string_split({line}, {sep}) AS s "
+            f"FROM {LINES} WHERE NOT step)))"
         )
 
 
@@ -270,19 +271,23 @@ LINES = "dump_lines"
 
 
 def read_lines(con: duckdb.DuckDBPyConnection, plan: _Plan) -> int:
-    """Table :data:`LINES`: ``plan``'s numbered lines (:meth:`_Plan.numbered_lines`). Returns
-    the rows DuckDB's CSV reader read (the step rows are counted, not kept).
+    """Table :data:`LINES`: ``plan``'s lines (:meth:`_Plan.lines`), stored in the file's order
+    so that a line's ``rowid`` is its place (:meth:`_Plan.reader` numbers them from it; a step
+    row keeps its place as a NULL). Returns the rows DuckDB's CSV reader read.
 
-    A table of its own because the numbers come from ``row_number() OVER ()`` in the file's
-    order, a streaming window, which DuckDB runs on one thread together with everything in
-    its pipeline: stored first, the split and the parsing of the fields that read it run on
-    every thread (docs/benchmarks.md, "Dirty dumps, third pass"). Raises
-    ``duckdb.InvalidInputException`` for a line the reader refuses (a NUL byte)."""
+    The order is kept by DuckDB's ``preserve_insertion_order``, set for this one statement
+    (:func:`session` turns it off to save memory): the parallel reader's chunks are then
+    stored in the file's order, on every thread. ``row_number() OVER ()`` would number them
+    too, but it is a streaming window, which DuckDB runs on one thread (docs/benchmarks.md,
+    "Dirty dumps, fifth pass"). Raises ``duckdb.InvalidInputException`` for a line the reader
+    refuses (a NUL byte)."""
     con.execute("PRAGMA enable_profiling = 'no_output'")
+    con.execute("SET preserve_insertion_order = true")
     try:
-        con.execute(f"CREATE OR REPLACE TEMP TABLE {LINES} AS {plan.numbered_lines()}")
+        con.execute(f"CREATE OR REPLACE TEMP TABLE {LINES} AS {plan.lines()}")
         return _rows_read(con)
     finally:
+        con.execute("SET preserve_insertion_order = false")
         con.execute("PRAGMA disable_profiling")
 
 
@@ -928,7 +933,7 @@ def _tres_tables(
     values: Iterable[Optional[str]],
     max_gpus: int,
     prices: Optional[PriceTable],
-    with_types: bool,
+    with_types: bool = False,
     name: str = "tres",
 ) -> None:
     """``tres(tres, gpus, pg, ord)``: GPU count, priced GPUs and the rank of the parsed value
