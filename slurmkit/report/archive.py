@@ -64,6 +64,7 @@ from slurmkit.report.engine import (
     hours_table,
     read_lines,
     session,
+    time_why_sql,
 )
 from slurmkit.report.rules import RULES_VERSION
 from slurmkit.slurm.parse import ParseError
@@ -79,6 +80,8 @@ MULTI, MULTI_STAMP = "_multi.parquet", "_multi.json"  # "_": Spark and Hive skip
 #: ``{"months": {"YYYY-MM": rule version}}``: the rules each month file was written under
 #: (:mod:`.rules`; a month missing there predates the stamp: version 1)
 RULES_STAMP = "_rules.json"
+#: a row's ``why`` while it is classified: Start unknown (not an attempt that ran)
+NOT_STARTED = "not_started"
 #: how long an ingest waits for another one to finish (cron runs may overlap)
 LOCK_TIMEOUT = 300.0
 #: how the archive's files are written. Parquet's version 2 encodings store the epoch and id
@@ -395,7 +398,8 @@ def _ingest(directory: str, src: FileSource, plan: _Plan, select: List[str]) -> 
         try:
             read_lines(con, plan)
             con.execute(f"""CREATE TEMP TABLE new AS
-                SELECT {", ".join(select)}, coalesce({plan.count_ok}, FALSE) AND NOT {plan.surplus} AND {plan.id_ok} AS ok
+                SELECT ln, lh, {", ".join(select)}, coalesce({plan.count_ok}, FALSE) AS n_ok,
+                    coalesce({plan.count_ok}, FALSE) AND NOT {plan.surplus} AND {plan.id_ok} AS ok
                 FROM {plan.reader()} WHERE NOT coalesce({plan.step}, FALSE) AND NOT (f1 IS NULL AND trim(f0) = '')""")
         except duckdb.InvalidInputException as exc:
             # the line reader refuses a line with a NUL byte (sacct never writes one); the
@@ -408,21 +412,28 @@ def _ingest(directory: str, src: FileSource, plan: _Plan, select: List[str]) -> 
             ) from None
         con.execute(f"DROP TABLE {LINES}")
         _typed_columns(con, "new")
-        # the reference's rules: what it would skip as not started, malformed or impossible
-        # (rules.row_class_sql's order: not started, then bad times, then impossible ones)
+        # the reference's rules: what it would skip as not started, malformed or impossible, and
+        # its reason (rules.row_class_sql's order: not started, then bad times, then impossible
+        # ones; then a garbage AllocTRES)
         state = _state_sql('"State"')
         unknown_end = rules.unknown_time_sql('"End"')
+        times = ("start_s", "end_s", "submit_s")
         con.execute("""ALTER TABLE new ADD COLUMN why VARCHAR""")
         con.execute(f"""UPDATE new SET why = CASE
-            WHEN NOT ok THEN 'malformed'
-            WHEN {rules.unknown_time_sql('"Start"')} THEN 'not_started'
+            WHEN NOT ok THEN {plan.shape_why("n_ok")}
+            WHEN {rules.unknown_time_sql('"Start"')} THEN '{NOT_STARTED}'
             WHEN start_s IS NULL OR (end_s IS NULL AND NOT ({unknown_end} AND {rules.running_sql(state)}))
-                 OR (submit_s IS NULL AND NOT {rules.unknown_time_sql('"Submit"')}) THEN 'malformed'
-            WHEN {rules.impossible_time_cond_sql("start_s", "end_s", "submit_s")} OR gpus IS NULL THEN 'malformed'
+                 OR (submit_s IS NULL AND NOT {rules.unknown_time_sql('"Submit"')})
+                 OR {rules.impossible_time_cond_sql(*times)}
+                THEN {time_why_sql(*times, '"End"', '"Submit"', state)}
+            WHEN gpus IS NULL THEN {_q(sacct.GARBAGE_TRES)}
             END""")
         skipped = dict(
-            con.execute("SELECT why, count(*) FROM new WHERE why IS NOT NULL GROUP BY why").fetchall()
+            con.execute(
+                f"SELECT why = '{NOT_STARTED}', count(*) FROM new WHERE why IS NOT NULL GROUP BY 1"
+            ).fetchall()
         )
+        bad = _bad_rows(con, plan.src.first_row)
         con.execute("DELETE FROM new WHERE why IS NOT NULL")
         month = "strftime(make_timestamp(start_s * 1000000), '%Y-%m')"
         # one row per attempt: a repeated key keeps the row with a known End
@@ -473,10 +484,28 @@ def _ingest(directory: str, src: FileSource, plan: _Plan, select: List[str]) -> 
     return {
         "rows": rows,
         "skipped": sum(skipped.values()),
-        "not_started": skipped.get("not_started", 0),
-        "malformed": skipped.get("malformed", 0),
+        "not_started": skipped.get(True, 0),
+        "malformed": skipped.get(False, 0),
         "months": months,
+        "bad_rows": bad,
     }
+
+
+def _bad_rows(con: duckdb.DuckDBPyConnection, first_row: int) -> sacct.ParseStats:
+    """The rows of table ``new`` the reference would report (line numbers and reasons, as its
+    warning gives them): those not kept for a reason (``why``) and the exact copies of an
+    earlier kept row (which the archive keeps once, as one attempt). One statement over the
+    job rows; Python sees only the bad ones."""
+    stats = sacct.ParseStats()
+    for ln, why in con.execute(
+        f"""SELECT ln, why FROM new WHERE why IS NOT NULL AND why <> '{NOT_STARTED}'
+        UNION ALL SELECT ln, {_q(sacct.DUPLICATE_ROW)} FROM (
+            SELECT ln, row_number() OVER (PARTITION BY "JobIDRaw", lh ORDER BY ln) AS k FROM new
+            WHERE why IS NULL) WHERE k > 1
+        ORDER BY ln"""
+    ).fetchall():
+        stats.bad(first_row + ln - 1, why)
+    return stats
 
 
 def _typed_columns(con: duckdb.DuckDBPyConnection, table: str) -> None:

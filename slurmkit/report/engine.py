@@ -223,6 +223,12 @@ class _Plan:
         # before its split (most of a dump's lines are steps); else the JobID field is tested.
         self.step = "FALSE" if self.jobid_first else f"({self.count_ok} AND contains({self.jobid}, '.'))"
 
+    def shape_why(self, n_ok: str) -> str:
+        """SQL: the reference's reason for a row whose field count (``n_ok`` false) or job id
+        is wrong."""
+        wrong = _q(f"wrong field count (expected {self.nf})")
+        return f"CASE WHEN NOT {n_ok} THEN {wrong} ELSE {_q(sacct.BAD_JOB_ID)} END"
+
     def _line(self) -> str:
         """SQL of a line's text without ``--parsable``'s one delimiter after the last field
         (removed as the reference does)."""
@@ -279,7 +285,7 @@ def read_lines(con: duckdb.DuckDBPyConnection, plan: _Plan) -> int:
     (:func:`session` turns it off to save memory): the parallel reader's chunks are then
     stored in the file's order, on every thread. ``row_number() OVER ()`` would number them
     too, but it is a streaming window, which DuckDB runs on one thread (docs/benchmarks.md,
-    "Dirty dumps, fifth pass"). Raises ``duckdb.InvalidInputException`` for a line the reader
+    "Dirty dumps, fourth pass"). Raises ``duckdb.InvalidInputException`` for a line the reader
     refuses (a NUL byte)."""
     con.execute("PRAGMA enable_profiling = 'no_output'")
     con.execute("SET preserve_insertion_order = true")
@@ -608,10 +614,7 @@ def _load_file(
         f"CASE WHEN {plan.blank} THEN 4 "
         f"WHEN NOT coalesce({plan.count_ok}, FALSE) OR NOT {id_ok} THEN 1 ELSE 0 END"
     )
-    why = (
-        f"CASE WHEN shape = 1 THEN CASE WHEN NOT n_ok THEN {_q(f'wrong field count (expected {plan.nf})')} "
-        f"ELSE {_q(sacct.BAD_JOB_ID)} END END AS why"
-    )
+    why = f"CASE WHEN shape = 1 THEN {plan.shape_why('n_ok')} END AS why"
     texts = ", ".join(f"CASE WHEN {k} IS NULL THEN r_{k} END AS t_{k}" for k in times)
     jt = ", CASE WHEN jid IS NULL THEN r_jid END AS jt" if numeric_jid else ""
     try:
@@ -658,15 +661,24 @@ def _load_file(
     return good
 
 
-def _time_why() -> str:
-    """SQL: the reference's reason for a row of class ``bad`` by its times (in its order)."""
-    unknown_end = rule.unknown_time_sql("t_en")
+def time_why_sql(
+    st: str = "st",
+    en: str = "en",
+    sub: str = "sub",
+    t_en: str = "t_en",
+    t_sub: str = "t_sub",
+    state: str = "state",
+) -> str:
+    """SQL: the reference's reason for a row that is bad by its times (in its order), over the
+    epochs ``st``, ``en``, ``sub`` (NULL: not a time), the texts ``t_en``, ``t_sub`` (read only
+    where their epoch is NULL) and the job state."""
+    unknown_end = rule.unknown_time_sql(t_en)
     return f"""CASE
-        WHEN st IS NULL OR (en IS NULL AND NOT {unknown_end}) THEN 'bad time'
-        WHEN en IS NULL AND NOT {rule.running_sql("state")}
-            THEN coalesce(nullif(trim(t_en), ''), 'empty') || ' end time for a ' || state || ' job'
-        WHEN sub IS NULL AND NOT {rule.unknown_time_sql("t_sub")} THEN 'bad time'
-        ELSE {rule.impossible_time_sql("st", "en", "sub")} END"""
+        WHEN {st} IS NULL OR ({en} IS NULL AND NOT {unknown_end}) THEN 'bad time'
+        WHEN {en} IS NULL AND NOT {rule.running_sql(state)}
+            THEN coalesce(nullif(trim({t_en}), ''), 'empty') || ' end time for a ' || {state} || ' job'
+        WHEN {sub} IS NULL AND NOT {rule.unknown_time_sql(t_sub)} THEN 'bad time'
+        ELSE {rule.impossible_time_sql(st, en, sub)} END"""
 
 
 def _bad_rows(
@@ -676,13 +688,13 @@ def _bad_rows(
     then the counted rows whose AllocTRES is garbage or names more than ``max_gpus`` GPUs (made
     ``bad``: the reference counts them as job rows, as it does the others). Returns the other
     AllocTRES values."""
-    con.execute(f"INSERT INTO badrows SELECT ln, {_time_why()} FROM j WHERE cls = 'bad'")
+    con.execute(f"INSERT INTO badrows SELECT ln, {time_why_sql()} FROM j WHERE cls = 'bad'")
     wrong = []
     for t in tres:
         try:
             g = sacct.parse_gpu_tres((t or "").strip())
         except ParseError:
-            wrong.append((t, "garbage AllocTRES"))
+            wrong.append((t, sacct.GARBAGE_TRES))
             continue
         if max(g[0], sum(n for _, n in g[1])) > max_gpus:
             wrong.append((t, rule.IMPOSSIBLE + "more GPUs than report.max_gpus"))
@@ -711,8 +723,7 @@ def _dedupe(con: duckdb.DuckDBPyConnection) -> None:
                 FROM j JOIN (SELECT DISTINCT jid, lh FROM pairs WHERE dup) USING (jid, lh) WHERE cls = 'ok')
             WHERE k > 1"""
         )
-        why = _q(rule.IMPOSSIBLE + "exact duplicate of an earlier row")
-        con.execute(f"INSERT INTO badrows SELECT ln, {why} FROM dups")
+        con.execute(f"INSERT INTO badrows SELECT ln, {_q(sacct.DUPLICATE_ROW)} FROM dups")
         con.execute("UPDATE j SET cls = 'bad' WHERE ln IN (SELECT ln FROM dups)")
     con.execute("DROP TABLE pairs")
 

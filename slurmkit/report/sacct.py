@@ -302,6 +302,8 @@ _job_id_re = re.compile(JOB_ID_PATTERN + r"\Z")
 _raw_re = re.compile(r"[0-9]{1,18}\Z")
 #: why a row failing :func:`job_id_ok` is skipped
 BAD_JOB_ID = "bad JobID or JobIDRaw"
+GARBAGE_TRES = "garbage AllocTRES"
+DUPLICATE_ROW = rules.IMPOSSIBLE + "exact duplicate of an earlier row"
 
 
 def job_id_ok(job_id: str, raw: Optional[str]) -> bool:
@@ -587,7 +589,7 @@ def _parse_rows(
         if not g:
             bad(
                 line_no,
-                "garbage AllocTRES" if g is False else rules.IMPOSSIBLE + "more GPUs than report.max_gpus",
+                GARBAGE_TRES if g is False else rules.IMPOSSIBLE + "more GPUs than report.max_gpus",
             )
             continue
         row_hash = hash(line.rstrip("\r\n"))
@@ -598,10 +600,10 @@ def _parse_rows(
                 ),
                 row_hash,
             ):
-                bad(line_no, rules.IMPOSSIBLE + "exact duplicate of an earlier row")
+                bad(line_no, DUPLICATE_ROW)
             continue
         if row_hash in seen_rows:
-            bad(line_no, rules.IMPOSSIBLE + "exact duplicate of an earlier row")
+            bad(line_no, DUPLICATE_ROW)
             continue
         seen_rows.add(row_hash)
         append(

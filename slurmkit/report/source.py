@@ -679,7 +679,7 @@ def ingest(
                 return Ingested(None, [])
             sacct.refuse_free_text(dump.path, src.columns, dump.trust_free_text)
             out = arch.ingest(directory, src)
-        warning = _malformed_warning(dump.path, src) if out["malformed"] else None
+        warning = out.pop("bad_rows").warning(dump.path)
         return Ingested(out, [warning] if warning else [])
     assert win is not None
     query = sacct.build_query(win, truncate=False)
@@ -691,34 +691,8 @@ def ingest(
         src = eng.FileSource(tmp.name, list(sacct.FIELDS), sacct.SACCT_DELIMITER, False, 1)
         with progress.reading(tmp.name, quiet=quiet, label="sacct output"):
             out = arch.ingest(directory, src)
-        warning = _malformed_warning(tmp.name, src, label="sacct output") if out["malformed"] else None
+        warning = out.pop("bad_rows").warning("sacct output")
     return Ingested(out, [warning] if warning else [])
-
-
-def _malformed_warning(path: str, src, label: Optional[str] = None) -> Optional[str]:
-    """The reference parser's warning (line numbers, reasons) for the rows ingest skipped."""
-    with open(path, encoding="utf-8", errors="replace", newline=None) as lines:
-        for _ in range(src.first_row - 1):
-            next(lines, None)
-        head = sacct.DumpHead(src.columns, src.sep, src.trailing, src.first_row, lines)
-        seen: set = set()
-
-        def count_only(_attempt, row_hash: int) -> bool:
-            # keep no attempt (a dump may hold millions), only what tells an exact duplicate
-            if row_hash in seen:
-                return False
-            seen.add(row_hash)
-            return True
-
-        _, stats = sacct.parse_rows(
-            sacct.dump_rows(head),
-            src.columns,
-            sep=src.sep,
-            window=resolve_window(default_unbounded=True),
-            first_line=src.first_row,
-            sink=count_only,
-        )
-    return stats.warning(label or path)
 
 
 def sql(directory: Optional[str], query: str):

@@ -162,6 +162,69 @@ def test_ingest_skips_malformed_rows_with_line_numbers(cli, fixture_path, tmp_pa
     assert data["totals"] == file_totals
 
 
+def _dirty(fixture_path, tmp_path):
+    """malformed.txt with more bad rows after it: exact copies of earlier kept rows (lines 15
+    and 22), a bad job id, a Start before 2000, a Submit that is no time, a row never started,
+    and 20 more truncated rows (the warning lists 20 lines and says how many more)."""
+    lines = open(fixture_path("malformed.txt")).read().splitlines()
+    good = [line for line in lines if line.startswith(("200|", "207|"))]
+    assert len(good) == 2
+    base = good[0].split("|")
+
+    def row(**fields):
+        f = list(base)
+        for i, v in fields.items():
+            f[int(i[1:])] = v
+        return "|".join(f)
+
+    more = [
+        good[0],
+        good[1],
+        row(f0="300x", f1="300x"),
+        row(f0="301", f1="301", f5="1999-12-31T23:00:00"),
+        row(f0="302", f1="302", f4="soon"),
+        row(f0="303", f1="303", f5="Unknown", f6="Unknown", f2="PENDING"),
+        good[0],
+    ] + [f"{400 + i}|{400 + i}|COMPLETED" for i in range(20)]
+    path = tmp_path / "dirty.txt"
+    path.write_text("\n".join(lines + more) + "\n")
+    return str(path)
+
+
+def test_ingest_warns_of_each_bad_row_as_the_reference_does(cli, fixture_path, tmp_path):
+    """Line numbers, reasons, their counts and order, the "and N more", the impossible ones:
+    the same warning as a report of the file by the reference (``--engine python``), though
+    ingest found them in SQL; exact copies of a kept row are in it (the archive keeps the row
+    once), the row never started is not."""
+    dump = _dirty(fixture_path, tmp_path)
+    res = _ingest(cli, tmp_path / "arch", dump)
+    assert res.exit_code == 0, res.stderr
+    ref = cli("report", "--trust-free-text", "--sacct-file", dump, "--engine", "python", "--json")
+    assert ref.exit_code == 0, ref.stderr
+    expected = next(line for line in ref.stderr.splitlines() if "malformed row(s)" in line)
+    got = [line for line in res.stderr.splitlines() if "malformed row(s)" in line]
+    assert got == [expected]
+    assert "and 13 more" in expected and "exact duplicate of an earlier row (3)" in expected
+    # 7 of the fixture, the bad job id, the two bad times and the 20 truncated rows; 1 not started
+    assert "(1 not started, 30 malformed or impossible: skipped)" in res.stderr
+
+
+def test_ingest_reads_a_dump_once_however_many_rows_are_bad(fixture_path, tmp_path, monkeypatch):
+    """The warning comes from the ingest's own SQL: the reference's parser never reads the
+    dump again (it did, all of it, whenever one row was bad)."""
+    from slurmkit.report import source
+
+    def no_reference(*args, **kwargs):
+        raise AssertionError("the reference parser read the dump")
+
+    monkeypatch.setattr(sacct, "parse_rows", no_reference)
+    monkeypatch.setattr(sacct, "_parse_rows", no_reference)
+    dump = source.Dump(_dirty(fixture_path, tmp_path), None, None, True)
+    done = source.ingest(str(tmp_path / "arch"), dump=dump, win=None, rcfg={})
+    assert done.counts["malformed"] == 30 and len(done.warnings) == 1
+    assert "skipped 33 malformed row(s) at line(s) 16, 17, 18, 19, 20, 21, 23, 26," in done.warnings[0]
+
+
 def test_a_nul_byte_in_a_dump_is_one_line_naming_it_and_the_archive_is_untouched(cli, fixture_path, tmp_path):
     """DuckDB's line reader refuses a NUL byte (sacct never writes one): ingest says which line,
     exits 2, and the archive keeps exactly what it had (no internal error, no partial month)."""

@@ -265,7 +265,7 @@ def test_what_an_ingest_returns(fixture_path, tmp_path):
     src = engine.probe_file(fixture_path("basic.txt"), None, "|")
     arch = str(tmp_path / "arch")
     first = archive.ingest(arch, src)
-    assert sorted(first) == ["malformed", "months", "not_started", "rows", "skipped"]
+    assert sorted(first) == ["bad_rows", "malformed", "months", "not_started", "rows", "skipped"]
     assert first["skipped"] == first["not_started"] + first["malformed"] and first["not_started"] > 0
     assert first["rows"] == sum(first["months"].values()) > 0
     again = archive.ingest(arch, src)  # idempotent: the same rows replace themselves
