@@ -53,7 +53,7 @@ declare -A PROCESS_ISOLATION=([archive]=forkserver)
 # the archive's ingest and the file handling around it, not its report-side readers
 A=slurmkit.report.archive
 declare -A FUNCTIONS=(
-  [archive]="$A.x_ingest__* $A.x__ingest__* $A.x__typed_columns__* $A.x__write_multi__* $A.x__clean__* $A.x__remove_leftovers__* $A.x__private_dir__* $A.x__temporary__* $A.x__rule_versions__*"
+  [archive]="$A.x_ingest__* $A.x__ingest__* $A.x__bad_rows__* $A.x__typed_columns__* $A.x__write_multi__* $A.x__clean__* $A.x__remove_leftovers__* $A.x__private_dir__* $A.x__temporary__* $A.x__rule_versions__*"
 )
 
 if [ "${1:-}" = "--list" ]; then
