@@ -165,7 +165,8 @@ def test_ingest_skips_malformed_rows_with_line_numbers(cli, fixture_path, tmp_pa
 def _dirty(fixture_path, tmp_path):
     """malformed.txt with more bad rows after it: exact copies of earlier kept rows (lines 15
     and 22), a bad job id, a Start before 2000, a Submit that is no time, a row never started,
-    and 20 more truncated rows (the warning lists 20 lines and says how many more)."""
+    a "CANCELLED by UID" row without an End (the reason names the state, not the text), and 20
+    more truncated rows (the warning lists 20 lines and says how many more)."""
     lines = open(fixture_path("malformed.txt")).read().splitlines()
     good = [line for line in lines if line.startswith(("200|", "207|"))]
     assert len(good) == 2
@@ -184,6 +185,7 @@ def _dirty(fixture_path, tmp_path):
         row(f0="301", f1="301", f5="1999-12-31T23:00:00"),
         row(f0="302", f1="302", f4="soon"),
         row(f0="303", f1="303", f5="Unknown", f6="Unknown", f2="PENDING"),
+        row(f0="304", f1="304", f2="CANCELLED by 1000", f6=""),
         good[0],
     ] + [f"{400 + i}|{400 + i}|COMPLETED" for i in range(20)]
     path = tmp_path / "dirty.txt"
@@ -204,9 +206,9 @@ def test_ingest_warns_of_each_bad_row_as_the_reference_does(cli, fixture_path, t
     expected = next(line for line in ref.stderr.splitlines() if "malformed row(s)" in line)
     got = [line for line in res.stderr.splitlines() if "malformed row(s)" in line]
     assert got == [expected]
-    assert "and 13 more" in expected and "exact duplicate of an earlier row (3)" in expected
-    # 7 of the fixture, the bad job id, the two bad times and the 20 truncated rows; 1 not started
-    assert "(1 not started, 30 malformed or impossible: skipped)" in res.stderr
+    assert "and 14 more" in expected and "empty end time for a CANCELLED job (1)" in expected and "exact duplicate of an earlier row (3)" in expected
+    # 7 of the fixture, the bad job id, the three bad times and the 20 truncated rows; 1 not started
+    assert "(1 not started, 31 malformed or impossible: skipped)" in res.stderr
 
 
 def test_ingest_reads_a_dump_once_however_many_rows_are_bad(fixture_path, tmp_path, monkeypatch):
@@ -221,8 +223,8 @@ def test_ingest_reads_a_dump_once_however_many_rows_are_bad(fixture_path, tmp_pa
     monkeypatch.setattr(sacct, "_parse_rows", no_reference)
     dump = source.Dump(_dirty(fixture_path, tmp_path), None, None, True)
     done = source.ingest(str(tmp_path / "arch"), dump=dump, win=None, rcfg={})
-    assert done.counts["malformed"] == 30 and len(done.warnings) == 1
-    assert "skipped 33 malformed row(s) at line(s) 16, 17, 18, 19, 20, 21, 23, 26," in done.warnings[0]
+    assert done.counts["malformed"] == 31 and len(done.warnings) == 1
+    assert "skipped 34 malformed row(s) at line(s) 16, 17, 18, 19, 20, 21, 23, 26," in done.warnings[0]
 
 
 def test_a_nul_byte_in_a_dump_is_one_line_naming_it_and_the_archive_is_untouched(cli, fixture_path, tmp_path):
