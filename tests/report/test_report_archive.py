@@ -206,7 +206,11 @@ def test_ingest_warns_of_each_bad_row_as_the_reference_does(cli, fixture_path, t
     expected = next(line for line in ref.stderr.splitlines() if "malformed row(s)" in line)
     got = [line for line in res.stderr.splitlines() if "malformed row(s)" in line]
     assert got == [expected]
-    assert "and 14 more" in expected and "empty end time for a CANCELLED job (1)" in expected and "exact duplicate of an earlier row (3)" in expected
+    assert (
+        "and 14 more" in expected
+        and "empty end time for a CANCELLED job (1)" in expected
+        and "exact duplicate of an earlier row (3)" in expected
+    )
     # 7 of the fixture, the bad job id, the three bad times and the 20 truncated rows; 1 not started
     assert "(1 not started, 31 malformed or impossible: skipped)" in res.stderr
 
