@@ -361,7 +361,8 @@ def lines(directory: str) -> Iterator[str]:
 
 def ingest(directory: str, src: FileSource) -> Dict[str, object]:
     """Add a saved dump's attempts to the archive; returns what changed per month and what
-    was skipped (``skipped``: rows not kept, ``reasons``: why, for the malformed ones)."""
+    was skipped (``skipped``: rows not kept; ``bad_rows``: a :class:`.sacct.ParseStats` of the
+    rows the reference would report, with their line numbers and reasons)."""
     plan = _Plan(src)
     idx = {c.strip().lower(): i for i, c in enumerate(src.columns)}
     select = []
