@@ -56,6 +56,7 @@ from slurmkit.report.engine import (
     _digits,
     _Plan,
     _q,
+    _report_bad,
     _state_sql,
     _table,
     _tres_tables,
@@ -495,17 +496,17 @@ def _ingest(directory: str, src: FileSource, plan: _Plan, select: List[str]) -> 
 def _bad_rows(con: duckdb.DuckDBPyConnection, first_row: int) -> sacct.ParseStats:
     """The rows of table ``new`` the reference would report (line numbers and reasons, as its
     warning gives them): those not kept for a reason (``why``) and the exact copies of an
-    earlier kept row (which the archive keeps once, as one attempt). One statement over the
-    job rows; Python sees only the bad ones."""
-    stats = sacct.ParseStats()
-    for ln, why in con.execute(
-        f"""SELECT ln, why FROM new WHERE why IS NOT NULL AND why <> '{NOT_STARTED}'
+    earlier kept row (which the archive keeps once, as one attempt), counted in SQL by the
+    engine's own :func:`~.engine._report_bad`."""
+    con.execute(
+        f"""CREATE TEMP TABLE badrows AS SELECT ln, why FROM new WHERE why IS NOT NULL AND why <> '{NOT_STARTED}'
         UNION ALL SELECT ln, {_q(sacct.DUPLICATE_ROW)} FROM (
             SELECT ln, row_number() OVER (PARTITION BY "JobIDRaw", lh ORDER BY ln) AS k FROM new
-            WHERE why IS NULL) WHERE k > 1
-        ORDER BY ln"""
-    ).fetchall():
-        stats.bad(first_row + ln - 1, why)
+            WHERE why IS NULL) WHERE k > 1"""
+    )
+    stats = sacct.ParseStats()
+    _report_bad(con, first_row, stats)
+    con.execute("DROP TABLE badrows")
     return stats
 
 
