@@ -38,3 +38,16 @@ def keep_only(text: str, allowed: frozenset) -> str:
     if allowed.issuperset(text):
         return text
     return "".join(c for c in text if c in allowed)
+
+
+#: Each character a terminal or a reader would not show as itself, and what stands for it:
+#: C0 controls, DEL and C1 controls as ``\xNN``; the bidirectional embedding, override and
+#: isolate marks (which reorder what a reader sees, "Trojan Source", CVE-2021-42574) as ``\uNNNN``.
+_SHOWN = {c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7F, 0xA0))}
+_SHOWN.update({c: f"\\u{c:04x}" for c in (*range(0x202A, 0x202F), *range(0x2066, 0x206A))})
+
+
+def shown(text: str) -> str:
+    """``text`` with each control character written as its escape (``\\x1b`` for ESC, ``\\x0a``
+    for a newline), so that what users wrote stays data on a terminal and one line stays one."""
+    return text.translate(_SHOWN)

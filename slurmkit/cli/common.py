@@ -5,6 +5,8 @@
 * Data goes to stdout, messages to stderr.
 * A :class:`~slurmkit.errors.SlurmkitError` becomes ``slurmkit: <message>`` on one line
   and its exit code; a bug becomes a short message plus the traceback with ``-v``.
+* Every message and table cell is written through :func:`slurmkit.chars.shown`: a file name,
+  job name or log line holding a newline or a terminal escape stays data, on one line.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence
 
 import click
 
+from slurmkit.chars import shown
 from slurmkit.errors import SlurmkitError
 
 log = logging.getLogger("slurmkit")
@@ -79,8 +82,29 @@ def setup_logging(verbose: int, quiet: bool) -> None:
         level = logging.DEBUG
     elif verbose == 1:
         level = logging.INFO
-    logging.basicConfig(level=level, format="slurmkit: %(levelname)s: %(message)s", stream=sys.stderr)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_ShownFormatter("slurmkit: %(levelname)s: %(message)s"))
+    logging.basicConfig(level=level, handlers=[handler])
     log.setLevel(level)
+
+
+class _ShownFormatter(logging.Formatter):
+    """A log line with its control characters shown (a traceback, added after it, keeps its lines)."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        return shown(super().formatMessage(record))
+
+
+def message(text: str) -> None:
+    """One message line on stderr, its control characters shown (:func:`slurmkit.chars.shown`)."""
+    click.echo(shown(text), err=True)
+
+
+def message_lines(text: str) -> None:
+    """A block of lines on stderr (a YAML dump, a table), each line's control characters shown.
+    Only ``\n`` ends a line (``str.splitlines`` would also break at ``\x85`` or ``\x1c``)."""
+    for line in text[:-1].split("\n") if text.endswith("\n") else text.split("\n"):
+        message(line)
 
 
 def common_options(f: Callable) -> Callable:
@@ -132,7 +156,7 @@ def print_table(rows: List[Dict[str, Any]], columns: Optional[Sequence[str]] = N
     if not rows:
         return
     cols = list(columns or rows[0].keys())
-    cells = [[("" if r.get(c) is None else str(r.get(c))) for c in cols] for r in rows]
+    cells = [[("" if r.get(c) is None else shown(str(r.get(c)))) for c in cols] for r in rows]
     widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(cols)]
     click.echo("  ".join(c.upper().ljust(w) for c, w in zip(cols, widths)).rstrip())
     for row in cells:
@@ -162,16 +186,17 @@ def run_main(cli: click.Command, prog: str, args: Optional[Iterable[str]] = None
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
     except click.ClickException as exc:
+        exc.message = shown(exc.message)
         exc.show()
         sys.exit(exc.exit_code)
     except click.exceptions.Abort:
-        click.echo(f"{prog}: aborted", err=True)
+        message(f"{prog}: aborted")
         sys.exit(1)
     except SlurmkitError as exc:
-        click.echo(f"{prog}: error: {exc}", err=True)
+        message(f"{prog}: error: {exc}")
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
-        click.echo(f"{prog}: interrupted", err=True)
+        message(f"{prog}: interrupted")
         sys.exit(130)
     except BrokenPipeError:
         try:
@@ -182,10 +207,9 @@ def run_main(cli: click.Command, prog: str, args: Optional[Iterable[str]] = None
     except Exception as exc:  # a bug in slurmkit
         if os.environ.get("SLURMKIT_DEBUG") or sum(a in ("-vv", "-vvv") for a in (args or sys.argv)):
             raise
-        click.echo(
+        message(
             f"{prog}: internal error: {type(exc).__name__}: {exc} "
-            f"(set SLURMKIT_DEBUG=1 for a traceback; please report it)",
-            err=True,
+            f"(set SLURMKIT_DEBUG=1 for a traceback; please report it)"
         )
         sys.exit(INTERNAL_ERROR_EXIT)
     sys.exit(rv if isinstance(rv, int) else 0)

@@ -7,7 +7,7 @@ import time
 
 import click
 
-from slurmkit.cli.common import common_options, format_options, print_json, resolve_format
+from slurmkit.cli.common import common_options, format_options, message, print_json, resolve_format
 
 
 def _cluster(state_dir):
@@ -105,14 +105,12 @@ def up(
     spec = cluster.up(spec, install=not no_install)
     if not quiet:
         where = f" in {spec.rootfs}" if spec.rootfs else ""
-        click.echo(
+        message(
             f"devcluster up in {time.monotonic() - t0:.1f}s: Slurm {spec.release}{where}, "
-            f"{nodes} nodes ({mode}), state in {cluster.root}",
-            err=True,
+            f"{nodes} nodes ({mode}), state in {cluster.root}"
         )
-        click.echo(
-            f'use it with: eval "$(slurmkit devcluster env --state-dir {shlex.quote(str(cluster.root))})"',
-            err=True,
+        message(
+            f'use it with: eval "$(slurmkit devcluster env --state-dir {shlex.quote(str(cluster.root))})"'
         )
 
 
@@ -125,7 +123,7 @@ def down(state_dir, keep_state, config_path, verbose, quiet) -> None:
     t0 = time.monotonic()
     _cluster(state_dir).down(keep_state=keep_state)
     if not quiet:
-        click.echo(f"devcluster down in {time.monotonic() - t0:.1f}s", err=True)
+        message(f"devcluster down in {time.monotonic() - t0:.1f}s")
 
 
 @devcluster.command()

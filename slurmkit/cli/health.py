@@ -32,6 +32,7 @@ from slurmkit.cli.common import (
     dry_run_option,
     format_options,
     load_config,
+    message,
     print_json,
     print_table,
     resolve_format,
@@ -106,7 +107,7 @@ def health_run(tier, checks, node, advance_cursor, fmt, as_json, config_path, ve
         from slurmkit.slurm.settings import warn_lines
 
         for line in warn_lines() or []:  # one line per Slurm setting the kill path relies on
-            click.echo(f"slurmkit: {line}", err=True)
+            message(f"slurmkit: {line}")
     status = worst(results)
     if resolve_format(fmt, as_json) == "json":
         print_json(
@@ -134,7 +135,7 @@ def health_run(tier, checks, node, advance_cursor, fmt, as_json, config_path, ve
             ]
         )
         if not quiet:
-            click.echo(f"{node}: {status.value.upper()}", err=True)
+            message(f"{node}: {status.value.upper()}")
     sys.exit(status.exit_code)
 
 
@@ -161,7 +162,7 @@ def health_accounting(enable, node, fmt, as_json, config_path, verbose, quiet) -
         rows = accounting_setup(backend, enable)
         backend.close()
     except BackendError as exc:
-        click.echo(f"slurmkit: error: {node}: {exc}", err=True)
+        message(f"slurmkit: error: {node}: {exc}")
         sys.exit(3)
     if resolve_format(fmt, as_json) == "json":
         print_json({"node": node, "gpus": rows})
@@ -288,7 +289,7 @@ def kill_leaks(dry_run, node, fmt, as_json, config_path, verbose, quiet) -> None
     from slurmkit.hooks.leaks import NOT_ROOT_MESSAGE
 
     if os.geteuid() != 0:  # before any scan, kill or write: a user's run could only half work
-        click.echo(NOT_ROOT_MESSAGE, err=True)
+        message(NOT_ROOT_MESSAGE)
         sys.exit(2)
     setup_logging(verbose, quiet)
     from slurmkit.health.backends import BackendError
@@ -302,13 +303,13 @@ def kill_leaks(dry_run, node, fmt, as_json, config_path, verbose, quiet) -> None
     try:
         backend = ctx.backend()
     except BackendError as exc:
-        click.echo(f"slurmkit: GPU side skipped: {exc}", err=True)
+        message(f"slurmkit: GPU side skipped: {exc}")
         backend = None
     report = run_kill(health_cfg, paths, node, dry_run=dry_run, backend=backend)
     try:
         write_metrics(paths, report)
     except Exception as exc:
-        click.echo(f"slurmkit: cannot write metrics: {exc}", err=True)
+        message(f"slurmkit: cannot write metrics: {exc}")
     if resolve_format(fmt, as_json) == "json":
         print_json(report)
     else:
@@ -327,5 +328,5 @@ def kill_leaks(dry_run, node, fmt, as_json, config_path, verbose, quiet) -> None
                 ]
             )
         elif not quiet:
-            click.echo(f"{node}: no leaked processes", err=True)
+            message(f"{node}: no leaked processes")
     sys.exit(exit_code(report))

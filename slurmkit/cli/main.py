@@ -10,6 +10,7 @@ from slurmkit.cli.common import (
     common_options,
     format_options,
     load_config,
+    message,
     print_json,
     resolve_format,
     run_main,
@@ -56,7 +57,7 @@ def config_validate(config_path, verbose, quiet) -> None:
 
         client.configure(cfg.section("slurm")["bin_dir"], cfg.section("slurm")["timeout"])
         for line in warn_lines() or []:
-            click.echo(f"slurmkit: {line}", err=True)
+            message(f"slurmkit: {line}")
     problems = named_file_problems(cfg)
     table = cfg.section("health")["checks"]["xid"]["table"]
     if table and not problems:
@@ -68,7 +69,7 @@ def config_validate(config_path, verbose, quiet) -> None:
             problems.append(str(exc))
     if problems:
         for first in problems[:-1]:
-            click.echo(f"slurmkit: error: {first}", err=True)
+            message(f"slurmkit: error: {first}")
         raise ConfigError(problems[-1])
     if not quiet:
         click.echo(f"{cfg.path or '(built-in defaults)'}: ok")

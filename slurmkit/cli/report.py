@@ -18,7 +18,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import click
 
-from slurmkit.cli.common import common_options, load_config, print_json, setup_logging
+from slurmkit.cli.common import common_options, load_config, message, print_json, setup_logging
 from slurmkit.errors import UsageError
 from slurmkit.report import DEFAULT_IDLE_BELOW, EFFICIENCY_BY, FORMATS, VIEWS
 
@@ -170,7 +170,7 @@ def _load(config_path: Optional[str]):
 
 def _warn(warnings: List[str]) -> None:
     for w in warnings:
-        click.echo(f"slurmkit: warning: {w}", err=True)
+        message(f"slurmkit: warning: {w}")
 
 
 def _dump(sacct_file, sacct_columns=None, sacct_delimiter=None, trust_free_text=False):
@@ -253,7 +253,7 @@ def _run_usage(
     _warn(out.warnings)
     report, fmt = out.report, "json" if as_json else fmt
     if not report.totals["attempts"]:
-        click.echo(f"slurmkit: no jobs in window ({window.label})", err=True)
+        message(f"slurmkit: no jobs in window ({window.label})")
     if report.totals["attempts"] or fmt in ("json", "csv"):
         render(report, fmt, view or default_view, sys.stdout)
     if plot_path:
@@ -261,7 +261,7 @@ def _run_usage(
 
         write_plot(report, plot_path, rcfg["plot_top"])
         if not quiet:
-            click.echo(f"slurmkit: wrote {plot_path}", err=True)
+            message(f"slurmkit: wrote {plot_path}")
     return 0
 
 
@@ -371,16 +371,15 @@ def report_ingest(
         quiet=quiet,
     )
     if done.counts is None:
-        click.echo(f"slurmkit: {sacct_file}: no rows", err=True)
+        message(f"slurmkit: {sacct_file}: no rows")
         return
     _warn(done.warnings)
     out = done.counts
     if not quiet:
         months = ", ".join(f"{m}: {n}" for m, n in out["months"].items()) or "none"
-        click.echo(
+        message(
             f"slurmkit: ingested {out['rows']} attempt(s) into {archive} ({out['not_started']} not started, "
-            f"{out['malformed']} malformed or impossible: skipped); rows per month now: {months}",
-            err=True,
+            f"{out['malformed']} malformed or impossible: skipped); rows per month now: {months}"
         )
 
 
@@ -660,7 +659,7 @@ def run_efficiency(
     )
     _warn(out.warnings)
     if not out.jobs:
-        click.echo(f"slurmkit: no ended GPU jobs in window ({window.label})", err=True)
+        message(f"slurmkit: no ended GPU jobs in window ({window.label})")
     fmt = "json" if as_json else fmt
     if out.jobs or fmt in ("json", "csv"):
         buf = io.StringIO()
@@ -669,7 +668,7 @@ def run_efficiency(
     if plot_path:
         write_chart(out.rows, by, plot_path)
         if not quiet:
-            click.echo(f"slurmkit: wrote {plot_path}", err=True)
+            message(f"slurmkit: wrote {plot_path}")
     return 0
 
 

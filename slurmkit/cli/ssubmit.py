@@ -32,7 +32,16 @@ from typing import Any, Dict, List, Optional
 
 import click
 
-from slurmkit.cli.common import common_options, load_config, print_json, run_main, setup_logging
+from slurmkit.chars import shown
+from slurmkit.cli.common import (
+    common_options,
+    load_config,
+    message,
+    message_lines,
+    print_json,
+    run_main,
+    setup_logging,
+)
 from slurmkit.errors import UsageError
 
 
@@ -114,7 +123,7 @@ def wait_for_job(job_id: str, *, poll: float, timeout: float, quiet: bool) -> Di
     from slurmkit.submit import follow
 
     def show(state: Dict[str, str]) -> None:
-        click.echo(follow.describe(job_id, state), err=True)
+        message(follow.describe(job_id, state))
 
     return follow.wait_for_job(job_id, poll=poll, timeout=timeout, on_change=None if quiet else show)
 
@@ -180,7 +189,7 @@ def submit_cmd(
     rendered = spec.render()
     for note in spec.check_cluster():
         if not quiet:
-            click.echo(f"ssubmit: warning: {note}", err=True)
+            message(f"ssubmit: warning: {note}")
     tasks = spec.tasks
     if dry_run:
         if as_json:
@@ -200,29 +209,24 @@ def submit_cmd(
 
             click.echo(rendered.script, nl=False)
             if not quiet:
-                click.echo("# ---- resolved settings (ssubmit --dry-run; nothing was submitted)", err=True)
-                click.echo(
-                    yaml.safe_dump(rendered.settings, sort_keys=True, allow_unicode=True), err=True, nl=False
-                )
+                message("# ---- resolved settings (ssubmit --dry-run; nothing was submitted)")
+                message_lines(yaml.safe_dump(rendered.settings, sort_keys=True, allow_unicode=True))
                 if rendered.sbatch_args:
                     import shlex
 
-                    click.echo("# sbatch " + shlex.join(rendered.sbatch_args), err=True)
+                    message("# sbatch " + shlex.join(rendered.sbatch_args))
                 if tasks:
-                    click.echo(
-                        f"# ---- sweep: {len(tasks)} tasks, one job array --array={spec.data['array']}",
-                        err=True,
-                    )
-                    click.echo("# TASK  RUN NAME  PARAMETERS", err=True)
+                    message(f"# ---- sweep: {len(tasks)} tasks, one job array --array={spec.data['array']}")
+                    message("# TASK  RUN NAME  PARAMETERS")
                     for line in task_table_lines(tasks):
-                        click.echo(f"# {line}", err=True)
+                        message(f"# {line}")
         return 0
     if test_only:
-        message = api.test_submit(spec)
+        answer = api.test_submit(spec)
         if as_json:
-            print_json({"test_only": message})
+            print_json({"test_only": answer})
         else:
-            click.echo(message)
+            click.echo(shown(answer))
         return 0
     job = api.submit(spec, check_cluster=False)
     job_id = job.job_id
@@ -266,17 +270,14 @@ def submit_cmd(
         )
     elif not quiet:
         if tail:
-            click.echo(f"---- last {len(tail)} lines of {log}", err=True)
+            message(f"---- last {len(tail)} lines of {log}")
             for line in tail:
-                click.echo(line, err=True)
-        click.echo(
-            f"ssubmit: job {job_id} ended {state['state']} (exit code {state.get('exit_code') or '?'})",
-            err=True,
-        )
+                message(line)
+        message(f"ssubmit: job {job_id} ended {state['state']} (exit code {state.get('exit_code') or '?'})")
         if eff is not None:
             from slurmkit.report.efficiency import one_line
 
-            click.echo(f"ssubmit: job {job_id} {one_line(eff)}", err=True)
+            message(f"ssubmit: job {job_id} {one_line(eff)}")
     if code:
         sys.exit(code)
     return 0
@@ -287,7 +288,7 @@ def _wait_array(job, timeout: float, quiet: bool, as_json: bool) -> int:
     task completed with 0, else the first failed task's code (1 when it has none)."""
 
     def show(state: str) -> None:
-        click.echo(f"ssubmit: job array {job.job_id}: {state}", err=True)
+        message(f"ssubmit: job array {job.job_id}: {state}")
 
     final = job.wait(timeout=timeout, on_change=None if quiet else show)
     rows = job.status()
@@ -297,7 +298,7 @@ def _wait_array(job, timeout: float, quiet: bool, as_json: bool) -> int:
         print_json({"job_id": job.job_id, "state": final, "exit": code, "tasks": [r.to_dict() for r in rows]})
     elif not quiet:
         _print_task_table(rows, err=True)
-        click.echo(f"ssubmit: job array {job.job_id} ended {final}", err=True)
+        message(f"ssubmit: job array {job.job_id} ended {final}")
     if code:
         sys.exit(code)
     return 0
@@ -321,10 +322,15 @@ def _print_task_table(rows, err: bool = False) -> None:
         ]
         for r in rows
     ]
+    cells = [[shown(v) for v in row] for row in cells]  # (a parameter value is the user's text)
     head = ["TASK", "STATE", "EXIT", "RESTARTS", "EFFICIENCY", "PARAMETERS"]
     widths = [max(len(h), *(len(c[i]) for c in cells)) if cells else len(h) for i, h in enumerate(head)]
     for line in [head, *cells]:
-        click.echo("  ".join(v.ljust(w) for v, w in zip(line, widths)).rstrip(), err=err)
+        text = "  ".join(v.ljust(w) for v, w in zip(line, widths)).rstrip()
+        if err:
+            message(text)
+        else:
+            click.echo(text)
 
 
 @cli.command("status")
@@ -437,9 +443,7 @@ def cancel_cmd(job_id, sig, config_path, verbose, quiet) -> None:
 
     client.cancel(job_id, signal=sig, batch_only=bool(sig))
     if not quiet:
-        click.echo(
-            f"sent SIG{sig} to job {job_id}'s batch shell" if sig else f"cancelled job {job_id}", err=True
-        )
+        message(f"sent SIG{sig} to job {job_id}'s batch shell" if sig else f"cancelled job {job_id}")
 
 
 @cli.command("logs")

@@ -17,6 +17,7 @@ from slurmkit.cli.common import (
     dry_run_option,
     format_options,
     load_config,
+    message,
     print_json,
     print_table,
     resolve_format,
@@ -56,11 +57,10 @@ def sweep(ctx, config_path, verbose, quiet, dry_run, max_nodes, fmt, as_json) ->
     if not quiet:
         verb = "would submit" if dry_run else "submitted"
         n_jobs = len(report["jobs"]) + len(report["pair_jobs"])
-        click.echo(
+        message(
             f"sweep {report['run_id']}: {p['idle_nodes']} idle of {p['total_nodes']} nodes; "
             f"{p['running']} sweep job(s) already queued/running; {verb} {n_jobs} (slots {p['slots']}); "
-            f"{len(p['overdue'])} overdue; K needed for the period: {p['required_per_run']}",
-            err=True,
+            f"{len(p['overdue'])} overdue; K needed for the period: {p['required_per_run']}"
         )
 
     def job_cell(j: Dict[str, Any]) -> str:
@@ -92,7 +92,7 @@ def sweep(ctx, config_path, verbose, quiet, dry_run, max_nodes, fmt, as_json) ->
             for j in report["jobs"] + report["pair_jobs"]:
                 click.echo(f"\n# sbatch {' '.join(j['sbatch'])}\n{j['script']}", nl=False)
     elif not quiet:
-        click.echo(f"nothing to {'plan' if dry_run else 'submit'}", err=True)
+        message(f"nothing to {'plan' if dry_run else 'submit'}")
 
 
 def _ctx_opts(ctx, config_path, verbose, quiet):
@@ -139,7 +139,7 @@ def status_cmd(ctx, config_path, verbose, quiet, fmt, as_json, nodes, no_slurm) 
     if table:
         print_table(table)
     elif not quiet:
-        click.echo("no nodes in the verdict store yet", err=True)
+        message("no nodes in the verdict store yet")
 
 
 @sweep.command("run-node")
@@ -191,9 +191,9 @@ def run_node_cmd(ctx, config_path, verbose, quiet, fmt, as_json, node, run_id, g
             extra = f"; drained: {result.drained}" if result.drained else ""
             if result.resumed is not None:
                 extra += f"; resume: {'yes' if result.resumed else 'no'} {result.resume_message}"
-            click.echo(f"{node}: {result.status.value} in {result.seconds:.1f}s{extra}", err=True)
+            message(f"{node}: {result.status.value} in {result.seconds:.1f}s{extra}")
     if result.record_error:  # the verdict stands (and drained); say the pass is not in the store
-        click.echo(f"slurmkit: {node}: pass not recorded: {result.record_error}", err=True)
+        message(f"slurmkit: {node}: pass not recorded: {result.record_error}")
         ctx.exit(3 if exit_zero else result.status.exit_code)
     ctx.exit(0 if exit_zero else result.status.exit_code)
 

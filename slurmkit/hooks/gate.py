@@ -60,7 +60,8 @@ def _say(message: str) -> None:
         pass
 
 
-def _load(hook: str) -> Tuple[Dict[str, Any], Dict[str, Any], Dict[str, Any]]:
+def _load() -> Tuple[Dict[str, Any], Dict[str, Any], Dict[str, Any]]:
+    """The config's health, paths and slurm sections (the same for every hook)."""
     from slurmkit.config import load_hook_sections
 
     sections = load_hook_sections()  # from the root-only cache while the config is unchanged
@@ -163,7 +164,7 @@ def run_hook(hook: str, env: Optional[Dict[str, str]] = None) -> int:
     ctx = None
     paths: Dict[str, Any] = {}
     try:
-        health, paths, slurm = _load(hook)
+        health, paths, slurm = _load()
     except Exception as exc:  # a bad config must not drain the fleet
         try:
             paths = _default_paths()

@@ -20,8 +20,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-#: C0 controls, DEL and C1 controls; the bidirectional embedding, override and isolate marks
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+from slurmkit.chars import shown
+
 #: what a spreadsheet reads as the start of a formula
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 #: Markdown's inline specials (emphasis, code, links, images, strike-through, headings' #) and the
@@ -31,15 +31,9 @@ _MARKDOWN_SPECIAL = re.compile(r"([\\`*\[\]#!|~]|(?<![0-9A-Za-z])_|_(?![0-9A-Za-
 _HTML = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
 
 
-def _show(match: "re.Match[str]") -> str:
-    code = ord(match.group(0))
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
-
-
 def neutral_text(value: Any) -> str:
     """``value`` as text with no control character left: each is shown as ``\\xNN``."""
-    text = value if isinstance(value, str) else str(value)
-    return _CONTROL.sub(_show, text)
+    return shown(value if isinstance(value, str) else str(value))
 
 
 def csv_cell(value: Any) -> Any:

@@ -99,7 +99,8 @@ def test_concurrent_prologs_judge_each_event_exactly_once(gpu_fixture, site, tmp
     now = time.time()
     gpu_fixture(lambda d: d.update(xid_events=events(*[(13, i % 8, now - 100 + i) for i in range(20)])))
     cfg = str(site())
-    with multiprocessing.get_context("fork").Pool(6) as pool:
+    # spawn, not fork: a fork of pytest while another thread holds a lock can hang for ever
+    with multiprocessing.get_context("spawn").Pool(6) as pool:
         seen = pool.map(_judge_in_process, [(cfg, "node1")] * 12)
     assert sum(seen) == 20  # no event judged twice, none lost
     cursor = json.loads((tmp_path / "state" / "xid-cursor.node1.json").read_text())

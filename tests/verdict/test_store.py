@@ -112,7 +112,7 @@ def _writer(root, check, count):
 
 def test_concurrent_writers_lose_no_update(tmp_path):
     """Two processes read-modify-write the same node file at once; every check survives."""
-    ctx = multiprocessing.get_context("fork")
+    ctx = multiprocessing.get_context("spawn")  # (a fork of a threaded pytest can deadlock)
     procs = [ctx.Process(target=_writer, args=(str(tmp_path), prefix, 25)) for prefix in ("a", "b", "c")]
     for p in procs:
         p.start()
