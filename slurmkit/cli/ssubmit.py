@@ -416,7 +416,7 @@ def status_cmd(job_id, as_json, config_path, verbose, quiet) -> None:
             "efficiency",
         ):
             if info.get(key) not in (None, "", "None", "(null)"):
-                click.echo(f"{key:10} {info[key]}")
+                click.echo(shown(f"{key:10} {info[key]}"))  # (a job name or reason is text users wrote)
 
 
 def _job_state(job_id: str) -> Dict[str, str]:

@@ -133,3 +133,35 @@ def test_a_table_cell_cannot_break_its_row_or_reach_the_terminal(capsys):
     common.print_table([{"node": "gpu01", "reason": f"slurmkit: x{ESCAPE}\nFAKE ROW"}])
     out = capsys.readouterr().out.splitlines()
     assert len(out) == 2 and "\x1b" not in out[1] and out[1].endswith("\\x0aFAKE ROW")
+
+
+def test_node_status_shows_a_hostile_drain_reason_and_verdict_as_data(monkeypatch):
+    """``health node status``: the drain reason (anyone with scontrol rights sets it) and a check's
+    message are data on their own lines."""
+    from click.testing import CliRunner
+
+    from slurmkit.cli import health
+    from slurmkit.hooks import nodeops
+
+    status = {
+        "node": "gpu01",
+        "state": "DRAIN",
+        "reason": f"maintenance{ESCAPE}\nlast verdict:    PASS",
+        "slurmkit_drain": False,
+        "last_verdict": {
+            "status": "fail",
+            "hook": "prolog",
+            "job_id": "7",
+            "time": 0,
+            "failing": [f"xid: {ESCAPE}"],
+        },
+        "heavy_verdicts": {},
+    }
+    monkeypatch.setattr(health, "_sections", lambda config_path: ({}, {}))
+    monkeypatch.setattr(nodeops, "node_status", lambda name, h, p: status)
+    res = CliRunner().invoke(health.node, ["status", "gpu01"])
+    assert res.exit_code == 0, res.output
+    lines = res.output.splitlines()
+    assert lines[2] == "reason:          maintenance\\x1b[2J\\x1b]0;owned\\x07\\x0alast verdict:    PASS"
+    assert lines[4] == "                 xid: \\x1b[2J\\x1b]0;owned\\x07"
+    assert "\x1b" not in res.output and len(lines) == 5
