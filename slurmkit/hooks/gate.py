@@ -30,6 +30,7 @@ import os
 import sys
 import time
 
+from slurmkit.chars import shown
 from slurmkit.core import trust
 from slurmkit.health.deadline import Timer
 from slurmkit.slurm import binaries
@@ -53,8 +54,10 @@ _decided: Optional[int] = None
 
 
 def _say(message: str) -> None:
+    """One line in slurmd's log. A path or an exception's text can hold a newline or a terminal
+    escape (a file name a user chose): shown, so no line of the log can be forged."""
     try:
-        sys.stderr.write(f"slurmkit-{message}\n")
+        sys.stderr.write(f"slurmkit-{shown(message)}\n")
         sys.stderr.flush()
     except Exception:
         pass

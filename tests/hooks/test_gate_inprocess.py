@@ -819,3 +819,11 @@ def test_an_epilog_that_asked_for_a_reboot_does_not_drain_as_well(clocked, gpu_f
     monkeypatch.setattr(epilog, "escalate", lambda ctx, results, extra: escalate(ctx, results, {}))
     code, seen = clocked("epilog", env={"SLURM_JOB_UID": "4242424"})
     assert code == 1 and seen["drain"] == pytest.approx(3.0)  # without it, the fail drains
+
+
+def test_a_log_line_cannot_forge_another(capsys):
+    """What the hooks write to slurmd's log: a newline or escape in a path is shown, on one line."""
+    gate._say("prolog: ignored untrusted /tmp/x\nslurmkit-prolog: gpu01: PASS\x1b[2K: not root's")
+    assert capsys.readouterr().err == (
+        "slurmkit-prolog: ignored untrusted /tmp/x\\x0aslurmkit-prolog: gpu01: PASS\\x1b[2K: not root's\n"
+    )
