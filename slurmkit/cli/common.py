@@ -100,6 +100,11 @@ def message(text: str) -> None:
     click.echo(shown(text), err=True)
 
 
+def print_line(text: str) -> None:
+    """One line of readable output on stdout (a status line), its control characters shown."""
+    click.echo(shown(text))
+
+
 def message_lines(text: str) -> None:
     """A block of lines on stderr (a YAML dump, a table), each line's control characters shown.
     Only ``\n`` ends a line (``str.splitlines`` would also break at ``\x85`` or ``\x1c``)."""

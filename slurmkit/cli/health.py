@@ -27,7 +27,6 @@ import time
 
 import click
 
-from slurmkit.chars import shown
 from slurmkit.cli.common import (
     common_options,
     dry_run_option,
@@ -35,6 +34,7 @@ from slurmkit.cli.common import (
     load_config,
     message,
     print_json,
+    print_line,
     print_table,
     resolve_format,
     setup_logging,
@@ -230,29 +230,23 @@ def node_status_cmd(name, fmt, as_json, config_path, verbose, quiet) -> None:
         print_json(st)
         return
     # (a drain reason, a check's message and a job id come from outside slurmkit: shown as data)
-    click.echo(shown(f"node:            {st['node']}"))
-    click.echo(shown(f"state:           {st['state']}"))
-    click.echo(
-        shown(
-            f"reason:          {st['reason'] or '-'}" + ("  (slurmkit drain)" if st["slurmkit_drain"] else "")
-        )
+    print_line(f"node:            {st['node']}")
+    print_line(f"state:           {st['state']}")
+    print_line(
+        f"reason:          {st['reason'] or '-'}" + ("  (slurmkit drain)" if st["slurmkit_drain"] else "")
     )
     lv = st["last_verdict"]
     if lv:
         when = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(lv["time"]))
-        click.echo(
-            shown(f"last verdict:    {lv['status']} ({lv['hook']}, job {lv['job_id'] or '-'}, {when})")
-        )
+        print_line(f"last verdict:    {lv['status']} ({lv['hook']}, job {lv['job_id'] or '-'}, {when})")
         for line in lv["failing"]:
-            click.echo(shown(f"                 {_short(line, 100)}"))
+            print_line(f"                 {_short(line, 100)}")
     else:
         click.echo("last verdict:    - (no health log entry for this node here)")
     for check, e in sorted(st["heavy_verdicts"].items()):
-        click.echo(
-            shown(
-                f"sweep {check}: {e.get('status')} {e.get('code', '')} valid until "
-                f"{time.strftime('%Y-%m-%dT%H:%M:%S', time.localtime(float(e.get('valid_until') or 0)))}"
-            )
+        print_line(
+            f"sweep {check}: {e.get('status')} {e.get('code', '')} valid until "
+            f"{time.strftime('%Y-%m-%dT%H:%M:%S', time.localtime(float(e.get('valid_until') or 0)))}"
         )
 
 
@@ -275,10 +269,10 @@ def node_resume_cmd(name, dry_run, fmt, as_json, config_path, verbose, quiet) ->
     if resolve_format(fmt, as_json) == "json":
         print_json(report)
     else:
-        click.echo(shown(report["message"]))
+        print_line(report["message"])
         for r in report.get("results", []):
             if r["status"] in ("fail", "warn", "unknown"):
-                click.echo(shown(f"  {r['check']}: {r['status'].upper()} {r['code']} {_short(r['reason'])}"))
+                print_line(f"  {r['check']}: {r['status'].upper()} {r['code']} {_short(r['reason'])}")
     sys.exit(report["exit_code"])
 
 

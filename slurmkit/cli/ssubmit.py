@@ -39,6 +39,7 @@ from slurmkit.cli.common import (
     message,
     message_lines,
     print_json,
+    print_line,
     run_main,
     setup_logging,
 )
@@ -112,9 +113,9 @@ def _efficiency(job_id: str, state: Dict[str, str]) -> Optional[Any]:
 def task_table_lines(tasks) -> List[str]:
     """``--dry-run``'s task table: index, run name, parameters (one line each, JSON-quoted
     where a value needs it, so no value can break the table)."""
-    from slurmkit.submit.hparams import describe, shown
+    from slurmkit.submit.hparams import describe, quoted
 
-    return [f"{t.index:>5}  {shown(t.run_name)}  {describe(t.params)}" for t in tasks]
+    return [f"{t.index:>5}  {quoted(t.run_name)}  {describe(t.params)}" for t in tasks]
 
 
 def wait_for_job(job_id: str, *, poll: float, timeout: float, quiet: bool) -> Dict[str, str]:
@@ -226,7 +227,7 @@ def submit_cmd(
         if as_json:
             print_json({"test_only": answer})
         else:
-            click.echo(shown(answer))
+            print_line(answer)
         return 0
     job = api.submit(spec, check_cluster=False)
     job_id = job.job_id
@@ -327,10 +328,7 @@ def _print_task_table(rows, err: bool = False) -> None:
     widths = [max(len(h), *(len(c[i]) for c in cells)) if cells else len(h) for i, h in enumerate(head)]
     for line in [head, *cells]:
         text = "  ".join(v.ljust(w) for v, w in zip(line, widths)).rstrip()
-        if err:
-            message(text)
-        else:
-            click.echo(text)
+        (message if err else print_line)(text)
 
 
 @cli.command("status")
@@ -416,7 +414,7 @@ def status_cmd(job_id, as_json, config_path, verbose, quiet) -> None:
             "efficiency",
         ):
             if info.get(key) not in (None, "", "None", "(null)"):
-                click.echo(shown(f"{key:10} {info[key]}"))  # (a job name or reason is text users wrote)
+                print_line(f"{key:10} {info[key]}")  # (a job name or reason is text users wrote)
 
 
 def _job_state(job_id: str) -> Dict[str, str]:

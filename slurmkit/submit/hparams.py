@@ -156,7 +156,7 @@ def parameter_sets(sweep: Mapping[str, Any]) -> List[Dict[str, str]]:
     return sets
 
 
-def shown(value: str) -> str:
+def quoted(value: str) -> str:
     """``value`` as a table shows it: plain when it is a plain token, else in JSON quotes
     (escaped newlines and control characters: one value stays on one line)."""
     return value if re.fullmatch(r"[A-Za-z0-9_.+:/@%-]+", value) else json.dumps(value)
@@ -164,7 +164,7 @@ def shown(value: str) -> str:
 
 def describe(params: Mapping[str, str]) -> str:
     """``lr=0.0001 seed=0`` (values that need it in JSON quotes, so the line stays one line)."""
-    return " ".join(f"{k}={shown(v)}" for k, v in params.items())
+    return " ".join(f"{k}={quoted(v)}" for k, v in params.items())
 
 
 def substitute(template: str, params: Mapping[str, str]) -> str:
