@@ -310,16 +310,21 @@ def test_forged_row_through_live_sacct(devcluster, tmp_path):
         user=attacker,
     )
     assert devcluster.wait_job(jid, timeout=120) == "COMPLETED"
-    deadline = time.monotonic() + 60
-    while devcluster.sacct_state(jid) != "COMPLETED":  # accounting reaches slurmdbd asynchronously
-        assert time.monotonic() < deadline
-        time.sleep(1)
     window = ("--since", time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(since - 3600)))
-    window += ("--until", time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() + 5)))
+    window += ("--until", time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() + 60)))
+    # Accounting reaches slurmdbd asynchronously, in parts: a job sacct -j already shows as
+    # COMPLETED can still lack its eligible time, and sacct -S/-E selects by that time, so wait
+    # until the window's own query lists the job.
+    listed = ["sacct", "-a", "-X", "-n", "-P", "-S", window[1], "-E", window[3], "--format=JobIDRaw"]
+    deadline = time.monotonic() + 60
+    while jid not in devcluster.run(listed).stdout.split():
+        assert time.monotonic() < deadline, "the job never reached the window's sacct query"
+        time.sleep(1)
     res = _devcluster_slurmkit(devcluster, "report", "--by", "user", "--json", *window)
     assert res.returncode == 0, res.stderr
     data = json.loads(res.stdout)
     assert data["totals"]["gpu_hours"] < 100, (data["rows"], res.stderr)
+    assert [r["user"] for r in data["rows"]] == [attacker], data["rows"]  # her real job counts
     assert not any(r["user"] == "bob" and r["gpu_hours"] >= 100 for r in data["rows"]), data["rows"]
     archive = tmp_path / "archive"
     ingest = _devcluster_slurmkit(devcluster, "report", "ingest", "--archive", str(archive), *window)
