@@ -529,18 +529,16 @@ def _state_sql(expr: str) -> str:
 def _plain_int(name: str, shortest: int, longest: int) -> str:
     """SQL: the value of text ``r_{name}`` when it is ``shortest`` to ``longest`` plain ASCII
     digits without a leading zero, else NULL (left to the slower, exact rules); ``v_{name}``
-    is its ``TRY_CAST`` to BIGINT and ``l_{name}`` its length, computed once beforehand.
+    is its ``TRY_CAST`` to BIGINT, computed once beforehand.
 
     DuckDB's cast also takes ``" 12"``, ``"+12"``, ``"1_2"``, ``"1.5"``, ``"0x1f"`` and
-    ``"12e2"``. The first four have fewer digits in their value than characters; hex, octal
-    and binary start with ``0``; an exponent form with as many digits in its value as
-    characters has an exponent of at least 2 more than its decimals, so its value ends in
-    ``00``. Only those values are compared as text (turning every value back into text, as
-    :func:`_digits` does, costs a fifth of the scan)."""
-    v, n, text = f"v_{name}", f"l_{name}", f"r_{name}"
+    ``"12e2"``: the value is taken only where its own decimal text is the text, which holds for
+    plain digits without a leading zero and for nothing else, and where it has ``shortest`` to
+    ``longest`` digits."""
+    v, text = f"v_{name}", f"r_{name}"
     return (
-        f"CASE WHEN {n} BETWEEN {shortest} AND {longest} AND {v} >= CAST(10 AS BIGINT) ** ({n} - 1) "
-        f"AND NOT starts_with({text}, '0') AND ({v} % 100 <> 0 OR CAST({v} AS VARCHAR) = {text}) THEN {v} END"
+        f"CASE WHEN {v} BETWEEN {10 ** (shortest - 1)} AND {10**longest - 1} "
+        f"AND CAST({v} AS VARCHAR) = {text} THEN {v} END"
     )
 
 
@@ -586,10 +584,10 @@ def _load_file(
         # (the cast only of a text of the lengths _plain_int takes: a failing cast costs a third
         # of a scan of ISO times)
         f", TRY_CAST(CASE WHEN length({v}) BETWEEN {lo} AND {hi} THEN {v} END AS BIGINT) AS v_{k}, "
-        f"length({v}) AS l_{k}, {v} AS r_{k}"
+        f"{v} AS r_{k}"
         for k, (v, lo, hi) in numbers.items()
     )
-    parts = ", ".join(f"v_{k}, l_{k}" for k in numbers)
+    parts = ", ".join(f"v_{k}" for k in numbers)
     checked = ", ".join(f"{_plain_int(k, lo, hi)} AS {k}" for k, (_, lo, hi) in numbers.items())
     times = ("st", "en", "sub")
     texts_used = ", ".join(f"r_{k}" for k in numbers)
