@@ -34,9 +34,9 @@ import duckdb
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from slurmkit.report import sacct  # noqa: E402
+from slurmkit.report import engine, sacct  # noqa: E402
 
-ISO = "[0-9]{4}-[0-9]{2}-[0-9]{2}[T ]([01][0-9]|2[0-3]):[0-9]{2}:[0-9]{2}"
+ISO = engine._ISO_PATTERN
 
 
 def best(con: duckdb.DuckDBPyConnection, sql: str, runs: int, setup: str = "") -> float:
@@ -52,9 +52,7 @@ def best(con: duckdb.DuckDBPyConnection, sql: str, runs: int, setup: str = "") -
 
 #: ISO ways that look cheaper, for the exactness check (``{x}``: the text)
 CHEAPER = {
-    "the engine's (regular expression, cast)": (
-        f"CASE WHEN regexp_full_match({{x}}, '{ISO}') THEN CAST(epoch(TRY_CAST({{x}} AS TIMESTAMP)) AS BIGINT) END"
-    ),
+    "the engine's (regular expression, cast)": engine._iso_local_sql("{x}"),
     "LIKE, a digit first, try_strptime": (
         "CASE WHEN ({x} LIKE '____-__-__T__:__:__' OR {x} LIKE '____-__-__ __:__:__') "
         "AND ascii({x}) BETWEEN 48 AND 57 "
@@ -184,10 +182,7 @@ def main() -> None:
         ("length (a floor)", "length({x})"),
         ("regular expression", f"regexp_full_match({{x}}, '{ISO}')"),
         ("TRY_CAST AS TIMESTAMP", "CAST(epoch(TRY_CAST({x} AS TIMESTAMP)) AS BIGINT)"),
-        (
-            "both (the engine's)",
-            f"CASE WHEN regexp_full_match({{x}}, '{ISO}') THEN CAST(epoch(TRY_CAST({{x}} AS TIMESTAMP)) AS BIGINT) END",
-        ),
+        ("both (the engine's)", engine._iso_local_sql("{x}")),
         ("try_strptime", "CAST(epoch(try_strptime({x}, '%Y-%m-%dT%H:%M:%S')) AS BIGINT)"),
         ("LIKE", "{x} LIKE '____-__-__T__:__:__'"),
         ("TRY_CAST AS BIGINT", "TRY_CAST({x} AS BIGINT)"),

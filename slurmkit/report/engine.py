@@ -533,8 +533,8 @@ def _plain_int(name: str, shortest: int, longest: int) -> str:
 
     DuckDB's cast also takes ``" 12"``, ``"+12"``, ``"1_2"``, ``"1.5"``, ``"0x1f"`` and
     ``"12e2"``: the value is taken only where its own decimal text is the text, which holds for
-    plain digits without a leading zero and for nothing else, and where it has ``shortest`` to
-    ``longest`` digits."""
+    plain digits without a leading zero and for a minus sign before them, and where it has
+    ``shortest`` to ``longest`` digits (which leaves the negative values out)."""
     v, text = f"v_{name}", f"r_{name}"
     return (
         f"CASE WHEN {v} BETWEEN {10 ** (shortest - 1)} AND {10**longest - 1} "
