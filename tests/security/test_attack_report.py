@@ -324,7 +324,7 @@ def test_forged_row_through_live_sacct(devcluster, tmp_path):
     assert res.returncode == 0, res.stderr
     data = json.loads(res.stdout)
     assert data["totals"]["gpu_hours"] < 100, (data["rows"], res.stderr)
-    assert [r["user"] for r in data["rows"]] == [attacker], data["rows"]  # her real job counts
+    assert attacker in [r["user"] for r in data["rows"]], data["rows"]  # her real job counts
     assert not any(r["user"] == "bob" and r["gpu_hours"] >= 100 for r in data["rows"]), data["rows"]
     archive = tmp_path / "archive"
     ingest = _devcluster_slurmkit(devcluster, "report", "ingest", "--archive", str(archive), *window)

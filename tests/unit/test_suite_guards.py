@@ -122,7 +122,9 @@ def test_private_system_paths_keeps_a_root_write_out_of_the_system(tmp_path):
     the real directory is not touched. Unprivileged, the command is returned unchanged."""
     import pytest
 
-    argv = [sys.executable, "-c", "import sys; open(sys.argv[1], 'a').write('x\\n')"]
+    # (the probe makes the directory as a hook does: a new machine may not have it yet)
+    probe = "import os, sys; os.makedirs(os.path.dirname(sys.argv[1]), exist_ok=True); open(sys.argv[1], 'a').write('x\\n')"
+    argv = [sys.executable, "-c", probe]
     if os.geteuid() != 0:
         assert suite_guards.private_system_paths(argv, tmp_path) == argv
         pytest.skip("the overlay needs root (an unprivileged run cannot write the system's paths)")
