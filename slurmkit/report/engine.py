@@ -238,10 +238,12 @@ class _Plan:
         return "l"
 
     def lines(self) -> str:
-        """SQL of ``(l, step)``: each line of the dump after the header, in the file's order; a
-        step row (a dot up to the first separator, as the reference's ``find``) is kept as a
-        NULL ``l`` with ``step`` true (a line's place is its number; NULL, an empty line, is
-        kept with ``step`` false)."""
+        """SQL of ``l``: each line of the dump after the header, in the file's order; a step
+        row (a dot up to the first separator, as the reference's ``find``) is kept as the
+        empty text, which no line read is (a line's place is its number; an empty line is
+        read as NULL, and kept). One text column and no flag column: the statement costs about
+        a tenth less than with a NULL and a flag (docs/benchmarks.md, "Dirty dumps, seventh
+        look")."""
         src, sep, line = self.src, _q(self.src.sep), self._line()
         lines = (
             f"read_csv({_q(src.path)}, columns={{'l': 'VARCHAR'}}, delim={_q(_LINE_DELIM)}, "
@@ -249,9 +251,9 @@ class _Plan:
             f"strict_mode=true, null_padding=false, parallel=true)"
         )
         if not self.jobid_first:
-            return f"SELECT l, FALSE AS step FROM {lines}"
-        step = f"coalesce(strpos({line}, '.') BETWEEN 1 AND strpos({line}, {sep}), FALSE)"
-        return f"SELECT CASE WHEN {step} THEN NULL ELSE l END AS l, {step} AS step FROM {lines}"
+            return f"SELECT l FROM {lines}"
+        step = f"strpos({line}, '.') BETWEEN 1 AND strpos({line}, {sep})"
+        return f"SELECT CASE WHEN {step} THEN {_q(_STEP_LINE)} ELSE l END AS l FROM {lines}"
 
     def reader(self) -> str:
         """SQL of a relation ``(ln, lh, n, f0, f1, ...)``: the fields of the dump's lines, from
@@ -268,18 +270,21 @@ class _Plan:
             f"(SELECT ln, lh, n, {', '.join(fields)} FROM ("
             f"SELECT ln, lh, s, len(s) AS n FROM ("
             f"SELECT rowid + 1 AS ln, hash(l) AS lh, string_split({line}, {sep}) AS s "
-            f"FROM {LINES} WHERE NOT step)))"
+            f"FROM {LINES} WHERE l IS DISTINCT FROM {_q(_STEP_LINE)})))"
         )
 
 
 #: The temporary table of a dump's numbered lines (:func:`read_lines`).
 LINES = "dump_lines"
+#: What :data:`LINES` holds in place of a step row's line: the empty text, which DuckDB's
+#: reader never gives for a line (an empty line is NULL)
+_STEP_LINE = ""
 
 
 def read_lines(con: duckdb.DuckDBPyConnection, plan: _Plan) -> int:
     """Table :data:`LINES`: ``plan``'s lines (:meth:`_Plan.lines`), stored in the file's order
     so that a line's ``rowid`` is its place (:meth:`_Plan.reader` numbers them from it; a step
-    row keeps its place as a NULL). Returns the rows DuckDB's CSV reader read.
+    row keeps its place as the empty text). Returns the rows DuckDB's CSV reader read.
 
     The order is kept by DuckDB's ``preserve_insertion_order``, set for this one statement
     (:func:`session` turns it off to save memory): the parallel reader's chunks are then
