@@ -14,7 +14,8 @@ mawk's sum: for each job row (JobID without a dot), GPUs from ``gres/gpu=N`` tim
 End - Start, the ISO times turned into epochs by the civil-calendar arithmetic in awk (UTC:
 run with ``TZ=UTC``), or taken as they are when they are epochs. It does the least any
 report must do, and none of the checks (duplicates and bad rows are summed as they parse).
-Prints, per file and command, the median wall time, its range and the peak RSS.
+Prints, per file and command, the median wall time, its range, the median CPU time (user and
+system, every thread: steadier than the wall time on a shared host) and the peak RSS.
 """
 
 from __future__ import annotations
@@ -44,11 +45,13 @@ END { printf "%.6f\n", s / 3600 }
 
 
 def timed(argv, env):
+    """Wall seconds, CPU seconds (user and system, all threads), peak RSS (MiB), stdout, exit code."""
     t0 = time.perf_counter()
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, cwd="/")
     out = proc.stdout.read()
     _, status, usage = os.wait4(proc.pid, 0)
-    return time.perf_counter() - t0, usage.ru_maxrss / 1024, out, os.waitstatus_to_exitcode(status)
+    cpu = usage.ru_utime + usage.ru_stime
+    return time.perf_counter() - t0, cpu, usage.ru_maxrss / 1024, out, os.waitstatus_to_exitcode(status)
 
 
 def _answer(out: bytes) -> str:
@@ -80,6 +83,11 @@ def main() -> None:
         # edited modules would otherwise be compiled again by every run (about 50 ms here)
         subprocess.run([py, "-m", "compileall", "-q", os.path.join(where, "slurmkit")], check=True,
                        stdout=subprocess.DEVNULL, env={k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"})  # fmt: skip
+    # (a base older than --trust-free-text, such as f9d397b, trusted free text without it)
+    trust = {}
+    for where in checkouts.values():
+        with open(os.path.join(where, "slurmkit", "cli", "report.py"), encoding="utf-8") as fh:
+            trust[where] = ["--trust-free-text"] if "--trust-free-text" in fh.read() else []
     commands = {}
     envs = {}
     for f in args.files:
@@ -91,19 +99,21 @@ def main() -> None:
             for eng in args.engines.split(","):
                 key = (f, f"{label}slurmkit --engine {eng}")
                 commands[key] = [
-                    py, "-m", "slurmkit.cli.main", "report", "--sacct-file", f, "--trust-free-text",
+                    py, "-m", "slurmkit.cli.main", "report", "--sacct-file", f, *trust[where],
                     "--by", args.by, "--format", "json", "--no-health-log", "--engine", eng,
                 ]  # fmt: skip
                 envs[key] = dict(os.environ, PYTHONPATH=where)
     samples = {k: [] for k in commands}
+    cpus = {k: [] for k in commands}
     rss = {k: 0.0 for k in commands}
     outputs = {k: set() for k in commands}
     with open("/proc/loadavg") as fh:
         print("load before:", fh.read().split()[:3])
     for _ in range(args.runs):
         for k, argv in commands.items():
-            wall, peak, out, rc = timed(argv, envs[k])
+            wall, cpu, peak, out, rc = timed(argv, envs[k])
             samples[k].append(wall)
+            cpus[k].append(cpu)
             rss[k] = max(rss[k], peak)
             outputs[k].add(_answer(out) if k[1] != "mawk" else out)
             if rc != 0:
@@ -115,10 +125,11 @@ def main() -> None:
         print(f"{os.path.basename(f)}: the slurmkit commands printed {len(answers)} distinct output(s)")
     for (f, name), xs in samples.items():
         mawk = statistics.median(samples[(f, "mawk")]) if (f, "mawk") in samples else None
-        ratio = f" ({statistics.median(xs) / mawk:.1f}x mawk)" if mawk and name != "mawk" else ""
+        ratio = f" ({statistics.median(xs) / mawk:.2f}x mawk)" if mawk and name != "mawk" else ""
         print(
             f"{os.path.basename(f)}  {name:29s} median {statistics.median(xs):6.2f} s "
-            f"({min(xs):.2f}-{max(xs):.2f}){ratio}, peak RSS {rss[(f, name)]:.0f} MiB"
+            f"({min(xs):.2f}-{max(xs):.2f}){ratio}, CPU {statistics.median(cpus[(f, name)]):.2f} s, "
+            f"peak RSS {rss[(f, name)]:.0f} MiB"
         )
 
 

@@ -1,19 +1,21 @@
 #!/usr/bin/env python3
 """Benchmark: the pieces of the report engine's scan against the other ways DuckDB offers to
-do them, on a saved dump (docs/benchmarks.md, "Dirty dumps, sixth look").
+do them, on a saved dump (docs/benchmarks.md, "Dirty dumps, sixth look" and "seventh look").
 
     TZ=UTC .venv/bin/python benchmarks/report_sql_pieces.py /tmp/r26-dirty-1m.txt --runs 5
 
 Each figure is the fastest of ``--runs`` wall times on two threads (as the engine runs), over
 the dump's job rows (JobID without a dot), which are first stored in a table:
 
-* reading: the engine's line reader (every line, steps kept as NULL for their places), the
-  lines read and split in one statement, and DuckDB's column reader (every field a VARCHAR,
-  rejected rows kept, or ignored) and with ``row_number()``;
+* reading: the engine's line reader (every line, a step kept as the empty text for its
+  place), the same with a step kept as NULL and a flag column (the engine's before the
+  seventh look), the lines read and split in one statement, and DuckDB's column reader (every
+  field a VARCHAR, rejected rows kept, or ignored) and with ``row_number()``;
 * splitting a line: ``string_split`` (the engine's), ``split_part`` per field,
   ``regexp_split_to_array``;
 * ISO times, three a row: the engine's regular expression and cast, each alone,
-  ``try_strptime``, ``LIKE``, one regular expression over the three joined.
+  ``try_strptime``, ``LIKE``, one regular expression over the three joined, the cast checked
+  by its own text (``round trip``).
 
 Then the exactness of the cheaper ISO ways: every one- and two-character change of a few times,
 converted by each way and compared with the reference's ``parse_time`` (run with ``TZ=UTC``).
@@ -57,6 +59,10 @@ CHEAPER = {
         "CASE WHEN ({x} LIKE '____-__-__T__:__:__' OR {x} LIKE '____-__-__ __:__:__') "
         "AND ascii({x}) BETWEEN 48 AND 57 "
         "THEN CAST(epoch(try_strptime(replace({x}, ' ', 'T'), '%Y-%m-%dT%H:%M:%S')) AS BIGINT) END"
+    ),
+    "round trip: cast, checked by its text": (
+        "CASE WHEN CAST(TRY_CAST({x} AS TIMESTAMP) AS VARCHAR) = replace({x}, 'T', ' ') "
+        "THEN CAST(epoch(TRY_CAST({x} AS TIMESTAMP)) AS BIGINT) END"
     ),
     "LIKE, a digit first, hour < 24, cast": (
         "CASE WHEN ({x} LIKE '____-__-__T__:__:__' OR {x} LIKE '____-__-__ __:__:__') "
@@ -120,6 +126,7 @@ def main() -> None:
         "skip=1, auto_detect=false, strict_mode=true, null_padding=false, parallel=true)"
     )
     step = "coalesce(strpos(l, '.') BETWEEN 1 AND strpos(l, '|'), FALSE)"
+    bare_step = "strpos(l, '.') BETWEEN 1 AND strpos(l, '|')"
     columns = "{" + ", ".join(f"'f{i}': 'VARCHAR'" for i in range(nf)) + "}"
     fields = (
         f"read_csv('{path}', columns={columns}, delim='|', quote='', escape='', header=false, skip=1, "
@@ -130,8 +137,9 @@ def main() -> None:
     print("reading (CREATE TABLE, order kept)")
     con.execute("SET preserve_insertion_order = true")
     for label, sql in (
+        ("line reader (the engine's)", f"SELECT CASE WHEN {bare_step} THEN '' ELSE l END AS l FROM {lines}"),
         (
-            "line reader (the engine's)",
+            "line reader, NULL and a flag",
             f"SELECT CASE WHEN {step} THEN NULL ELSE l END AS l, {step} AS step FROM {lines}",
         ),
         (
@@ -183,6 +191,7 @@ def main() -> None:
         ("regular expression", f"regexp_full_match({{x}}, '{ISO}')"),
         ("TRY_CAST AS TIMESTAMP", "CAST(epoch(TRY_CAST({x} AS TIMESTAMP)) AS BIGINT)"),
         ("both (the engine's)", engine._iso_local_sql("{x}")),
+        ("round trip", CHEAPER["round trip: cast, checked by its text"]),
         ("try_strptime", "CAST(epoch(try_strptime({x}, '%Y-%m-%dT%H:%M:%S')) AS BIGINT)"),
         ("LIKE", "{x} LIKE '____-__-__T__:__:__'"),
         ("TRY_CAST AS BIGINT", "TRY_CAST({x} AS BIGINT)"),
