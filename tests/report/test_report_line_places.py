@@ -47,7 +47,7 @@ def test_every_line_of_a_dump_of_several_buffers_keeps_its_number(tmp_path):
     assert path.stat().st_size > 2 * 32 * 2**20
     src, read, rows = _numbered(path)
     assert src.first_row == 2 and read == lines
-    # the job rows only (the steps are kept as NULLs, not read), each numbered from the first
+    # the job rows only (the steps are kept as the empty text, not read), each numbered from the first
     # data line as ``ln`` 1: its file line is ln + 1, which its JobID says
     assert len(rows) == lines // 2
     wrong = [(ln, f0) for ln, f0, _ in rows if str(ln + 1) != f0]
@@ -76,3 +76,21 @@ def test_the_engine_numbers_the_bad_rows_of_a_large_dump_as_the_reference_does(t
         prolog_requeue_seconds=120,
     )
     assert stats.to_dict() == ref.to_dict()
+
+
+def test_a_step_row_is_the_only_line_kept_as_the_empty_text(tmp_path):
+    """The line table keeps a step row's place as the empty text, which DuckDB's reader never
+    gives for a line: an empty line is NULL there, and a line of blanks or of one separator is
+    kept as it is. So every line but the steps reaches the fields, with its number."""
+    job = "|COMPLETED|billing=1,gres/gpu=1|1700000000|1700000000|1700000100|u|n"
+    step = "7.batch|7.batch|COMPLETED|cpu=1|1700000000|1700000000|1700000100||"
+    lines = ["7|7" + job, step, "", "   ", "|", "8|8" + job]
+    path = tmp_path / "dump.txt"
+    path.write_text(HEADER + "\n" + "\n".join(lines) + "\n")
+    plan = engine._Plan(engine.probe_file(str(path)))
+    with engine.session() as con:
+        engine.read_lines(con, plan)
+        table = con.execute(f"SELECT rowid + 1, l FROM {engine.LINES} ORDER BY rowid").fetchall()
+        fields = con.execute(f"SELECT ln, n, f0 FROM {plan.reader()} ORDER BY ln").fetchall()
+    assert table == [(1, lines[0]), (2, ""), (3, None), (4, "   "), (5, "|"), (6, lines[5])]
+    assert fields == [(1, 9, "7"), (3, None, None), (4, 1, "   "), (5, 2, ""), (6, 9, "8")]
