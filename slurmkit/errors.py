@@ -17,6 +17,7 @@ exit code  meaning
 124        ``ssubmit --wait`` gave up after ``--wait-timeout``; the job keeps running
            (GNU ``timeout``'s code for "timed out")
 70         an internal error (a slurmkit bug)
+130        interrupted by Ctrl-C (SIGINT; 128 + 2, as a shell reports it)
 =========  =====================================================================
 
 Health commands use Nagios-style codes instead (0 ok, 1 warn, 2 fail, 3 unknown);

@@ -26,6 +26,7 @@ from slurmkit.errors import SlurmkitError
 log = logging.getLogger("slurmkit")
 
 INTERNAL_ERROR_EXIT = 70  # EX_SOFTWARE: a slurmkit bug, not the user's fault
+INTERRUPTED_EXIT = 130  # Ctrl-C: 128 + SIGINT, as a shell reports a command it interrupted
 
 
 class LazyGroup(click.Group):
@@ -194,7 +195,10 @@ def run_main(cli: click.Command, prog: str, args: Optional[Iterable[str]] = None
         exc.message = shown(exc.message)
         exc.show()
         sys.exit(exc.exit_code)
-    except click.exceptions.Abort:
+    except click.exceptions.Abort as exc:
+        if isinstance(exc.__cause__, KeyboardInterrupt):  # (click turns Ctrl-C into an Abort)
+            message(f"{prog}: interrupted")
+            sys.exit(INTERRUPTED_EXIT)
         message(f"{prog}: aborted")
         sys.exit(1)
     except SlurmkitError as exc:
@@ -202,7 +206,7 @@ def run_main(cli: click.Command, prog: str, args: Optional[Iterable[str]] = None
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         message(f"{prog}: interrupted")
-        sys.exit(130)
+        sys.exit(INTERRUPTED_EXIT)
     except BrokenPipeError:
         try:
             sys.stdout = open(os.devnull, "w")

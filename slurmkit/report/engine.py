@@ -348,24 +348,39 @@ def _periods(unit: str, start: int, end: int) -> List[Tuple[str, int, int]]:
         t = hi
 
 
+#: What DuckDB's Python client raises (a RuntimeError) when SIGINT interrupts a query
+_INTERRUPTED = "Query interrupted"
+
+
 @contextlib.contextmanager
 def session(threads: Optional[int] = None) -> Iterator[duckdb.DuckDBPyConnection]:
     """An in-memory DuckDB connection with bounded memory. What does not fit spills to a
     private temporary directory (DuckDB's default for an in-memory database is ``.tmp`` in
-    the working directory), removed afterwards."""
+    the working directory), removed afterwards. Ctrl-C during a query raises
+    ``KeyboardInterrupt``, as anywhere else."""
     spill = tempfile.mkdtemp(prefix="slurmkit-duckdb-")
-    con = duckdb.connect(
-        config={
-            "threads": threads or 2,
-            "memory_limit": "768MB",
-            "preserve_insertion_order": False,
-            "temp_directory": spill,
-        }
-    )
+    try:
+        con = duckdb.connect(
+            config={
+                "threads": threads or 2,
+                "memory_limit": "768MB",
+                "preserve_insertion_order": False,
+                "temp_directory": spill,
+            }
+        )
+    except BaseException:
+        shutil.rmtree(spill, ignore_errors=True)
+        raise
     try:
         con.execute("SET enable_progress_bar = false")
         progress.attach_connection(con)  # (a no-op unless a progress line is shown)
         yield con
+    except RuntimeError as exc:
+        # DuckDB answers Ctrl-C during a query with this error and drops the KeyboardInterrupt:
+        # the command is given it back, so that it ends as interrupted (exit 130), not as a bug
+        if str(exc) == _INTERRUPTED:
+            raise KeyboardInterrupt from None
+        raise
     finally:
         con.close()
         shutil.rmtree(spill, ignore_errors=True)

@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -546,6 +549,55 @@ def test_session_spills_to_a_private_directory_it_removes(tmp_path, monkeypatch)
         assert os.listdir(spill)  # the table did not fit in 20 MB: it spilled there
     assert not Path(spill).exists()
     assert not (tmp_path / ".tmp").exists()
+
+
+#: a command whose DuckDB query gets SIGINT half a second in (the query alone takes seconds)
+_INTERRUPTED_COMMAND = """
+import os, signal, threading
+import click
+from slurmkit.cli.common import run_main
+from slurmkit.report import engine
+signal.signal(signal.SIGINT, signal.default_int_handler)  # (a background shell ignores SIGINT)
+
+@click.command()
+def long_query():
+    with engine.session() as con:
+        threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT)).start()
+        con.execute("SELECT count(*) FROM range(100000000000) t(i) WHERE i % 7 = 3").fetchall()
+
+run_main(long_query, "slurmkit")
+"""
+
+
+def test_ctrl_c_during_a_query_ends_the_command_as_interrupted(tmp_path):
+    """DuckDB answers SIGINT during a query with ``RuntimeError("Query interrupted")`` and drops
+    the KeyboardInterrupt: the session gives it back, so the command says it was interrupted
+    and exits 130 (before, ``internal error: RuntimeError``, exit 70), and its spill directory
+    is removed."""
+    env = dict(os.environ, TMPDIR=str(tmp_path))
+    res = subprocess.run(
+        [sys.executable, "-c", _INTERRUPTED_COMMAND], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert (res.returncode, res.stderr) == (130, "\nslurmkit: interrupted\n")  # (click ends the ^C line)
+    assert os.listdir(tmp_path) == []
+
+
+def test_other_errors_inside_a_session_are_not_an_interrupt():
+    with pytest.raises(RuntimeError, match="^Query interrupted twice$"):
+        with engine.session():
+            raise RuntimeError("Query interrupted twice")
+
+
+def test_a_session_duckdb_cannot_open_leaves_no_directory(tmp_path, monkeypatch):
+    def refuse(*args, **kwargs):
+        raise duckdb.IOException("no memory for a buffer pool")
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(engine.duckdb, "connect", refuse)
+    with pytest.raises(duckdb.IOException):
+        with engine.session():
+            pass  # pragma: no cover - the session does not open
+    assert os.listdir(tmp_path) == []
 
 
 def test_engine_refuses_a_pipe(cli, tmp_path):

@@ -165,3 +165,21 @@ def test_node_status_shows_a_hostile_drain_reason_and_verdict_as_data(monkeypatc
     assert lines[2] == "reason:          maintenance\\x1b[2J\\x1b]0;owned\\x07\\x0alast verdict:    PASS"
     assert lines[4] == "                 xid: \\x1b[2J\\x1b]0;owned\\x07"
     assert "\x1b" not in res.output and len(lines) == 5
+
+
+@pytest.mark.parametrize(
+    "raised, code, said",
+    [
+        (KeyboardInterrupt(), common.INTERRUPTED_EXIT, "prog: interrupted"),  # Ctrl-C
+        (click.Abort(), 1, "prog: aborted"),  # (a prompt declined, no Ctrl-C)
+    ],
+)
+def test_ctrl_c_is_an_interruption_and_a_declined_prompt_an_abort(raised, code, said, capsys):
+    @click.command()
+    def cmd():
+        raise raised
+
+    with pytest.raises(SystemExit) as exit_:
+        common.run_main(cmd, "prog", [])
+    assert exit_.value.code == code
+    assert capsys.readouterr().err.strip() == said

@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 from slurmkit import errors
+from slurmkit.cli import common
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -17,8 +18,13 @@ def _documented(text: str) -> dict:
 
 def test_each_code_has_one_meaning_in_the_docs_and_in_the_code():
     table = _documented((REPO / "docs" / "config.md").read_text())
-    assert sorted(table) == [0, 1, 2, 3, 4, 70, 124]
+    assert sorted(table) == [0, 1, 2, 3, 4, 70, 124, 130]
     assert "devcluster" in table[4] and "--wait-timeout" in table[124]
+    assert (
+        "internal error" in table[common.INTERNAL_ERROR_EXIT] and "Ctrl-C" in table[common.INTERRUPTED_EXIT]
+    )
+    for code in (common.INTERNAL_ERROR_EXIT, common.INTERRUPTED_EXIT):
+        assert re.search(rf"^{code}\s{{2,}}\S", errors.__doc__, re.M), f"errors.py's table lacks {code}"
     assert errors.DevclusterError.exit_code == 4 and errors.WaitTimeout.exit_code == 124
     leaf_classes = [
         errors.UsageError,
