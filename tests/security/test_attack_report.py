@@ -386,7 +386,10 @@ def test_a_killed_ingest_leaves_the_archive_exact(tmp_path, config):
     archive = tmp_path / "archive"
     argv = [sys.executable, "-m", "slurmkit.cli.main", "report", "ingest", "--archive", str(archive)]
     argv += ["--sacct-file", str(dump)]
-    env = dict(os.environ, SLURMKIT_CONFIG=str(config), TZ="UTC")
+    # (a killed run cannot remove its private DuckDB spill directory: they go here, not to /tmp)
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    env = dict(os.environ, SLURMKIT_CONFIG=str(config), TZ="UTC", TMPDIR=str(scratch))
     began = time.monotonic()
     subprocess.run(argv, env=env, check=True, capture_output=True, timeout=300)
     full = time.monotonic() - began
@@ -403,6 +406,8 @@ def test_a_killed_ingest_leaves_the_archive_exact(tmp_path, config):
     assert _archive_total(archive, config) == float(jobs)
     leftovers = [p.name for p in archive.rglob(".*") if p.name.startswith((".data-", ".multi-"))]
     assert leftovers == []
+    spills = list(scratch.iterdir())
+    assert all(p.name.startswith("slurmkit-duckdb-") and p.stat().st_mode & 0o077 == 0 for p in spills)
 
 
 # --------------------------------------------------------------- neutral outputs
