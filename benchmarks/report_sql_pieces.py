@@ -126,7 +126,6 @@ def main() -> None:
         "skip=1, auto_detect=false, strict_mode=true, null_padding=false, parallel=true)"
     )
     step = "coalesce(strpos(l, '.') BETWEEN 1 AND strpos(l, '|'), FALSE)"
-    bare_step = "strpos(l, '.') BETWEEN 1 AND strpos(l, '|')"
     columns = "{" + ", ".join(f"'f{i}': 'VARCHAR'" for i in range(nf)) + "}"
     fields = (
         f"read_csv('{path}', columns={columns}, delim='|', quote='', escape='', header=false, skip=1, "
@@ -137,7 +136,7 @@ def main() -> None:
     print("reading (CREATE TABLE, order kept)")
     con.execute("SET preserve_insertion_order = true")
     for label, sql in (
-        ("line reader (the engine's)", f"SELECT CASE WHEN {bare_step} THEN '' ELSE l END AS l FROM {lines}"),
+        ("line reader (the engine's)", engine._Plan(engine.probe_file(args.dump)).lines()),
         (
             "line reader, NULL and a flag",
             f"SELECT CASE WHEN {step} THEN NULL ELSE l END AS l, {step} AS step FROM {lines}",
